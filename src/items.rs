@@ -1,0 +1,558 @@
+//! Typed items of the Nishiki table, read and written with `serde_dynamo`.
+//!
+//! Reading is lenient where the live data varies (datetimes, untagged empty
+//! lists); writing produces exactly the attributes the service writes: absent
+//! food fields are `NULL`, never missing, and datetimes are canonical.
+//! Attributes this code does not know are kept in `extra` and written back
+//! unchanged, so rewriting an item never drops data.
+//!
+//! `Debug` of items never shows a user name or an e-mail address.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::datetime;
+use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, KeyError, PK, SK, UserId};
+
+/// A raw DynamoDB item.
+pub type Item = HashMap<String, AttributeValue>;
+
+/// Attribute names the service's indexes are keyed on. Worker-owned items
+/// must never carry any of them.
+pub mod attr {
+    pub const GROUP_ID: &str = "GroupId";
+    pub const CONTAINER_ID: &str = "ContainerId";
+    pub const INVITATION_LINK_HASH: &str = "InvitationLinkHash";
+    pub const LINK_EXPIRY_DATETIME: &str = "LinkExpiryDatetime";
+    pub const EMAIL_ADDRESS: &str = "EMailAddress";
+    /// Every attribute a service index is keyed on.
+    pub const INDEXED: [&str; 5] = [
+        GROUP_ID,
+        CONTAINER_ID,
+        INVITATION_LINK_HASH,
+        LINK_EXPIRY_DATETIME,
+        EMAIL_ADDRESS,
+    ];
+}
+
+/// Why an item does not decode.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ItemError {
+    #[error("bad key: {0}")]
+    Key(#[from] KeyError),
+    #[error("item {pk}/{sk}: {reason}")]
+    Attributes {
+        pk: String,
+        sk: String,
+        reason: String,
+    },
+}
+
+impl ItemError {
+    fn attrs(key: &ItemKey, reason: impl fmt::Display) -> Self {
+        let (pk, sk) = key.encode();
+        ItemError::Attributes {
+            pk,
+            sk,
+            reason: redact_quoted(&reason.to_string()),
+        }
+    }
+}
+
+/// Serde error texts quote the offending value (`invalid type: string
+/// "alice@example.com"`); a value may be personal data, so quoted text is
+/// dropped before an error can reach a log line.
+pub fn redact_quoted(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut inside = false;
+    for ch in msg.chars() {
+        if ch == '"' {
+            if inside {
+                out.push_str("…\"");
+            } else {
+                out.push('"');
+            }
+            inside = !inside;
+        } else if !inside {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// `User` item: `PK=<userId>`, `SK=User`.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct User {
+    #[serde(skip)]
+    pub id: UserId,
+    pub user_name: String,
+    #[serde(rename = "EMailAddress")]
+    pub email_address: String,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+impl fmt::Debug for User {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("User")
+            .field("id", &self.id)
+            .field("user_name", &"<redacted>")
+            .field("email_address", &"<redacted>")
+            .field("extra", &self.extra.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Membership item: `PK=<userId>`, `SK=Group#<groupId>`, `GroupId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Membership {
+    #[serde(skip)]
+    pub user: UserId,
+    #[serde(rename = "GroupId")]
+    pub group: GroupId,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+/// `Group` item: `PK=<groupId>`, `SK=Group`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Group {
+    #[serde(skip)]
+    pub id: GroupId,
+    pub group_name: String,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+/// Container link: `PK=<groupId>`, `SK=Container#<containerId>`, `ContainerId`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct ContainerLink {
+    #[serde(skip)]
+    pub group: GroupId,
+    #[serde(rename = "ContainerId")]
+    pub container: ContainerId,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+/// Invitation link: `PK=<groupId>`, `SK=InvitationLinkHash`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct InvitationLink {
+    #[serde(skip)]
+    pub group: GroupId,
+    /// 32 lowercase hex characters; opaque (a renewal keeps it).
+    pub invitation_link_hash: String,
+    #[serde(with = "datetime::serde_lenient")]
+    pub link_expiry_datetime: DateTime<Utc>,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+/// `Container` item: `PK=<containerId>`, `SK=Container`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Container {
+    #[serde(skip)]
+    pub id: ContainerId,
+    pub container_name: String,
+    #[serde(default, deserialize_with = "lenient_list")]
+    pub foods: Vec<Food>,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+/// A food inside a container's `Foods`. Absent values are stored as NULL.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Food {
+    pub food_id: FoodId,
+    pub name: String,
+    pub unit: Option<String>,
+    pub quantity: Option<f64>,
+    /// Free text; the app uses keys such as `vegetables` or `unselected`.
+    pub category: Option<String>,
+    #[serde(with = "datetime::serde_lenient_opt")]
+    pub expiry: Option<DateTime<Utc>>,
+    #[serde(with = "datetime::serde_lenient")]
+    pub created_at: DateTime<Utc>,
+}
+
+/// `Category` item (design notes only): `PK=Category`, `SK=Category`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct CategoryList {
+    #[serde(rename = "Category", default, deserialize_with = "lenient_list")]
+    pub categories: Vec<CategoryName>,
+    #[serde(skip)]
+    pub extra: Item,
+}
+
+/// One entry of the category list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CategoryName {
+    pub name: String,
+}
+
+/// Any item of the table, typed by its key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entity {
+    User(User),
+    Membership(Membership),
+    Group(Group),
+    ContainerLink(ContainerLink),
+    InvitationLink(InvitationLink),
+    Container(Container),
+    Category(CategoryList),
+    /// An item the worker owns; its job module gives it a type.
+    Worker(ItemKey, Item),
+}
+
+impl Entity {
+    /// Decode a raw item (key first, then attributes).
+    pub fn from_item(item: Item) -> Result<Entity, ItemError> {
+        let key = ItemKey::from_attributes(&item)?;
+        Entity::from_keyed_item(key, item)
+    }
+
+    /// Decode a raw item whose key is already decoded.
+    pub fn from_keyed_item(key: ItemKey, item: Item) -> Result<Entity, ItemError> {
+        Ok(match &key {
+            ItemKey::User(id) => {
+                let (mut u, extra) = split::<User>(&key, item)?;
+                u.id = *id;
+                u.extra = extra;
+                Entity::User(u)
+            }
+            ItemKey::Membership { user, group } => {
+                let (mut m, extra) = split::<Membership>(&key, item)?;
+                if m.group != *group {
+                    return Err(ItemError::attrs(
+                        &key,
+                        "GroupId disagrees with the sort key",
+                    ));
+                }
+                m.user = *user;
+                m.extra = extra;
+                Entity::Membership(m)
+            }
+            ItemKey::Group(id) => {
+                let (mut g, extra) = split::<Group>(&key, item)?;
+                g.id = *id;
+                g.extra = extra;
+                Entity::Group(g)
+            }
+            ItemKey::ContainerLink { group, container } => {
+                let (mut l, extra) = split::<ContainerLink>(&key, item)?;
+                if l.container != *container {
+                    return Err(ItemError::attrs(
+                        &key,
+                        "ContainerId disagrees with the sort key",
+                    ));
+                }
+                l.group = *group;
+                l.extra = extra;
+                Entity::ContainerLink(l)
+            }
+            ItemKey::InvitationLink(group) => {
+                let (mut l, extra) = split::<InvitationLink>(&key, item)?;
+                l.group = *group;
+                l.extra = extra;
+                Entity::InvitationLink(l)
+            }
+            ItemKey::Container(id) => {
+                let (mut c, extra) = split::<Container>(&key, item)?;
+                c.id = *id;
+                c.extra = extra;
+                Entity::Container(c)
+            }
+            ItemKey::Category => {
+                let (mut c, extra) = split::<CategoryList>(&key, item)?;
+                c.extra = extra;
+                Entity::Category(c)
+            }
+            _ => {
+                let mut item = item;
+                item.remove(PK);
+                item.remove(SK);
+                Entity::Worker(key, item)
+            }
+        })
+    }
+
+    /// The item's key.
+    pub fn key(&self) -> ItemKey {
+        match self {
+            Entity::User(u) => ItemKey::User(u.id),
+            Entity::Membership(m) => ItemKey::Membership {
+                user: m.user,
+                group: m.group,
+            },
+            Entity::Group(g) => ItemKey::Group(g.id),
+            Entity::ContainerLink(l) => ItemKey::ContainerLink {
+                group: l.group,
+                container: l.container,
+            },
+            Entity::InvitationLink(l) => ItemKey::InvitationLink(l.group),
+            Entity::Container(c) => ItemKey::Container(c.id),
+            Entity::Category(_) => ItemKey::Category,
+            Entity::Worker(k, _) => k.clone(),
+        }
+    }
+
+    /// The raw item, exactly as the service writes it (plus kept extras).
+    pub fn to_item(&self) -> Item {
+        let key = self.key();
+        match self {
+            Entity::User(x) => join(&key, x, &x.extra),
+            Entity::Membership(x) => join(&key, x, &x.extra),
+            Entity::Group(x) => join(&key, x, &x.extra),
+            Entity::ContainerLink(x) => join(&key, x, &x.extra),
+            Entity::InvitationLink(x) => join(&key, x, &x.extra),
+            Entity::Container(x) => join(&key, x, &x.extra),
+            Entity::Category(x) => join(&key, x, &x.extra),
+            Entity::Worker(_, extra) => join(&key, &Empty {}, extra),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Empty {}
+
+/// Deserialize the known attributes; everything else but the key is `extra`.
+fn split<T: DeserializeOwned + Serialize>(
+    key: &ItemKey,
+    mut item: Item,
+) -> Result<(T, Item), ItemError> {
+    item.remove(PK);
+    item.remove(SK);
+    let typed: T = serde_dynamo::from_item(item.clone()).map_err(|e| ItemError::attrs(key, e))?;
+    let known: Item = serde_dynamo::to_item(&typed).map_err(|e| ItemError::attrs(key, e))?;
+    item.retain(|name, _| !known.contains_key(name));
+    Ok((typed, item))
+}
+
+fn join<T: Serialize>(key: &ItemKey, typed: &T, extra: &Item) -> Item {
+    // Serializing these plain structs cannot fail: every field is a string,
+    // number, list, map or option of those.
+    let mut item: Item = serde_dynamo::to_item(typed).expect("item types always serialize");
+    for (name, value) in extra {
+        item.entry(name.clone()).or_insert_with(|| value.clone());
+    }
+    item.extend(key.to_attributes());
+    item
+}
+
+/// Accept a list, an untagged empty map (DynamoDB Local drops the type tag
+/// on empty lists) or NULL, as a list.
+fn lenient_list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct ListVisitor<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for ListVisitor<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a list (L)")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(x) = seq.next_element()? {
+                out.push(x);
+            }
+            Ok(out)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<T>, A::Error> {
+            if map.next_key::<String>()?.is_some() {
+                return Err(serde::de::Error::custom(
+                    "expected a list, found a non-empty map",
+                ));
+            }
+            Ok(Vec::new())
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Vec<T>, E> {
+            Ok(Vec::new())
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Vec<T>, E> {
+            Ok(Vec::new())
+        }
+    }
+    d.deserialize_any(ListVisitor(std::marker::PhantomData))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
+    const G: &str = "9b2e7c1a-4d3f-4a8b-9c0d-1e2f3a4b5c6d";
+    const C: &str = "5a6b7c8d-9e0f-4a1b-8c2d-3e4f5a6b7c8d";
+    const F: &str = "0e1d2c3b-4a59-4867-9f8e-7d6c5b4a3f2e";
+
+    /// Parse DynamoDB JSON (as in a Scan or a stream image) into an item.
+    fn ddb(v: serde_json::Value) -> Item {
+        let item: serde_dynamo::Item = serde_json::from_value(v).unwrap();
+        item.into()
+    }
+
+    fn container_json(foods: serde_json::Value) -> serde_json::Value {
+        json!({
+            "PK": {"S": C}, "SK": {"S": "Container"},
+            "ContainerName": {"S": "Fridge"},
+            "Foods": foods,
+        })
+    }
+
+    #[test]
+    fn container_round_trips_with_null_food_fields() {
+        let raw = ddb(container_json(json!({"L": [{"M": {
+            "FoodId": {"S": F}, "Name": {"S": "Milk"},
+            "Unit": {"NULL": true}, "Quantity": {"NULL": true},
+            "Category": {"S": "dairy"}, "Expiry": {"NULL": true},
+            "CreatedAt": {"S": "2024-03-22T22:03:33.123Z"}
+        }}]})));
+        let e = Entity::from_item(raw.clone()).unwrap();
+        let Entity::Container(c) = &e else {
+            panic!("{e:?}")
+        };
+        assert_eq!(c.foods.len(), 1);
+        assert_eq!(c.foods[0].unit, None);
+        assert_eq!(c.foods[0].expiry, None);
+        assert_eq!(
+            e.to_item(),
+            raw,
+            "rewrite must produce exactly the stored attributes"
+        );
+    }
+
+    #[test]
+    fn food_values_and_canonical_datetimes() {
+        let raw = ddb(container_json(json!({"L": [{"M": {
+            "FoodId": {"S": F}, "Name": {"S": "Eggs"},
+            "Unit": {"S": "pcs"}, "Quantity": {"N": "6"},
+            "Category": {"S": "unselected"}, "Expiry": {"S": "3023-12-23T12:21:10.10"},
+            "CreatedAt": {"S": "2024-03-22T22:03:33"}
+        }}]})));
+        let e = Entity::from_item(raw).unwrap();
+        let item = e.to_item();
+        let Some(AttributeValue::L(foods)) = item.get("Foods") else {
+            panic!()
+        };
+        let AttributeValue::M(food) = &foods[0] else {
+            panic!()
+        };
+        assert_eq!(
+            food["Expiry"],
+            AttributeValue::S("3023-12-23T12:21:10.100Z".into())
+        );
+        assert_eq!(
+            food["CreatedAt"],
+            AttributeValue::S("2024-03-22T22:03:33.000Z".into())
+        );
+        assert_eq!(food["Quantity"], AttributeValue::N("6".into()));
+        assert_eq!(food["Unit"], AttributeValue::S("pcs".into()));
+    }
+
+    #[test]
+    fn untagged_empty_foods_read_as_empty_list() {
+        for foods in [json!({"L": []}), json!({"M": {}}), json!({"NULL": true})] {
+            let e = Entity::from_item(ddb(container_json(foods.clone()))).unwrap();
+            let Entity::Container(c) = e else { panic!() };
+            assert!(c.foods.is_empty(), "{foods}");
+        }
+    }
+
+    #[test]
+    fn garbage_datetime_is_a_clear_error_without_personal_data() {
+        let raw = ddb(json!({
+            "PK": {"S": G}, "SK": {"S": "InvitationLinkHash"},
+            "InvitationLinkHash": {"S": "0123456789abcdef0123456789abcdef"},
+            "LinkExpiryDatetime": {"S": "next tuesday"}
+        }));
+        let err = Entity::from_item(raw).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains(G) && msg.contains("ISO 8601"), "{msg}");
+
+        let user = ddb(json!({
+            "PK": {"S": U}, "SK": {"S": "User"},
+            "UserName": {"N": "5"}, "EMailAddress": {"S": "alice@example.com"}
+        }));
+        let msg = Entity::from_item(user).unwrap_err().to_string();
+        assert!(!msg.contains("alice"), "{msg}");
+    }
+
+    #[test]
+    fn user_debug_redacts_personal_data() {
+        let raw = ddb(json!({
+            "PK": {"S": U}, "SK": {"S": "User"},
+            "UserName": {"S": "Alice"}, "EMailAddress": {"S": "alice@example.com"}
+        }));
+        let e = Entity::from_item(raw.clone()).unwrap();
+        let dbg = format!("{e:?}");
+        assert!(!dbg.contains("Alice") && !dbg.contains("alice@"), "{dbg}");
+        assert_eq!(e.to_item(), raw);
+    }
+
+    #[test]
+    fn unknown_attributes_survive_a_rewrite() {
+        let raw = ddb(json!({
+            "PK": {"S": G}, "SK": {"S": "Group"},
+            "GroupName": {"S": "Home"},
+            "Users": {"L": [{"S": U}]},
+            "Tags": {"SS": ["a", "b"]},
+            "Blob": {"B": "AAEC"}
+        }));
+        let e = Entity::from_item(raw.clone()).unwrap();
+        let Entity::Group(g) = &e else { panic!() };
+        assert_eq!(g.extra.len(), 3);
+        assert_eq!(e.to_item(), raw);
+    }
+
+    #[test]
+    fn every_service_kind_round_trips() {
+        let items = [
+            json!({"PK": {"S": U}, "SK": {"S": format!("Group#{G}")}, "GroupId": {"S": G}}),
+            json!({"PK": {"S": G}, "SK": {"S": format!("Container#{C}")}, "ContainerId": {"S": C}}),
+            json!({"PK": {"S": G}, "SK": {"S": "InvitationLinkHash"},
+                   "InvitationLinkHash": {"S": "0123456789abcdef0123456789abcdef"},
+                   "LinkExpiryDatetime": {"S": "2024-03-22T22:03:33.123Z"}}),
+            json!({"PK": {"S": "Category"}, "SK": {"S": "Category"},
+                   "Category": {"L": [{"M": {"name": {"S": "dairy"}}}]}}),
+            json!({"PK": {"S": G}, "SK": {"S": format!("ExpiringFood#{C}#{F}")}, "Status": {"S": "nearing"}}),
+        ];
+        for v in items {
+            let raw = ddb(v);
+            let e = Entity::from_item(raw.clone()).unwrap();
+            assert_eq!(e.to_item(), raw, "{e:?}");
+        }
+    }
+
+    #[test]
+    fn inconsistent_relationship_attribute_is_rejected() {
+        let raw =
+            ddb(json!({"PK": {"S": U}, "SK": {"S": format!("Group#{G}")}, "GroupId": {"S": C}}));
+        assert!(matches!(
+            Entity::from_item(raw),
+            Err(ItemError::Attributes { .. })
+        ));
+    }
+
+    #[test]
+    fn redaction_keeps_structure() {
+        assert_eq!(
+            redact_quoted(r#"invalid type: string "bob@x.io", expected f64"#),
+            r#"invalid type: string "…", expected f64"#
+        );
+    }
+}
