@@ -1,0 +1,1008 @@
+//! The store adapter over `aws-sdk-dynamodb`: the only module that talks to
+//! DynamoDB. Free of Nishiki specifics: it works on raw items and raw keys.
+//!
+//! - one small trait per need ([`ItemReader`], [`ItemWriter`],
+//!   [`QueryStore`], [`BatchWriter`]); [`Store`] is all of them;
+//! - conditional writes return [`WriteOutcome::ConditionFailed`], a typed
+//!   outcome, never an error string;
+//! - [`StoreError::is_retryable`] tells throttling, 5xx and timeouts (retry
+//!   the record) from permanent failures;
+//! - BatchWriteItem goes in chunks of 25 with bounded exponential backoff and
+//!   jitter on `UnprocessedItems`; an item is never silently dropped;
+//! - every request's consumed capacity is counted in [`StoreMetrics`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, ConsumedCapacity, DeleteRequest, PutRequest, ReturnConsumedCapacity,
+    WriteRequest,
+};
+use serde::Serialize;
+
+use crate::items::Item;
+use crate::schema::TableSchema;
+
+pub mod layers;
+
+/// A raw primary key (the key attributes only).
+pub type Key = HashMap<String, AttributeValue>;
+
+/// Why a DynamoDB call failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// Throttling, a 5xx, a timeout or a connection failure: retry later.
+    #[error("DynamoDB {operation} failed transiently ({code}): {message}")]
+    Transient {
+        operation: &'static str,
+        code: String,
+        message: String,
+    },
+    /// The table or an index does not exist.
+    #[error(
+        "DynamoDB {operation}: {message} (create it with `nishiki-worker table create`, or check --table / TABLE_NAME)"
+    )]
+    NotFound {
+        operation: &'static str,
+        message: String,
+    },
+    /// A request the service rejects (validation, access): retrying will not help.
+    #[error("DynamoDB {operation} rejected ({code}): {message}")]
+    Permanent {
+        operation: &'static str,
+        code: String,
+        message: String,
+    },
+    /// BatchWriteItem still had unprocessed items after every retry.
+    #[error("BatchWriteItem left {remaining} item(s) unprocessed after {attempts} attempts")]
+    Unprocessed { remaining: usize, attempts: u32 },
+}
+
+impl StoreError {
+    /// Whether the same call may succeed later (the record must be retried).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Transient { .. } | StoreError::Unprocessed { .. }
+        )
+    }
+
+    /// Whether the error says a queried index does not exist.
+    pub fn is_missing_index(&self) -> bool {
+        match self {
+            StoreError::NotFound { message, .. } | StoreError::Permanent { message, .. } => {
+                let m = message.to_ascii_lowercase();
+                m.contains("index") && (m.contains("not") || m.contains("no "))
+            }
+            _ => false,
+        }
+    }
+
+    fn from_sdk<E, R>(operation: &'static str, err: SdkError<E, R>) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + HttpStatus,
+    {
+        let code = err.code().unwrap_or("").to_owned();
+        let message = err.message().map(str::to_owned).unwrap_or_else(|| {
+            aws_smithy_types::error::display::DisplayErrorContext(&err).to_string()
+        });
+        let status = err.raw_response().map(HttpStatus::status_code);
+        classify(operation, &code, status, message, &err)
+    }
+}
+
+/// Access to an HTTP status without naming the SDK's response type.
+pub trait HttpStatus {
+    fn status_code(&self) -> u16;
+}
+
+impl HttpStatus for aws_smithy_runtime_api::http::Response {
+    fn status_code(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+const TRANSIENT_CODES: [&str; 8] = [
+    "ProvisionedThroughputExceededException",
+    "ThrottlingException",
+    "Throttling",
+    "RequestLimitExceeded",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "TransactionConflictException",
+    "LimitExceededException",
+];
+
+fn classify<E, R>(
+    operation: &'static str,
+    code: &str,
+    status: Option<u16>,
+    message: String,
+    err: &SdkError<E, R>,
+) -> StoreError {
+    let transport = matches!(
+        err,
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_)
+    );
+    if transport || TRANSIENT_CODES.contains(&code) || status.is_some_and(|s| s >= 500) {
+        let code = if code.is_empty() {
+            "transport".to_owned()
+        } else {
+            code.to_owned()
+        };
+        return StoreError::Transient {
+            operation,
+            code,
+            message,
+        };
+    }
+    if code == "ResourceNotFoundException" {
+        return StoreError::NotFound { operation, message };
+    }
+    StoreError::Permanent {
+        operation,
+        code: code.to_owned(),
+        message,
+    }
+}
+
+/// Outcome of a conditional write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum WriteOutcome {
+    Applied,
+    /// The condition did not hold; nothing was written.
+    ConditionFailed,
+}
+
+/// An expression with its placeholders (`#name`, `:value`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Expr {
+    pub text: String,
+    pub names: HashMap<String, String>,
+    pub values: Item,
+}
+
+impl Expr {
+    pub fn new(text: impl Into<String>) -> Self {
+        Expr {
+            text: text.into(),
+            ..Default::default()
+        }
+    }
+    /// Bind `#placeholder` to an attribute name.
+    pub fn name(mut self, placeholder: &str, attribute: &str) -> Self {
+        self.names
+            .insert(placeholder.to_owned(), attribute.to_owned());
+        self
+    }
+    /// Bind `:placeholder` to a value.
+    pub fn value(mut self, placeholder: &str, value: AttributeValue) -> Self {
+        self.values.insert(placeholder.to_owned(), value);
+        self
+    }
+    /// Bind `:placeholder` to a string value.
+    pub fn string(self, placeholder: &str, value: impl Into<String>) -> Self {
+        self.value(placeholder, AttributeValue::S(value.into()))
+    }
+    /// `attribute_exists(#k)` on the given key attribute: the item exists.
+    pub fn exists(key_attribute: &str) -> Self {
+        Expr::new("attribute_exists(#cond_k)").name("#cond_k", key_attribute)
+    }
+    /// `attribute_not_exists(#k)`: the item does not exist.
+    pub fn not_exists(key_attribute: &str) -> Self {
+        Expr::new("attribute_not_exists(#cond_k)").name("#cond_k", key_attribute)
+    }
+    /// Join two expressions with AND (placeholders must not clash).
+    pub fn and(mut self, other: Expr) -> Self {
+        self.text = format!("({}) AND ({})", self.text, other.text);
+        self.names.extend(other.names);
+        self.values.extend(other.values);
+        self
+    }
+}
+
+/// A Query request (one page at a time).
+#[derive(Debug, Clone, Default)]
+pub struct QuerySpec {
+    pub index: Option<String>,
+    pub key_condition: Expr,
+    pub filter: Option<Expr>,
+    pub projection: Option<Expr>,
+    pub consistent: bool,
+    pub limit: Option<i32>,
+    pub forward: bool,
+}
+
+impl QuerySpec {
+    /// All items of one partition (`#pk = :pk`).
+    pub fn partition(key_attribute: &str, value: &str) -> Self {
+        QuerySpec {
+            key_condition: Expr::new("#pk = :pk")
+                .name("#pk", key_attribute)
+                .string(":pk", value),
+            forward: true,
+            ..Default::default()
+        }
+    }
+    pub fn on_index(mut self, index: &str) -> Self {
+        self.index = Some(index.to_owned());
+        self
+    }
+}
+
+/// A Scan request (one page of one segment at a time).
+#[derive(Debug, Clone, Default)]
+pub struct ScanSpec {
+    pub index: Option<String>,
+    pub filter: Option<Expr>,
+    pub projection: Option<Expr>,
+    /// `(segment, total_segments)` for parallel scans.
+    pub segment: Option<(i32, i32)>,
+    pub consistent: bool,
+    pub limit: Option<i32>,
+}
+
+/// One page of a Query or Scan.
+#[derive(Debug, Clone, Default)]
+pub struct Page {
+    pub items: Vec<Item>,
+    /// Where the next page starts; `None` when this was the last page.
+    pub last_evaluated_key: Option<Key>,
+    /// Read capacity units this page consumed.
+    pub consumed_capacity: f64,
+    pub scanned_count: i32,
+}
+
+/// A write inside a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    Put(Item),
+    Delete(Key),
+}
+
+/// What a batch write did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BatchWriteReport {
+    pub items: usize,
+    pub requests: u32,
+    pub retried_items: usize,
+    pub consumed_capacity: f64,
+}
+
+/// Bounded exponential backoff with full jitter.
+#[derive(Debug, Clone, Copy)]
+pub struct Backoff {
+    pub max_attempts: u32,
+    pub base: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            max_attempts: 8,
+            base: Duration::from_millis(50),
+            max: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before retry number `attempt` (1-based): uniformly random in
+    /// `[0, min(max, base * 2^(attempt-1))]`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let cap = self
+            .base
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20))
+            .min(self.max);
+        let nanos = cap.as_nanos().min(u128::from(u64::MAX)) as u64;
+        Duration::from_nanos(if nanos == 0 {
+            0
+        } else {
+            rand::random_range(0..=nanos)
+        })
+    }
+}
+
+/// Point reads.
+#[async_trait]
+pub trait ItemReader: Send + Sync {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError>;
+}
+
+/// Single-item writes, optionally conditional.
+#[async_trait]
+pub trait ItemWriter: Send + Sync {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError>;
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError>;
+    /// UpdateItem with an update expression (`SET ...`), optionally conditional.
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError>;
+}
+
+/// Paged reads.
+#[async_trait]
+pub trait QueryStore: Send + Sync {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError>;
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError>;
+
+    /// Every item a query returns, following pagination.
+    async fn query_all(&self, spec: &QuerySpec) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self.query_page(spec, start).await?;
+            items.extend(page.items);
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(items),
+            }
+        }
+    }
+
+    /// Every item a scan returns, following pagination.
+    async fn scan_all(&self, spec: &ScanSpec) -> Result<Vec<Item>, StoreError> {
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = self.scan_page(spec, start).await?;
+            items.extend(page.items);
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(items),
+            }
+        }
+    }
+}
+
+/// Bulk unconditional writes.
+#[async_trait]
+pub trait BatchWriter: Send + Sync {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError>;
+}
+
+/// Everything the jobs need from the table.
+pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter {}
+impl<T: ItemReader + ItemWriter + QueryStore + BatchWriter + ?Sized> Store for T {}
+
+/// One BatchWriteItem call: send up to 25 requests, return the unprocessed
+/// ones and the consumed capacity. The retry loop ([`write_in_batches`]) is
+/// written against this so that it can be exercised on its own.
+#[async_trait]
+pub trait BatchSender: Send + Sync {
+    async fn send_batch(
+        &self,
+        requests: Vec<WriteRequest>,
+    ) -> Result<(Vec<WriteRequest>, f64), StoreError>;
+}
+
+/// Write every op in chunks of 25, retrying `UnprocessedItems` with bounded
+/// exponential backoff and jitter. Ops on the same key are collapsed (the
+/// last one wins), as BatchWriteItem rejects duplicate keys in one request.
+pub async fn write_in_batches<S: BatchSender + ?Sized>(
+    sender: &S,
+    key_attributes: (&str, &str),
+    ops: Vec<WriteOp>,
+    backoff: Backoff,
+) -> Result<BatchWriteReport, StoreError> {
+    let ops = dedupe_by_key(key_attributes, ops);
+    let mut report = BatchWriteReport {
+        items: ops.len(),
+        ..Default::default()
+    };
+    let requests: Vec<WriteRequest> = ops.into_iter().map(to_write_request).collect();
+    for chunk in requests.chunks(25) {
+        let mut pending = chunk.to_vec();
+        let mut attempt = 0;
+        while !pending.is_empty() {
+            if attempt > 0 {
+                if attempt >= backoff.max_attempts {
+                    return Err(StoreError::Unprocessed {
+                        remaining: pending.len(),
+                        attempts: attempt,
+                    });
+                }
+                report.retried_items += pending.len();
+                tokio::time::sleep(backoff.delay(attempt)).await;
+            }
+            attempt += 1;
+            report.requests += 1;
+            let (unprocessed, consumed) = sender.send_batch(pending).await?;
+            report.consumed_capacity += consumed;
+            pending = unprocessed;
+        }
+    }
+    Ok(report)
+}
+
+fn dedupe_by_key((pk, sk): (&str, &str), ops: Vec<WriteOp>) -> Vec<WriteOp> {
+    let key_of = |op: &WriteOp| -> (Option<AttributeValue>, Option<AttributeValue>) {
+        let m = match op {
+            WriteOp::Put(i) => i,
+            WriteOp::Delete(k) => k,
+        };
+        (m.get(pk).cloned(), m.get(sk).cloned())
+    };
+    let mut last: HashMap<String, usize> = HashMap::new();
+    for (i, op) in ops.iter().enumerate() {
+        last.insert(format!("{:?}", key_of(op)), i);
+    }
+    ops.into_iter()
+        .enumerate()
+        .filter(|(i, op)| last.get(&format!("{:?}", key_of(op))) == Some(i))
+        .map(|(_, op)| op)
+        .collect()
+}
+
+fn to_write_request(op: WriteOp) -> WriteRequest {
+    match op {
+        WriteOp::Put(item) => WriteRequest::builder()
+            .put_request(
+                PutRequest::builder()
+                    .set_item(Some(item))
+                    .build()
+                    .expect("item is set"),
+            )
+            .build(),
+        WriteOp::Delete(key) => WriteRequest::builder()
+            .delete_request(
+                DeleteRequest::builder()
+                    .set_key(Some(key))
+                    .build()
+                    .expect("key is set"),
+            )
+            .build(),
+    }
+}
+
+/// Request counts and consumed capacity, for reports and benchmarks.
+#[derive(Debug, Default)]
+pub struct StoreMetrics {
+    requests: [AtomicU64; 8],
+    read_milli: AtomicU64,
+    write_milli: AtomicU64,
+}
+
+/// The operations counted by [`StoreMetrics`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    GetItem = 0,
+    PutItem = 1,
+    DeleteItem = 2,
+    UpdateItem = 3,
+    Query = 4,
+    Scan = 5,
+    BatchWriteItem = 6,
+    Other = 7,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct MetricsSnapshot {
+    pub get_item: u64,
+    pub put_item: u64,
+    pub delete_item: u64,
+    pub update_item: u64,
+    pub query: u64,
+    pub scan: u64,
+    pub batch_write_item: u64,
+    pub read_capacity: f64,
+    pub write_capacity: f64,
+}
+
+impl MetricsSnapshot {
+    /// Counters accumulated since `earlier`.
+    pub fn since(&self, earlier: &MetricsSnapshot) -> MetricsSnapshot {
+        MetricsSnapshot {
+            get_item: self.get_item - earlier.get_item,
+            put_item: self.put_item - earlier.put_item,
+            delete_item: self.delete_item - earlier.delete_item,
+            update_item: self.update_item - earlier.update_item,
+            query: self.query - earlier.query,
+            scan: self.scan - earlier.scan,
+            batch_write_item: self.batch_write_item - earlier.batch_write_item,
+            read_capacity: self.read_capacity - earlier.read_capacity,
+            write_capacity: self.write_capacity - earlier.write_capacity,
+        }
+    }
+    /// Write requests of any kind.
+    pub fn write_requests(&self) -> u64 {
+        self.put_item + self.delete_item + self.update_item + self.batch_write_item
+    }
+}
+
+impl StoreMetrics {
+    pub fn record(&self, op: Operation, consumed: Option<&ConsumedCapacity>) {
+        self.requests[op as usize].fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = consumed {
+            self.add_capacity(op, c.capacity_units().unwrap_or(0.0));
+        }
+    }
+
+    fn add_capacity(&self, op: Operation, units: f64) {
+        let milli = (units * 1000.0).round() as u64;
+        match op {
+            Operation::GetItem | Operation::Query | Operation::Scan => {
+                self.read_milli.fetch_add(milli, Ordering::Relaxed)
+            }
+            _ => self.write_milli.fetch_add(milli, Ordering::Relaxed),
+        };
+    }
+
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        let r = |op: Operation| self.requests[op as usize].load(Ordering::Relaxed);
+        MetricsSnapshot {
+            get_item: r(Operation::GetItem),
+            put_item: r(Operation::PutItem),
+            delete_item: r(Operation::DeleteItem),
+            update_item: r(Operation::UpdateItem),
+            query: r(Operation::Query),
+            scan: r(Operation::Scan),
+            batch_write_item: r(Operation::BatchWriteItem),
+            read_capacity: self.read_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+            write_capacity: self.write_milli.load(Ordering::Relaxed) as f64 / 1000.0,
+        }
+    }
+}
+
+/// Build a DynamoDB client. With an endpoint (DynamoDB Local), missing
+/// region and credentials default to `us-east-1` and dummy keys, so no AWS
+/// account is needed.
+pub async fn client(endpoint_url: Option<&str>) -> Client {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(url) = endpoint_url {
+        loader = loader.endpoint_url(url);
+        if std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none()
+        {
+            loader = loader.region(aws_config::Region::new("us-east-1"));
+        }
+        if std::env::var_os("AWS_ACCESS_KEY_ID").is_none()
+            && std::env::var_os("AWS_PROFILE").is_none()
+        {
+            loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+                "local",
+                "local",
+                None,
+                None,
+                "nishiki-local",
+            ));
+        }
+    }
+    Client::new(&loader.load().await)
+}
+
+/// A client for a local endpoint that reads nothing from the environment:
+/// region `us-east-1`, dummy static credentials, no instance metadata.
+pub fn local_client(endpoint_url: &str) -> Client {
+    let config = aws_sdk_dynamodb::Config::builder()
+        .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "local",
+            "local",
+            None,
+            None,
+            "nishiki-local",
+        ))
+        .endpoint_url(endpoint_url)
+        .build();
+    Client::from_conf(config)
+}
+
+/// The DynamoDB implementation of every store trait, for one table.
+#[derive(Debug, Clone)]
+pub struct DynamoStore {
+    client: Client,
+    table: String,
+    key_attributes: (String, String),
+    backoff: Backoff,
+    metrics: Arc<StoreMetrics>,
+}
+
+impl DynamoStore {
+    /// A store for `table`, whose key attributes are `PK`/`SK`.
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoStore {
+            client,
+            table: table.into(),
+            key_attributes: (crate::keys::PK.to_owned(), crate::keys::SK.to_owned()),
+            backoff: Backoff::default(),
+            metrics: Arc::default(),
+        }
+    }
+
+    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+    pub fn metrics(&self) -> &StoreMetrics {
+        &self.metrics
+    }
+    pub fn key_attributes(&self) -> (&str, &str) {
+        (&self.key_attributes.0, &self.key_attributes.1)
+    }
+
+    /// Create the table from the schema and wait until it is active.
+    pub async fn create_table(&self, schema: &TableSchema) -> Result<(), StoreError> {
+        schema
+            .create_table(self.client.create_table().table_name(&self.table))
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("CreateTable", e))?;
+        for _ in 0..600 {
+            let d = self
+                .client
+                .describe_table()
+                .table_name(&self.table)
+                .send()
+                .await
+                .map_err(|e| StoreError::from_sdk("DescribeTable", e))?;
+            let active =
+                d.table().and_then(|t| t.table_status()).map(|s| s.as_str()) == Some("ACTIVE");
+            if active {
+                return Ok(());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Err(StoreError::Transient {
+            operation: "CreateTable",
+            code: "Timeout".into(),
+            message: "table did not become ACTIVE within 60 s".into(),
+        })
+    }
+
+    /// Delete the table.
+    pub async fn delete_table(&self) -> Result<(), StoreError> {
+        self.client
+            .delete_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("DeleteTable", e))?;
+        Ok(())
+    }
+
+    /// The ARN of the table's latest stream, if it has one.
+    pub async fn stream_arn(&self) -> Result<Option<String>, StoreError> {
+        let d = self
+            .client
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("DescribeTable", e))?;
+        Ok(d.table()
+            .and_then(|t| t.latest_stream_arn())
+            .map(str::to_owned))
+    }
+}
+
+fn condition_failed<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
+    err.code() == Some("ConditionalCheckFailedException")
+}
+
+#[async_trait]
+impl ItemReader for DynamoStore {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .set_key(Some(key.clone()))
+            .consistent_read(consistent)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("GetItem", e))?;
+        self.metrics
+            .record(Operation::GetItem, out.consumed_capacity());
+        Ok(out.item)
+    }
+}
+
+#[async_trait]
+impl ItemWriter for DynamoStore {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        let mut req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(item))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        if let Some(c) = condition {
+            req = req
+                .condition_expression(c.text)
+                .set_expression_attribute_names(non_empty(c.names))
+                .set_expression_attribute_values(non_empty(c.values));
+        }
+        match req.send().await {
+            Ok(out) => {
+                self.metrics
+                    .record(Operation::PutItem, out.consumed_capacity());
+                Ok(WriteOutcome::Applied)
+            }
+            Err(e) if condition_failed(&e) => {
+                self.metrics.record(Operation::PutItem, None);
+                Ok(WriteOutcome::ConditionFailed)
+            }
+            Err(e) => Err(StoreError::from_sdk("PutItem", e)),
+        }
+    }
+
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        let mut req = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .set_key(Some(key.clone()))
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        if let Some(c) = condition {
+            req = req
+                .condition_expression(c.text)
+                .set_expression_attribute_names(non_empty(c.names))
+                .set_expression_attribute_values(non_empty(c.values));
+        }
+        match req.send().await {
+            Ok(out) => {
+                self.metrics
+                    .record(Operation::DeleteItem, out.consumed_capacity());
+                Ok(WriteOutcome::Applied)
+            }
+            Err(e) if condition_failed(&e) => {
+                self.metrics.record(Operation::DeleteItem, None);
+                Ok(WriteOutcome::ConditionFailed)
+            }
+            Err(e) => Err(StoreError::from_sdk("DeleteItem", e)),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        let mut names = update.names;
+        let mut values = update.values;
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .set_key(Some(key.clone()))
+            .update_expression(update.text)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total);
+        if let Some(c) = condition {
+            names.extend(c.names);
+            values.extend(c.values);
+            req = req.condition_expression(c.text);
+        }
+        let req = req
+            .set_expression_attribute_names(non_empty(names))
+            .set_expression_attribute_values(non_empty(values));
+        match req.send().await {
+            Ok(out) => {
+                self.metrics
+                    .record(Operation::UpdateItem, out.consumed_capacity());
+                Ok(WriteOutcome::Applied)
+            }
+            Err(e) if condition_failed(&e) => {
+                self.metrics.record(Operation::UpdateItem, None);
+                Ok(WriteOutcome::ConditionFailed)
+            }
+            Err(e) => Err(StoreError::from_sdk("UpdateItem", e)),
+        }
+    }
+}
+
+fn non_empty<V>(m: HashMap<String, V>) -> Option<HashMap<String, V>> {
+    (!m.is_empty()).then_some(m)
+}
+
+fn merge_exprs(exprs: [Option<&Expr>; 3]) -> (HashMap<String, String>, Item) {
+    let mut names = HashMap::new();
+    let mut values = HashMap::new();
+    for e in exprs.into_iter().flatten() {
+        names.extend(e.names.clone());
+        values.extend(e.values.clone());
+    }
+    (names, values)
+}
+
+#[async_trait]
+impl QueryStore for DynamoStore {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        let (names, values) = merge_exprs([
+            Some(&spec.key_condition),
+            spec.filter.as_ref(),
+            spec.projection.as_ref(),
+        ]);
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .set_index_name(spec.index.clone())
+            .key_condition_expression(&spec.key_condition.text)
+            .set_filter_expression(spec.filter.as_ref().map(|f| f.text.clone()))
+            .set_projection_expression(spec.projection.as_ref().map(|p| p.text.clone()))
+            .set_expression_attribute_names(non_empty(names))
+            .set_expression_attribute_values(non_empty(values))
+            .consistent_read(spec.consistent)
+            .set_limit(spec.limit)
+            .scan_index_forward(spec.forward)
+            .set_exclusive_start_key(start)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("Query", e))?;
+        self.metrics
+            .record(Operation::Query, out.consumed_capacity());
+        Ok(Page {
+            consumed_capacity: out
+                .consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0),
+            scanned_count: out.scanned_count,
+            last_evaluated_key: out.last_evaluated_key.filter(|k| !k.is_empty()),
+            items: out.items.unwrap_or_default(),
+        })
+    }
+
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        let (names, values) = merge_exprs([spec.filter.as_ref(), spec.projection.as_ref(), None]);
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .set_index_name(spec.index.clone())
+            .set_filter_expression(spec.filter.as_ref().map(|f| f.text.clone()))
+            .set_projection_expression(spec.projection.as_ref().map(|p| p.text.clone()))
+            .set_expression_attribute_names(non_empty(names))
+            .set_expression_attribute_values(non_empty(values))
+            .consistent_read(spec.consistent)
+            .set_limit(spec.limit)
+            .set_segment(spec.segment.map(|s| s.0))
+            .set_total_segments(spec.segment.map(|s| s.1))
+            .set_exclusive_start_key(start)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("Scan", e))?;
+        self.metrics
+            .record(Operation::Scan, out.consumed_capacity());
+        Ok(Page {
+            consumed_capacity: out
+                .consumed_capacity()
+                .and_then(|c| c.capacity_units())
+                .unwrap_or(0.0),
+            scanned_count: out.scanned_count,
+            last_evaluated_key: out.last_evaluated_key.filter(|k| !k.is_empty()),
+            items: out.items.unwrap_or_default(),
+        })
+    }
+}
+
+#[async_trait]
+impl BatchSender for DynamoStore {
+    async fn send_batch(
+        &self,
+        requests: Vec<WriteRequest>,
+    ) -> Result<(Vec<WriteRequest>, f64), StoreError> {
+        let out = self
+            .client
+            .batch_write_item()
+            .request_items(&self.table, requests)
+            .return_consumed_capacity(ReturnConsumedCapacity::Total)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("BatchWriteItem", e))?;
+        let consumed: f64 = out
+            .consumed_capacity()
+            .iter()
+            .filter_map(|c| c.capacity_units())
+            .sum();
+        self.metrics.record(Operation::BatchWriteItem, None);
+        self.metrics
+            .add_capacity(Operation::BatchWriteItem, consumed);
+        let unprocessed = out
+            .unprocessed_items
+            .and_then(|mut m| m.remove(&self.table))
+            .unwrap_or_default();
+        Ok((unprocessed, consumed))
+    }
+}
+
+#[async_trait]
+impl BatchWriter for DynamoStore {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        write_in_batches(self, self.key_attributes(), ops, self.backoff).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_bounded_and_jittered() {
+        let b = Backoff {
+            max_attempts: 5,
+            base: Duration::from_millis(10),
+            max: Duration::from_millis(100),
+        };
+        for attempt in 1..40 {
+            let cap = Duration::from_millis(10 * (1u64 << (attempt - 1).min(20))).min(b.max);
+            assert!(b.delay(attempt) <= cap);
+        }
+        let distinct: std::collections::HashSet<_> = (0..50).map(|_| b.delay(4)).collect();
+        assert!(distinct.len() > 1, "delays must be jittered");
+    }
+
+    #[test]
+    fn duplicate_keys_collapse_to_the_last_op() {
+        let key = |pk: &str| {
+            Key::from([
+                ("PK".to_owned(), AttributeValue::S(pk.into())),
+                ("SK".to_owned(), AttributeValue::S("x".into())),
+            ])
+        };
+        let mut put = key("a");
+        put.insert("V".into(), AttributeValue::N("1".into()));
+        let ops = vec![
+            WriteOp::Put(put),
+            WriteOp::Delete(key("b")),
+            WriteOp::Delete(key("a")),
+        ];
+        let out = dedupe_by_key(("PK", "SK"), ops);
+        assert_eq!(
+            out,
+            vec![WriteOp::Delete(key("b")), WriteOp::Delete(key("a"))]
+        );
+    }
+
+    #[test]
+    fn expressions_combine_placeholders() {
+        let e = Expr::exists("PK").and(
+            Expr::new("#e = :e")
+                .name("#e", "LinkExpiryDatetime")
+                .string(":e", "x"),
+        );
+        assert_eq!(e.text, "(attribute_exists(#cond_k)) AND (#e = :e)");
+        assert_eq!(e.names.len(), 2);
+        assert_eq!(e.values.len(), 1);
+    }
+
+    #[test]
+    fn metrics_count_requests_and_capacity() {
+        let m = StoreMetrics::default();
+        let before = m.snapshot();
+        let c = ConsumedCapacity::builder().capacity_units(0.5).build();
+        m.record(Operation::Query, Some(&c));
+        m.record(
+            Operation::PutItem,
+            Some(&ConsumedCapacity::builder().capacity_units(1.0).build()),
+        );
+        let d = m.snapshot().since(&before);
+        assert_eq!((d.query, d.put_item), (1, 1));
+        assert_eq!(d.read_capacity, 0.5);
+        assert_eq!(d.write_capacity, 1.0);
+        assert_eq!(d.write_requests(), 1);
+    }
+}

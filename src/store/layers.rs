@@ -1,0 +1,279 @@
+//! Store decorators: [`DryRunStore`] (reads pass through, writes are
+//! recorded instead of sent) and [`FaultyStore`] (injects transient failures
+//! into a real store, for tests and the local event-source loop).
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::Serialize;
+
+use super::{
+    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
+    ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
+};
+use crate::items::Item;
+
+/// A write a dry run would have made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PlannedWrite {
+    Put {
+        item: Item,
+        condition: Option<String>,
+    },
+    Delete {
+        key: Key,
+        condition: Option<String>,
+    },
+    Update {
+        key: Key,
+        update: String,
+        condition: Option<String>,
+    },
+}
+
+impl PlannedWrite {
+    /// The key the write touches.
+    pub fn key(&self, key_attributes: (&str, &str)) -> Key {
+        match self {
+            PlannedWrite::Put { item, .. } => item
+                .iter()
+                .filter(|(k, _)| k.as_str() == key_attributes.0 || k.as_str() == key_attributes.1)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            PlannedWrite::Delete { key, .. } | PlannedWrite::Update { key, .. } => key.clone(),
+        }
+    }
+}
+
+/// Reads go to the inner store; writes are recorded and reported as applied.
+pub struct DryRunStore {
+    inner: Arc<dyn Store>,
+    planned: Mutex<Vec<PlannedWrite>>,
+}
+
+impl DryRunStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        DryRunStore {
+            inner,
+            planned: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Take the writes recorded so far.
+    pub fn take_planned(&self) -> Vec<PlannedWrite> {
+        std::mem::take(&mut *self.planned.lock().expect("planned lock"))
+    }
+
+    fn plan(&self, w: PlannedWrite) {
+        self.planned.lock().expect("planned lock").push(w);
+    }
+}
+
+#[async_trait]
+impl ItemReader for DryRunStore {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        self.inner.get(key, consistent).await
+    }
+}
+
+#[async_trait]
+impl QueryStore for DryRunStore {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.query_page(spec, start).await
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.scan_page(spec, start).await
+    }
+}
+
+#[async_trait]
+impl ItemWriter for DryRunStore {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.plan(PlannedWrite::Put {
+            item,
+            condition: condition.map(|c| c.text),
+        });
+        Ok(WriteOutcome::Applied)
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.plan(PlannedWrite::Delete {
+            key: key.clone(),
+            condition: condition.map(|c| c.text),
+        });
+        Ok(WriteOutcome::Applied)
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.plan(PlannedWrite::Update {
+            key: key.clone(),
+            update: update.text,
+            condition: condition.map(|c| c.text),
+        });
+        Ok(WriteOutcome::Applied)
+    }
+}
+
+#[async_trait]
+impl BatchWriter for DryRunStore {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        let items = ops.len();
+        for op in ops {
+            self.plan(match op {
+                WriteOp::Put(item) => PlannedWrite::Put {
+                    item,
+                    condition: None,
+                },
+                WriteOp::Delete(key) => PlannedWrite::Delete {
+                    key,
+                    condition: None,
+                },
+            });
+        }
+        Ok(BatchWriteReport {
+            items,
+            ..Default::default()
+        })
+    }
+}
+
+/// The kind of call a fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FaultOp {
+    Read,
+    Write,
+    Any,
+}
+
+/// One injected fault: calls of `op` touching a key whose rendering
+/// contains `key_contains` fail transiently, `times` times.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub op: FaultOp,
+    pub key_contains: String,
+    pub times: u32,
+}
+
+/// A real store that fails transiently on chosen calls.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    faults: Mutex<Vec<Fault>>,
+    injected: Mutex<u32>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        FaultyStore {
+            inner,
+            faults: Mutex::new(Vec::new()),
+            injected: Mutex::new(0),
+        }
+    }
+
+    /// Add a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.faults.lock().expect("faults lock").push(fault);
+    }
+
+    /// How many failures were injected so far.
+    pub fn injected(&self) -> u32 {
+        *self.injected.lock().expect("injected lock")
+    }
+
+    fn check<'a>(
+        &self,
+        op: FaultOp,
+        keys: impl IntoIterator<Item = &'a Key>,
+    ) -> Result<(), StoreError> {
+        let rendered: Vec<String> = keys.into_iter().map(render_key).collect();
+        let mut faults = self.faults.lock().expect("faults lock");
+        for f in faults.iter_mut() {
+            let op_matches = f.op == FaultOp::Any || f.op == op;
+            if f.times > 0 && op_matches && rendered.iter().any(|k| k.contains(&f.key_contains)) {
+                f.times -= 1;
+                *self.injected.lock().expect("injected lock") += 1;
+                return Err(StoreError::Transient {
+                    operation: "injected",
+                    code: "InjectedFault".into(),
+                    message: format!("injected transient failure on {}", f.key_contains),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn render_key(key: &Key) -> String {
+    let mut parts: Vec<String> = key
+        .iter()
+        .map(|(k, v)| match v {
+            aws_sdk_dynamodb::types::AttributeValue::S(s) => format!("{k}={s}"),
+            other => format!("{k}={other:?}"),
+        })
+        .collect();
+    parts.sort();
+    parts.join(",")
+}
+
+fn spec_key(e: &Expr) -> Key {
+    e.values.clone()
+}
+
+#[async_trait]
+impl ItemReader for FaultyStore {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        self.check(FaultOp::Read, [key])?;
+        self.inner.get(key, consistent).await
+    }
+}
+
+#[async_trait]
+impl QueryStore for FaultyStore {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.check(FaultOp::Read, [&spec_key(&spec.key_condition)])?;
+        self.inner.query_page(spec, start).await
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.check(FaultOp::Read, [&Key::new()])?;
+        self.inner.scan_page(spec, start).await
+    }
+}
+
+#[async_trait]
+impl ItemWriter for FaultyStore {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.check(FaultOp::Write, [&item])?;
+        self.inner.put(item, condition).await
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.check(FaultOp::Write, [key])?;
+        self.inner.delete(key, condition).await
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.check(FaultOp::Write, [key])?;
+        self.inner.update(key, update, condition).await
+    }
+}
+
+#[async_trait]
+impl BatchWriter for FaultyStore {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        let keys: Vec<&Key> = ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Put(i) => i,
+                WriteOp::Delete(k) => k,
+            })
+            .collect();
+        self.check(FaultOp::Write, keys)?;
+        self.inner.batch_write(ops).await
+    }
+}
