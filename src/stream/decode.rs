@@ -1,0 +1,1564 @@
+//! Lenient decoding of the DynamoDB Streams event Lambda delivers.
+//!
+//! The envelope (`{"Records": [...]}`) is checked first; then every record is
+//! decoded on its own, so one malformed record becomes an [`RecordError`] in
+//! its slot and never fails the whole batch.
+//!
+//! Each record goes through a normalisation pass on its raw JSON before
+//! `aws_lambda_events`' [`EventRecord`] reads it, so the quirks of real
+//! engines are tolerated:
+//!
+//! - DynamoDB Local omits `eventSourceARN` and may omit `awsRegion`,
+//!   `SizeBytes` and `eventVersion`;
+//! - DynamoDB Local drops the type tag of empty lists and maps: a bare `[]`
+//!   attribute value means `{"L": []}` and a bare `{}` means `{"M": {}}`, at
+//!   any depth inside `L` and `M`;
+//! - `ApproximateCreationDateTime` may be an integer, a fractional number
+//!   (`1711143813.123`) or missing. It is read here, not by [`EventRecord`]:
+//!   its serde default turns a missing value into 1970, and its fractional
+//!   reading takes the fraction as nanoseconds scaled by 10⁶ (`.123` becomes
+//!   123 µs). Precision kept: milliseconds (truncated).
+//!
+//! Error reasons never contain attribute values: serde messages go through
+//! [`redact_quoted`]. Only the key attributes are rendered, as `PK=…, SK=…`.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::str::FromStr;
+
+use aws_lambda_events::event::dynamodb::EventRecord;
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, TimeZone, Utc};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::items::{Item, redact_quoted};
+
+/// Key attribute names used when none are configured: `("PK", "SK")`.
+pub const DEFAULT_KEY_ATTRIBUTES: (&str, &str) = ("PK", "SK");
+
+/// `userIdentity.principalId` of removals done by the TTL process.
+const TTL_PRINCIPAL: &str = "dynamodb.amazonaws.com";
+/// `awsRegion` written by [`encode_event`] when no ARN names one (what
+/// DynamoDB Local reports).
+const LOCAL_REGION: &str = "ddblocal";
+/// Longest rendered key value or identifier in an error text.
+const MAX_RENDERED: usize = 200;
+/// The three attribute-map sections of a stream record.
+const SECTIONS: [&str; 3] = ["Keys", "NewImage", "OldImage"];
+
+/// What happened to the item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChangeKind {
+    Insert,
+    Modify,
+    /// Deleted by a caller.
+    Remove,
+    /// Deleted by the TTL process (`userIdentity` is the DynamoDB service).
+    TtlRemove,
+}
+
+impl ChangeKind {
+    /// The `eventName` of the record (`TtlRemove` is a `REMOVE`).
+    pub fn event_name(self) -> &'static str {
+        match self {
+            ChangeKind::Insert => "INSERT",
+            ChangeKind::Modify => "MODIFY",
+            ChangeKind::Remove | ChangeKind::TtlRemove => "REMOVE",
+        }
+    }
+
+    /// `Remove` or `TtlRemove`.
+    pub fn is_removal(self) -> bool {
+        matches!(self, ChangeKind::Remove | ChangeKind::TtlRemove)
+    }
+}
+
+impl fmt::Display for ChangeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChangeKind::TtlRemove => f.write_str("REMOVE (TTL)"),
+            other => f.write_str(other.event_name()),
+        }
+    }
+}
+
+/// Why a string is not a stream sequence number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceNumberError {
+    #[error("empty sequence number")]
+    Empty,
+    #[error("sequence number is not a string of decimal digits")]
+    NotDigits,
+}
+
+/// A stream sequence number: a decimal string of up to 40 digits.
+///
+/// Sequence numbers compare as numbers, not as strings (`"9" < "10"`); they
+/// do not fit a `u128`, so the comparison strips leading zeros, then compares
+/// lengths, then digits. `Display` and serde give the original string.
+/// Equality and hashing agree with the ordering (`"007" == "7"`).
+#[derive(Clone)]
+pub struct SequenceNumber(String);
+
+impl SequenceNumber {
+    /// The original string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The digits without leading zeros (empty for zero).
+    fn significant(&self) -> &str {
+        self.0.trim_start_matches('0')
+    }
+}
+
+impl FromStr for SequenceNumber {
+    type Err = SequenceNumberError;
+    fn from_str(s: &str) -> Result<Self, SequenceNumberError> {
+        if s.is_empty() {
+            return Err(SequenceNumberError::Empty);
+        }
+        if !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(SequenceNumberError::NotDigits);
+        }
+        Ok(SequenceNumber(s.to_owned()))
+    }
+}
+
+impl Ord for SequenceNumber {
+    fn cmp(&self, other: &Self) -> Ordering {
+        let (a, b) = (self.significant(), other.significant());
+        a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+    }
+}
+
+impl PartialOrd for SequenceNumber {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for SequenceNumber {
+    fn eq(&self, other: &Self) -> bool {
+        self.significant() == other.significant()
+    }
+}
+
+impl Eq for SequenceNumber {}
+
+impl Hash for SequenceNumber {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.significant().hash(state);
+    }
+}
+
+impl fmt::Debug for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SequenceNumber({})", self.0)
+    }
+}
+
+impl fmt::Display for SequenceNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl serde::Serialize for SequenceNumber {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for SequenceNumber {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        raw.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One decoded stream record.
+///
+/// `Debug` shows the key and the attribute names of the images, never other
+/// attribute values.
+#[derive(Clone, PartialEq)]
+pub struct StreamChange {
+    pub event_id: String,
+    pub kind: ChangeKind,
+    /// `None` when the engine did not send one (then the record cannot be
+    /// reported alone as a batch item failure).
+    pub sequence_number: Option<SequenceNumber>,
+    /// `None` when the record carries none (not 1970).
+    pub approximate_creation: Option<DateTime<Utc>>,
+    /// The item's key attributes (never empty).
+    pub keys: Item,
+    /// `None` when absent or empty.
+    pub old_image: Option<Item>,
+    /// `None` when absent or empty.
+    pub new_image: Option<Item>,
+    pub event_source_arn: Option<String>,
+    pub size_bytes: Option<i64>,
+}
+
+impl StreamChange {
+    /// The key rendered as `PK=…, SK=…` (see [`render_keys`]).
+    pub fn key_string(&self, key_attributes: (&str, &str)) -> String {
+        render_keys(&self.keys, key_attributes)
+    }
+
+    /// The image after the change, or before it for removals.
+    pub fn latest_image(&self) -> Option<&Item> {
+        self.new_image.as_ref().or(self.old_image.as_ref())
+    }
+}
+
+impl fmt::Debug for StreamChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn names(image: &Option<Item>) -> Option<Vec<&str>> {
+            image.as_ref().map(|item| {
+                let mut names: Vec<&str> = item.keys().map(String::as_str).collect();
+                names.sort_unstable();
+                names
+            })
+        }
+        f.debug_struct("StreamChange")
+            .field("event_id", &self.event_id)
+            .field("kind", &self.kind)
+            .field("sequence_number", &self.sequence_number)
+            .field("approximate_creation", &self.approximate_creation)
+            .field("keys", &self.key_string(DEFAULT_KEY_ATTRIBUTES))
+            .field("old_image_attributes", &names(&self.old_image))
+            .field("new_image_attributes", &names(&self.new_image))
+            .field("event_source_arn", &self.event_source_arn)
+            .field("size_bytes", &self.size_bytes)
+            .finish()
+    }
+}
+
+/// Why one record of a batch does not decode. Carries what could be read of
+/// its identity; `reason` never contains an attribute value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "record #{index} (event {}, key {}): {reason}",
+    .event_id.as_deref().unwrap_or("?"),
+    .keys.as_deref().unwrap_or("?")
+)]
+pub struct RecordError {
+    /// Position in the batch.
+    pub index: usize,
+    pub event_id: Option<String>,
+    pub sequence_number: Option<SequenceNumber>,
+    /// Only the key attributes, rendered as `PK=…, SK=…`.
+    pub keys: Option<String>,
+    pub reason: String,
+}
+
+/// Why an event is not a DynamoDB Streams batch at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    #[error("event is not JSON: {0}")]
+    NotJson(String),
+    #[error("no \"Records\" array: not a DynamoDB Streams event")]
+    NoRecords,
+    #[error("\"Records\" is not an array")]
+    RecordsNotArray,
+}
+
+/// Whether `v` looks like a DynamoDB Streams event: a `Records` array whose
+/// records all have `eventSource` `aws:dynamodb` or a `dynamodb` object. An
+/// empty `Records` array counts (it decodes to an empty batch).
+pub fn is_stream_event(v: &Value) -> bool {
+    let Some(records) = v.get("Records").and_then(Value::as_array) else {
+        return false;
+    };
+    records.iter().all(|r| {
+        r.get("eventSource").and_then(Value::as_str) == Some("aws:dynamodb")
+            || r.get("dynamodb").is_some_and(Value::is_object)
+    })
+}
+
+/// Parse and decode an event from its raw bytes.
+pub fn decode_event_bytes(
+    bytes: &[u8],
+) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    let event: Value = serde_json::from_slice(bytes)
+        .map_err(|e| EnvelopeError::NotJson(redact(&e.to_string())))?;
+    decode_event(&event)
+}
+
+/// Decode a Lambda DynamoDB Streams event, one result per record, in order.
+/// Keys are rendered with [`DEFAULT_KEY_ATTRIBUTES`].
+pub fn decode_event(
+    event: &Value,
+) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    decode_event_with(event, DEFAULT_KEY_ATTRIBUTES)
+}
+
+/// [`decode_event`] with the table's key attribute names (partition, sort),
+/// used only to render keys in errors.
+pub fn decode_event_with(
+    event: &Value,
+    key_attributes: (&str, &str),
+) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    let records = match event.get("Records") {
+        None | Some(Value::Null) => return Err(EnvelopeError::NoRecords),
+        Some(Value::Array(records)) => records,
+        Some(_) => return Err(EnvelopeError::RecordsNotArray),
+    };
+    Ok(records
+        .iter()
+        .enumerate()
+        .map(|(index, record)| decode_record_with(index, record, key_attributes))
+        .collect())
+}
+
+/// Decode the record at position `index` of a batch.
+pub fn decode_record(index: usize, record: &Value) -> Result<StreamChange, RecordError> {
+    decode_record_with(index, record, DEFAULT_KEY_ATTRIBUTES)
+}
+
+/// [`decode_record`] with the table's key attribute names.
+pub fn decode_record_with(
+    index: usize,
+    record: &Value,
+    key_attributes: (&str, &str),
+) -> Result<StreamChange, RecordError> {
+    let mut error = RecordError {
+        index,
+        event_id: None,
+        sequence_number: None,
+        keys: None,
+        reason: String::new(),
+    };
+    let Some(obj) = record.as_object() else {
+        error.reason = "record is not a JSON object".into();
+        return Err(error);
+    };
+    error.event_id = obj.get("eventID").and_then(Value::as_str).map(clip);
+    if let Some(ddb) = obj.get("dynamodb").and_then(Value::as_object) {
+        error.sequence_number = ddb
+            .get("SequenceNumber")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok());
+        error.keys = raw_keys(ddb, key_attributes);
+    }
+    decode_object(obj).map_err(|reason| RecordError { reason, ..error })
+}
+
+/// The record's decoding; `Err` is the reason.
+fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
+    let event_id = match obj.get("eventID") {
+        Some(Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(Value::String(_)) => return Err("empty eventID".into()),
+        None | Some(Value::Null) => return Err("no eventID".into()),
+        Some(_) => return Err("eventID is not a string".into()),
+    };
+    let ddb = match obj.get("dynamodb") {
+        Some(Value::Object(ddb)) => ddb,
+        None | Some(Value::Null) => return Err("no dynamodb object".into()),
+        Some(_) => return Err("dynamodb is not an object".into()),
+    };
+    let event_name = match obj.get("eventName") {
+        Some(Value::String(s)) => s.as_str(),
+        None | Some(Value::Null) => return Err("no eventName".into()),
+        Some(_) => return Err("eventName is not a string".into()),
+    };
+    let kind = match event_name {
+        "INSERT" => ChangeKind::Insert,
+        "MODIFY" => ChangeKind::Modify,
+        "REMOVE" => ChangeKind::Remove,
+        other => return Err(format!("unknown eventName {:?}", clip_to(other, 32))),
+    };
+    match ddb.get("Keys") {
+        None | Some(Value::Null) => return Err("no Keys".into()),
+        Some(Value::Object(keys)) if keys.is_empty() => return Err("empty Keys".into()),
+        Some(Value::Object(_)) => {}
+        Some(_) => return Err("Keys is not an object".into()),
+    }
+    let approximate_creation = match ddb.get("ApproximateCreationDateTime") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_epoch(v)?),
+    };
+    let sequence_number = match ddb.get("SequenceNumber") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(
+            s.parse()
+                .map_err(|e: SequenceNumberError| format!("bad SequenceNumber: {e}"))?,
+        ),
+        Some(Value::Number(n)) if n.is_u64() => Some(SequenceNumber(n.to_string())),
+        Some(_) => return Err("bad SequenceNumber: not a string".into()),
+    };
+    let size_bytes = ddb.get("SizeBytes").and_then(Value::as_i64);
+
+    let normalised = normalise(obj);
+    let record = EventRecord::deserialize(&normalised)
+        .map_err(|e| locate_bad_attribute(ddb).unwrap_or_else(|| redact(&e.to_string())))?;
+
+    let is_ttl = record
+        .user_identity
+        .as_ref()
+        .is_some_and(|u| u.type_ == "Service" && u.principal_id == TTL_PRINCIPAL);
+    let kind = match kind {
+        ChangeKind::Remove if is_ttl => ChangeKind::TtlRemove,
+        kind => kind,
+    };
+    let change = record.change;
+    Ok(StreamChange {
+        event_id,
+        kind,
+        sequence_number,
+        approximate_creation,
+        keys: change.keys.into(),
+        old_image: non_empty(change.old_image.into()),
+        new_image: non_empty(change.new_image.into()),
+        event_source_arn: record.event_source_arn,
+        size_bytes,
+    })
+}
+
+fn non_empty(item: Item) -> Option<Item> {
+    (!item.is_empty()).then_some(item)
+}
+
+/// A copy of the record [`EventRecord`] can read: defaults for the fields
+/// engines omit, wrongly typed optional fields dropped, untagged empty lists
+/// and maps tagged. Fields read directly from the raw JSON are removed.
+fn normalise(obj: &Map<String, Value>) -> Value {
+    let mut rec = obj.clone();
+    if !rec.get("awsRegion").is_some_and(Value::is_string) {
+        rec.insert("awsRegion".into(), Value::from(""));
+    }
+    for field in [
+        "eventSource",
+        "eventVersion",
+        "eventSourceARN",
+        "recordFormat",
+        "tableName",
+    ] {
+        if rec.get(field).is_some_and(|v| !v.is_string()) {
+            rec.remove(field);
+        }
+    }
+    let mut drop_identity = false;
+    match rec.get_mut("userIdentity") {
+        Some(Value::Object(identity)) => {
+            for field in ["type", "principalId"] {
+                if identity.get(field).is_some_and(|v| !v.is_string()) {
+                    identity.remove(field);
+                }
+            }
+        }
+        Some(_) => drop_identity = true,
+        None => {}
+    }
+    if drop_identity {
+        rec.remove("userIdentity");
+    }
+    if let Some(Value::Object(ddb)) = rec.get_mut("dynamodb") {
+        for field in [
+            "ApproximateCreationDateTime",
+            "SequenceNumber",
+            "StreamViewType",
+        ] {
+            ddb.remove(field);
+        }
+        if ddb.get("SizeBytes").is_none_or(|v| v.as_i64().is_none()) {
+            ddb.insert("SizeBytes".into(), Value::from(0));
+        }
+        for section in SECTIONS {
+            if let Some(Value::Object(attrs)) = ddb.get_mut(section) {
+                attrs.values_mut().for_each(normalise_attribute);
+            }
+        }
+    }
+    Value::Object(rec)
+}
+
+/// Tag untagged empty lists (`[]` → `{"L": []}`) and maps (`{}` →
+/// `{"M": {}}`), recursively inside `L` and `M`.
+fn normalise_attribute(v: &mut Value) {
+    match v {
+        Value::Array(a) if a.is_empty() => *v = json!({"L": []}),
+        Value::Object(m) if m.is_empty() => *v = json!({"M": {}}),
+        Value::Object(m) if m.len() == 1 => match m.iter_mut().next() {
+            Some((tag, Value::Array(items))) if tag == "L" => {
+                items.iter_mut().for_each(normalise_attribute)
+            }
+            Some((tag, Value::Object(attrs))) if tag == "M" => {
+                attrs.values_mut().for_each(normalise_attribute)
+            }
+            _ => {}
+        },
+        _ => {}
+    }
+}
+
+/// After [`EventRecord`] rejected a record: the first attribute (top-level
+/// name only) that is not DynamoDB JSON, for a precise reason.
+fn locate_bad_attribute(ddb: &Map<String, Value>) -> Option<String> {
+    for section in SECTIONS {
+        match ddb.get(section) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(attrs)) => {
+                for (name, value) in attrs {
+                    let mut value = value.clone();
+                    normalise_attribute(&mut value);
+                    if let Err(e) = serde_dynamo::AttributeValue::deserialize(&value) {
+                        return Some(format!(
+                            "{section} attribute {}: {}",
+                            clip_to(name, 64),
+                            redact(&e.to_string())
+                        ));
+                    }
+                }
+            }
+            Some(_) => return Some(format!("{section} is not an object")),
+        }
+    }
+    None
+}
+
+/// `ApproximateCreationDateTime`: epoch seconds as an integer, a fraction or
+/// a numeric string; kept to the millisecond (truncated).
+fn parse_epoch(v: &Value) -> Result<DateTime<Utc>, String> {
+    let text = match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.trim().to_owned(),
+        _ => return Err("ApproximateCreationDateTime is not a number".into()),
+    };
+    parse_epoch_text(&text)
+        .ok_or_else(|| "ApproximateCreationDateTime is not a valid epoch time".into())
+}
+
+fn parse_epoch_text(text: &str) -> Option<DateTime<Utc>> {
+    if text.contains(['e', 'E']) {
+        let seconds: f64 = text.parse().ok()?;
+        if !seconds.is_finite() || seconds < 0.0 {
+            return None;
+        }
+        // Saturating cast; out-of-range values are rejected by chrono.
+        let millis = (seconds * 1000.0).floor() as i64;
+        return Utc.timestamp_millis_opt(millis).single();
+    }
+    let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+    if int.is_empty() || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let seconds: i64 = int.parse().ok()?;
+    let millis: u32 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
+    Utc.timestamp_opt(seconds, millis * 1_000_000).single()
+}
+
+/// Render the key attributes of an item as `PK=…, SK=…`: the configured
+/// (partition, sort) names in that order, those present only. When neither
+/// is present, every attribute of `keys` (by name). `S` and `N` values are
+/// shown (clipped), other types as `<TYPE>`.
+pub fn render_keys(keys: &Item, (partition, sort): (&str, &str)) -> String {
+    let show = |name: &str, v: &AttributeValue| {
+        let value = match v {
+            AttributeValue::S(s) | AttributeValue::N(s) => clip(s),
+            AttributeValue::B(_) => "<B>".into(),
+            AttributeValue::Bool(_) => "<BOOL>".into(),
+            AttributeValue::Null(_) => "<NULL>".into(),
+            AttributeValue::L(_) => "<L>".into(),
+            AttributeValue::M(_) => "<M>".into(),
+            AttributeValue::Ss(_) => "<SS>".into(),
+            AttributeValue::Ns(_) => "<NS>".into(),
+            AttributeValue::Bs(_) => "<BS>".into(),
+            _ => "<?>".into(),
+        };
+        format!("{}={value}", clip_to(name, 64))
+    };
+    let mut parts: Vec<String> = [partition, sort]
+        .into_iter()
+        .filter_map(|name| keys.get(name).map(|v| show(name, v)))
+        .collect();
+    if parts.is_empty() {
+        let mut all: Vec<(&String, &AttributeValue)> = keys.iter().collect();
+        all.sort_by(|a, b| a.0.cmp(b.0));
+        parts = all.into_iter().map(|(name, v)| show(name, v)).collect();
+    }
+    parts.join(", ")
+}
+
+/// The key of a raw (possibly malformed) record, for its error: from `Keys`,
+/// else the key attributes of `NewImage` or `OldImage`.
+fn raw_keys(ddb: &Map<String, Value>, (partition, sort): (&str, &str)) -> Option<String> {
+    let show = |name: &str, v: &Value| {
+        let mut v = v.clone();
+        normalise_attribute(&mut v);
+        let value = match v
+            .as_object()
+            .filter(|o| o.len() == 1)
+            .and_then(|o| o.iter().next())
+        {
+            Some((tag, Value::String(s))) if tag == "S" || tag == "N" => clip(s),
+            Some((tag, _)) if SCALAR_TAGS.contains(&tag.as_str()) => format!("<{tag}>"),
+            _ => "<invalid>".into(),
+        };
+        format!("{}={value}", clip_to(name, 64))
+    };
+    for section in SECTIONS {
+        let Some(Value::Object(attrs)) = ddb.get(section) else {
+            continue;
+        };
+        let mut parts: Vec<String> = [partition, sort]
+            .into_iter()
+            .filter_map(|name| attrs.get(name).map(|v| show(name, v)))
+            .collect();
+        if parts.is_empty() && section == "Keys" {
+            let mut all: Vec<(&String, &Value)> = attrs.iter().collect();
+            all.sort_by(|a, b| a.0.cmp(b.0));
+            parts = all.into_iter().map(|(name, v)| show(name, v)).collect();
+        }
+        if !parts.is_empty() {
+            return Some(parts.join(", "));
+        }
+    }
+    None
+}
+
+/// The DynamoDB JSON type tags.
+const SCALAR_TAGS: [&str; 10] = ["S", "N", "B", "BOOL", "NULL", "L", "M", "SS", "NS", "BS"];
+
+/// [`redact_quoted`], and numbers serde quotes in backticks
+/// (``invalid type: integer `5551234` ``); backticked identifiers (``missing
+/// field `Keys` ``) stay.
+fn redact(msg: &str) -> String {
+    redact_quoted(msg)
+        .split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            let identifier = part.starts_with(|c: char| c.is_ascii_alphabetic())
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if i % 2 == 1 && !identifier {
+                "…"
+            } else {
+                part
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("`")
+}
+
+fn clip(s: &str) -> String {
+    clip_to(s, MAX_RENDERED)
+}
+
+fn clip_to(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &s[..cut]),
+        None => s.to_owned(),
+    }
+}
+
+/// The inverse of [`decode_event`], for fixtures and captures: the event
+/// exactly as Lambda delivers it (`eventVersion` `1.1`, `StreamViewType`
+/// `NEW_AND_OLD_IMAGES`, `userIdentity` on TTL removals).
+///
+/// `eventSourceARN` is the change's own, else `table_arn` (used verbatim;
+/// Lambda writes the stream ARN `arn:aws:dynamodb:<region>:<account>:table/
+/// <name>/stream/<label>`), else omitted as DynamoDB Local does; `awsRegion`
+/// is taken from that ARN (`ddblocal` without one). Fields that are `None`
+/// (`ApproximateCreationDateTime`, `SequenceNumber`, `SizeBytes`, images)
+/// are omitted, so `decode_event(&encode_event(x))` gives `x` back for
+/// changes with non-empty images. `ApproximateCreationDateTime` is integer
+/// seconds, with a millisecond fraction only when there is one.
+///
+/// Built by hand: `EventRecord`'s serialisation writes `null` for every
+/// absent optional field, `{}` for absent images and always truncates the
+/// creation time to whole seconds.
+pub fn encode_event(changes: &[StreamChange], table_arn: Option<&str>) -> Value {
+    let records: Vec<Value> = changes
+        .iter()
+        .map(|c| encode_record(c, table_arn))
+        .collect();
+    json!({ "Records": records })
+}
+
+fn encode_record(change: &StreamChange, table_arn: Option<&str>) -> Value {
+    let arn = change.event_source_arn.as_deref().or(table_arn);
+    let region = arn
+        .and_then(|arn| arn.split(':').nth(3))
+        .filter(|r| !r.is_empty())
+        .unwrap_or(LOCAL_REGION);
+
+    let mut ddb = Map::new();
+    if let Some(at) = change.approximate_creation {
+        ddb.insert("ApproximateCreationDateTime".into(), epoch_json(at));
+    }
+    ddb.insert("Keys".into(), item_json(&change.keys));
+    if let Some(image) = &change.new_image {
+        ddb.insert("NewImage".into(), item_json(image));
+    }
+    if let Some(image) = &change.old_image {
+        ddb.insert("OldImage".into(), item_json(image));
+    }
+    if let Some(seq) = &change.sequence_number {
+        ddb.insert("SequenceNumber".into(), Value::from(seq.as_str()));
+    }
+    if let Some(size) = change.size_bytes {
+        ddb.insert("SizeBytes".into(), Value::from(size));
+    }
+    ddb.insert("StreamViewType".into(), Value::from("NEW_AND_OLD_IMAGES"));
+
+    let mut rec = Map::new();
+    rec.insert("awsRegion".into(), Value::from(region));
+    rec.insert("dynamodb".into(), Value::Object(ddb));
+    rec.insert("eventID".into(), Value::from(change.event_id.as_str()));
+    rec.insert("eventName".into(), Value::from(change.kind.event_name()));
+    rec.insert("eventSource".into(), Value::from("aws:dynamodb"));
+    if let Some(arn) = arn {
+        rec.insert("eventSourceARN".into(), Value::from(arn));
+    }
+    rec.insert("eventVersion".into(), Value::from("1.1"));
+    if change.kind == ChangeKind::TtlRemove {
+        rec.insert(
+            "userIdentity".into(),
+            json!({"type": "Service", "principalId": TTL_PRINCIPAL}),
+        );
+    }
+    Value::Object(rec)
+}
+
+/// Epoch seconds: an integer, or a number with the millisecond fraction.
+fn epoch_json(at: DateTime<Utc>) -> Value {
+    let millis = at.timestamp_subsec_millis();
+    if millis == 0 {
+        Value::from(at.timestamp())
+    } else {
+        Value::from(at.timestamp() as f64 + f64::from(millis) / 1000.0)
+    }
+}
+
+fn item_json(item: &Item) -> Value {
+    Value::Object(
+        item.iter()
+            .map(|(name, v)| (name.clone(), attribute_json(v)))
+            .collect(),
+    )
+}
+
+fn attribute_json(v: &AttributeValue) -> Value {
+    serde_json::to_value(to_dynamo(v)).unwrap_or(Value::Null)
+}
+
+/// Like serde_dynamo's `From`, without its panic on the SDK's `Unknown`
+/// variant (written as `NULL`).
+fn to_dynamo(v: &AttributeValue) -> serde_dynamo::AttributeValue {
+    use serde_dynamo::AttributeValue as D;
+    match v {
+        AttributeValue::S(s) => D::S(s.clone()),
+        AttributeValue::N(n) => D::N(n.clone()),
+        AttributeValue::B(b) => D::B(b.as_ref().to_vec()),
+        AttributeValue::Bool(b) => D::Bool(*b),
+        AttributeValue::Null(n) => D::Null(*n),
+        AttributeValue::L(l) => D::L(l.iter().map(to_dynamo).collect()),
+        AttributeValue::M(m) => D::M(m.iter().map(|(k, v)| (k.clone(), to_dynamo(v))).collect()),
+        AttributeValue::Ss(ss) => D::Ss(ss.clone()),
+        AttributeValue::Ns(ns) => D::Ns(ns.clone()),
+        AttributeValue::Bs(bs) => D::Bs(bs.iter().map(|b| b.as_ref().to_vec()).collect()),
+        _ => D::Null(true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::primitives::Blob;
+    use proptest::prelude::*;
+
+    const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
+    const G: &str = "7d2e9a10-5b3c-4f8e-9a1d-2c3b4a5f6e7d";
+    const ARN: &str =
+        "arn:aws:dynamodb:eu-west-1:123456789012:table/Nishiki/stream/2024-03-22T22:03:33.123";
+
+    /// The example event of the AWS Lambda developer guide ("Using AWS
+    /// Lambda with Amazon DynamoDB"), verbatim.
+    const AWS_EXAMPLE: &str = r#"{
+  "Records": [
+    {
+      "eventID": "1",
+      "eventVersion": "1.0",
+      "dynamodb": {
+        "Keys": {
+          "Id": {
+            "N": "101"
+          }
+        },
+        "NewImage": {
+          "Message": {
+            "S": "New item!"
+          },
+          "Id": {
+            "N": "101"
+          }
+        },
+        "StreamViewType": "NEW_AND_OLD_IMAGES",
+        "SequenceNumber": "111",
+        "SizeBytes": 26
+      },
+      "awsRegion": "us-west-2",
+      "eventName": "INSERT",
+      "eventSourceARN": "arn:aws:dynamodb:us-west-2:111122223333:table/TestTable/stream/2015-05-11T21:21:33.291",
+      "eventSource": "aws:dynamodb"
+    },
+    {
+      "eventID": "2",
+      "eventVersion": "1.0",
+      "dynamodb": {
+        "OldImage": {
+          "Message": {
+            "S": "New item!"
+          },
+          "Id": {
+            "N": "101"
+          }
+        },
+        "SequenceNumber": "222",
+        "Keys": {
+          "Id": {
+            "N": "101"
+          }
+        },
+        "SizeBytes": 59,
+        "NewImage": {
+          "Message": {
+            "S": "This item has changed"
+          },
+          "Id": {
+            "N": "101"
+          }
+        },
+        "StreamViewType": "NEW_AND_OLD_IMAGES"
+      },
+      "awsRegion": "us-west-2",
+      "eventName": "MODIFY",
+      "eventSourceARN": "arn:aws:dynamodb:us-west-2:111122223333:table/TestTable/stream/2015-05-11T21:21:33.291",
+      "eventSource": "aws:dynamodb"
+    },
+    {
+      "eventID": "3",
+      "eventVersion": "1.0",
+      "dynamodb": {
+        "Keys": {
+          "Id": {
+            "N": "101"
+          }
+        },
+        "SizeBytes": 38,
+        "SequenceNumber": "333",
+        "OldImage": {
+          "Message": {
+            "S": "This item has changed"
+          },
+          "Id": {
+            "N": "101"
+          }
+        },
+        "StreamViewType": "NEW_AND_OLD_IMAGES"
+      },
+      "awsRegion": "us-west-2",
+      "eventName": "REMOVE",
+      "eventSourceARN": "arn:aws:dynamodb:us-west-2:111122223333:table/TestTable/stream/2015-05-11T21:21:33.291",
+      "eventSource": "aws:dynamodb"
+    }
+  ]
+}"#;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.into())
+    }
+
+    fn user_keys() -> Value {
+        json!({"PK": {"S": U}, "SK": {"S": "User"}})
+    }
+
+    fn user_image(name: &str) -> Value {
+        json!({
+            "PK": {"S": U}, "SK": {"S": "User"},
+            "UserName": {"S": name}, "EMailAddress": {"S": "alice@example.com"}
+        })
+    }
+
+    /// A record as Lambda delivers it for the Nishiki table.
+    fn record(id: &str, name: &str, seq: &str, ddb_extra: Value) -> Value {
+        let mut ddb = json!({
+            "ApproximateCreationDateTime": 1711143813,
+            "Keys": user_keys(),
+            "SequenceNumber": seq,
+            "SizeBytes": 120,
+            "StreamViewType": "NEW_AND_OLD_IMAGES"
+        });
+        if let (Value::Object(d), Value::Object(extra)) = (&mut ddb, ddb_extra) {
+            d.extend(extra);
+        }
+        json!({
+            "eventID": id,
+            "eventName": name,
+            "eventVersion": "1.1",
+            "eventSource": "aws:dynamodb",
+            "awsRegion": "eu-west-1",
+            "dynamodb": ddb,
+            "eventSourceARN": ARN
+        })
+    }
+
+    fn ok(v: &Value) -> StreamChange {
+        decode_record(0, v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn err(v: &Value) -> RecordError {
+        decode_record(0, v).expect_err("record must not decode")
+    }
+
+    #[test]
+    fn aws_documented_example_decodes() {
+        let event: Value = serde_json::from_str(AWS_EXAMPLE).unwrap();
+        assert!(is_stream_event(&event));
+        let changes: Vec<StreamChange> = decode_event(&event)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let kinds: Vec<ChangeKind> = changes.iter().map(|c| c.kind).collect();
+        assert_eq!(
+            kinds,
+            [ChangeKind::Insert, ChangeKind::Modify, ChangeKind::Remove]
+        );
+        let c = &changes[1];
+        assert_eq!(c.event_id, "2");
+        assert_eq!(c.sequence_number, Some("222".parse().unwrap()));
+        assert_eq!(c.size_bytes, Some(59));
+        assert_eq!(c.approximate_creation, None, "absent, not 1970");
+        assert_eq!(c.keys["Id"], AttributeValue::N("101".into()));
+        assert_eq!(
+            c.new_image.as_ref().unwrap()["Message"],
+            s("This item has changed")
+        );
+        assert!(c.event_source_arn.as_deref().unwrap().contains("TestTable"));
+        assert_eq!(changes[0].old_image, None);
+        assert_eq!(changes[2].new_image, None);
+        // No PK/SK in this table: every key attribute is rendered.
+        assert_eq!(c.key_string(DEFAULT_KEY_ATTRIBUTES), "Id=101");
+    }
+
+    #[test]
+    fn insert_modify_remove_of_a_user() {
+        let insert = ok(&record(
+            "e1",
+            "INSERT",
+            "100",
+            json!({"NewImage": user_image("Alice")}),
+        ));
+        assert_eq!(insert.kind, ChangeKind::Insert);
+        assert_eq!(insert.keys["PK"], s(U));
+        assert_eq!(insert.keys["SK"], s("User"));
+        assert_eq!(insert.new_image.as_ref().unwrap()["UserName"], s("Alice"));
+        assert_eq!(insert.old_image, None);
+        assert_eq!(
+            insert.approximate_creation,
+            Some(Utc.timestamp_opt(1711143813, 0).unwrap())
+        );
+        assert_eq!(insert.event_source_arn.as_deref(), Some(ARN));
+        assert_eq!(insert.size_bytes, Some(120));
+        assert_eq!(insert.key_string(("PK", "SK")), format!("PK={U}, SK=User"));
+
+        let modify = ok(&record(
+            "e2",
+            "MODIFY",
+            "101",
+            json!({"OldImage": user_image("Alice"), "NewImage": user_image("Alicia")}),
+        ));
+        assert_eq!(modify.kind, ChangeKind::Modify);
+        assert_eq!(modify.old_image.as_ref().unwrap()["UserName"], s("Alice"));
+        assert_eq!(modify.new_image.as_ref().unwrap()["UserName"], s("Alicia"));
+
+        let remove = ok(&record(
+            "e3",
+            "REMOVE",
+            "102",
+            json!({"OldImage": user_image("Alicia")}),
+        ));
+        assert_eq!(remove.kind, ChangeKind::Remove);
+        assert!(remove.kind.is_removal());
+        assert_eq!(remove.new_image, None);
+        assert_eq!(remove.latest_image().unwrap()["UserName"], s("Alicia"));
+    }
+
+    #[test]
+    fn ttl_removal_is_recognised() {
+        let mut r = record(
+            "e1",
+            "REMOVE",
+            "100",
+            json!({"OldImage": {"PK": {"S": G}, "SK": {"S": "InvitationLinkHash"}}}),
+        );
+        r["userIdentity"] = json!({"type": "Service", "principalId": "dynamodb.amazonaws.com"});
+        assert_eq!(ok(&r).kind, ChangeKind::TtlRemove);
+
+        r["userIdentity"] = json!({"type": "Service", "principalId": "someone.else"});
+        assert_eq!(ok(&r).kind, ChangeKind::Remove);
+        r["userIdentity"] = Value::Null;
+        assert_eq!(ok(&r).kind, ChangeKind::Remove);
+    }
+
+    #[test]
+    fn untagged_empty_lists_and_maps_are_tagged() {
+        let image = json!({
+            "PK": {"S": G}, "SK": {"S": "Container"},
+            "Foods": [],
+            "Meta": {},
+            "Nested": {"L": [[], {}, {"M": {"Inner": [], "Deep": {"L": [{}]}}}]}
+        });
+        let c = ok(&record("e1", "INSERT", "1", json!({"NewImage": image})));
+        let img = c.new_image.unwrap();
+        assert_eq!(img["Foods"], AttributeValue::L(vec![]));
+        assert_eq!(img["Meta"], AttributeValue::M(Default::default()));
+        let empty_m = || AttributeValue::M(Default::default());
+        let expected = AttributeValue::L(vec![
+            AttributeValue::L(vec![]),
+            empty_m(),
+            AttributeValue::M(
+                [
+                    ("Inner".to_owned(), AttributeValue::L(vec![])),
+                    ("Deep".to_owned(), AttributeValue::L(vec![empty_m()])),
+                ]
+                .into(),
+            ),
+        ]);
+        assert_eq!(img["Nested"], expected);
+    }
+
+    #[test]
+    fn empty_images_are_none() {
+        let c = ok(&record(
+            "e1",
+            "MODIFY",
+            "1",
+            json!({"NewImage": {}, "OldImage": null}),
+        ));
+        assert_eq!(c.new_image, None);
+        assert_eq!(c.old_image, None);
+    }
+
+    #[test]
+    fn malformed_records_fail_only_their_slot() {
+        let good = |id: &str, seq: &str| {
+            record(id, "INSERT", seq, json!({"NewImage": user_image("Alice")}))
+        };
+        let mut no_keys = good("bad-keys", "2");
+        no_keys["dynamodb"].as_object_mut().unwrap().remove("Keys");
+        let bad_name = record("bad-name", "UPSERT", "3", json!({}));
+        let bad_value = record(
+            "bad-value",
+            "INSERT",
+            "4",
+            json!({"NewImage": {
+                "PK": {"S": U}, "SK": {"S": "User"},
+                "EMailAddress": "alice@example.com"
+            }}),
+        );
+        let event = json!({"Records": [good("ok-1", "1"), no_keys, bad_name, bad_value, good("ok-2", "5")]});
+        let results = decode_event(&event).unwrap();
+        assert_eq!(results.len(), 5);
+        assert!(results[0].is_ok() && results[4].is_ok());
+
+        let e = results[1].as_ref().unwrap_err();
+        assert_eq!(e.index, 1);
+        assert_eq!(e.reason, "no Keys");
+        assert_eq!(e.event_id.as_deref(), Some("bad-keys"));
+        assert_eq!(e.sequence_number, Some("2".parse().unwrap()));
+        // Key found in the image even without Keys.
+        assert_eq!(e.keys, Some(format!("PK={U}, SK=User")));
+        assert_eq!(
+            e.to_string(),
+            format!("record #1 (event bad-keys, key PK={U}, SK=User): no Keys")
+        );
+
+        let e = results[2].as_ref().unwrap_err();
+        assert!(
+            e.reason.contains("eventName") && e.reason.contains("UPSERT"),
+            "{e}"
+        );
+        assert_eq!(e.keys, Some(format!("PK={U}, SK=User")));
+
+        let e = results[3].as_ref().unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("bad-value") && msg.contains(U), "{msg}");
+        assert!(msg.contains("NewImage attribute EMailAddress"), "{msg}");
+        assert!(!msg.contains("alice"), "{msg}");
+    }
+
+    #[test]
+    fn serde_messages_are_redacted() {
+        assert_eq!(
+            redact("invalid type: integer `5551234`, expected a string"),
+            "invalid type: integer `…`, expected a string"
+        );
+        assert_eq!(
+            redact("missing field `eventName`"),
+            "missing field `eventName`"
+        );
+        let r = record(
+            "e1",
+            "INSERT",
+            "1",
+            json!({"NewImage": {"PK": {"S": U}, "SK": {"S": "User"}, "Phone": {"S": 5551234}}}),
+        );
+        let e = err(&r);
+        assert!(e.reason.starts_with("NewImage attribute Phone"), "{e}");
+        assert!(!e.to_string().contains("5551234"), "{e}");
+    }
+
+    #[test]
+    fn other_malformed_shapes() {
+        let base = record("e", "INSERT", "1", json!({}));
+        let mutate = |f: &dyn Fn(&mut Value)| {
+            let mut r = base.clone();
+            f(&mut r);
+            err(&r)
+        };
+        assert_eq!(err(&json!("x")).reason, "record is not a JSON object");
+        assert_eq!(
+            mutate(&|r| r["dynamodb"] = Value::Null).reason,
+            "no dynamodb object"
+        );
+        assert_eq!(
+            mutate(&|r| {
+                r.as_object_mut().unwrap().remove("eventID");
+            })
+            .reason,
+            "no eventID"
+        );
+        assert_eq!(
+            mutate(&|r| r["dynamodb"]["Keys"] = json!({})).reason,
+            "empty Keys"
+        );
+        assert!(
+            mutate(&|r| r["dynamodb"]["SequenceNumber"] = json!("12a"))
+                .reason
+                .contains("SequenceNumber")
+        );
+        assert!(
+            mutate(&|r| r["dynamodb"]["ApproximateCreationDateTime"] = json!("soon"))
+                .reason
+                .contains("ApproximateCreationDateTime")
+        );
+        let e = mutate(&|r| r["dynamodb"]["Keys"]["PK"] = json!({"S": U, "N": "1"}));
+        assert!(e.reason.starts_with("Keys attribute PK"), "{e}");
+        assert_eq!(e.keys, Some("PK=<invalid>, SK=User".into()));
+        let e = mutate(&|r| r["dynamodb"]["OldImage"] = json!("alice@example.com"));
+        assert_eq!(e.reason, "OldImage is not an object");
+    }
+
+    #[test]
+    fn missing_sequence_number_is_allowed() {
+        let mut r = record("e1", "INSERT", "1", json!({"NewImage": user_image("A")}));
+        r["dynamodb"]
+            .as_object_mut()
+            .unwrap()
+            .remove("SequenceNumber");
+        assert_eq!(ok(&r).sequence_number, None);
+    }
+
+    #[test]
+    fn approximate_creation_variants() {
+        let at = |v: Option<Value>| {
+            let mut r = record("e1", "INSERT", "1", json!({}));
+            let ddb = r["dynamodb"].as_object_mut().unwrap();
+            match v {
+                Some(v) => ddb.insert("ApproximateCreationDateTime".into(), v),
+                None => ddb.remove("ApproximateCreationDateTime"),
+            };
+            ok(&r).approximate_creation
+        };
+        let t = |ms: i64| Some(Utc.timestamp_millis_opt(ms).unwrap());
+        assert_eq!(at(None), None);
+        assert_eq!(at(Some(Value::Null)), None);
+        assert_eq!(at(Some(json!(1711143813))), t(1_711_143_813_000));
+        assert_eq!(at(Some(json!(1711143813.123))), t(1_711_143_813_123));
+        assert_eq!(at(Some(json!(1711143813.5))), t(1_711_143_813_500));
+        assert_eq!(at(Some(json!(1711143813.1239))), t(1_711_143_813_123));
+        assert_eq!(at(Some(json!("1711143813"))), t(1_711_143_813_000));
+        assert_eq!(at(Some(json!(1.711143813e9))), t(1_711_143_813_000));
+    }
+
+    #[test]
+    fn dynamodb_local_omissions_get_defaults() {
+        let r = json!({
+            "eventID": "c81e728d9d4c2f636f067f89cc14862c",
+            "eventName": "MODIFY",
+            "dynamodb": {
+                "Keys": user_keys(),
+                "NewImage": user_image("A"),
+                "SequenceNumber": "000000000000000000042"
+            }
+        });
+        let c = ok(&r);
+        assert_eq!(c.event_source_arn, None);
+        assert_eq!(c.size_bytes, None);
+        assert_eq!(c.approximate_creation, None);
+        assert_eq!(c.sequence_number.unwrap().as_str(), "000000000000000000042");
+    }
+
+    #[test]
+    fn sequence_numbers_compare_as_numbers() {
+        let n = |s: &str| s.parse::<SequenceNumber>().unwrap();
+        assert!(n("9") < n("10"));
+        assert!(n("0009") < n("10"));
+        assert_eq!(n("007"), n("7"));
+        assert_eq!(n("007").to_string(), "007");
+        let a = n("4000000000000000000000000000000000000001");
+        let b = n("4000000000000000000000000000000000000002");
+        let c = n("999999999999999999999999999999999999999");
+        assert_eq!(a.as_str().len(), 40);
+        assert!(a < b && c < a);
+        let mut all = vec![b.clone(), a.clone(), c.clone(), n("10"), n("9")];
+        all.sort();
+        assert_eq!(all, [n("9"), n("10"), c, a, b]);
+        assert_eq!(
+            "".parse::<SequenceNumber>(),
+            Err(SequenceNumberError::Empty)
+        );
+        assert_eq!(
+            "1e5".parse::<SequenceNumber>(),
+            Err(SequenceNumberError::NotDigits)
+        );
+        assert_eq!(serde_json::to_value(n("0042")).unwrap(), json!("0042"));
+        let back: SequenceNumber = serde_json::from_value(json!("0042")).unwrap();
+        assert_eq!(back.as_str(), "0042");
+        assert!(serde_json::from_value::<SequenceNumber>(json!("-1")).is_err());
+    }
+
+    #[test]
+    fn envelope_errors() {
+        assert_eq!(decode_event(&json!({})), Err(EnvelopeError::NoRecords));
+        assert_eq!(decode_event(&json!([1, 2])), Err(EnvelopeError::NoRecords));
+        assert_eq!(
+            decode_event(&json!({"source": "aws.events", "detail-type": "Scheduled Event"})),
+            Err(EnvelopeError::NoRecords)
+        );
+        assert_eq!(
+            decode_event(&json!({"Records": {"0": {}}})),
+            Err(EnvelopeError::RecordsNotArray)
+        );
+        assert!(matches!(
+            decode_event_bytes(b"{\"Records\": [}"),
+            Err(EnvelopeError::NotJson(_))
+        ));
+        assert_eq!(decode_event(&json!({"Records": []})), Ok(vec![]));
+    }
+
+    #[test]
+    fn stream_event_detection() {
+        assert!(is_stream_event(
+            &json!({"Records": [{"eventSource": "aws:dynamodb"}]})
+        ));
+        assert!(is_stream_event(&json!({"Records": [{"dynamodb": {}}]})));
+        assert!(!is_stream_event(
+            &json!({"Records": [{"eventSource": "aws:sqs", "body": "{}"}]})
+        ));
+        assert!(!is_stream_event(&json!({"source": "aws.events"})));
+        assert!(!is_stream_event(&json!("Records")));
+    }
+
+    #[test]
+    fn debug_does_not_show_values() {
+        let c = ok(&record(
+            "e1",
+            "INSERT",
+            "1",
+            json!({"NewImage": user_image("Alice")}),
+        ));
+        let dbg = format!("{c:?}");
+        assert!(dbg.contains("EMailAddress") && dbg.contains(U), "{dbg}");
+        assert!(!dbg.contains("Alice") && !dbg.contains("alice@"), "{dbg}");
+    }
+
+    fn sample_changes() -> Vec<StreamChange> {
+        let image: Item = [
+            ("PK".to_owned(), s(U)),
+            ("SK".to_owned(), s("User")),
+            ("UserName".to_owned(), s("Alice")),
+            ("Age".to_owned(), AttributeValue::N("42".into())),
+            (
+                "Blob".to_owned(),
+                AttributeValue::B(Blob::new(vec![0, 1, 2, 255])),
+            ),
+            (
+                "Tags".to_owned(),
+                AttributeValue::Ss(vec!["a".into(), "b".into()]),
+            ),
+            ("Foods".to_owned(), AttributeValue::L(vec![])),
+            ("Meta".to_owned(), AttributeValue::M(Default::default())),
+            ("Gone".to_owned(), AttributeValue::Null(true)),
+            ("Flag".to_owned(), AttributeValue::Bool(false)),
+        ]
+        .into();
+        let keys: Item = [("PK".to_owned(), s(U)), ("SK".to_owned(), s("User"))].into();
+        let change = |id: &str, kind, seq: Option<&str>| StreamChange {
+            event_id: id.into(),
+            kind,
+            sequence_number: seq.map(|s| s.parse().unwrap()),
+            approximate_creation: Some(Utc.timestamp_opt(1711143813, 0).unwrap()),
+            keys: keys.clone(),
+            old_image: None,
+            new_image: None,
+            event_source_arn: Some(ARN.into()),
+            size_bytes: Some(120),
+        };
+        let mut insert = change("e1", ChangeKind::Insert, Some("100"));
+        insert.new_image = Some(image.clone());
+        let mut modify = change("e2", ChangeKind::Modify, Some("0000101"));
+        modify.old_image = Some(image.clone());
+        modify.new_image = Some(image.clone());
+        modify.approximate_creation = Some(Utc.timestamp_millis_opt(1_711_143_813_123).unwrap());
+        let mut remove = change("e3", ChangeKind::Remove, None);
+        remove.old_image = Some(image.clone());
+        remove.approximate_creation = None;
+        remove.size_bytes = None;
+        remove.event_source_arn = None;
+        let mut ttl = change(
+            "e4",
+            ChangeKind::TtlRemove,
+            Some("4000000000000000000000000000000000000001"),
+        );
+        ttl.old_image = Some(image);
+        vec![insert, modify, remove, ttl]
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let changes = sample_changes();
+        let event = encode_event(&changes, None);
+        assert!(is_stream_event(&event));
+        let back: Vec<StreamChange> = decode_event(&event)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(back, changes);
+    }
+
+    #[test]
+    fn encoded_shape_is_lambdas() {
+        let changes = sample_changes();
+        let event = encode_event(
+            &changes,
+            Some("arn:aws:dynamodb:us-east-1:1:table/T/stream/x"),
+        );
+        let r = &event["Records"][0];
+        assert_eq!(r["awsRegion"], "eu-west-1");
+        assert_eq!(r["eventVersion"], "1.1");
+        assert_eq!(r["eventSource"], "aws:dynamodb");
+        assert_eq!(r["eventName"], "INSERT");
+        assert_eq!(r["eventSourceARN"], ARN);
+        assert_eq!(
+            r["dynamodb"]["ApproximateCreationDateTime"],
+            json!(1711143813)
+        );
+        assert_eq!(r["dynamodb"]["StreamViewType"], "NEW_AND_OLD_IMAGES");
+        assert_eq!(r["dynamodb"]["SequenceNumber"], "100");
+        assert_eq!(r["dynamodb"]["SizeBytes"], 120);
+        assert_eq!(r["dynamodb"]["Keys"], user_keys());
+        assert_eq!(r["dynamodb"]["NewImage"]["Blob"], json!({"B": "AAEC/w=="}));
+        assert_eq!(r["dynamodb"]["NewImage"]["Foods"], json!({"L": []}));
+        assert!(r["dynamodb"].get("OldImage").is_none());
+        assert!(r.get("userIdentity").is_none());
+        assert_eq!(
+            event["Records"][1]["dynamodb"]["ApproximateCreationDateTime"],
+            json!(1711143813.123)
+        );
+        // A change without its own ARN gets the given one.
+        let r = &event["Records"][2];
+        assert_eq!(
+            r["eventSourceARN"],
+            "arn:aws:dynamodb:us-east-1:1:table/T/stream/x"
+        );
+        assert_eq!(r["awsRegion"], "us-east-1");
+        assert!(r["dynamodb"].get("SequenceNumber").is_none());
+        assert_eq!(
+            event["Records"][3]["userIdentity"],
+            json!({"type": "Service", "principalId": "dynamodb.amazonaws.com"})
+        );
+        assert_eq!(event["Records"][3]["eventName"], "REMOVE");
+    }
+
+    // ---- property tests ----
+
+    fn key_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "S",
+                "N",
+                "B",
+                "L",
+                "M",
+                "SS",
+                "NS",
+                "BS",
+                "NULL",
+                "BOOL",
+                "PK",
+                "SK",
+                "Keys",
+                "NewImage",
+                "OldImage",
+                "SequenceNumber",
+                "SizeBytes",
+                "eventName",
+                "type",
+            ])
+            .prop_map(String::from),
+            "[a-zA-Z]{1,4}",
+        ]
+    }
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            "[a-zA-Z0-9.:=+/-]{0,10}".prop_map(Value::from),
+            prop::sample::select(vec!["INSERT", "MODIFY", "REMOVE", "1711143813.5", "AAEC"])
+                .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key_name(), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Usually `good`, sometimes arbitrary JSON.
+    fn mostly(good: impl Strategy<Value = Value> + 'static) -> BoxedStrategy<Value> {
+        prop_oneof![8 => good, 1 => any_json()].boxed()
+    }
+
+    /// Usually present.
+    fn maybe(s: impl Strategy<Value = Value>) -> impl Strategy<Value = Option<Value>> {
+        prop::option::weighted(0.9, s)
+    }
+
+    /// Mostly well-typed DynamoDB JSON, sometimes untagged or junk.
+    fn attribute() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            4 => "[a-z@.]{0,8}".prop_map(|s| json!({"S": s})),
+            2 => any::<i32>().prop_map(|n| json!({"N": n.to_string()})),
+            1 => any::<bool>().prop_map(|b| json!({"BOOL": b})),
+            1 => Just(json!({"NULL": true})),
+            1 => Just(json!({"B": "AAEC"})),
+            1 => Just(json!({"SS": ["a", "b"]})),
+            1 => Just(json!([])),
+            1 => Just(json!({})),
+            1 => any_json(),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(|l| json!({ "L": l })),
+                prop::collection::btree_map("[A-Z][a-z]{0,3}", inner, 0..3)
+                    .prop_map(|m| json!({ "M": m })),
+            ]
+        })
+    }
+
+    fn image() -> BoxedStrategy<Value> {
+        mostly(prop::collection::btree_map(key_name(), attribute(), 0..4).prop_map(|m| json!(m)))
+    }
+
+    /// An object with the fields that are `Some`.
+    fn object(fields: Vec<(&str, Option<Value>)>) -> Value {
+        Value::Object(
+            fields
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v)))
+                .collect(),
+        )
+    }
+
+    fn stream_record() -> impl Strategy<Value = Value> {
+        let ddb = (
+            maybe(image()),
+            maybe(image()),
+            maybe(image()),
+            maybe(mostly("[0-9]{1,40}".prop_map(Value::from))),
+            maybe(mostly(prop_oneof![
+                (0u32..2_000_000_000).prop_map(Value::from),
+                (0.0f64..2e9).prop_map(Value::from),
+            ])),
+            maybe(mostly((0i64..1000).prop_map(Value::from))),
+        )
+            .prop_map(|(keys, new, old, seq, at, size)| {
+                object(vec![
+                    ("Keys", keys),
+                    ("NewImage", new),
+                    ("OldImage", old),
+                    ("SequenceNumber", seq),
+                    ("ApproximateCreationDateTime", at),
+                    ("SizeBytes", size),
+                ])
+            });
+        (
+            maybe(mostly("[a-f0-9]{1,8}".prop_map(Value::from))),
+            maybe(mostly(
+                prop::sample::select(vec!["INSERT", "MODIFY", "REMOVE"]).prop_map(Value::from),
+            )),
+            prop::option::of(mostly(Just(
+                json!({"type": "Service", "principalId": "dynamodb.amazonaws.com"}),
+            ))),
+            maybe(mostly(ddb)),
+            prop::option::of(mostly(
+                "arn:aws:dynamodb:[a-z0-9-]{0,9}:1:table/T".prop_map(Value::from),
+            )),
+        )
+            .prop_map(|(id, name, identity, ddb, arn)| {
+                object(vec![
+                    ("eventID", id),
+                    ("eventName", name),
+                    ("userIdentity", identity),
+                    ("dynamodb", ddb),
+                    ("eventSourceARN", arn),
+                ])
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn sequence_order_agrees_with_numbers(
+            a in any::<u128>(), b in any::<u128>(), za in 0usize..4, zb in 0usize..4
+        ) {
+            let sa: SequenceNumber = format!("{}{a}", "0".repeat(za)).parse().unwrap();
+            let sb: SequenceNumber = format!("{}{b}", "0".repeat(zb)).parse().unwrap();
+            prop_assert_eq!(sa.cmp(&sb), a.cmp(&b));
+            prop_assert_eq!(sa == sb, a == b);
+        }
+
+        #[test]
+        fn decode_never_panics_and_round_trips(r in stream_record()) {
+            match decode_record(7, &r) {
+                Ok(change) => {
+                    let event = encode_event(std::slice::from_ref(&change), None);
+                    let back = decode_event(&event).unwrap().pop().unwrap();
+                    prop_assert_eq!(back, Ok(change));
+                }
+                Err(e) => {
+                    prop_assert_eq!(e.index, 7);
+                    prop_assert!(!e.reason.contains('@'), "{}", e);
+                }
+            }
+        }
+
+        #[test]
+        fn decode_never_panics_on_any_json(v in any_json()) {
+            let _ = decode_record(0, &v);
+            let _ = decode_event(&v);
+            let _ = is_stream_event(&v);
+        }
+    }
+}

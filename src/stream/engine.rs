@@ -1,0 +1,702 @@
+//! The batch engine: runs a decoded stream batch through a
+//! [`RecordProcessor`] and computes Lambda's partial-batch response.
+//!
+//! Records run in order, one at a time:
+//!
+//! - a malformed record (decode error) or a [`ProcessError::Permanent`] is
+//!   logged, counted and skipped; processing continues;
+//! - the first [`ProcessError::Transient`] stops the batch: that record's
+//!   sequence number is the only batch item failure (Lambda retries from
+//!   there) and every later record is [`RecordStatus::NotAttempted`]. Without
+//!   a sequence number, [`BatchReport::retry_whole_batch`] is set: the entry
+//!   point must fail the invocation;
+//! - before each record, when the Lambda deadline is nearer than the margin,
+//!   the batch stops and every remaining record's sequence number is
+//!   reported.
+//!
+//! Log lines carry the event id, sequence number, key (`PK=…, SK=…`) and a
+//! reason, never other attribute values; processors must keep their reasons
+//! free of values too.
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+use super::decode::{ChangeKind, RecordError, SequenceNumber, StreamChange};
+
+/// Reason of records left after the deadline check stopped the batch.
+const DEADLINE_REASON: &str = "Lambda deadline near";
+
+/// Handles one decoded change at a time.
+#[async_trait::async_trait]
+pub trait RecordProcessor: Send + Sync {
+    /// Handle one decoded change. Must be idempotent: after a failure Lambda
+    /// delivers records again, some of them already handled.
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError>;
+}
+
+/// What a processor did with a change. Texts must not contain attribute
+/// values (they are logged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordOutcome {
+    Handled { detail: String },
+    Skipped { reason: String },
+}
+
+impl RecordOutcome {
+    pub fn handled(detail: impl Into<String>) -> Self {
+        RecordOutcome::Handled {
+            detail: detail.into(),
+        }
+    }
+
+    pub fn skipped(reason: impl Into<String>) -> Self {
+        RecordOutcome::Skipped {
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Why a processor failed. Reasons must not contain attribute values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcessError {
+    /// Retrying cannot help (the change itself is unusable): the record is
+    /// logged and skipped.
+    #[error("permanent failure: {reason}")]
+    Permanent { reason: String },
+    /// Retrying may help (throttling, network): the batch stops and Lambda
+    /// retries from this record.
+    #[error("transient failure: {reason}")]
+    Transient { reason: String },
+}
+
+impl ProcessError {
+    pub fn permanent(reason: impl Into<String>) -> Self {
+        ProcessError::Permanent {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn transient(reason: impl Into<String>) -> Self {
+        ProcessError::Transient {
+            reason: reason.into(),
+        }
+    }
+
+    /// Whether Lambda should deliver the record again.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ProcessError::Transient { .. })
+    }
+
+    pub fn reason(&self) -> &str {
+        match self {
+            ProcessError::Permanent { reason } | ProcessError::Transient { reason } => reason,
+        }
+    }
+}
+
+/// How the engine runs a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// When the invocation times out (`None`: never stop early).
+    pub deadline: Option<Instant>,
+    /// Stop when less than this is left before the deadline. Default 2 s.
+    pub deadline_margin: Duration,
+    /// (partition, sort) key attribute names, for rendering keys in logs.
+    /// Default `("PK", "SK")`.
+    pub key_attributes: (String, String),
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            deadline: None,
+            deadline_margin: Duration::from_secs(2),
+            key_attributes: ("PK".into(), "SK".into()),
+        }
+    }
+}
+
+impl EngineConfig {
+    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The deadline from milliseconds since the Unix epoch, as the Lambda
+    /// context gives it (`Context::deadline`).
+    pub fn with_deadline_epoch_millis(self, epoch_millis: u64) -> Self {
+        let at = UNIX_EPOCH + Duration::from_millis(epoch_millis);
+        let left = at
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        self.with_deadline(Instant::now() + left)
+    }
+
+    fn keys(&self) -> (&str, &str) {
+        (&self.key_attributes.0, &self.key_attributes.1)
+    }
+
+    fn deadline_near(&self) -> bool {
+        self.deadline.is_some_and(|deadline| {
+            deadline
+                .checked_duration_since(Instant::now())
+                .is_none_or(|left| left < self.deadline_margin)
+        })
+    }
+}
+
+/// What happened to one record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordStatus {
+    Handled {
+        detail: String,
+    },
+    /// Skipped by the processor (nothing to do).
+    Skipped {
+        reason: String,
+    },
+    /// Failed permanently (e.g. an item that does not decode): logged,
+    /// counted and skipped; retrying would not help.
+    Rejected {
+        reason: String,
+    },
+    /// Did not decode.
+    Malformed {
+        reason: String,
+    },
+    /// Failed transiently; reported to Lambda for a retry.
+    Failed {
+        reason: String,
+    },
+    /// Not processed: after a transient failure or near the deadline.
+    NotAttempted {
+        reason: String,
+    },
+}
+
+/// One record's line in the batch report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordReport {
+    pub index: usize,
+    pub event_id: Option<String>,
+    pub sequence_number: Option<SequenceNumber>,
+    /// Only the key attributes, `PK=…, SK=…`.
+    pub keys: Option<String>,
+    pub kind: Option<ChangeKind>,
+    pub status: RecordStatus,
+}
+
+/// The outcome of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct BatchReport {
+    pub records: Vec<RecordReport>,
+    /// Sequence numbers to report to Lambda, in batch order.
+    pub batch_item_failures: Vec<String>,
+    pub handled: usize,
+    pub skipped: usize,
+    pub rejected: usize,
+    pub malformed: usize,
+    pub failed: usize,
+    pub not_attempted: usize,
+    /// A record that must be retried has no sequence number: the invocation
+    /// must fail so that Lambda retries the whole batch.
+    pub retry_whole_batch: bool,
+}
+
+impl BatchReport {
+    /// The response for Lambda's `ReportBatchItemFailures`.
+    pub fn response(&self) -> BatchResponse {
+        BatchResponse {
+            batch_item_failures: self
+                .batch_item_failures
+                .iter()
+                .map(|id| BatchItemFailure {
+                    item_identifier: id.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// `{"batchItemFailures": [{"itemIdentifier": "<sequence number>"}]}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchResponse {
+    pub batch_item_failures: Vec<BatchItemFailure>,
+}
+
+/// One entry of [`BatchResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchItemFailure {
+    pub item_identifier: String,
+}
+
+/// A record's identity, from its change or its decode error.
+struct Identity {
+    event_id: Option<String>,
+    sequence_number: Option<SequenceNumber>,
+    keys: Option<String>,
+    kind: Option<ChangeKind>,
+}
+
+impl Identity {
+    fn of(record: &Result<StreamChange, RecordError>, config: &EngineConfig) -> Self {
+        match record {
+            Ok(c) => Identity {
+                event_id: Some(c.event_id.clone()),
+                sequence_number: c.sequence_number.clone(),
+                keys: Some(c.key_string(config.keys())),
+                kind: Some(c.kind),
+            },
+            Err(e) => Identity {
+                event_id: e.event_id.clone(),
+                sequence_number: e.sequence_number.clone(),
+                keys: e.keys.clone(),
+                kind: None,
+            },
+        }
+    }
+
+    fn report(self, index: usize, status: RecordStatus) -> RecordReport {
+        RecordReport {
+            index,
+            event_id: self.event_id,
+            sequence_number: self.sequence_number,
+            keys: self.keys,
+            kind: self.kind,
+            status,
+        }
+    }
+
+    fn warn(&self, what: &str, reason: &str) {
+        tracing::warn!(
+            event_id = self.event_id.as_deref(),
+            sequence_number = self.sequence_number.as_ref().map(SequenceNumber::as_str),
+            key = self.keys.as_deref(),
+            reason,
+            "stream record {what}"
+        );
+    }
+}
+
+/// Why the batch stopped early.
+enum Stop {
+    Transient { index: usize },
+    Deadline,
+}
+
+/// Run a decoded batch through `processor`, in order, one record at a time.
+pub async fn run_batch(
+    records: Vec<Result<StreamChange, RecordError>>,
+    processor: &dyn RecordProcessor,
+    config: &EngineConfig,
+) -> BatchReport {
+    let mut report = BatchReport::default();
+    let mut stop = None;
+    let total = records.len();
+    for (index, record) in records.into_iter().enumerate() {
+        let id = Identity::of(&record, config);
+        if stop.is_none() && config.deadline_near() {
+            tracing::warn!(
+                index,
+                remaining = total - index,
+                "Lambda deadline near: stopping the batch"
+            );
+            stop = Some(Stop::Deadline);
+        }
+        if let Some(stop) = &stop {
+            let reason = match stop {
+                Stop::Transient { index } => {
+                    format!("after a transient failure of record #{index}")
+                }
+                Stop::Deadline => {
+                    if let Some(seq) = &id.sequence_number {
+                        report.batch_item_failures.push(seq.to_string());
+                    } else if record.is_ok() && report.batch_item_failures.is_empty() {
+                        // No reported sequence number before it would make
+                        // Lambda deliver it again: only a whole-batch retry
+                        // does.
+                        report.retry_whole_batch = true;
+                    }
+                    DEADLINE_REASON.to_owned()
+                }
+            };
+            report.not_attempted += 1;
+            report
+                .records
+                .push(id.report(index, RecordStatus::NotAttempted { reason }));
+            continue;
+        }
+        let change = match record {
+            Ok(change) => change,
+            Err(e) => {
+                id.warn("malformed, skipped", &e.reason);
+                report.malformed += 1;
+                report
+                    .records
+                    .push(id.report(index, RecordStatus::Malformed { reason: e.reason }));
+                continue;
+            }
+        };
+        let status = match processor.process(&change).await {
+            Ok(RecordOutcome::Handled { detail }) => {
+                tracing::debug!(
+                    event_id = id.event_id.as_deref(),
+                    key = id.keys.as_deref(),
+                    detail,
+                    "stream record handled"
+                );
+                report.handled += 1;
+                RecordStatus::Handled { detail }
+            }
+            Ok(RecordOutcome::Skipped { reason }) => {
+                tracing::debug!(
+                    event_id = id.event_id.as_deref(),
+                    key = id.keys.as_deref(),
+                    reason,
+                    "stream record skipped"
+                );
+                report.skipped += 1;
+                RecordStatus::Skipped { reason }
+            }
+            Err(e @ ProcessError::Permanent { .. }) => {
+                id.warn("failed permanently, skipped", e.reason());
+                report.rejected += 1;
+                RecordStatus::Rejected {
+                    reason: e.reason().to_owned(),
+                }
+            }
+            Err(ProcessError::Transient { reason }) => {
+                id.warn("failed transiently, batch stopped", &reason);
+                match &id.sequence_number {
+                    Some(seq) => report.batch_item_failures = vec![seq.to_string()],
+                    None => report.retry_whole_batch = true,
+                }
+                stop = Some(Stop::Transient { index });
+                report.failed += 1;
+                RecordStatus::Failed { reason }
+            }
+        };
+        report.records.push(id.report(index, status));
+    }
+    tracing::info!(
+        records = report.records.len(),
+        handled = report.handled,
+        skipped = report.skipped,
+        rejected = report.rejected,
+        malformed = report.malformed,
+        failed = report.failed,
+        not_attempted = report.not_attempted,
+        batch_item_failures = report.batch_item_failures.len(),
+        retry_whole_batch = report.retry_whole_batch,
+        "stream batch done"
+    );
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::decode::{decode_event, encode_event};
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use serde_json::json;
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+
+    const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
+
+    /// Processor test double: records the event ids it sees; fails on the
+    /// chosen ones.
+    #[derive(Default)]
+    struct Recorder {
+        transient: HashSet<String>,
+        permanent: HashSet<String>,
+        skip: HashSet<String>,
+        seen: Mutex<Vec<String>>,
+    }
+
+    impl Recorder {
+        fn failing(transient: &[&str], permanent: &[&str]) -> Self {
+            Recorder {
+                transient: transient.iter().map(|s| s.to_string()).collect(),
+                permanent: permanent.iter().map(|s| s.to_string()).collect(),
+                ..Default::default()
+            }
+        }
+
+        fn seen(&self) -> Vec<String> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl RecordProcessor for Recorder {
+        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+            let id = change.event_id.clone();
+            self.seen.lock().unwrap().push(id.clone());
+            if self.transient.contains(&id) {
+                Err(ProcessError::transient("throttled"))
+            } else if self.permanent.contains(&id) {
+                Err(ProcessError::permanent("unusable change"))
+            } else if self.skip.contains(&id) {
+                Ok(RecordOutcome::skipped("not interesting"))
+            } else {
+                Ok(RecordOutcome::handled("done"))
+            }
+        }
+    }
+
+    fn change(id: &str, seq: Option<&str>) -> StreamChange {
+        StreamChange {
+            event_id: id.into(),
+            kind: ChangeKind::Insert,
+            sequence_number: seq.map(|s| s.parse().unwrap()),
+            approximate_creation: None,
+            keys: [
+                ("PK".to_owned(), AttributeValue::S(U.into())),
+                ("SK".to_owned(), AttributeValue::S("User".into())),
+            ]
+            .into(),
+            old_image: None,
+            new_image: None,
+            event_source_arn: None,
+            size_bytes: None,
+        }
+    }
+
+    /// Five good records e1..e5 with sequence numbers 9, 10, 11, 12, 13.
+    fn batch() -> Vec<Result<StreamChange, RecordError>> {
+        ["9", "10", "11", "12", "13"]
+            .iter()
+            .enumerate()
+            .map(|(i, seq)| Ok(change(&format!("e{}", i + 1), Some(seq))))
+            .collect()
+    }
+
+    fn malformed(index: usize, seq: Option<&str>) -> Result<StreamChange, RecordError> {
+        Err(RecordError {
+            index,
+            event_id: Some(format!("bad{index}")),
+            sequence_number: seq.map(|s| s.parse().unwrap()),
+            keys: Some(format!("PK={U}, SK=User")),
+            reason: "no Keys".into(),
+        })
+    }
+
+    fn statuses(report: &BatchReport) -> Vec<&'static str> {
+        report
+            .records
+            .iter()
+            .map(|r| match r.status {
+                RecordStatus::Handled { .. } => "handled",
+                RecordStatus::Skipped { .. } => "skipped",
+                RecordStatus::Rejected { .. } => "rejected",
+                RecordStatus::Malformed { .. } => "malformed",
+                RecordStatus::Failed { .. } => "failed",
+                RecordStatus::NotAttempted { .. } => "not_attempted",
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn everything_handled() {
+        let p = Recorder::default();
+        let report = run_batch(batch(), &p, &EngineConfig::default()).await;
+        assert_eq!(report.handled, 5);
+        assert!(report.batch_item_failures.is_empty());
+        assert!(!report.retry_whole_batch);
+        assert_eq!(p.seen(), ["e1", "e2", "e3", "e4", "e5"]);
+        assert_eq!(
+            report.records[0].keys.as_deref(),
+            Some(&*format!("PK={U}, SK=User"))
+        );
+        assert_eq!(report.records[0].kind, Some(ChangeKind::Insert));
+    }
+
+    #[tokio::test]
+    async fn transient_failure_stops_the_batch_at_that_record() {
+        let p = Recorder::failing(&["e3"], &[]);
+        let report = run_batch(batch(), &p, &EngineConfig::default()).await;
+        assert_eq!(report.batch_item_failures, ["11"]);
+        assert_eq!(
+            p.seen(),
+            ["e1", "e2", "e3"],
+            "later records never processed"
+        );
+        assert_eq!(
+            statuses(&report),
+            [
+                "handled",
+                "handled",
+                "failed",
+                "not_attempted",
+                "not_attempted"
+            ]
+        );
+        assert_eq!(
+            (report.handled, report.failed, report.not_attempted),
+            (2, 1, 2)
+        );
+        assert!(!report.retry_whole_batch);
+        assert_eq!(
+            report.records[2].status,
+            RecordStatus::Failed {
+                reason: "throttled".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_and_malformed_records_are_skipped() {
+        let mut records = batch();
+        records.insert(1, malformed(1, Some("95")));
+        let p = Recorder::failing(&[], &["e3"]);
+        let report = run_batch(records, &p, &EngineConfig::default()).await;
+        assert_eq!(p.seen(), ["e1", "e2", "e3", "e4", "e5"]);
+        assert_eq!(
+            statuses(&report),
+            [
+                "handled",
+                "malformed",
+                "handled",
+                "rejected",
+                "handled",
+                "handled"
+            ]
+        );
+        assert_eq!(
+            (report.handled, report.rejected, report.malformed),
+            (4, 1, 1)
+        );
+        assert!(report.batch_item_failures.is_empty());
+        assert_eq!(report.records[1].event_id.as_deref(), Some("bad1"));
+        assert_eq!(report.records[1].kind, None);
+        let RecordStatus::Rejected { reason } = &report.records[3].status else {
+            panic!("{:?}", report.records[3]);
+        };
+        assert!(!reason.is_empty());
+    }
+
+    #[tokio::test]
+    async fn processor_skips_are_counted() {
+        let p = Recorder {
+            skip: ["e2".to_owned()].into(),
+            ..Default::default()
+        };
+        let report = run_batch(batch(), &p, &EngineConfig::default()).await;
+        assert_eq!((report.handled, report.skipped), (4, 1));
+    }
+
+    #[tokio::test]
+    async fn deadline_already_near_reports_everything() {
+        let mut records = batch();
+        records.insert(2, malformed(2, Some("105")));
+        let p = Recorder::default();
+        let config =
+            EngineConfig::default().with_deadline(Instant::now() + Duration::from_millis(500));
+        let report = run_batch(records, &p, &config).await;
+        assert!(p.seen().is_empty(), "nothing processed");
+        assert_eq!(
+            report.batch_item_failures,
+            ["9", "10", "105", "11", "12", "13"]
+        );
+        assert_eq!(report.not_attempted, 6);
+        assert!(report.records.iter().all(|r| r.status
+            == RecordStatus::NotAttempted {
+                reason: "Lambda deadline near".into()
+            }));
+        assert!(!report.retry_whole_batch);
+
+        // A deadline in the past behaves the same.
+        let config = EngineConfig {
+            deadline: Instant::now().checked_sub(Duration::from_secs(1)),
+            ..Default::default()
+        };
+        let report = run_batch(batch(), &p, &config).await;
+        assert_eq!(report.batch_item_failures.len(), 5);
+        assert!(p.seen().is_empty());
+    }
+
+    #[tokio::test]
+    async fn far_deadline_does_not_stop() {
+        let p = Recorder::default();
+        let config =
+            EngineConfig::default().with_deadline(Instant::now() + Duration::from_secs(600));
+        let report = run_batch(batch(), &p, &config).await;
+        assert_eq!(report.handled, 5);
+        let far = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + Duration::from_secs(600);
+        let config = EngineConfig::default().with_deadline_epoch_millis(far.as_millis() as u64);
+        assert!(!config.deadline_near());
+        let config = EngineConfig::default().with_deadline_epoch_millis(0);
+        assert!(config.deadline_near());
+    }
+
+    #[tokio::test]
+    async fn transient_failure_without_sequence_number_retries_whole_batch() {
+        let mut records = batch();
+        records[1] = Ok(change("e2", None));
+        let p = Recorder::failing(&["e2"], &[]);
+        let report = run_batch(records, &p, &EngineConfig::default()).await;
+        assert!(report.retry_whole_batch);
+        assert!(report.batch_item_failures.is_empty());
+        assert_eq!(p.seen(), ["e1", "e2"]);
+        assert_eq!(report.not_attempted, 3);
+    }
+
+    #[tokio::test]
+    async fn deadline_before_a_record_without_sequence_number_retries_whole_batch() {
+        let mut records = batch();
+        records[0] = Ok(change("e1", None));
+        let p = Recorder::default();
+        let config = EngineConfig::default().with_deadline(Instant::now());
+        let report = run_batch(records, &p, &config).await;
+        assert!(report.retry_whole_batch);
+        assert_eq!(report.batch_item_failures, ["10", "11", "12", "13"]);
+    }
+
+    #[test]
+    fn batch_response_json_shape() {
+        let report = BatchReport {
+            batch_item_failures: vec!["4000000000000000000000000000000000000001".into()],
+            ..Default::default()
+        };
+        let v = serde_json::to_value(report.response()).unwrap();
+        assert_eq!(
+            v,
+            json!({"batchItemFailures": [{"itemIdentifier": "4000000000000000000000000000000000000001"}]})
+        );
+        assert_eq!(
+            serde_json::to_string(&BatchReport::default().response()).unwrap(),
+            r#"{"batchItemFailures":[]}"#
+        );
+        let back: BatchResponse = serde_json::from_value(v).unwrap();
+        assert_eq!(back, report.response());
+    }
+
+    #[test]
+    fn process_error_helpers() {
+        assert!(ProcessError::transient("x").is_retryable());
+        assert!(!ProcessError::permanent("x").is_retryable());
+        assert_eq!(
+            ProcessError::permanent("bad").to_string(),
+            "permanent failure: bad"
+        );
+    }
+
+    #[tokio::test]
+    async fn decoded_event_end_to_end() {
+        let changes = vec![change("e1", Some("1")), change("e2", Some("2"))];
+        let mut event = encode_event(&changes, None);
+        event["Records"][0]["eventName"] = json!("UPSERT");
+        let records = decode_event(&event).unwrap();
+        let p = Recorder::failing(&["e2"], &[]);
+        let report = run_batch(records, &p, &EngineConfig::default()).await;
+        assert_eq!(statuses(&report), ["malformed", "failed"]);
+        assert_eq!(
+            serde_json::to_value(report.response()).unwrap(),
+            json!({"batchItemFailures": [{"itemIdentifier": "2"}]})
+        );
+    }
+}
