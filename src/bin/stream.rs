@@ -1,0 +1,28 @@
+//! Lambda entry point: the DynamoDB Streams consumer. Configure the event
+//! source mapping with `FunctionResponseTypes: [ReportBatchItemFailures]`.
+
+use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use nishiki_worker::app::{App, deadline_from_epoch_ms};
+use nishiki_worker::stream::engine::BatchResponse;
+use nishiki_worker::telemetry::{self, LogFormat};
+use serde_json::Value;
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    telemetry::init(LogFormat::Json);
+    let app = App::from_env().await?;
+    let app = &app;
+    run(service_fn(move |event: LambdaEvent<Value>| async move {
+        let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
+        let report = app.handle_stream(&event.payload, deadline).await?;
+        if report.retry_whole_batch {
+            // A transient failure on a record without a sequence number:
+            // only a failed invocation makes Lambda retry it.
+            return Err(Error::from(
+                "transient failure on a record without a sequence number; retrying the whole batch",
+            ));
+        }
+        Ok::<BatchResponse, Error>(report.response())
+    }))
+    .await
+}

@@ -1,0 +1,291 @@
+//! Reading a table's DynamoDB Stream through the Streams API, the way
+//! Lambda's event source mapping does: every shard, parents before children,
+//! in order within a shard, remembering the last sequence number read per
+//! shard. Used by `capture`, the `dev` loop and the tests that drain the
+//! stream through the handler. Free of Nishiki specifics.
+
+use std::collections::{HashMap, HashSet};
+
+use aws_sdk_dynamodbstreams::Client;
+use aws_sdk_dynamodbstreams::types::{OperationType, Record, ShardIteratorType};
+use chrono::{DateTime, Utc};
+
+use crate::items::Item;
+use crate::store::StoreError;
+use crate::stream::decode::{ChangeKind, SequenceNumber, StreamChange};
+
+/// A Streams API client for a local endpoint (same rules as
+/// [`crate::store::local_client`]).
+pub fn local_client(endpoint_url: &str) -> Client {
+    let config = aws_sdk_dynamodbstreams::Config::builder()
+        .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
+        .region(aws_sdk_dynamodbstreams::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_dynamodbstreams::config::Credentials::new(
+            "local",
+            "local",
+            None,
+            None,
+            "nishiki-local",
+        ))
+        .endpoint_url(endpoint_url)
+        .build();
+    Client::from_conf(config)
+}
+
+/// A Streams API client from the environment (AWS), optionally at an endpoint.
+pub async fn client(endpoint_url: Option<&str>) -> Client {
+    match endpoint_url {
+        Some(url) if url.starts_with("http://127.0.0.1") || url.starts_with("http://localhost") => {
+            local_client(url)
+        }
+        _ => {
+            let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+            if let Some(url) = endpoint_url {
+                loader = loader.endpoint_url(url);
+            }
+            Client::new(&loader.load().await)
+        }
+    }
+}
+
+/// Where a reader starts in shards it has not read yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    /// The oldest record still retained (24 h).
+    TrimHorizon,
+    /// Only records written from now on.
+    Latest,
+    /// Records after this sequence number (in the shard holding it; other
+    /// shards from the trim horizon, skipping records not newer than it).
+    After(SequenceNumber),
+    /// Records created at or after this time (filtered on
+    /// `ApproximateCreationDateTime`).
+    Since(DateTime<Utc>),
+}
+
+/// Follows one stream, shard by shard.
+pub struct StreamTail {
+    client: Client,
+    stream_arn: String,
+    start: StartAt,
+    /// Last sequence number handed out, per shard.
+    positions: HashMap<String, SequenceNumber>,
+    /// Shards read to their end (closed and drained).
+    finished: HashSet<String>,
+}
+
+fn err(operation: &'static str, e: impl std::fmt::Display) -> StoreError {
+    let message = e.to_string();
+    if message.contains("ResourceNotFound") || message.contains("not found") {
+        StoreError::NotFound { operation, message }
+    } else {
+        StoreError::Transient {
+            operation,
+            code: "StreamsApi".into(),
+            message,
+        }
+    }
+}
+
+impl StreamTail {
+    pub fn new(client: Client, stream_arn: impl Into<String>, start: StartAt) -> Self {
+        StreamTail {
+            client,
+            stream_arn: stream_arn.into(),
+            start,
+            positions: HashMap::new(),
+            finished: HashSet::new(),
+        }
+    }
+
+    pub fn stream_arn(&self) -> &str {
+        &self.stream_arn
+    }
+
+    /// Forget what was handed out after `seq` in `shard`, so that the next
+    /// [`poll`](Self::poll) returns those records again (retry from the
+    /// first failed sequence number).
+    pub fn rewind(&mut self, shard: &str, before: Option<SequenceNumber>) {
+        match before {
+            Some(seq) => {
+                self.positions.insert(shard.to_owned(), seq);
+            }
+            None => {
+                self.positions.remove(shard);
+            }
+        }
+        self.finished.remove(shard);
+    }
+
+    /// The shards of the stream, parents before children.
+    async fn shards(&self) -> Result<Vec<(String, Option<String>)>, StoreError> {
+        let mut shards = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .describe_stream()
+                .stream_arn(&self.stream_arn)
+                .set_exclusive_start_shard_id(start.clone())
+                .send()
+                .await
+                .map_err(|e| {
+                    err(
+                        "DescribeStream",
+                        aws_smithy_types::error::display::DisplayErrorContext(e),
+                    )
+                })?;
+            let Some(desc) = out.stream_description else {
+                break;
+            };
+            for s in desc.shards.unwrap_or_default() {
+                if let Some(id) = s.shard_id {
+                    shards.push((id, s.parent_shard_id));
+                }
+            }
+            match desc.last_evaluated_shard_id {
+                Some(id) => start = Some(id),
+                None => break,
+            }
+        }
+        // Parents first: a shard is placed after its parent when the parent is known.
+        let ids: HashSet<String> = shards.iter().map(|(id, _)| id.clone()).collect();
+        let mut ordered = Vec::with_capacity(shards.len());
+        let mut placed = HashSet::new();
+        while ordered.len() < shards.len() {
+            let before = ordered.len();
+            for (id, parent) in &shards {
+                let ready = parent
+                    .as_ref()
+                    .is_none_or(|p| !ids.contains(p) || placed.contains(p));
+                if !placed.contains(id) && ready {
+                    placed.insert(id.clone());
+                    ordered.push((id.clone(), parent.clone()));
+                }
+            }
+            if ordered.len() == before {
+                break;
+            }
+        }
+        Ok(ordered)
+    }
+
+    /// Every record not handed out yet, per shard in order, parents first.
+    /// Returns `(shard id, change)` pairs.
+    pub async fn poll(&mut self) -> Result<Vec<(String, StreamChange)>, StoreError> {
+        let mut out = Vec::new();
+        for (shard, _) in self.shards().await? {
+            if self.finished.contains(&shard) {
+                continue;
+            }
+            let mut req = self
+                .client
+                .get_shard_iterator()
+                .stream_arn(&self.stream_arn)
+                .shard_id(&shard);
+            req = match (self.positions.get(&shard), &self.start) {
+                (Some(seq), _) => req
+                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                    .sequence_number(seq.to_string()),
+                (None, StartAt::Latest) => req.shard_iterator_type(ShardIteratorType::Latest),
+                (None, _) => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            };
+            let mut iterator = req
+                .send()
+                .await
+                .map_err(|e| {
+                    err(
+                        "GetShardIterator",
+                        aws_smithy_types::error::display::DisplayErrorContext(e),
+                    )
+                })?
+                .shard_iterator;
+            while let Some(it) = iterator.take() {
+                let page = self
+                    .client
+                    .get_records()
+                    .shard_iterator(it)
+                    .limit(1000)
+                    .send()
+                    .await
+                    .map_err(|e| {
+                        err(
+                            "GetRecords",
+                            aws_smithy_types::error::display::DisplayErrorContext(e),
+                        )
+                    })?;
+                let records = page.records.unwrap_or_default();
+                let empty = records.is_empty();
+                for r in records {
+                    let change = to_change(r, Some(&self.stream_arn));
+                    if let Some(seq) = &change.sequence_number {
+                        self.positions.insert(shard.clone(), seq.clone());
+                    }
+                    if self.wanted(&change) {
+                        out.push((shard.clone(), change));
+                    }
+                }
+                match page.next_shard_iterator {
+                    None => {
+                        self.finished.insert(shard.clone());
+                    }
+                    // An open shard with nothing new: caught up.
+                    Some(_) if empty => {}
+                    Some(next) => iterator = Some(next),
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn wanted(&self, change: &StreamChange) -> bool {
+        match &self.start {
+            StartAt::After(seq) => change.sequence_number.as_ref().is_some_and(|s| s > seq),
+            StartAt::Since(t) => change.approximate_creation.is_none_or(|c| c >= *t),
+            _ => true,
+        }
+    }
+}
+
+fn image(
+    m: Option<HashMap<String, aws_sdk_dynamodbstreams::types::AttributeValue>>,
+) -> Option<Item> {
+    m.filter(|m| !m.is_empty()).map(|m| {
+        m.into_iter()
+            .map(|(k, v)| {
+                let v: serde_dynamo::AttributeValue = v.into();
+                (k, v.into())
+            })
+            .collect()
+    })
+}
+
+/// A Streams API record as a stream change (the shape Lambda would deliver).
+pub fn to_change(r: Record, stream_arn: Option<&str>) -> StreamChange {
+    let ttl = r.user_identity.as_ref().is_some_and(|i| {
+        i.r#type.as_deref() == Some("Service")
+            && i.principal_id.as_deref() == Some("dynamodb.amazonaws.com")
+    });
+    let kind = match r.event_name {
+        Some(OperationType::Insert) => ChangeKind::Insert,
+        Some(OperationType::Modify) => ChangeKind::Modify,
+        Some(OperationType::Remove) if ttl => ChangeKind::TtlRemove,
+        _ => ChangeKind::Remove,
+    };
+    let rec = r
+        .dynamodb
+        .unwrap_or_else(|| aws_sdk_dynamodbstreams::types::StreamRecord::builder().build());
+    StreamChange {
+        event_id: r.event_id.unwrap_or_default(),
+        kind,
+        sequence_number: rec.sequence_number.as_deref().and_then(|s| s.parse().ok()),
+        approximate_creation: rec
+            .approximate_creation_date_time
+            .and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        keys: image(rec.keys).unwrap_or_default(),
+        old_image: image(rec.old_image),
+        new_image: image(rec.new_image),
+        event_source_arn: stream_arn.map(str::to_owned),
+        size_bytes: rec.size_bytes,
+    }
+}
