@@ -1,0 +1,89 @@
+//! CPU paths of the core, with criterion: key encoding/decoding, typed item
+//! decoding/encoding, and decoding a 100-record Lambda stream event.
+//! Run: `cargo bench --bench codec`.
+
+use std::hint::black_box;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use nishiki_worker::items::{Container, Entity, Food, Item};
+use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
+use nishiki_worker::stream::decode::{ChangeKind, StreamChange, decode_event, encode_event};
+
+fn container(foods: usize) -> Item {
+    let created = "2024-03-22T22:03:33.123Z".parse().unwrap();
+    Entity::Container(Container {
+        id: ContainerId::random(),
+        container_name: "Fridge".into(),
+        foods: (0..foods)
+            .map(|i| Food {
+                food_id: FoodId::random(),
+                name: format!("Food {i}"),
+                unit: (i % 2 == 0).then(|| "g".to_owned()),
+                quantity: (i % 3 != 0).then_some(i as f64),
+                category: Some("vegetables".into()),
+                expiry: (i % 4 != 0).then_some(created),
+                created_at: created,
+            })
+            .collect(),
+        extra: Item::new(),
+    })
+    .to_item()
+}
+
+fn keys(c: &mut Criterion) {
+    let membership = ItemKey::Membership {
+        user: UserId::random(),
+        group: GroupId::random(),
+    };
+    let (pk, sk) = membership.encode();
+    let mut g = c.benchmark_group("keys");
+    g.bench_function("encode membership", |b| b.iter(|| black_box(&membership).encode()));
+    g.bench_function("decode membership", |b| {
+        b.iter(|| ItemKey::decode(black_box(&pk), black_box(&sk)).unwrap())
+    });
+    g.finish();
+}
+
+fn items(c: &mut Criterion) {
+    let raw = container(20);
+    let entity = Entity::from_item(raw.clone()).unwrap();
+    let mut g = c.benchmark_group("items");
+    g.bench_function("decode container (20 foods)", |b| {
+        b.iter(|| Entity::from_item(black_box(raw.clone())).unwrap())
+    });
+    g.bench_function("encode container (20 foods)", |b| b.iter(|| black_box(&entity).to_item()));
+    g.finish();
+}
+
+fn stream(c: &mut Criterion) {
+    let changes: Vec<StreamChange> = (0..100u64)
+        .map(|i| {
+            let item = container(5);
+            StreamChange {
+                event_id: format!("event-{i}"),
+                kind: ChangeKind::Modify,
+                sequence_number: Some(format!("{:021}", 1000 + i).parse().unwrap()),
+                approximate_creation: None,
+                keys: ItemKey::from_attributes(&item).unwrap().to_attributes(),
+                old_image: Some(item.clone()),
+                new_image: Some(item),
+                event_source_arn: None,
+                size_bytes: Some(1000),
+            }
+        })
+        .collect();
+    let event = encode_event(&changes, Some("arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x"));
+    let bytes = serde_json::to_vec(&event).unwrap();
+    let mut g = c.benchmark_group("stream");
+    g.throughput(Throughput::Elements(100));
+    g.bench_function("decode 100-record event", |b| {
+        b.iter(|| {
+            let v: serde_json::Value = serde_json::from_slice(black_box(&bytes)).unwrap();
+            decode_event(&v).unwrap()
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, keys, items, stream);
+criterion_main!(benches);

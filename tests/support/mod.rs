@@ -1,0 +1,214 @@
+//! Shared integration-test support: one DynamoDB Local per test process
+//! (started on first use, installed if absent), a fresh table per test.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use nishiki_worker::items::Item;
+use nishiki_worker::keys::{PK, SK};
+use nishiki_worker::schema::TableSchema;
+use nishiki_worker::store::{self, DynamoStore, QueryStore, ScanSpec};
+use serde_json::Value;
+
+/// A table of its own on the shared DynamoDB Local, deleted on drop.
+pub struct TestTable {
+    pub store: Arc<DynamoStore>,
+    pub name: String,
+    pub endpoint: String,
+}
+
+impl TestTable {
+    /// A fresh table with the full schema (service indexes, the worker's
+    /// invitation-expiry index, a NEW_AND_OLD_IMAGES stream).
+    pub async fn new() -> Self {
+        Self::with_schema(&TableSchema::nishiki()).await
+    }
+
+    pub async fn with_schema(schema: &TableSchema) -> Self {
+        let local = nishiki_worker::local::shared()
+            .await
+            .expect("DynamoDB Local must start (see the error for what to install)");
+        let endpoint = local.endpoint_url();
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "test-{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed),
+            std::thread::current()
+                .name()
+                .unwrap_or("t")
+                .rsplit("::")
+                .next()
+                .unwrap_or("t")
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take(100)
+                .collect::<String>()
+        );
+        let store = DynamoStore::new(store::local_client(&endpoint), &name);
+        store.create_table(schema).await.expect("create table");
+        TestTable {
+            store: Arc::new(store),
+            name,
+            endpoint,
+        }
+    }
+
+    /// Put items given in DynamoDB JSON (`{"PK": {"S": ...}, ...}`).
+    pub async fn put_json(&self, items: &[Value]) {
+        for v in items {
+            let item = ddb(v.clone());
+            self.store
+                .client()
+                .put_item()
+                .table_name(&self.name)
+                .set_item(Some(item))
+                .send()
+                .await
+                .expect("put");
+        }
+    }
+
+    /// The whole table, sorted by PK then SK.
+    pub async fn snapshot(&self) -> Vec<Item> {
+        let mut items = self
+            .store
+            .scan_all(&ScanSpec {
+                consistent: true,
+                ..Default::default()
+            })
+            .await
+            .expect("scan");
+        items.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
+        items
+    }
+
+    /// `(PK, SK)` of every item, sorted.
+    pub async fn keys(&self) -> Vec<(String, String)> {
+        self.snapshot().await.iter().map(key_of).collect()
+    }
+}
+
+impl Drop for TestTable {
+    fn drop(&mut self) {
+        // Drop may run inside a runtime; delete from a thread of its own,
+        // with a client of its own: the test's client pools connections of
+        // the test's runtime, and using them from this one stalls ~20 s.
+        let store = DynamoStore::new(store::local_client(&self.endpoint), &self.name);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _ = rt.block_on(store.delete_table());
+        })
+        .join();
+    }
+}
+
+/// DynamoDB JSON to an item.
+pub fn ddb(v: Value) -> Item {
+    let item: serde_dynamo::Item = serde_json::from_value(v).expect("DynamoDB JSON item");
+    item.into()
+}
+
+pub fn key_of(item: &Item) -> (String, String) {
+    let s = |n: &str| match item.get(n) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        _ => String::new(),
+    };
+    (s(PK), s(SK))
+}
+
+/// Reads the table's stream and runs it through the worker, the way
+/// Lambda's event source mapping would (batches of up to 100 records,
+/// retrying from the first failed sequence number), until the table is
+/// quiet: the worker's own writes produce records too, and cascades follow
+/// them.
+pub struct Drain {
+    tail: nishiki_worker::stream_reader::StreamTail,
+    pub batches: Vec<nishiki_worker::stream::engine::BatchReport>,
+}
+
+impl Drain {
+    /// Start following the table's stream from its beginning.
+    pub async fn new(table: &TestTable) -> Self {
+        let arn = table
+            .store
+            .stream_arn()
+            .await
+            .expect("describe table")
+            .expect("the test table has a stream");
+        let client = nishiki_worker::stream_reader::local_client(&table.endpoint);
+        Drain {
+            tail: nishiki_worker::stream_reader::StreamTail::new(
+                client,
+                arn,
+                nishiki_worker::stream_reader::StartAt::TrimHorizon,
+            ),
+            batches: Vec::new(),
+        }
+    }
+
+    /// Skip everything written so far (e.g. a table seeded before the
+    /// stream's consumer existed).
+    pub async fn skip_existing(&mut self) {
+        self.tail.poll().await.expect("read stream");
+    }
+
+    /// The records written since the last call, without handling them.
+    pub async fn read(&mut self) -> Vec<nishiki_worker::stream::decode::StreamChange> {
+        self.tail
+            .poll()
+            .await
+            .expect("read stream")
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect()
+    }
+
+    /// Handle every new record until no new record appears; returns how
+    /// many records were handled.
+    pub async fn run(&mut self, app: &nishiki_worker::app::App) -> usize {
+        let mut total = 0;
+        for _round in 0..50 {
+            let changes = self.read().await;
+            if changes.is_empty() {
+                return total;
+            }
+            total += changes.len();
+            for chunk in changes.chunks(100) {
+                self.run_batch(app, chunk).await;
+            }
+        }
+        panic!("the stream did not settle after 50 rounds: the worker keeps writing");
+    }
+
+    /// Run one batch like Lambda: on failure retry from the first failed
+    /// sequence number (up to 5 attempts).
+    pub async fn run_batch(
+        &mut self,
+        app: &nishiki_worker::app::App,
+        chunk: &[nishiki_worker::stream::decode::StreamChange],
+    ) {
+        let mut pending: Vec<_> = chunk.to_vec();
+        for _attempt in 0..5 {
+            let event = nishiki_worker::stream::decode::encode_event(&pending, None);
+            let report = app.handle_stream(&event, None).await.expect("stream event");
+            let failed = report.batch_item_failures.first().cloned();
+            self.batches.push(report);
+            match failed {
+                None => return,
+                Some(seq) => {
+                    let failed: nishiki_worker::stream::decode::SequenceNumber = seq
+                        .parse()
+                        .expect("Lambda item identifiers are sequence numbers");
+                    pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+                }
+            }
+        }
+        panic!("a batch kept failing after 5 attempts");
+    }
+}
