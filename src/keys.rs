@@ -678,16 +678,18 @@ mod tests {
 
     proptest! {
         #[test]
-        fn query_prefixes_match_the_keys_they_select(date in date(), g in id(), c in id(), f in id()) {
-            let reminder = ItemKey::ExpiryReminder { date, container: ContainerId(c), food: FoodId(f) };
+        fn query_prefixes_match_the_keys_they_select(
+            date in date(), g in id(), c in id(), f in id()
+        ) {
+            let (group, container, food) = (GroupId(g), ContainerId(c), FoodId(f));
+            let reminder = ItemKey::ExpiryReminder { date, container, food };
             prop_assert_eq!(ItemKey::reminder_partition(date), reminder.encode().0);
-            let flag = ItemKey::ExpiringFood { group: GroupId(g), container: ContainerId(c), food: FoodId(f) };
-            let (pk, prefix) = ItemKey::expiring_food_prefix(GroupId(g), ContainerId(c));
-            let (fpk, fsk) = flag.encode();
+            let (pk, prefix) = ItemKey::expiring_food_prefix(group, container);
+            let (fpk, fsk) = ItemKey::ExpiringFood { group, container, food }.encode();
             prop_assert_eq!(pk, fpk);
             prop_assert!(fsk.starts_with(&prefix));
-            let other = ItemKey::ContainerLink { group: GroupId(g), container: ContainerId(c) }.encode().1;
-            prop_assert!(!other.starts_with(&prefix));
+            let link = ItemKey::ContainerLink { group, container }.encode().1;
+            prop_assert!(!link.starts_with(&prefix));
         }
     }
 

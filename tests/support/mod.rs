@@ -81,7 +81,7 @@ impl TestTable {
             })
             .await
             .expect("scan");
-        items.sort_by(|a, b| key_of(a).cmp(&key_of(b)));
+        items.sort_by_key(key_of);
         items
     }
 
