@@ -1,0 +1,586 @@
+//! The scheduled audit (`Job::Audit`): the I/O around [`super::rules`] and
+//! the report (see the module docs of [`super`] for the whole job).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use super::rules::*;
+use super::{Io, cascade_group_io};
+use crate::config::Config;
+use crate::datetime;
+use crate::error::HandlerError;
+use crate::items::{Item, attr};
+use crate::jobs::JobDeps;
+use crate::keys::{GroupId, ItemKey, ItemKind, Job, PK, SK, Violation};
+use crate::schedule::{JobReport, JobRun, ScheduledJob};
+use crate::store::{Expr, ScanSpec, Store, StoreError, WriteOutcome};
+
+/// Repaired keys listed in the report (the counts are always complete).
+const MAX_LISTED_REPAIRS: usize = 200;
+
+/// Counts for one violation kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KindCounts {
+    /// Seen by this tick's scan.
+    pub found: u64,
+    /// Suspect records created by this tick.
+    pub new_suspects: u64,
+    /// Confirmed by a consistent re-check after grace, and repaired.
+    pub repaired: u64,
+    /// Recorded earlier, grace not over yet (or not re-checked: no time left).
+    pub still_suspect: u64,
+    /// Re-check found no violation any more; the record was cleared.
+    pub healed: u64,
+    /// Confirmed but report-only (policy or a human decision).
+    pub reported: u64,
+    /// The subject changed between the re-check and the delete: kept.
+    pub conflicts: u64,
+}
+
+/// What one audit tick did (the job's `details`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuditReport {
+    pub violations: BTreeMap<String, KindCounts>,
+    pub items_scanned: u64,
+    pub pages: u64,
+    /// Consumed read capacity of scans and queries (GetItem calls are counted
+    /// in `get_requests`: the store returns no capacity for them).
+    pub read_capacity: f64,
+    pub get_requests: u64,
+    pub query_requests: u64,
+    /// Every write request (single or inside a batch).
+    pub write_requests: u64,
+    /// Of which repairs (deletes of drifted items).
+    pub repair_writes: u64,
+    /// Of which suspect records and the checkpoint.
+    pub bookkeeping_writes: u64,
+    pub unreadable_keys: u64,
+    pub index_attribute_mismatches: u64,
+    pub unusable_suspect_records: u64,
+    /// Suspects deferred because the tick ran out of time.
+    pub deferred_suspects: u64,
+    /// Whether this tick read the whole table by itself.
+    pub whole_table: bool,
+    /// Whether the scan pass finished in this tick.
+    pub pass_complete: bool,
+    pub pass_started_at: String,
+    pub pass_ticks: u64,
+    /// Everything this tick had to do was done (else the next tick continues).
+    pub complete: bool,
+    /// Repaired subjects as `PK / SK` (ids only), at most 200.
+    pub repaired_keys: Vec<String>,
+    pub elapsed_ms: u64,
+}
+
+impl AuditReport {
+    fn kind(&mut self, v: Violation) -> &mut KindCounts {
+        self.violations.entry(v.as_str().to_owned()).or_default()
+    }
+
+    fn totals(&self) -> KindCounts {
+        self.violations
+            .values()
+            .fold(KindCounts::default(), |a, c| KindCounts {
+                found: a.found + c.found,
+                new_suspects: a.new_suspects + c.new_suspects,
+                repaired: a.repaired + c.repaired,
+                still_suspect: a.still_suspect + c.still_suspect,
+                healed: a.healed + c.healed,
+                reported: a.reported + c.reported,
+                conflicts: a.conflicts + c.conflicts,
+            })
+    }
+
+    /// One line for logs and the CLI.
+    pub fn summary(&self) -> String {
+        let t = self.totals();
+        format!(
+            "audit: scanned {} items in {} pages ({:.1} RCU, {} gets); found {}, new suspects {}, \
+             repaired {}, healed {}, still suspect {}, reported {}, conflicts {}; {} writes \
+             ({} repairs); pass {} ({} ticks){}",
+            self.items_scanned,
+            self.pages,
+            self.read_capacity,
+            self.get_requests,
+            t.found,
+            t.new_suspects,
+            t.repaired,
+            t.healed,
+            t.still_suspect,
+            t.reported,
+            t.conflicts,
+            self.write_requests,
+            self.repair_writes,
+            if self.pass_complete {
+                "complete"
+            } else {
+                "continues next tick"
+            },
+            self.pass_ticks,
+            if self.complete {
+                ""
+            } else {
+                "; stopped early (deadline)"
+            }
+        )
+    }
+}
+
+/// Knobs for tests and benchmarks (production uses the defaults).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AuditOptions {
+    /// Scan page size (`Limit`); default: DynamoDB's 1 MB pages.
+    pub page_limit: Option<i32>,
+    /// Stop the scan after this many pages in one tick, as if the deadline
+    /// had come (exercises resumption deterministically).
+    pub max_pages_per_tick: Option<u64>,
+}
+
+/// The scheduled audit (`Job::Audit`).
+pub struct AuditJob {
+    store: Arc<dyn Store>,
+    config: Config,
+    options: AuditOptions,
+}
+
+struct SegmentRead {
+    items: Vec<Item>,
+    pages: u64,
+    read_milli: u64,
+    position: Position,
+}
+
+impl AuditJob {
+    pub fn new(deps: &JobDeps) -> Self {
+        AuditJob {
+            store: deps.store.clone(),
+            config: deps.config.clone(),
+            options: AuditOptions::default(),
+        }
+    }
+
+    pub fn with_options(mut self, options: AuditOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Run one tick and return its report.
+    pub async fn audit(&self, run: &JobRun) -> Result<AuditReport, HandlerError> {
+        let started = Instant::now();
+        let io = Io::new(self.store.as_ref());
+        let mut report = AuditReport {
+            complete: true,
+            ..Default::default()
+        };
+        for v in Violation::ALL {
+            report.kind(v);
+        }
+        let result = self.tick(&io, run, &mut report, started).await;
+        report.get_requests = io.gets.load(Ordering::Relaxed);
+        report.query_requests += io.queries.load(Ordering::Relaxed);
+        report.read_capacity += io.query_milli.load(Ordering::Relaxed) as f64 / 1000.0;
+        report.write_requests = io.writes();
+        report.bookkeeping_writes = report.write_requests - report.repair_writes;
+        report.elapsed_ms = started.elapsed().as_millis() as u64;
+        result.map_err(HandlerError::Store)?;
+        Ok(report)
+    }
+
+    async fn tick(
+        &self,
+        io: &Io<'_>,
+        run: &JobRun,
+        report: &mut AuditReport,
+        started: Instant,
+    ) -> Result<(), StoreError> {
+        let now = run.now;
+        let segments = self.config.audit_segments.max(1);
+        let stored = io.get(&Checkpoint::key()).await?;
+        let had_checkpoint = stored.is_some();
+        let mut checkpoint = stored
+            .as_ref()
+            .and_then(Checkpoint::from_item)
+            .filter(|c| c.positions.len() == segments as usize)
+            .unwrap_or_else(|| Checkpoint::new(now, segments));
+
+        // 1. Due suspects.
+        let suspects = self.load_suspects(io, report).await?;
+        let mut resolved: BTreeSet<ItemKey> = BTreeSet::new();
+        for s in suspects.values() {
+            if !s.is_due(now, &self.config) {
+                report.kind(s.violation).still_suspect += 1;
+                continue;
+            }
+            if !run.has_time() {
+                report.deferred_suspects += 1;
+                report.kind(s.violation).still_suspect += 1;
+                report.complete = false;
+                continue;
+            }
+            self.settle(io, s, report).await?;
+            resolved.insert(s.key());
+        }
+
+        // 2. Scan (part of) the table.
+        report.pass_started_at = datetime::format(checkpoint.pass_started);
+        if !run.has_time() {
+            report.complete = false;
+            report.pass_ticks = checkpoint.ticks;
+            return Ok(());
+        }
+        let fresh = checkpoint.is_fresh();
+        let scan_until = run.deadline.map(|d| {
+            let left = d.saturating_duration_since(started);
+            d.checked_sub(left / 4).unwrap_or(d)
+        });
+        let reads = self.scan(run, &checkpoint, scan_until).await?;
+        let mut graph = Graph::default();
+        let mut positions = Vec::with_capacity(reads.len());
+        for r in reads {
+            report.pages += r.pages;
+            report.read_capacity += r.read_milli as f64 / 1000.0;
+            for item in &r.items {
+                graph.add_item(item);
+            }
+            positions.push(r.position);
+        }
+        report.items_scanned = graph.items;
+        report.unreadable_keys = graph.unreadable_keys;
+        report.index_attribute_mismatches = graph.index_attribute_mismatches;
+        let pass_complete = positions.iter().all(|p| *p == Position::Done);
+        let whole_table = fresh && pass_complete;
+        report.whole_table = whole_table;
+
+        // 3. Judge what was read.
+        let lookups = if whole_table {
+            Lookups::default()
+        } else {
+            match self.look_up(io, run, &lookups_needed(&graph)).await? {
+                Some(l) => l,
+                None => {
+                    self.out_of_time(report, &checkpoint);
+                    return Ok(());
+                }
+            }
+        };
+        let found = find_violations(&Facts {
+            graph: &graph,
+            whole_table,
+            lookups: &lookups,
+        });
+        for f in &found {
+            report.kind(f.violation).found += 1;
+            let key = f.suspect_key();
+            // Already recorded, or settled a moment ago (an eventually
+            // consistent scan may still see what was just deleted).
+            if suspects.contains_key(&key) || resolved.contains(&key) {
+                continue;
+            }
+            if !run.has_time() {
+                self.out_of_time(report, &checkpoint);
+                return Ok(());
+            }
+            let item = Suspect::new(f, now).to_item();
+            if io.put(item, Some(Expr::not_exists(PK))).await? == WriteOutcome::Applied {
+                report.kind(f.violation).new_suspects += 1;
+            }
+        }
+
+        // 4. Save where the pass is.
+        checkpoint.ticks += 1;
+        checkpoint.positions = positions;
+        report.pass_complete = pass_complete;
+        report.pass_ticks = checkpoint.ticks;
+        if pass_complete {
+            if had_checkpoint {
+                io.delete(&Checkpoint::key(), None).await?;
+            }
+        } else {
+            report.complete = false;
+            io.put(checkpoint.to_item(), None).await?;
+        }
+        Ok(())
+    }
+
+    /// Stopped while judging: the checkpoint stays where it was, so the
+    /// part read by this tick is read again by the next one.
+    fn out_of_time(&self, report: &mut AuditReport, checkpoint: &Checkpoint) {
+        report.complete = false;
+        report.pass_complete = false;
+        report.pass_ticks = checkpoint.ticks;
+    }
+
+    async fn load_suspects(
+        &self,
+        io: &Io<'_>,
+        report: &mut AuditReport,
+    ) -> Result<BTreeMap<ItemKey, Suspect>, StoreError> {
+        let any = suspect_key(Violation::EmptyGroup, &ItemKey::Group(GroupId::default()));
+        let mut out = BTreeMap::new();
+        for (key, item) in io.partition(&any).await? {
+            match Suspect::from_item(&item) {
+                Ok(s) => {
+                    out.insert(key, s);
+                }
+                Err(why) => {
+                    report.unusable_suspect_records += 1;
+                    tracing::warn!(reason = %why, "unusable audit suspect record deleted");
+                    io.delete(&key, None).await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Re-check a due suspect with consistent reads; repair, clear or report.
+    async fn settle(
+        &self,
+        io: &Io<'_>,
+        s: &Suspect,
+        report: &mut AuditReport,
+    ) -> Result<(), StoreError> {
+        let observed = observe(io, s).await?;
+        let v = s.violation;
+        if !still_violates(v, &observed) {
+            io.delete(&s.key(), None).await?;
+            report.kind(v).healed += 1;
+            return Ok(());
+        }
+        let before = io.writes();
+        let repaired = match plan_repair(v, &observed, self.config.empty_group_policy) {
+            Repair::ReportOnly => {
+                report.kind(v).reported += 1;
+                return Ok(());
+            }
+            Repair::DeleteSubject => {
+                io.delete(&s.subject, None).await?;
+                true
+            }
+            Repair::DeleteSubjectIf(cond) => {
+                io.delete(&s.subject, Some(cond)).await? == WriteOutcome::Applied
+            }
+            Repair::DeleteGroup(cond) => {
+                let ItemKey::Group(g) = s.subject else {
+                    unreachable!("EmptyGroup suspects are about groups (checked on load)")
+                };
+                // Members again, immediately before the conditional delete.
+                if io.live_members(g, 1).await? > 0 {
+                    false
+                } else if io.delete(&s.subject, Some(cond)).await? == WriteOutcome::Applied {
+                    cascade_group_io(io, g).await?;
+                    true
+                } else {
+                    false
+                }
+            }
+            Repair::DeleteItems(keys) => {
+                io.delete_all(&keys).await?;
+                true
+            }
+        };
+        report.repair_writes += io.writes() - before;
+        io.delete(&s.key(), None).await?;
+        if repaired {
+            report.kind(v).repaired += 1;
+            if report.repaired_keys.len() < MAX_LISTED_REPAIRS {
+                let (pk, sk) = s.subject.encode();
+                report.repaired_keys.push(format!("{v}: {pk} / {sk}"));
+            }
+        } else {
+            // Changed since the re-check: the next scan judges it afresh.
+            report.kind(v).conflicts += 1;
+        }
+        Ok(())
+    }
+
+    /// Scan every unfinished segment in parallel until done, out of time or
+    /// out of page budget.
+    async fn scan(
+        &self,
+        run: &JobRun,
+        checkpoint: &Checkpoint,
+        scan_until: Option<Instant>,
+    ) -> Result<Vec<SegmentRead>, StoreError> {
+        let total = checkpoint.positions.len() as i32;
+        let pages_left = AtomicU64::new(self.options.max_pages_per_tick.unwrap_or(u64::MAX));
+        let projection = Expr::new("#pk, #sk, #gid, #cid")
+            .name("#pk", PK)
+            .name("#sk", SK)
+            .name("#gid", attr::GROUP_ID)
+            .name("#cid", attr::CONTAINER_ID);
+        let may_read = || {
+            run.has_time()
+                && scan_until.is_none_or(|t| Instant::now() < t)
+                && pages_left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+        };
+        let segment = |index: usize, start: Position| {
+            let spec = ScanSpec {
+                projection: Some(projection.clone()),
+                segment: (total > 1).then_some((index as i32, total)),
+                limit: self.options.page_limit,
+                ..Default::default()
+            };
+            let may_read = &may_read;
+            async move {
+                let mut read = SegmentRead {
+                    items: Vec::new(),
+                    pages: 0,
+                    read_milli: 0,
+                    position: start,
+                };
+                loop {
+                    let from = match &read.position {
+                        Position::Done => break,
+                        Position::Start => None,
+                        Position::At(k) => Some(k.clone()),
+                    };
+                    if !may_read() {
+                        break;
+                    }
+                    let page = self.store.scan_page(&spec, from).await?;
+                    read.pages += 1;
+                    read.read_milli += (page.consumed_capacity * 1000.0).round() as u64;
+                    read.items.extend(page.items);
+                    read.position = match page.last_evaluated_key {
+                        Some(k) => Position::At(k),
+                        None => Position::Done,
+                    };
+                }
+                Ok::<_, StoreError>(read)
+            }
+        };
+        let futures = checkpoint
+            .positions
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(i, p)| segment(i, p));
+        futures::future::join_all(futures)
+            .await
+            .into_iter()
+            .collect()
+    }
+
+    /// Resolve a partial pass's references; `None` when out of time.
+    async fn look_up(
+        &self,
+        io: &Io<'_>,
+        run: &JobRun,
+        needed: &Needed,
+    ) -> Result<Option<Lookups>, StoreError> {
+        let mut l = Lookups::default();
+        for key in &needed.gets {
+            if !run.has_time() {
+                return Ok(None);
+            }
+            // Eventually consistent is enough to decide what to suspect.
+            io.gets.fetch_add(1, Ordering::Relaxed);
+            if self.store.get(&key.to_attributes(), false).await?.is_some() {
+                l.present.insert(key.clone());
+            } else {
+                l.absent.insert(key.clone());
+            }
+        }
+        for &g in &needed.members_of {
+            if !run.has_time() {
+                return Ok(None);
+            }
+            l.members.insert(g, io.memberships_of(g).await?);
+        }
+        for &c in &needed.links_of {
+            if !run.has_time() {
+                return Ok(None);
+            }
+            l.linked_by.insert(c, io.links_to(c).await?);
+        }
+        Ok(Some(l))
+    }
+}
+
+/// Read, consistently, what decides whether a suspect still holds.
+async fn observe(io: &Io<'_>, s: &Suspect) -> Result<Observed, StoreError> {
+    let mut o = Observed {
+        subject: io.get(&s.subject).await?,
+        ..Default::default()
+    };
+    if o.subject.is_none() && s.violation != Violation::OrphanWorkerItem {
+        return Ok(o);
+    }
+    if let Some(parent) = missing_parent(s.violation, &s.subject) {
+        o.parent_present = io.exists(&parent).await?;
+    }
+    match (s.violation, &s.subject) {
+        (Violation::OrphanContainer, ItemKey::Container(c)) => {
+            o.live_links = io.live_links(*c, None).await?;
+        }
+        (Violation::MultiplyLinkedContainer, ItemKey::Container(c)) => {
+            o.live_links = io.live_links(*c, None).await?;
+        }
+        (Violation::EmptyGroup, ItemKey::Group(g)) => {
+            o.live_members = io.live_members(*g, 1).await?;
+        }
+        (Violation::OrphanWorkerItem, owner) if o.subject.is_none() => {
+            let mut left: BTreeSet<ItemKey> = BTreeSet::new();
+            if let ItemKey::Group(_) = owner {
+                // Every flag still in the dead group's partition.
+                for (k, _) in io.partition(owner).await? {
+                    if k.kind() == ItemKind::ExpiringFood {
+                        left.insert(k);
+                    }
+                }
+            }
+            for k in &s.items {
+                if !left.contains(k) && io.exists(k).await? {
+                    left.insert(k.clone());
+                }
+            }
+            o.orphans_left = left.into_iter().collect();
+        }
+        _ => {}
+    }
+    Ok(o)
+}
+
+#[async_trait]
+impl ScheduledJob for AuditJob {
+    fn job(&self) -> Job {
+        Job::Audit
+    }
+
+    async fn run(&self, run: &JobRun) -> Result<JobReport, HandlerError> {
+        let report = self.audit(run).await?;
+        Ok(JobReport {
+            job: Job::Audit,
+            complete: report.complete,
+            summary: report.summary(),
+            details: serde_json::to_value(&report).unwrap_or_default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_summary_has_the_totals() {
+        let mut r = AuditReport::default();
+        r.kind(Violation::EmptyGroup).found = 2;
+        r.kind(Violation::LinkWithoutGroup).repaired = 3;
+        r.items_scanned = 10;
+        r.pass_complete = true;
+        r.complete = true;
+        let s = r.summary();
+        assert!(s.contains("found 2") && s.contains("repaired 3"), "{s}");
+        assert!(!s.contains("stopped early"), "{s}");
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["violations"]["EmptyGroup"]["found"], 2);
+    }
+}

@@ -1,0 +1,516 @@
+//! Relationship consistency: stream cascades and a scheduled audit that
+//! repairs drift without deleting live data. Every rule of the job is in
+//! this directory, and summarised here:
+//!
+//! - [`rules`]: the pure decisions (graph, violations, suspects, re-check
+//!   verdicts, repairs, checkpoint), unit-tested without a database;
+//! - this file: the store access shared by both sides, the cascades and the
+//!   stream handler;
+//! - [`audit`]: the scheduled audit (I/O around the rules) and its report.
+//!
+//! # Invariants
+//! 1. every membership (`user`/`Group#g`) has a live User and a live Group;
+//! 2. every container link (`g`/`Container#c`) has a live Group and Container;
+//! 3. every Container is linked from exactly one live group;
+//! 4. every invitation link belongs to a live Group;
+//! 5. every Group has at least one live member (membership + live User);
+//! 6. worker-owned items (expiry flags `g`/`ExpiringFood#c#f`, reminders
+//!    `ExpiryReminder#d`/`c#f`) go when their group or container goes.
+//!
+//! # Stream side ([`RelationshipHandler`]): removals only
+//! - **Group REMOVE** → consistent GetItem: if the group exists again (an old
+//!   record replayed) nothing happens. Otherwise [`cascade_group`]: members
+//!   (index `UserAndGroupRelationship`), the group partition (links,
+//!   invitation, flags), and each linked container unless a *live* other
+//!   group links it too (index `GroupAndContainerRelationship` + consistent
+//!   reads). Order: containers first (they are found through the links,
+//!   which go after them, so a retry after a partial failure finds them
+//!   again), the invitation (conditional on the hash and expiry read), flags
+//!   and links, memberships. A membership the index does not show yet (a
+//!   join racing the deletion) is left to the audit.
+//! - **User REMOVE** → consistent GetItem; if absent, delete the memberships
+//!   in the user's partition. The group side follows from those removals.
+//! - **Container REMOVE** → consistent GetItem; if absent, delete the links
+//!   pointing to it (index). Its flags and reminders are removed by the
+//!   expiry job on the same record; the audit repairs any it misses.
+//! - **Membership REMOVE** → if the membership is still gone, the group still
+//!   exists and the index shows no other membership, record an `EmptyGroup`
+//!   suspect (first seen now) for the audit. Never deletes a group.
+//! - INSERT/MODIFY are never acted on: the service writes parents and
+//!   children with separate unordered calls, so a missing parent may simply
+//!   not be written yet. Bulk deletes go through BatchWriteItem. Replaying a
+//!   record gives the same table (everything is keyed, the suspect note is a
+//!   conditional put that keeps the first-seen time).
+//!
+//! # Audit ([`AuditJob`], tick `audit`, daily)
+//! A tick does, in order, while `JobRun::has_time()`:
+//! 1. **Due suspects.** Every suspect record (`AuditSuspect`/
+//!    `<Violation>#<subject PK>#<subject SK>`, attribute `FirstSeen`) older
+//!    than its grace ([`grace`]: `AUDIT_GRACE_SECS`, `EMPTY_GROUP_GRACE_SECS`
+//!    for empty groups) is re-checked with strongly consistent reads
+//!    ([`still_violates`]). Healed → the record is deleted. Still violating →
+//!    repaired ([`plan_repair`]) and the record deleted, except report-only
+//!    cases (a container linked from two live groups; empty groups under
+//!    `EMPTY_GROUP_POLICY=report`), which stay recorded and are reported.
+//!    Suspects within grace are left alone (`still_suspect`).
+//! 2. **Scan.** A parallel scan (`AUDIT_SEGMENTS`) projecting only `PK`, `SK`,
+//!    `GroupId`, `ContainerId` (relationships are in the keys; the index
+//!    attributes are checked against them) builds the graph ([`Graph`]), and
+//!    [`find_violations`] lists every violation. Each violation without a
+//!    suspect record gets one (`attribute_not_exists` put, so first-seen is
+//!    never reset). A violation is never repaired in the tick that found it.
+//!
+//! **Resumable scan.** The position of each segment (its LastEvaluatedKey, or
+//! "done") is saved in `WorkerCheckpoint`/`audit` when a tick stops early; the
+//! next tick continues the same pass. The scan stops at the deadline margin
+//! or when 3/4 of the tick's time is spent, keeping time to evaluate what it
+//! read. Correctness across ticks: a tick evaluates exactly the items *it*
+//! read. When one tick read the whole table, absence from the graph is
+//! absence. When a pass spans ticks, references to items outside this
+//! tick's part are resolved by targeted lookups ([`lookups_needed`]):
+//! GetItem for parents, an index query for the members of a group or the
+//! links of a container; what stays unknown is never a violation. Since
+//! nothing is repaired without a later consistent re-check, a stale or
+//! partial view can at worst create a suspect that heals. If a tick runs
+//! out of time while evaluating, its checkpoint is not advanced (the part
+//! is read again next tick; recording suspects is idempotent).
+//!
+//! **Repairs** never trust the scan: each re-reads consistently right before
+//! writing. Containers are deleted only when no live group links them (the
+//! re-check follows every index entry to the link item and its group). An
+//! invitation is deleted only if its hash and expiry are still the ones read.
+//! An empty group is deleted with a condition on the group item as read,
+//! right after re-querying its members, then [`cascade_group`] runs. Index
+//! queries are eventually consistent (DynamoDB offers nothing else): a member
+//! written within the index lag before the final re-check of a group empty
+//! for the whole grace period is the one residual race.
+//!
+//! Orphan worker items are recorded under their missing owner
+//! (`OrphanWorkerItem#<owner PK>#<owner SK>`) with the orphan keys listed in
+//! the attribute `Items`, because reminders live in date partitions that
+//! cannot be found again from the container.
+//!
+//! **Report** ([`AuditReport`], the job's `details`): per violation kind
+//! found / new suspects / repaired / still suspect / healed / reported /
+//! conflicts; items scanned, pages, consumed read capacity of scans and
+//! queries, GetItem count, write requests (repairs vs bookkeeping), and
+//! whether the tick and the pass completed. Under `--dry-run`
+//! (`DryRunStore`) the same report says what would be repaired.
+
+pub mod audit;
+pub mod rules;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+pub use audit::{AuditJob, AuditOptions, AuditReport, KindCounts};
+pub use rules::*;
+
+use super::JobDeps;
+use crate::error::HandlerError;
+use crate::items::{Item, attr};
+use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, PK, UserId, Violation};
+use crate::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
+use crate::store::{Expr, QuerySpec, Store, StoreError, WriteOp, WriteOutcome};
+use crate::worker::{Change, ChangeHandler, HandlerOutcome};
+
+/// What a cascade deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct CascadeReport {
+    pub memberships: usize,
+    pub links: usize,
+    pub containers: usize,
+    /// Containers kept because another live group links them.
+    pub containers_kept: usize,
+    pub invitations: usize,
+    /// Invitations kept because they changed since they were read.
+    pub invitations_kept: usize,
+    pub flags: usize,
+    pub writes: usize,
+}
+
+impl CascadeReport {
+    fn describe(&self) -> String {
+        format!(
+            "deleted {} memberships, {} links, {} containers ({} kept: linked by a live group), \
+             {} invitations ({} kept: changed), {} flags",
+            self.memberships,
+            self.links,
+            self.containers,
+            self.containers_kept,
+            self.invitations,
+            self.invitations_kept,
+            self.flags
+        )
+    }
+}
+
+/// The store, with the reads and writes of one handler call or tick counted.
+struct Io<'a> {
+    store: &'a dyn Store,
+    gets: AtomicU64,
+    queries: AtomicU64,
+    /// Milli-RCU of queries.
+    query_milli: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl<'a> Io<'a> {
+    fn new(store: &'a dyn Store) -> Self {
+        Io {
+            store,
+            gets: AtomicU64::new(0),
+            queries: AtomicU64::new(0),
+            query_milli: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        }
+    }
+
+    fn writes(&self) -> u64 {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    async fn get(&self, key: &ItemKey) -> Result<Option<Item>, StoreError> {
+        self.gets.fetch_add(1, Ordering::Relaxed);
+        self.store.get(&key.to_attributes(), true).await
+    }
+
+    async fn exists(&self, key: &ItemKey) -> Result<bool, StoreError> {
+        Ok(self.get(key).await?.is_some())
+    }
+
+    /// Every key a query returns (following pages), undecodable keys skipped.
+    async fn query_keys(&self, spec: &QuerySpec) -> Result<Vec<(ItemKey, Item)>, StoreError> {
+        let mut out = Vec::new();
+        let mut start = None;
+        loop {
+            self.queries.fetch_add(1, Ordering::Relaxed);
+            let page = self.store.query_page(spec, start).await?;
+            self.query_milli.fetch_add(
+                (page.consumed_capacity * 1000.0).round() as u64,
+                Ordering::Relaxed,
+            );
+            for item in page.items {
+                if let Ok(k) = ItemKey::from_attributes(&item) {
+                    out.push((k, item));
+                }
+            }
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Memberships of a group, from the index.
+    async fn memberships_of(&self, group: GroupId) -> Result<Vec<UserId>, StoreError> {
+        let spec =
+            QuerySpec::partition(attr::GROUP_ID, &group.to_string()).on_index(USER_AND_GROUP_INDEX);
+        Ok(self
+            .query_keys(&spec)
+            .await?
+            .into_iter()
+            .filter_map(|(k, _)| match k {
+                ItemKey::Membership { user, group: g } if g == group => Some(user),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Groups linking a container, from the index.
+    async fn links_to(&self, container: ContainerId) -> Result<Vec<GroupId>, StoreError> {
+        let spec = QuerySpec::partition(attr::CONTAINER_ID, &container.to_string())
+            .on_index(GROUP_AND_CONTAINER_INDEX);
+        Ok(self
+            .query_keys(&spec)
+            .await?
+            .into_iter()
+            .filter_map(|(k, _)| match k {
+                ItemKey::ContainerLink {
+                    group,
+                    container: c,
+                } if c == container => Some(group),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Every item of one partition, read consistently.
+    async fn partition(&self, pk_of: &ItemKey) -> Result<Vec<(ItemKey, Item)>, StoreError> {
+        let (pk, _) = pk_of.encode();
+        let mut spec = QuerySpec::partition(PK, &pk);
+        spec.consistent = true;
+        self.query_keys(&spec).await
+    }
+
+    /// Links to `container` whose link item and group are live (consistent
+    /// reads behind the index), ignoring `except`.
+    async fn live_links(
+        &self,
+        container: ContainerId,
+        except: Option<GroupId>,
+    ) -> Result<usize, StoreError> {
+        let mut live = 0;
+        for group in self.links_to(container).await? {
+            if Some(group) == except {
+                continue;
+            }
+            let link = ItemKey::ContainerLink { group, container };
+            if self.exists(&link).await? && self.exists(&ItemKey::Group(group)).await? {
+                live += 1;
+            }
+        }
+        Ok(live)
+    }
+
+    /// Members of `group` whose membership and user are live (stops at `enough`).
+    async fn live_members(&self, group: GroupId, enough: usize) -> Result<usize, StoreError> {
+        let mut live = 0;
+        for user in self.memberships_of(group).await? {
+            let m = ItemKey::Membership { user, group };
+            if self.exists(&m).await? && self.exists(&ItemKey::User(user)).await? {
+                live += 1;
+                if live >= enough {
+                    break;
+                }
+            }
+        }
+        Ok(live)
+    }
+
+    async fn delete(
+        &self,
+        key: &ItemKey,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.store.delete(&key.to_attributes(), condition).await
+    }
+
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.store.put(item, condition).await
+    }
+
+    /// Unconditional bulk deletes (BatchWriteItem).
+    async fn delete_all(&self, keys: &[ItemKey]) -> Result<usize, StoreError> {
+        if keys.is_empty() {
+            return Ok(0);
+        }
+        let ops = keys
+            .iter()
+            .map(|k| WriteOp::Delete(k.to_attributes()))
+            .collect();
+        let report = self.store.batch_write(ops).await?;
+        self.writes
+            .fetch_add(report.items as u64, Ordering::Relaxed);
+        Ok(report.items)
+    }
+}
+
+/// Delete everything hanging off a group that is gone (the caller has
+/// checked, with a consistent read or a conditional delete, that it is).
+pub async fn cascade_group(store: &dyn Store, group: GroupId) -> Result<CascadeReport, StoreError> {
+    cascade_group_io(&Io::new(store), group).await
+}
+
+async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, StoreError> {
+    let writes_before = io.writes();
+    let mut r = CascadeReport::default();
+    let members: Vec<ItemKey> = io
+        .memberships_of(group)
+        .await?
+        .into_iter()
+        .map(|user| ItemKey::Membership { user, group })
+        .collect();
+    let mut links = Vec::new();
+    let mut flags = Vec::new();
+    let mut invitation = None;
+    for (key, item) in io.partition(&ItemKey::Group(group)).await? {
+        match key {
+            ItemKey::ContainerLink { .. } => links.push(key),
+            ItemKey::ExpiringFood { .. } => flags.push(key),
+            ItemKey::InvitationLink(_) => invitation = Some(item),
+            _ => {}
+        }
+    }
+    let mut containers = Vec::new();
+    for link in &links {
+        if let ItemKey::ContainerLink { container, .. } = link {
+            if io.live_links(*container, Some(group)).await? > 0 {
+                r.containers_kept += 1;
+            } else {
+                containers.push(ItemKey::Container(*container));
+            }
+        }
+    }
+    r.containers = io.delete_all(&containers).await?;
+    if let Some(item) = invitation {
+        let condition = unchanged(
+            Some(&item),
+            &[attr::INVITATION_LINK_HASH, attr::LINK_EXPIRY_DATETIME],
+        );
+        match io
+            .delete(&ItemKey::InvitationLink(group), Some(condition))
+            .await?
+        {
+            WriteOutcome::Applied => r.invitations += 1,
+            WriteOutcome::ConditionFailed => r.invitations_kept += 1,
+        }
+    }
+    r.flags = flags.len();
+    r.links = links.len();
+    flags.extend(links);
+    io.delete_all(&flags).await?;
+    r.memberships = io.delete_all(&members).await?;
+    r.writes = (io.writes() - writes_before) as usize;
+    Ok(r)
+}
+
+/// The stream handler: cascades on removals of groups, users, containers,
+/// and notes groups a membership removal may have emptied.
+pub struct RelationshipHandler {
+    store: Arc<dyn Store>,
+}
+
+impl RelationshipHandler {
+    pub fn new(deps: &JobDeps) -> Self {
+        RelationshipHandler {
+            store: deps.store.clone(),
+        }
+    }
+
+    async fn group_removed(&self, io: &Io<'_>, g: GroupId) -> Result<HandlerOutcome, StoreError> {
+        if io.exists(&ItemKey::Group(g)).await? {
+            return Ok(HandlerOutcome::Nothing(
+                "group exists (an old REMOVE replayed): nothing to cascade".into(),
+            ));
+        }
+        let r = cascade_group_io(io, g).await?;
+        Ok(outcome(r.writes, r.describe()))
+    }
+
+    async fn user_removed(&self, io: &Io<'_>, u: UserId) -> Result<HandlerOutcome, StoreError> {
+        if io.exists(&ItemKey::User(u)).await? {
+            return Ok(HandlerOutcome::Nothing(
+                "user exists (an old REMOVE replayed): nothing to cascade".into(),
+            ));
+        }
+        let memberships: Vec<ItemKey> = io
+            .partition(&ItemKey::User(u))
+            .await?
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.kind() == ItemKind::Membership)
+            .collect();
+        let n = io.delete_all(&memberships).await?;
+        Ok(outcome(
+            n,
+            format!("deleted {n} memberships of the removed user"),
+        ))
+    }
+
+    async fn container_removed(
+        &self,
+        io: &Io<'_>,
+        c: ContainerId,
+    ) -> Result<HandlerOutcome, StoreError> {
+        if io.exists(&ItemKey::Container(c)).await? {
+            return Ok(HandlerOutcome::Nothing(
+                "container exists (an old REMOVE replayed): nothing to cascade".into(),
+            ));
+        }
+        let links: Vec<ItemKey> = io
+            .links_to(c)
+            .await?
+            .into_iter()
+            .map(|group| ItemKey::ContainerLink {
+                group,
+                container: c,
+            })
+            .collect();
+        let n = io.delete_all(&links).await?;
+        Ok(outcome(
+            n,
+            format!("deleted {n} links to the removed container"),
+        ))
+    }
+
+    async fn membership_removed(
+        &self,
+        io: &Io<'_>,
+        user: UserId,
+        group: GroupId,
+        now: DateTime<Utc>,
+    ) -> Result<HandlerOutcome, StoreError> {
+        if io.exists(&ItemKey::Membership { user, group }).await? {
+            return Ok(HandlerOutcome::Nothing("membership exists again".into()));
+        }
+        if !io.exists(&ItemKey::Group(group)).await? {
+            return Ok(HandlerOutcome::Nothing(
+                "group gone: its own removal cascades".into(),
+            ));
+        }
+        if !io.memberships_of(group).await?.is_empty() {
+            return Ok(HandlerOutcome::Nothing("group still has members".into()));
+        }
+        let found = Found::new(Violation::EmptyGroup, ItemKey::Group(group));
+        let note = Suspect::new(&found, now).to_item();
+        Ok(match io.put(note, Some(Expr::not_exists(PK))).await? {
+            WriteOutcome::Applied => outcome(1, "group may be empty: noted for the audit".into()),
+            WriteOutcome::ConditionFailed => {
+                HandlerOutcome::Nothing("group already noted for the audit".into())
+            }
+        })
+    }
+}
+
+fn outcome(writes: usize, detail: String) -> HandlerOutcome {
+    if writes == 0 {
+        HandlerOutcome::Nothing(detail)
+    } else {
+        HandlerOutcome::Wrote { writes, detail }
+    }
+}
+
+#[async_trait]
+impl ChangeHandler for RelationshipHandler {
+    fn name(&self) -> &'static str {
+        "relationships"
+    }
+
+    fn wants(&self, kind: ItemKind) -> bool {
+        matches!(
+            kind,
+            ItemKind::Group | ItemKind::User | ItemKind::Container | ItemKind::Membership
+        )
+    }
+
+    async fn handle(
+        &self,
+        change: &Change,
+        now: DateTime<Utc>,
+    ) -> Result<HandlerOutcome, HandlerError> {
+        if !change.is_removal() {
+            return Ok(HandlerOutcome::Nothing(
+                "inserts and modifies are left to the audit (a parent may not be written yet)"
+                    .into(),
+            ));
+        }
+        let io = Io::new(self.store.as_ref());
+        let r = match change.key {
+            ItemKey::Group(g) => self.group_removed(&io, g).await,
+            ItemKey::User(u) => self.user_removed(&io, u).await,
+            ItemKey::Container(c) => self.container_removed(&io, c).await,
+            ItemKey::Membership { user, group } => {
+                self.membership_removed(&io, user, group, now).await
+            }
+            _ => Ok(HandlerOutcome::Nothing("not a relationship item".into())),
+        };
+        r.map_err(HandlerError::Store)
+    }
+}
