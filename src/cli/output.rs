@@ -1,0 +1,166 @@
+//! Rendering shared by the subcommands: planned writes of a dry run, table
+//! diffs, progress bars and spinners (drawn only when stderr is a
+//! terminal).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::target::KEYS;
+use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
+use crate::replay::diff::TableDiff;
+use crate::store::DynamoStore;
+use crate::store::layers::PlannedWrite;
+
+/// `PUT PK/SK {attrs} [if cond]`, `DELETE PK/SK [if cond]`,
+/// `UPDATE PK/SK <expr> [if cond]`.
+pub fn planned_line(w: &PlannedWrite) -> String {
+    let cond = |c: &Option<String>| c.as_ref().map(|c| format!(" if {c}")).unwrap_or_default();
+    match w {
+        PlannedWrite::Put { item, condition } => format!(
+            "PUT {} {}{}",
+            key_text(item, KEYS),
+            readable_attributes(item, KEYS),
+            cond(condition)
+        ),
+        PlannedWrite::Delete { key, condition } => {
+            format!("DELETE {}{}", key_text(key, KEYS), cond(condition))
+        }
+        PlannedWrite::Update {
+            key,
+            update,
+            condition,
+        } => format!("UPDATE {} {update}{}", key_text(key, KEYS), cond(condition)),
+    }
+}
+
+/// The same as JSON: `{"op", "key", "item"|"update", "condition"}`.
+pub fn planned_json(w: &PlannedWrite) -> Value {
+    match w {
+        PlannedWrite::Put { item, condition } => json!({
+            "op": "PUT", "key": key_text(item, KEYS), "item": item_to_json(item), "condition": condition,
+        }),
+        PlannedWrite::Delete { key, condition } => json!({
+            "op": "DELETE", "key": key_text(key, KEYS), "condition": condition,
+        }),
+        PlannedWrite::Update {
+            key,
+            update,
+            condition,
+        } => json!({
+            "op": "UPDATE", "key": key_text(key, KEYS), "update": update, "condition": condition,
+        }),
+    }
+}
+
+/// The diff's lines, indented, or `(no changes)`.
+pub fn diff_block(diff: &TableDiff, indent: &str) -> Vec<String> {
+    if diff.is_empty() {
+        return vec![format!("{indent}(no changes)")];
+    }
+    diff.lines(KEYS)
+        .into_iter()
+        .map(|l| format!("{indent}{l}"))
+        .collect()
+}
+
+/// A progress bar over `len` items.
+pub fn bar(len: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(len);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> "),
+    );
+    pb.set_message(what.to_owned());
+    pb
+}
+
+/// A spinner counting items.
+pub fn counter(what: &str) -> ProgressBar {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {msg}: {pos} items ({per_sec})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    pb.set_message(what.to_owned());
+    pb.enable_steady_tick(Duration::from_millis(120));
+    pb
+}
+
+/// A spinner that shows the requests and read capacity a running job
+/// has used so far (the job's own scans report nothing else while they
+/// run). Stop it with `finish_and_clear`.
+pub fn job_spinner(
+    job: &str,
+    store: Arc<DynamoStore>,
+) -> (ProgressBar, tokio::task::JoinHandle<()>) {
+    let pb = ProgressBar::new_spinner();
+    pb.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+    );
+    pb.enable_steady_tick(Duration::from_millis(120));
+    let start = store.metrics().snapshot();
+    let job = job.to_owned();
+    let p = pb.clone();
+    let task = tokio::spawn(async move {
+        loop {
+            let m = store.metrics().snapshot().since(&start);
+            p.set_message(format!(
+                "{job}: {} scan pages, {} queries, {} reads, {} writes, {:.1} RCU, {:.1} WCU",
+                m.scan,
+                m.query,
+                m.get_item,
+                m.write_requests(),
+                m.read_capacity,
+                m.write_capacity
+            ));
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    });
+    (pb, task)
+}
+
+/// Print a JSON value on stdout, pretty.
+pub fn print_json(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+
+    #[test]
+    fn planned_writes_read_well() {
+        let key: crate::store::Key = [
+            ("PK".to_owned(), AttributeValue::S("u".into())),
+            ("SK".to_owned(), AttributeValue::S("Group#g".into())),
+        ]
+        .into();
+        let d = PlannedWrite::Delete {
+            key: key.clone(),
+            condition: Some("attribute_exists(#cond_k)".into()),
+        };
+        assert_eq!(
+            planned_line(&d),
+            "DELETE u/Group#g if attribute_exists(#cond_k)"
+        );
+        let mut item = key.clone();
+        item.insert("Status".into(), AttributeValue::S("x".into()));
+        let p = PlannedWrite::Put {
+            item,
+            condition: None,
+        };
+        assert_eq!(planned_line(&p), r#"PUT u/Group#g {Status: "x"}"#);
+        assert_eq!(planned_json(&p)["op"], "PUT");
+    }
+}

@@ -1,0 +1,435 @@
+//! `nishiki-worker replay EVENT_FILE...`: run each file, in order, as one
+//! invocation of the handler code the Lambda functions run (stream events
+//! to the stream handler, schedule ticks to the scheduler; recognised from
+//! the content), and show each record's outcome, the `batchItemFailures`
+//! Lambda would get, and what changed in the table.
+//!
+//! Every input (event files, snapshot) is read and checked before the
+//! table is touched. With `--apply-writes`, the writes a stream file's
+//! records describe are performed first (as the service did), then the
+//! file is handled, the way Lambda sees a batch after its writes happened;
+//! the service's writes and the worker's are shown apart.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use clap::Args;
+use serde_json::{Value, json};
+
+use super::events::{EventFile, EventKind, load_event_file};
+use super::output::{diff_block, planned_json, planned_line, print_json};
+use super::target::{KEYS, TableOpts, Target};
+use super::{CliError, EXIT_FAILURES, parse_now};
+use crate::app::App;
+use crate::config::{Clock, Config, ManualClock, SystemClock};
+use crate::replay::apply::{self, NotApplied};
+use crate::replay::diff::{TableDiff, diff_tables};
+use crate::replay::report::{RecordLine, record_lines};
+use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use crate::schedule::JobReport;
+use crate::store::Store;
+use crate::store::layers::{DryRunStore, PlannedWrite};
+use crate::stream::decode::decode_event;
+use crate::stream::engine::BatchReport;
+
+const EXAMPLES: &str = "\
+Examples:
+  nishiki-worker replay --snapshot events/tables/household.json --now 2024-03-25T09:00:00Z \\
+      --apply-writes events/stream/group-deleted.json
+  nishiki-worker replay --json --dry-run --snapshot t.json captured.json
+  nishiki-worker replay --endpoint-url http://127.0.0.1:8000 --table my-table events/schedule/audit.scheduler.json";
+
+/// Options of `replay`.
+#[derive(Debug, Clone, Args)]
+#[command(after_long_help = EXAMPLES)]
+pub struct ReplayArgs {
+    /// Event files, run in the order given: DynamoDB Streams events (as
+    /// Lambda delivers them) and schedule ticks (EventBridge Scheduler input
+    /// or rule event), recognised from their content.
+    #[arg(value_name = "EVENT_FILE", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Load the table from this snapshot first (a JSON array of items in
+    /// DynamoDB JSON, the same as a Scan's Items).
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Before a stream file is handled, perform the writes its records
+    /// describe, in order (NewImage put for INSERT/MODIFY, delete of Keys for
+    /// REMOVE), as the service did.
+    #[arg(long)]
+    pub apply_writes: bool,
+    /// The time every handler and job sees (RFC 3339). Default: real time.
+    #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
+    pub now: Option<DateTime<Utc>>,
+    /// Write the table after the replay to this file, sorted by PK then SK.
+    #[arg(long, value_name = "FILE")]
+    pub write_snapshot: Option<PathBuf>,
+    /// Compute and print what the handlers would write; write nothing.
+    #[arg(long, conflicts_with = "apply_writes")]
+    pub dry_run: bool,
+    /// Print the report as JSON (for scripts).
+    #[arg(long)]
+    pub json: bool,
+    /// Set a worker configuration variable, as in the Lambda environment
+    /// (repeatable; overrides the process environment), e.g.
+    /// --env INVITATION_TTL=on --env EXPIRY_TIME_ZONE=Asia/Tokyo.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub env: Vec<String>,
+    #[command(flatten)]
+    pub table: TableOpts,
+}
+
+/// What `--apply-writes` did before a stream file was handled.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedWrites {
+    pub applied: usize,
+    pub not_applied: Vec<NotApplied>,
+    /// The table before and after the service's writes.
+    pub diff: TableDiff,
+}
+
+/// What one event file did.
+#[derive(Debug, Clone)]
+pub struct FileReport {
+    pub file: String,
+    pub kind: EventKind,
+    pub applied: Option<AppliedWrites>,
+    /// Stream files: the batch engine's report and one line per record.
+    pub batch: Option<BatchReport>,
+    pub records: Vec<RecordLine>,
+    /// Schedule files: the job's report.
+    pub job: Option<JobReport>,
+    /// The invocation failed (e.g. the job is not available, or a store
+    /// failure in a job).
+    pub error: Option<String>,
+    /// `--dry-run`: the writes the handlers would have made.
+    pub planned: Vec<PlannedWrite>,
+    /// What the worker changed in the table.
+    pub diff: TableDiff,
+}
+
+impl FileReport {
+    /// Whether something failed: the invocation, a record (Lambda would
+    /// retry it), or the whole batch.
+    pub fn failed(&self) -> bool {
+        self.error.is_some()
+            || self.batch.as_ref().is_some_and(|b| {
+                !b.batch_item_failures.is_empty() || b.retry_whole_batch || b.failed > 0
+            })
+    }
+
+    /// Readable lines.
+    pub fn text(&self, dry_run: bool) -> Vec<String> {
+        let mut out = vec![format!("▶ {} — {}", self.file, self.kind.describe())];
+        if let Some(a) = &self.applied {
+            out.push(format!(
+                "  service writes applied (--apply-writes): {}{}",
+                a.applied,
+                if a.not_applied.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} records not applicable", a.not_applied.len())
+                }
+            ));
+            for n in &a.not_applied {
+                out.push(format!("    #{} not applied: {}", n.index, n.reason));
+            }
+            out.extend(diff_block(&a.diff, "    "));
+        }
+        if let Some(b) = &self.batch {
+            if self.records.is_empty() {
+                out.push("  (no records)".to_owned());
+            }
+            for r in &self.records {
+                out.push(format!("  {}", r.line()));
+            }
+            out.push(format!(
+                "  batchItemFailures: [{}]{}",
+                b.batch_item_failures
+                    .iter()
+                    .map(|s| format!("{{\"itemIdentifier\": \"{s}\"}}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if b.retry_whole_batch {
+                    " — the invocation fails: Lambda retries the whole batch"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if let Some(j) = &self.job {
+            out.push(format!(
+                "  {}: {}{}",
+                j.job,
+                j.summary,
+                if j.complete {
+                    ""
+                } else {
+                    " (stopped early; the next tick continues)"
+                }
+            ));
+            out.push(format!("  details: {}", j.details));
+        }
+        if let Some(e) = &self.error {
+            out.push(format!("  FAILED: {e}"));
+        }
+        if dry_run {
+            out.push(format!(
+                "  planned writes (dry run, nothing written): {}",
+                self.planned.len()
+            ));
+            out.extend(
+                self.planned
+                    .iter()
+                    .map(|w| format!("    {}", planned_line(w))),
+            );
+        } else {
+            out.push(format!(
+                "  table changes by the worker: {}",
+                self.diff.summary()
+            ));
+            out.extend(diff_block(&self.diff, "    "));
+        }
+        out
+    }
+
+    /// The same as JSON.
+    pub fn to_json(&self) -> Value {
+        let (job, source) = match &self.kind {
+            EventKind::Schedule { job, source } => (Some(job.clone()), Some(*source)),
+            EventKind::Stream { .. } => (None, None),
+        };
+        json!({
+            "file": self.file,
+            "kind": self.kind.name(),
+            "tick": job.map(|j| json!({"job": j, "source": source})),
+            "applied": self.applied.as_ref().map(|a| json!({
+                "writes": a.applied,
+                "notApplied": a.not_applied.iter().map(|n| json!({"index": n.index, "reason": n.reason})).collect::<Vec<_>>(),
+                "diff": a.diff.to_json(KEYS),
+            })),
+            "records": self.records,
+            "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
+            "retryWholeBatch": self.batch.as_ref().map(|b| b.retry_whole_batch),
+            "job": self.job,
+            "error": self.error,
+            "plannedWrites": self.planned.iter().map(planned_json).collect::<Vec<_>>(),
+            "diff": self.diff.to_json(KEYS),
+        })
+    }
+}
+
+/// What a replay did.
+#[derive(Debug, Clone)]
+pub struct ReplayReport {
+    pub files: Vec<FileReport>,
+    /// `--write-snapshot`: the file and how many items it holds.
+    pub snapshot_written: Option<(String, usize)>,
+}
+
+impl ReplayReport {
+    pub fn failed(&self) -> bool {
+        self.files.iter().any(FileReport::failed)
+    }
+}
+
+/// The worker's configuration for a command: the Lambda variables of
+/// [`Config`] from `--env NAME=VALUE`, else the process environment, with
+/// the table given; notifications off (a local run never publishes).
+pub fn worker_config(table: &str, env: &[String]) -> Result<Config, CliError> {
+    let mut overrides = std::collections::HashMap::new();
+    for pair in env {
+        let (name, value) = pair.split_once('=').ok_or_else(|| {
+            CliError::Usage(format!(
+                "--env {pair:?}: expected NAME=VALUE, e.g. INVITATION_TTL=on"
+            ))
+        })?;
+        overrides.insert(name.trim().to_owned(), value.to_owned());
+    }
+    let mut c = Config::from_lookup(|name| {
+        if name == "TABLE_NAME" {
+            Some(table.to_owned())
+        } else if let Some(v) = overrides.get(name) {
+            Some(v.clone())
+        } else {
+            std::env::var(name).ok()
+        }
+    })
+    .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
+    c.notify_event_bus = None;
+    Ok(c)
+}
+
+/// The worker over the target's table: a fixed clock with `now`, writes
+/// recorded instead of sent with `dry_run`.
+pub fn worker(
+    target: &Target,
+    now: Option<DateTime<Utc>>,
+    dry_run: bool,
+    env: &[String],
+) -> Result<(App, Option<Arc<DryRunStore>>), CliError> {
+    let clock: Arc<dyn Clock> = match now {
+        Some(t) => Arc::new(ManualClock::new(t)),
+        None => Arc::new(SystemClock),
+    };
+    let base: Arc<dyn Store> = target.store.clone();
+    let dry = dry_run.then(|| Arc::new(DryRunStore::new(base.clone())));
+    let store: Arc<dyn Store> = match &dry {
+        Some(d) => d.clone(),
+        None => base,
+    };
+    Ok((
+        App::new(store, worker_config(&target.table, env)?, clock),
+        dry,
+    ))
+}
+
+/// Load a snapshot file into the target's table (batched writes).
+pub async fn load_snapshot(target: &Target, path: &std::path::Path) -> Result<usize, CliError> {
+    let items = read_snapshot(path, KEYS)?;
+    let n = items.len();
+    let pb = super::output::bar(n as u64, "loading snapshot");
+    load_items(target.store.clone(), items, 4, Some(&pb)).await?;
+    pb.finish_and_clear();
+    Ok(n)
+}
+
+/// Run the replay on an open table (the command without its printing).
+pub async fn replay(target: &Target, args: &ReplayArgs) -> Result<ReplayReport, CliError> {
+    let events: Vec<EventFile> = args
+        .files
+        .iter()
+        .map(|p| load_event_file(p))
+        .collect::<Result<_, _>>()?;
+    let snapshot = args
+        .snapshot
+        .as_ref()
+        .map(|p| read_snapshot(p, KEYS))
+        .transpose()?;
+    let (app, dry) = worker(target, args.now, args.dry_run, &args.env)?;
+    if let Some(items) = snapshot {
+        let pb = super::output::bar(items.len() as u64, "loading snapshot");
+        load_items(target.store.clone(), items, 4, Some(&pb)).await?;
+        pb.finish_and_clear();
+    }
+    let mut files = Vec::with_capacity(events.len());
+    for ev in &events {
+        files.push(replay_file(target, &app, dry.as_deref(), ev, args.apply_writes).await?);
+    }
+    let snapshot_written = match &args.write_snapshot {
+        Some(path) => {
+            let items = scan_table(target.store.as_ref(), KEYS, None).await?;
+            write_snapshot(path, &items, KEYS)?;
+            Some((path.display().to_string(), items.len()))
+        }
+        None => None,
+    };
+    Ok(ReplayReport {
+        files,
+        snapshot_written,
+    })
+}
+
+async fn replay_file(
+    target: &Target,
+    app: &App,
+    dry: Option<&DryRunStore>,
+    ev: &EventFile,
+    apply_writes: bool,
+) -> Result<FileReport, CliError> {
+    let store = target.store.as_ref();
+    let mut before = scan_table(store, KEYS, None).await?;
+    let mut report = FileReport {
+        file: ev.path.clone(),
+        kind: ev.kind.clone(),
+        applied: None,
+        batch: None,
+        records: Vec::new(),
+        job: None,
+        error: None,
+        planned: Vec::new(),
+        diff: TableDiff::default(),
+    };
+    match &ev.kind {
+        EventKind::Stream { .. } => {
+            let decoded =
+                decode_event(&ev.value).map_err(|e| CliError::input(&ev.path, e.to_string()))?;
+            if apply_writes {
+                let plan = apply::plan(&decoded);
+                let applied = apply::apply(store, &plan).await?;
+                let after = scan_table(store, KEYS, None).await?;
+                report.applied = Some(AppliedWrites {
+                    applied,
+                    not_applied: plan.not_applied,
+                    diff: diff_tables(&before, &after, KEYS),
+                });
+                before = after;
+            }
+            match app.handle_stream(&ev.value, None).await {
+                Ok(batch) => {
+                    report.records = record_lines(&batch, &decoded, KEYS);
+                    report.batch = Some(batch);
+                }
+                Err(e) => report.error = Some(e.to_string()),
+            }
+        }
+        EventKind::Schedule { .. } => match app.handle_schedule(&ev.value, None).await {
+            Ok(job) => report.job = Some(job),
+            Err(e) => report.error = Some(e.to_string()),
+        },
+    }
+    if let Some(d) = dry {
+        report.planned = d.take_planned();
+    }
+    let after = scan_table(store, KEYS, None).await?;
+    report.diff = diff_tables(&before, &after, KEYS);
+    Ok(report)
+}
+
+/// `nishiki-worker replay`.
+pub async fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
+    // Check the input before starting anything.
+    worker_config(&args.table.table, &args.env)?;
+    for p in &args.files {
+        load_event_file(p)?;
+    }
+    if let Some(p) = &args.snapshot {
+        read_snapshot(p, KEYS)?;
+    }
+    let target = Target::open(&args.table).await?;
+    let report = replay(&target, &args).await?;
+    if args.json {
+        print_json(&json!({
+            "table": target.table,
+            "endpoint": if target.is_embedded() { Value::Null } else { Value::from(target.endpoint.clone()) },
+            "now": args.now.map(super::rfc3339),
+            "dryRun": args.dry_run,
+            "files": report.files.iter().map(FileReport::to_json).collect::<Vec<_>>(),
+            "snapshotWritten": report.snapshot_written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
+            "failed": report.failed(),
+        }));
+    } else {
+        println!(
+            "replaying {} file(s) on {}{}",
+            report.files.len(),
+            target.describe(),
+            args.now
+                .map(|t| format!(", now = {}", super::rfc3339(t)))
+                .unwrap_or_default()
+        );
+        for f in &report.files {
+            for line in f.text(args.dry_run) {
+                println!("{line}");
+            }
+        }
+        if let Some((file, n)) = &report.snapshot_written {
+            println!("snapshot written: {file} ({n} items)");
+        }
+    }
+    Ok(if report.failed() {
+        ExitCode::from(EXIT_FAILURES)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

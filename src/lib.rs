@@ -1,0 +1,26 @@
+//! nishiki-worker: the stream-and-schedule worker of the Nishiki table.
+//!
+//! Layout (pure core first, side effects at the edges):
+//! - [`keys`]: the shared key encoding (every `PK`/`SK` string lives there),
+//!   [`schema`]: the table definition next to it;
+//! - [`datetime`], [`items`]: typed items, lenient reading, canonical writing;
+//! - [`local`]: the DynamoDB Local harness used by tests and the CLI.
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod datetime;
+pub mod error;
+pub mod items;
+pub mod jobs;
+pub mod keys;
+pub mod local;
+pub mod notify;
+pub mod replay;
+pub mod schedule;
+pub mod schema;
+pub mod store;
+pub mod stream;
+pub mod stream_reader;
+pub mod telemetry;
+pub mod worker;

@@ -1,0 +1,941 @@
+//! The local event-source loop: reads a table's stream the way Lambda's
+//! event source mapping does and invokes a function with Lambda-shaped
+//! events, plus cron-driven schedule ticks. Generic: the function is an
+//! [`EventFunction`] (the worker's [`App`] is one), the records come from a
+//! [`RecordSource`] (a [`StreamTail`] in production use).
+//!
+//! Event source mapping rules reproduced here:
+//!
+//! - batches hold up to `batch_size` records of **one shard, in order**; a
+//!   shard's records wait for the batching window unless a full batch is
+//!   there; shards are served in the order they were first seen, and a
+//!   shard with records still pending blocks the shards after it (so a
+//!   child shard never overtakes its parent);
+//! - a function response with `batchItemFailures` checkpoints before the
+//!   failed record: the next attempt starts **at that sequence number**;
+//! - a function error (or a response asking for a whole-batch retry)
+//!   retries the whole batch; with `bisect_on_error` the batch is split in
+//!   two and the first half is retried;
+//! - after `max_retries` failed retries of the same first record, the
+//!   failing records are discarded (logged), as Lambda does once its
+//!   `MaximumRetryAttempts` is exhausted.
+//!
+//! [`decide`] is the pure decision after each invocation; every attempt
+//! leaves a [`BatchLog`].
+
+use std::collections::VecDeque;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::app::App;
+use crate::store::StoreError;
+use crate::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use crate::stream::engine::BatchReport;
+use crate::stream_reader::StreamTail;
+
+/// The function the loop invokes, as Lambda would.
+#[async_trait]
+pub trait EventFunction: Send + Sync {
+    /// Invoke with a DynamoDB Streams event; `Err` is a failed invocation.
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String>;
+    /// Invoke with a schedule event; returns the function's report as JSON.
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String>;
+}
+
+#[async_trait]
+impl EventFunction for App {
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
+        self.handle_stream(event, None)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String> {
+        let report = self
+            .handle_schedule(event, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::to_value(report).map_err(|e| e.to_string())
+    }
+}
+
+/// Where stream records come from: `(shard id, change)` pairs, each shard in
+/// order, every record once.
+#[async_trait]
+pub trait RecordSource: Send {
+    async fn next_records(&mut self) -> Result<Vec<(String, StreamChange)>, StoreError>;
+}
+
+#[async_trait]
+impl RecordSource for StreamTail {
+    async fn next_records(&mut self) -> Result<Vec<(String, StreamChange)>, StoreError> {
+        self.poll().await
+    }
+}
+
+/// The event source mapping settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MappingConfig {
+    /// Most records per invocation (Lambda: `BatchSize`, default 100).
+    pub batch_size: usize,
+    /// How long to gather records before invoking with less than a full
+    /// batch (Lambda: `MaximumBatchingWindowInSeconds`, default 0).
+    pub batching_window: Duration,
+    /// Failed retries of the same first record before its records are
+    /// discarded (Lambda: `MaximumRetryAttempts`; unbounded there by
+    /// default, bounded here).
+    pub max_retries: u32,
+    /// Split a batch in two on a function error (Lambda:
+    /// `BisectBatchOnFunctionError`).
+    pub bisect_on_error: bool,
+}
+
+impl Default for MappingConfig {
+    fn default() -> Self {
+        MappingConfig {
+            batch_size: 100,
+            batching_window: Duration::ZERO,
+            max_retries: 5,
+            bisect_on_error: false,
+        }
+    }
+}
+
+/// What the function answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+pub enum Invocation {
+    /// Every record done.
+    Succeeded,
+    /// `batchItemFailures`: the lowest failed sequence number.
+    PartialFailure { failed_sequence: String },
+    /// The response asked for the whole batch again (a record without a
+    /// sequence number failed).
+    WholeBatchRetry,
+    /// The invocation failed.
+    FunctionError { error: String },
+}
+
+/// What the loop does after an invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// Checkpoint after the batch: move on.
+    Checkpoint,
+    /// Checkpoint before `from_sequence` and invoke again from there with
+    /// at most `records` records.
+    Retry {
+        from_sequence: Option<String>,
+        records: usize,
+    },
+    /// Give up on `records` records starting at `from_sequence`.
+    Discard {
+        from_sequence: Option<String>,
+        records: usize,
+    },
+}
+
+/// The decision after one invocation of `batch_len` records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Records at the head of the batch that are done (checkpointed).
+    pub done: usize,
+    /// Records after those that are dropped (discarded).
+    pub discarded: usize,
+    pub action: Action,
+    /// Failed attempts of the (new) first pending record.
+    pub retries: u32,
+    /// Most records in the next invocation of this shard.
+    pub next_limit: usize,
+}
+
+/// Decide what follows an invocation. `retries` is the number of failed
+/// attempts of the batch's first record so far. Pure.
+pub fn decide(
+    batch: &[StreamChange],
+    result: &Invocation,
+    retries: u32,
+    config: &MappingConfig,
+) -> Decision {
+    let seq_at = |i: usize| {
+        batch
+            .get(i)
+            .and_then(|c| c.sequence_number.as_ref())
+            .map(|s| s.to_string())
+    };
+    let full = config.batch_size.max(1);
+    let (done, retry_len) = match result {
+        Invocation::Succeeded => {
+            return Decision {
+                done: batch.len(),
+                discarded: 0,
+                action: Action::Checkpoint,
+                retries: 0,
+                next_limit: full,
+            };
+        }
+        Invocation::PartialFailure { failed_sequence } => {
+            let failed: Option<SequenceNumber> = failed_sequence.parse().ok();
+            let pos = batch.iter().position(|c| {
+                c.sequence_number.is_some() && c.sequence_number.as_ref() == failed.as_ref()
+            });
+            match pos {
+                // Lambda retries from the checkpoint; with bisect, only the
+                // rest of the batch.
+                Some(p) => (
+                    p,
+                    if config.bisect_on_error {
+                        batch.len() - p
+                    } else {
+                        full
+                    },
+                ),
+                // An identifier that is not in the batch: a complete failure.
+                None => (0, whole_batch_retry_len(batch.len(), config)),
+            }
+        }
+        Invocation::WholeBatchRetry | Invocation::FunctionError { .. } => {
+            (0, whole_batch_retry_len(batch.len(), config))
+        }
+    };
+    let retries = if done > 0 { 1 } else { retries + 1 };
+    if retries > config.max_retries {
+        return Decision {
+            done,
+            discarded: batch.len() - done,
+            action: Action::Discard {
+                from_sequence: seq_at(done),
+                records: batch.len() - done,
+            },
+            retries: 0,
+            next_limit: full,
+        };
+    }
+    Decision {
+        done,
+        discarded: 0,
+        action: Action::Retry {
+            from_sequence: seq_at(done),
+            records: retry_len.min(full).max(1),
+        },
+        retries,
+        next_limit: retry_len.min(full).max(1),
+    }
+}
+
+fn whole_batch_retry_len(len: usize, config: &MappingConfig) -> usize {
+    if config.bisect_on_error && len > 1 {
+        len.div_ceil(2)
+    } else {
+        len
+    }
+}
+
+/// One invocation of the function with a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BatchLog {
+    pub shard: String,
+    /// 1 for the first attempt of the batch's first record, 2 for its
+    /// first retry, ...
+    pub attempt: u32,
+    pub records: usize,
+    pub first_sequence: Option<String>,
+    pub last_sequence: Option<String>,
+    pub handled: usize,
+    pub skipped: usize,
+    pub rejected: usize,
+    pub malformed: usize,
+    #[serde(flatten)]
+    pub invocation: Invocation,
+    #[serde(flatten)]
+    pub action: Action,
+}
+
+impl BatchLog {
+    /// One readable line for the loop's log.
+    pub fn line(&self) -> String {
+        let range = match (&self.first_sequence, &self.last_sequence) {
+            (Some(a), Some(b)) if a == b => format!("seq {a}"),
+            (Some(a), Some(b)) => format!("seq {a}..{b}"),
+            _ => "no sequence numbers".to_owned(),
+        };
+        let result = match &self.invocation {
+            Invocation::Succeeded => format!(
+                "ok ({} handled, {} skipped, {} rejected, {} malformed)",
+                self.handled, self.skipped, self.rejected, self.malformed
+            ),
+            Invocation::PartialFailure { failed_sequence } => format!(
+                "batchItemFailures [{failed_sequence}] ({} handled before it)",
+                self.handled
+            ),
+            Invocation::WholeBatchRetry => "whole batch must be retried".to_owned(),
+            Invocation::FunctionError { error } => format!("function error: {error}"),
+        };
+        let action = match &self.action {
+            Action::Checkpoint => String::new(),
+            Action::Retry {
+                from_sequence,
+                records,
+            } => format!(
+                "; retrying from seq {} (up to {records} records)",
+                from_sequence.as_deref().unwrap_or("?")
+            ),
+            Action::Discard {
+                from_sequence,
+                records,
+            } => format!(
+                "; DISCARDED {records} records from seq {} after {} attempts",
+                from_sequence.as_deref().unwrap_or("?"),
+                self.attempt
+            ),
+        };
+        format!(
+            "batch shard={} attempt={} records={} {range}: {result}{action}",
+            self.shard, self.attempt, self.records
+        )
+    }
+}
+
+/// What one poll did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PollReport {
+    /// New records read from the source.
+    pub read: usize,
+    /// Invocations made.
+    pub batches: Vec<BatchLog>,
+}
+
+struct ShardQueue {
+    shard: String,
+    /// Records not checkpointed yet, with the time each arrived.
+    pending: VecDeque<(Instant, StreamChange)>,
+    retries: u32,
+    limit: usize,
+}
+
+/// The event source mapping over a [`RecordSource`].
+pub struct EventSourceLoop<S: RecordSource> {
+    source: S,
+    config: MappingConfig,
+    shards: Vec<ShardQueue>,
+}
+
+impl<S: RecordSource> EventSourceLoop<S> {
+    pub fn new(source: S, config: MappingConfig) -> Self {
+        EventSourceLoop {
+            source,
+            config,
+            shards: Vec::new(),
+        }
+    }
+
+    pub fn config(&self) -> &MappingConfig {
+        &self.config
+    }
+
+    /// Records read but not checkpointed yet.
+    pub fn pending(&self) -> usize {
+        self.shards.iter().map(|s| s.pending.len()).sum()
+    }
+
+    /// Read and drop everything the source has now (start at "latest").
+    pub async fn skip_existing(&mut self) -> Result<usize, StoreError> {
+        Ok(self.source.next_records().await?.len())
+    }
+
+    /// Read new records, then invoke the function with every batch that is
+    /// ready, shard by shard. A failed batch is retried on the next poll.
+    pub async fn poll_once(
+        &mut self,
+        function: &dyn EventFunction,
+    ) -> Result<PollReport, StoreError> {
+        let new = self.source.next_records().await?;
+        let mut report = PollReport {
+            read: new.len(),
+            ..Default::default()
+        };
+        let now = Instant::now();
+        for (shard, change) in new {
+            let full = self.config.batch_size.max(1);
+            let queue = match self.shards.iter().position(|q| q.shard == shard) {
+                Some(i) => &mut self.shards[i],
+                None => {
+                    self.shards.push(ShardQueue {
+                        shard,
+                        pending: VecDeque::new(),
+                        retries: 0,
+                        limit: full,
+                    });
+                    self.shards.last_mut().expect("just pushed")
+                }
+            };
+            queue.pending.push_back((now, change));
+        }
+        for i in 0..self.shards.len() {
+            let blocked = self.run_shard(i, function, &mut report.batches).await;
+            if blocked || !self.shards[i].pending.is_empty() {
+                // Later shards wait (parents before children).
+                break;
+            }
+        }
+        self.shards.retain(|q| !q.pending.is_empty());
+        Ok(report)
+    }
+
+    /// Invoke with the ready batches of one shard; true when a batch failed
+    /// (its retry waits for the next poll).
+    async fn run_shard(
+        &mut self,
+        i: usize,
+        function: &dyn EventFunction,
+        logs: &mut Vec<BatchLog>,
+    ) -> bool {
+        let config = self.config.clone();
+        let full = config.batch_size.max(1);
+        loop {
+            let queue = &mut self.shards[i];
+            let Some((arrived, _)) = queue.pending.front() else {
+                return false;
+            };
+            let ready = queue.retries > 0
+                || queue.pending.len() >= queue.limit
+                || arrived.elapsed() >= config.batching_window;
+            if !ready {
+                return false;
+            }
+            let n = queue.limit.min(full).min(queue.pending.len());
+            let batch: Vec<StreamChange> = queue
+                .pending
+                .iter()
+                .take(n)
+                .map(|(_, c)| c.clone())
+                .collect();
+            let event = encode_event(&batch, None);
+            let (invocation, report) = match function.invoke_stream(&event).await {
+                Ok(r) if r.retry_whole_batch => (Invocation::WholeBatchRetry, Some(r)),
+                Ok(r) => match lowest(&r.batch_item_failures) {
+                    Some(seq) => (
+                        Invocation::PartialFailure {
+                            failed_sequence: seq,
+                        },
+                        Some(r),
+                    ),
+                    None => (Invocation::Succeeded, Some(r)),
+                },
+                Err(error) => (Invocation::FunctionError { error }, None),
+            };
+            let decision = decide(&batch, &invocation, queue.retries, &config);
+            let seq = |c: Option<&StreamChange>| {
+                c.and_then(|c| c.sequence_number.as_ref())
+                    .map(|s| s.to_string())
+            };
+            let log = BatchLog {
+                shard: queue.shard.clone(),
+                attempt: queue.retries + 1,
+                records: batch.len(),
+                first_sequence: seq(batch.first()),
+                last_sequence: seq(batch.last()),
+                handled: report.as_ref().map_or(0, |r| r.handled),
+                skipped: report.as_ref().map_or(0, |r| r.skipped),
+                rejected: report.as_ref().map_or(0, |r| r.rejected),
+                malformed: report.as_ref().map_or(0, |r| r.malformed),
+                invocation,
+                action: decision.action.clone(),
+            };
+            match &log.action {
+                Action::Discard { .. } => tracing::error!("{}", log.line()),
+                Action::Retry { .. } => tracing::warn!("{}", log.line()),
+                Action::Checkpoint => tracing::info!("{}", log.line()),
+            }
+            logs.push(log);
+            queue.pending.drain(..decision.done + decision.discarded);
+            queue.retries = decision.retries;
+            queue.limit = decision.next_limit;
+            if matches!(decision.action, Action::Retry { .. }) {
+                return true;
+            }
+        }
+    }
+
+    /// Poll until the stream is quiet: nothing new was read and nothing is
+    /// pending (the function's own writes produce records too, and are
+    /// followed). Gives up after `timeout`; returns every invocation.
+    pub async fn run_until_idle(
+        &mut self,
+        function: &dyn EventFunction,
+        timeout: Duration,
+    ) -> Result<Vec<BatchLog>, LoopError> {
+        let deadline = Instant::now() + timeout;
+        let mut logs = Vec::new();
+        loop {
+            let report = self.poll_once(function).await?;
+            let quiet = report.read == 0 && report.batches.is_empty();
+            logs.extend(report.batches);
+            if quiet && self.pending() == 0 {
+                return Ok(logs);
+            }
+            if Instant::now() >= deadline {
+                return Err(LoopError::NotIdle {
+                    pending: self.pending(),
+                    batches: logs.len(),
+                });
+            }
+            if quiet {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Why the loop stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(
+        "the stream did not become idle in time: {pending} records pending after {batches} batches"
+    )]
+    NotIdle { pending: usize, batches: usize },
+}
+
+/// The lowest of the reported sequence numbers (Lambda's checkpoint rule).
+fn lowest(ids: &[String]) -> Option<String> {
+    ids.iter()
+        .min_by(
+            |a, b| match (a.parse::<SequenceNumber>(), b.parse::<SequenceNumber>()) {
+                (Ok(x), Ok(y)) => x.cmp(&y),
+                _ => a.cmp(b),
+            },
+        )
+        .cloned()
+}
+
+/// When a scheduled job fires.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// A cron expression (UTC).
+    Cron(Box<croner::Cron>),
+    /// Every fixed period, from the loop's start.
+    Every(Duration),
+    /// Never (run it by hand).
+    Never,
+}
+
+/// A schedule expression that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "bad schedule {expr:?}: {reason} (use 5-field cron \"0 3 * * *\", EventBridge \"cron(0 3 * * ? *)\", \"rate(15 minutes)\" or \"never\")"
+)]
+pub struct ScheduleError {
+    pub expr: String,
+    pub reason: String,
+}
+
+impl FromStr for Schedule {
+    type Err = ScheduleError;
+
+    /// `never`/`off`; `rate(N minute(s)|hour(s)|day(s))`; EventBridge
+    /// `cron(min hour day-of-month month day-of-week year)` (days of week
+    /// 1-7 = SUN-SAT, `?` allowed); or a plain 5-field cron expression.
+    fn from_str(s: &str) -> Result<Self, ScheduleError> {
+        use croner::parser::{CronParser, Seconds, Year};
+        let expr = s.trim();
+        let err = |reason: String| ScheduleError {
+            expr: expr.to_owned(),
+            reason,
+        };
+        if matches!(expr, "never" | "off" | "none") {
+            return Ok(Schedule::Never);
+        }
+        if let Some(inner) = expr.strip_prefix("rate(").and_then(|r| r.strip_suffix(')')) {
+            let (n, unit) = inner
+                .trim()
+                .split_once(' ')
+                .ok_or_else(|| err("expected rate(N unit)".into()))?;
+            let n: u64 = n
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| err("the rate must be a positive whole number".into()))?;
+            let secs = match unit.trim() {
+                "minute" | "minutes" => 60,
+                "hour" | "hours" => 3600,
+                "day" | "days" => 86_400,
+                other => return Err(err(format!("unknown unit {other:?}"))),
+            };
+            return Ok(Schedule::Every(Duration::from_secs(n * secs)));
+        }
+        if let Some(inner) = expr.strip_prefix("cron(").and_then(|r| r.strip_suffix(')')) {
+            let fields: Vec<&str> = inner.split_whitespace().collect();
+            if fields.len() != 6 {
+                return Err(err(format!(
+                    "an EventBridge cron() has 6 fields, found {}",
+                    fields.len()
+                )));
+            }
+            let pattern = format!("0 {}", fields.join(" ").replace('?', "*"));
+            let cron = CronParser::builder()
+                .seconds(Seconds::Required)
+                .year(Year::Required)
+                .alternative_weekdays(true)
+                .build()
+                .parse(&pattern)
+                .map_err(|e| err(e.to_string()))?;
+            return Ok(Schedule::Cron(Box::new(cron)));
+        }
+        let cron = CronParser::builder()
+            .seconds(Seconds::Disallowed)
+            .year(Year::Disallowed)
+            .build()
+            .parse(expr)
+            .map_err(|e| err(e.to_string()))?;
+        Ok(Schedule::Cron(Box::new(cron)))
+    }
+}
+
+impl Schedule {
+    /// The first fire time strictly after `after` (`start` anchors rates).
+    pub fn next_after(&self, after: DateTime<Utc>, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        match self {
+            Schedule::Never => None,
+            Schedule::Cron(c) => c.find_next_occurrence(&after, false).ok(),
+            Schedule::Every(period) => {
+                let period = chrono::Duration::from_std(*period).ok()?;
+                let elapsed = after.signed_duration_since(start);
+                let periods = elapsed.num_milliseconds() / period.num_milliseconds().max(1) + 1;
+                Some(start + period * periods.max(1) as i32)
+            }
+        }
+    }
+}
+
+/// One scheduled job of the loop.
+#[derive(Debug, Clone)]
+pub struct TickEntry {
+    pub name: String,
+    /// The expression as given.
+    pub expr: String,
+    pub schedule: Schedule,
+    pub next: Option<DateTime<Utc>>,
+}
+
+/// Fires named schedules.
+#[derive(Debug, Clone)]
+pub struct Ticker {
+    start: DateTime<Utc>,
+    entries: Vec<TickEntry>,
+}
+
+impl Ticker {
+    /// `entries`: (name, expression, schedule); the first fire times are
+    /// computed from `now`.
+    pub fn new(entries: Vec<(String, String, Schedule)>, now: DateTime<Utc>) -> Self {
+        Ticker {
+            start: now,
+            entries: entries
+                .into_iter()
+                .map(|(name, expr, schedule)| TickEntry {
+                    next: schedule.next_after(now, now),
+                    name,
+                    expr,
+                    schedule,
+                })
+                .collect(),
+        }
+    }
+
+    pub fn entries(&self) -> &[TickEntry] {
+        &self.entries
+    }
+
+    /// The schedules due at `now` (name, scheduled time), each at most once
+    /// per call; their next fire times move past `now`.
+    pub fn due(&mut self, now: DateTime<Utc>) -> Vec<(String, DateTime<Utc>)> {
+        let mut out = Vec::new();
+        for e in &mut self.entries {
+            if let Some(at) = e.next.filter(|at| *at <= now) {
+                out.push((e.name.clone(), at));
+                e.next = e.schedule.next_after(now, self.start);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::decode::ChangeKind;
+    use std::sync::Mutex;
+
+    fn change(seq: u32) -> StreamChange {
+        StreamChange {
+            event_id: format!("e{seq}"),
+            kind: ChangeKind::Insert,
+            sequence_number: Some(seq.to_string().parse().unwrap()),
+            approximate_creation: None,
+            keys: [(
+                "PK".to_owned(),
+                aws_sdk_dynamodb::types::AttributeValue::S(format!("k{seq}")),
+            )]
+            .into(),
+            old_image: None,
+            new_image: None,
+            event_source_arn: None,
+            size_bytes: None,
+        }
+    }
+
+    fn batch(seqs: std::ops::Range<u32>) -> Vec<StreamChange> {
+        seqs.map(change).collect()
+    }
+
+    fn config(bisect: bool) -> MappingConfig {
+        MappingConfig {
+            batch_size: 10,
+            batching_window: Duration::ZERO,
+            max_retries: 2,
+            bisect_on_error: bisect,
+        }
+    }
+
+    #[test]
+    fn success_checkpoints_everything() {
+        let d = decide(&batch(1..5), &Invocation::Succeeded, 1, &config(false));
+        assert_eq!(
+            (d.done, d.discarded, d.retries, d.next_limit),
+            (4, 0, 0, 10)
+        );
+        assert_eq!(d.action, Action::Checkpoint);
+    }
+
+    #[test]
+    fn partial_failure_retries_from_the_failed_sequence_number() {
+        let inv = Invocation::PartialFailure {
+            failed_sequence: "3".into(),
+        };
+        let d = decide(&batch(1..6), &inv, 0, &config(false));
+        assert_eq!(d.done, 2);
+        assert_eq!(
+            d.action,
+            Action::Retry {
+                from_sequence: Some("3".into()),
+                records: 10
+            }
+        );
+        assert_eq!(d.retries, 1);
+        // With bisect, only the rest of the batch.
+        let d = decide(&batch(1..6), &inv, 0, &config(true));
+        assert_eq!(d.next_limit, 3);
+        // An identifier not in the batch fails the whole batch.
+        let bogus = Invocation::PartialFailure {
+            failed_sequence: "99".into(),
+        };
+        let d = decide(&batch(1..6), &bogus, 0, &config(false));
+        assert_eq!(d.done, 0);
+    }
+
+    #[test]
+    fn function_error_bisects_and_discards_after_max_retries() {
+        let err = Invocation::FunctionError {
+            error: "boom".into(),
+        };
+        let d = decide(&batch(1..6), &err, 0, &config(true));
+        assert_eq!((d.done, d.next_limit, d.retries), (0, 3, 1));
+        let d = decide(&batch(1..6), &err, 0, &config(false));
+        assert_eq!(d.next_limit, 5);
+        let d = decide(&batch(1..4), &err, 2, &config(false));
+        assert_eq!(
+            d.action,
+            Action::Discard {
+                from_sequence: Some("1".into()),
+                records: 3
+            }
+        );
+        assert_eq!((d.done, d.discarded, d.retries), (0, 3, 0));
+        // Progress resets the count: the failed record's first failure.
+        let inv = Invocation::PartialFailure {
+            failed_sequence: "2".into(),
+        };
+        let d = decide(&batch(1..4), &inv, 2, &config(false));
+        assert_eq!((d.done, d.retries), (1, 1));
+    }
+
+    /// An in-memory source: hands out what was pushed, once.
+    #[derive(Default)]
+    struct Queue(Vec<(String, StreamChange)>);
+
+    #[async_trait]
+    impl RecordSource for Queue {
+        async fn next_records(&mut self) -> Result<Vec<(String, StreamChange)>, StoreError> {
+            Ok(std::mem::take(&mut self.0))
+        }
+    }
+
+    /// Fails the record with `fail_seq` `times` times (partial failure),
+    /// records the first sequence number of every invocation.
+    struct Flaky {
+        fail_seq: String,
+        times: Mutex<u32>,
+        firsts: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl EventFunction for Flaky {
+        async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
+            let records = event["Records"].as_array().unwrap();
+            let seqs: Vec<String> = records
+                .iter()
+                .map(|r| r["dynamodb"]["SequenceNumber"].as_str().unwrap().to_owned())
+                .collect();
+            self.firsts.lock().unwrap().push(seqs[0].clone());
+            let mut times = self.times.lock().unwrap();
+            let mut report = BatchReport {
+                handled: seqs.len(),
+                ..Default::default()
+            };
+            if *times > 0 && seqs.contains(&self.fail_seq) {
+                *times -= 1;
+                report.batch_item_failures = vec![self.fail_seq.clone()];
+            }
+            Ok(report)
+        }
+        async fn invoke_schedule(&self, _: &Value) -> Result<Value, String> {
+            Ok(Value::Null)
+        }
+    }
+
+    #[tokio::test]
+    async fn loop_batches_per_shard_and_retries_from_the_failure() {
+        let mut source = Queue::default();
+        for s in 1..=12 {
+            source.0.push(("shard-a".into(), change(s)));
+        }
+        let f = Flaky {
+            fail_seq: "5".into(),
+            times: Mutex::new(1),
+            firsts: Mutex::new(Vec::new()),
+        };
+        let mut l = EventSourceLoop::new(source, config(false));
+        let logs = l.run_until_idle(&f, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(*f.firsts.lock().unwrap(), ["1".to_owned(), "5".to_owned()]);
+        assert_eq!(logs.len(), 2);
+        assert_eq!(
+            logs[0].action,
+            Action::Retry {
+                from_sequence: Some("5".into()),
+                records: 10
+            }
+        );
+        assert_eq!(logs[1].first_sequence.as_deref(), Some("5"));
+        assert_eq!(logs[1].attempt, 2);
+        assert_eq!(logs[1].last_sequence.as_deref(), Some("12"));
+        assert_eq!(l.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn loop_discards_after_max_retries() {
+        let mut source = Queue::default();
+        for s in 1..=3 {
+            source.0.push(("s".into(), change(s)));
+        }
+        let f = Flaky {
+            fail_seq: "2".into(),
+            times: Mutex::new(100),
+            firsts: Mutex::new(Vec::new()),
+        };
+        let mut l = EventSourceLoop::new(source, config(false));
+        let logs = l.run_until_idle(&f, Duration::from_secs(5)).await.unwrap();
+        // 1 try + 2 retries, then the records from 2 on are discarded.
+        assert_eq!(logs.len(), 3);
+        assert_eq!(
+            logs[2].action,
+            Action::Discard {
+                from_sequence: Some("2".into()),
+                records: 2
+            }
+        );
+        assert!(logs[2].line().contains("DISCARDED 2 records from seq 2"));
+    }
+
+    #[tokio::test]
+    async fn batching_window_waits_for_more_records() {
+        let mut source = Queue::default();
+        source.0.push(("s".into(), change(1)));
+        let f = Flaky {
+            fail_seq: "x".into(),
+            times: Mutex::new(0),
+            firsts: Mutex::new(Vec::new()),
+        };
+        let mut cfg = config(false);
+        cfg.batching_window = Duration::from_millis(200);
+        let mut l = EventSourceLoop::new(source, cfg);
+        let r = l.poll_once(&f).await.unwrap();
+        assert_eq!((r.read, r.batches.len(), l.pending()), (1, 0, 1));
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let r = l.poll_once(&f).await.unwrap();
+        assert_eq!(r.batches.len(), 1);
+    }
+
+    #[test]
+    fn schedules_parse_and_fire() {
+        let t0: DateTime<Utc> = "2024-03-25T02:59:30Z".parse().unwrap();
+        let daily: Schedule = "0 3 * * *".parse().unwrap();
+        assert_eq!(
+            daily.next_after(t0, t0),
+            Some("2024-03-25T03:00:00Z".parse().unwrap())
+        );
+        let eb: Schedule = "cron(5 0 ? * MON-FRI *)".parse().unwrap();
+        // 2024-03-25 is a Monday.
+        assert_eq!(
+            eb.next_after(t0, t0),
+            Some("2024-03-26T00:05:00Z".parse().unwrap())
+        );
+        let eb_num: Schedule = "cron(0 12 ? * 2 *)".parse().unwrap();
+        assert_eq!(
+            eb_num.next_after(t0, t0),
+            Some("2024-03-25T12:00:00Z".parse().unwrap()),
+            "EventBridge day 2 is Monday"
+        );
+        let rate: Schedule = "rate(15 minutes)".parse().unwrap();
+        assert_eq!(
+            rate.next_after(t0, t0),
+            Some("2024-03-25T03:14:30Z".parse().unwrap())
+        );
+        assert!(matches!("never".parse::<Schedule>(), Ok(Schedule::Never)));
+        for bad in [
+            "0 3 * *",
+            "rate(0 minutes)",
+            "rate(5 weeks)",
+            "cron(0 3 * *)",
+            "x y z a b",
+        ] {
+            let e = bad.parse::<Schedule>().unwrap_err();
+            assert!(e.to_string().contains("bad schedule"), "{e}");
+        }
+
+        let mut ticker = Ticker::new(
+            vec![
+                ("audit".into(), "0 3 * * *".into(), daily),
+                ("backfill".into(), "never".into(), Schedule::Never),
+            ],
+            t0,
+        );
+        assert!(ticker.due(t0).is_empty());
+        let fired = ticker.due("2024-03-25T03:00:01Z".parse().unwrap());
+        assert_eq!(
+            fired,
+            [("audit".to_owned(), "2024-03-25T03:00:00Z".parse().unwrap())]
+        );
+        assert_eq!(
+            ticker.entries()[0].next,
+            Some("2024-03-26T03:00:00Z".parse().unwrap())
+        );
+        assert_eq!(ticker.entries()[1].next, None);
+    }
+}

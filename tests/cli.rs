@@ -1,0 +1,514 @@
+//! The `nishiki-worker` binary, run as an operator would: help, one-line
+//! errors for bad input, the table commands, replay/run output in text and
+//! JSON, dry runs, the `dev` loop until idle, and (once) the default
+//! embedded DynamoDB Local. Tables live on the shared test DynamoDB Local
+//! (`--endpoint-url`), except in the auto-start test.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use nishiki_worker::cli::target::KEYS;
+use nishiki_worker::replay::snapshot::{load_items, read_snapshot, snapshot_text};
+use serde_json::Value;
+use support::TestTable;
+
+const NOW: &str = "2024-03-25T09:00:00Z";
+
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));
+    c.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("the binary runs")
+}
+
+fn events(rel: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("events")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("nishiki-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn write(name: &str, text: &str) -> String {
+    let p = tmp(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
+async fn household_table() -> TestTable {
+    let t = TestTable::new().await;
+    let items = read_snapshot(Path::new(&events("tables/household.json")), KEYS).unwrap();
+    load_items(t.store.clone(), items, 4, None).await.unwrap();
+    t
+}
+
+#[test]
+fn help_names_every_command_and_option() {
+    let o = run(&["--help"]);
+    assert!(o.status.success());
+    let text = stdout(&o);
+    for cmd in [
+        "replay",
+        "run",
+        "table",
+        "capture",
+        "dev",
+        "Exit status",
+        "Examples",
+    ] {
+        assert!(text.contains(cmd), "{cmd} missing from --help");
+    }
+    let text = stdout(&run(&["replay", "--help"]));
+    for opt in [
+        "--snapshot",
+        "--apply-writes",
+        "--now",
+        "--write-snapshot",
+        "--dry-run",
+        "--json",
+        "--endpoint-url",
+        "--table",
+        "--env",
+    ] {
+        assert!(text.contains(opt), "{opt} missing from replay --help");
+    }
+    let text = stdout(&run(&["dev", "--help"]));
+    for opt in [
+        "--batch-size",
+        "--batching-window",
+        "--max-retries",
+        "--bisect",
+        "--cron",
+    ] {
+        assert!(text.contains(opt), "{opt} missing from dev --help");
+    }
+}
+
+/// Bad input fails before anything starts: one line naming the file and the
+/// problem, exit status 1.
+#[test]
+fn bad_input_gets_a_one_line_error_naming_the_file() {
+    let not_json = write("not-json.json", "{\"Records\": [");
+    let not_event = write("not-event.json", r#"{"hello": "world"}"#);
+    let sqs = write(
+        "sqs.json",
+        r#"{"Records": [{"messageId": "1", "eventSource": "aws:sqs", "body": "x"}]}"#,
+    );
+    let ec2 = write(
+        "ec2.json",
+        r#"{"version": "0", "detail-type": "EC2 Instance State-change Notification", "source": "aws.ec2", "detail": {}}"#,
+    );
+    let unknown_job = write("vacuum.json", r#"{"job": "vacuum"}"#);
+    let bad_snapshot = write(
+        "bad-snapshot.json",
+        r#"[{"PK": {"S": "a"}, "SK": {"S": "User"}, "EMailAddress": "alice@example.com"}]"#,
+    );
+    let good_event = events("stream/group-deleted.json");
+    let missing = tmp("missing.json").display().to_string();
+    let cases: Vec<(Vec<&str>, &str, &str)> = vec![
+        (vec!["replay", &not_json], &not_json, "not JSON"),
+        (vec!["replay", &not_event], &not_event, "not an event"),
+        (
+            vec!["replay", &sqs],
+            &sqs,
+            "from aws:sqs, not a DynamoDB Streams event",
+        ),
+        (
+            vec!["replay", &ec2],
+            &ec2,
+            "EventBridge \"EC2 Instance State-change Notification\" event from aws.ec2",
+        ),
+        (
+            vec!["replay", &unknown_job],
+            &unknown_job,
+            "unknown job \"vacuum\"",
+        ),
+        (vec!["replay", &missing], &missing, "cannot read"),
+        (
+            vec!["replay", "--snapshot", &bad_snapshot, &good_event],
+            &bad_snapshot,
+            "item #0 (a/User): attribute EMailAddress",
+        ),
+        (
+            vec!["run", "audit", "--snapshot", &not_json],
+            &not_json,
+            "not JSON",
+        ),
+        (
+            vec![
+                "table",
+                "load",
+                "--endpoint-url",
+                "http://127.0.0.1:9",
+                &bad_snapshot,
+            ],
+            &bad_snapshot,
+            "attribute EMailAddress",
+        ),
+    ];
+    for (args, file, problem) in cases {
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(
+            err.starts_with(&format!("error: {file}: ")),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains(problem), "{args:?}: {err}");
+        assert!(!err.contains("alice@"), "no personal data: {err}");
+        assert!(
+            !err.contains("starting DynamoDB Local"),
+            "{args:?}: checked before starting"
+        );
+    }
+    // Usage errors come from clap: exit 2 and a hint.
+    let o = run(&["replay", "--now", "yesterday", &good_event]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("RFC 3339"), "{}", stderr(&o));
+    let o = run(&["run", "vacuum"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("sweep-invitations"), "{}", stderr(&o));
+}
+
+#[tokio::test]
+async fn missing_table_says_how_to_create_it() {
+    let t = TestTable::new().await;
+    let o = run(&[
+        "replay",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        "no-such-table",
+        &events("stream/group-deleted.json"),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "run `nishiki-worker table create --endpoint-url {} --table no-such-table`",
+            t.endpoint
+        )),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn table_create_load_and_snapshot_round_trip() {
+    let t = TestTable::new().await; // only for the endpoint
+    let name = format!("{}-cli", t.name);
+    let ep = t.endpoint.as_str();
+    let o = run(&["table", "create", "--endpoint-url", ep, "--table", &name]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("created table"), "{}", stdout(&o));
+    let o = run(&["table", "create", "--endpoint-url", ep, "--table", &name]);
+    assert!(o.status.success());
+    assert!(stdout(&o).contains("already exists"));
+
+    let household = events("tables/household.json");
+    let o = run(&[
+        "table",
+        "load",
+        "--endpoint-url",
+        ep,
+        "--table",
+        &name,
+        &household,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let expected = std::fs::read_to_string(&household).unwrap();
+    let n = read_snapshot(Path::new(&household), KEYS).unwrap().len();
+    assert!(
+        stdout(&o).contains(&format!("loaded {n} items")),
+        "{}",
+        stdout(&o)
+    );
+
+    let out = tmp(&format!("{name}.json"));
+    let o = run(&[
+        "table",
+        "snapshot",
+        "--endpoint-url",
+        ep,
+        "--table",
+        &name,
+        &out.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), expected);
+    let store =
+        nishiki_worker::store::DynamoStore::new(nishiki_worker::store::local_client(ep), &name);
+    store.delete_table().await.unwrap();
+}
+
+#[tokio::test]
+async fn replay_prints_outcomes_failures_and_the_diff() {
+    let t = household_table().await;
+    let out = tmp(&format!("{}-after.json", t.name));
+    let o = run(&[
+        "replay",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--apply-writes",
+        "--now",
+        NOW,
+        "--write-snapshot",
+        &out.display().to_string(),
+        &events("stream/group-deleted.json"),
+    ]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}\n{text}", stderr(&o));
+    assert!(text.contains("now = 2024-03-25T09:00:00Z"), "{text}");
+    assert!(
+        text.contains("service writes applied (--apply-writes): 4"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "#3 REMOVE 9e000000-0000-4000-8000-00000000a001/Group → handled: relationships:"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("batchItemFailures: []"), "{text}");
+    assert!(
+        text.contains(
+            "    - a11ce000-0000-4000-8000-000000000001/Group#9e000000-0000-4000-8000-00000000a001"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("snapshot written: {}", out.display())),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        std::fs::read_to_string(events("golden/group-deleted.json")).unwrap(),
+        "--write-snapshot is the table after the replay"
+    );
+    // Replaying it again: nothing left to do.
+    let o = run(&[
+        "replay",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+        &events("stream/group-deleted.json"),
+    ]);
+    assert!(
+        stdout(&o).contains("table changes by the worker: 0 added, 0 changed, 0 removed"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[tokio::test]
+async fn replay_json_for_scripts() {
+    let t = household_table().await;
+    let o = run(&[
+        "replay",
+        "--json",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--apply-writes",
+        "--now",
+        NOW,
+        &events("stream/malformed-record-in-batch.json"),
+        &events("schedule/sweep-invitations.rule.json"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).expect("stdout is JSON");
+    let stream = &v["files"][0];
+    assert_eq!(stream["kind"], "stream");
+    let outcomes: Vec<&str> = stream["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["handled", "malformed", "handled"]);
+    assert_eq!(
+        stream["batchItemFailures"],
+        serde_json::json!({"batchItemFailures": []})
+    );
+    assert_eq!(stream["applied"]["notApplied"][0]["index"], 1);
+    let tick = &v["files"][1];
+    assert_eq!(tick["kind"], "schedule");
+    assert_eq!(tick["tick"]["job"], "sweep-invitations");
+    assert_eq!(tick["tick"]["source"], "rule");
+    assert_eq!(tick["job"]["job"], "sweep-invitations");
+    let removed = tick["diff"]["removed"].as_array().unwrap();
+    assert_eq!(removed.len(), 1, "the expired link: {tick}");
+    assert_eq!(removed[0]["key"]["SK"]["S"], "InvitationLinkHash");
+    assert_eq!(v["failed"], false);
+}
+
+#[tokio::test]
+async fn dry_run_lists_planned_writes_and_writes_nothing() {
+    let t = household_table().await;
+    let before = snapshot_text(&t.snapshot().await, KEYS);
+    let o = run(&[
+        "replay",
+        "--dry-run",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+        &events("schedule/sweep-invitations.scheduler.json"),
+    ]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        text.contains("planned writes (dry run, nothing written): 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("DELETE 9e000000-0000-4000-8000-00000000a002/InvitationLinkHash if "),
+        "{text}"
+    );
+    assert_eq!(
+        snapshot_text(&t.snapshot().await, KEYS),
+        before,
+        "nothing written"
+    );
+    // --dry-run and --apply-writes do not go together.
+    let o = run(&[
+        "replay",
+        "--dry-run",
+        "--apply-writes",
+        &events("stream/group-deleted.json"),
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+}
+
+#[tokio::test]
+async fn run_job_reports_and_changes_the_table() {
+    let t = household_table().await;
+    let o = run(&[
+        "run",
+        "sweep-invitations",
+        "--json",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["report"]["job"], "sweep-invitations");
+    assert_eq!(v["report"]["complete"], true);
+    assert_eq!(v["diff"]["removed"].as_array().unwrap().len(), 1);
+    assert!(v["metrics"]["write_capacity"].as_f64().unwrap() > 0.0);
+    let o = run(&[
+        "run",
+        "audit",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+    ]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        text.contains("ran audit on table") && text.contains("table changes:"),
+        "{text}"
+    );
+}
+
+/// The `dev` loop from the command line: the group deletion in the stream
+/// is handled until the stream is quiet.
+#[tokio::test]
+async fn dev_until_idle_handles_the_stream() {
+    let t = household_table().await;
+    let events_file = events("stream/group-deleted.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
+    // The service's writes of the fixture, done on the table.
+    let decoded = nishiki_worker::stream::decode::decode_event(&v).unwrap();
+    let plan = nishiki_worker::replay::apply::plan(&decoded);
+    nishiki_worker::replay::apply::apply(t.store.as_ref(), &plan)
+        .await
+        .unwrap();
+    let o = run(&[
+        "dev",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+        "--starting-position",
+        "trim-horizon",
+        "--until-idle",
+        "--batch-size",
+        "10",
+    ]);
+    let text = stdout(&o);
+    assert!(o.status.success(), "{}\n{text}", stderr(&o));
+    assert!(text.contains("batch shard="), "{text}");
+    assert!(text.contains("idle after"), "{text}");
+    let keys = t.keys().await;
+    assert!(
+        !keys
+            .iter()
+            .any(|(_, sk)| sk == "Group#9e000000-0000-4000-8000-00000000a001"),
+        "the cascade removed the memberships: {keys:?}"
+    );
+}
+
+/// The default: an embedded DynamoDB Local started (and stopped) by the
+/// command itself.
+#[test]
+fn replay_starts_its_own_dynamodb_local_by_default() {
+    let out = tmp("auto-start.json");
+    let o = run(&[
+        "replay",
+        "--snapshot",
+        &events("tables/household.json"),
+        "--apply-writes",
+        "--now",
+        NOW,
+        "--write-snapshot",
+        &out.display().to_string(),
+        &events("stream/group-deleted.json"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("starting DynamoDB Local…"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stdout(&o).contains("on the embedded DynamoDB Local"));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        std::fs::read_to_string(events("golden/group-deleted.json")).unwrap()
+    );
+}
