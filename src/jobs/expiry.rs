@@ -863,6 +863,15 @@ impl ExpiryHandler {
         change: &Change,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
+        if change.is_removal() {
+            // A replayed or stale removal: if the container exists again,
+            // its flags are its current foods' and its own records keep them.
+            if let Ok(Some(_)) = read_container(self.store.as_ref(), id).await? {
+                return Ok(HandlerOutcome::Nothing(format!(
+                    "container {id} exists again; stale removal ignored"
+                )));
+            }
+        }
         let old = container_of(&change.old);
         let new = if change.is_removal() {
             None
@@ -889,6 +898,15 @@ impl ExpiryHandler {
             )));
         }
         let report = self.store.batch_write(ops).await?;
+        if change.is_removal() {
+            return Ok(HandlerOutcome::Wrote {
+                writes: report.items,
+                detail: format!(
+                    "container {id} removed: flags and reminders of {} food(s) removed",
+                    plans.len()
+                ),
+            });
+        }
         let unlinked = if needs_group && groups.is_empty() {
             " (no group link yet: flags wait for the link)"
         } else {
