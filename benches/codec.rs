@@ -37,7 +37,9 @@ fn keys(c: &mut Criterion) {
     };
     let (pk, sk) = membership.encode();
     let mut g = c.benchmark_group("keys");
-    g.bench_function("encode membership", |b| b.iter(|| black_box(&membership).encode()));
+    g.bench_function("encode membership", |b| {
+        b.iter(|| black_box(&membership).encode())
+    });
     g.bench_function("decode membership", |b| {
         b.iter(|| ItemKey::decode(black_box(&pk), black_box(&sk)).unwrap())
     });
@@ -51,7 +53,9 @@ fn items(c: &mut Criterion) {
     g.bench_function("decode container (20 foods)", |b| {
         b.iter(|| Entity::from_item(black_box(raw.clone())).unwrap())
     });
-    g.bench_function("encode container (20 foods)", |b| b.iter(|| black_box(&entity).to_item()));
+    g.bench_function("encode container (20 foods)", |b| {
+        b.iter(|| black_box(&entity).to_item())
+    });
     g.finish();
 }
 
@@ -72,7 +76,10 @@ fn stream(c: &mut Criterion) {
             }
         })
         .collect();
-    let event = encode_event(&changes, Some("arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x"));
+    let event = encode_event(
+        &changes,
+        Some("arn:aws:dynamodb:us-east-1:123456789012:table/t/stream/x"),
+    );
     let bytes = serde_json::to_vec(&event).unwrap();
     let mut g = c.benchmark_group("stream");
     g.throughput(Throughput::Elements(100));

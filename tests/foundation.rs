@@ -66,21 +66,34 @@ async fn conditional_writes_are_typed_outcomes() {
     let pk = nishiki_worker::keys::PK;
 
     assert_eq!(
-        t.store.put(group(g), Some(Expr::not_exists(pk))).await.unwrap(),
+        t.store
+            .put(group(g), Some(Expr::not_exists(pk)))
+            .await
+            .unwrap(),
         WriteOutcome::Applied
     );
     assert_eq!(
-        t.store.put(group(g), Some(Expr::not_exists(pk))).await.unwrap(),
+        t.store
+            .put(group(g), Some(Expr::not_exists(pk)))
+            .await
+            .unwrap(),
         WriteOutcome::ConditionFailed,
         "a second create must be a typed condition failure, not an error"
     );
-    let wrong_name = Expr::new("#n = :n").name("#n", "GroupName").string(":n", "Other");
+    let wrong_name = Expr::new("#n = :n")
+        .name("#n", "GroupName")
+        .string(":n", "Other");
     assert_eq!(
         t.store.delete(&key, Some(wrong_name)).await.unwrap(),
         WriteOutcome::ConditionFailed
     );
-    assert!(t.store.get(&key, true).await.unwrap().is_some(), "failed condition deletes nothing");
-    let right_name = Expr::new("#n = :n").name("#n", "GroupName").string(":n", "Home");
+    assert!(
+        t.store.get(&key, true).await.unwrap().is_some(),
+        "failed condition deletes nothing"
+    );
+    let right_name = Expr::new("#n = :n")
+        .name("#n", "GroupName")
+        .string(":n", "Home");
     assert_eq!(
         t.store.delete(&key, Some(right_name)).await.unwrap(),
         WriteOutcome::Applied
@@ -89,7 +102,10 @@ async fn conditional_writes_are_typed_outcomes() {
 
     let m = t.store.metrics().snapshot();
     assert_eq!((m.put_item, m.delete_item, m.get_item), (2, 2, 2));
-    assert!(m.write_capacity > 0.0, "DynamoDB Local reports consumed capacity: {m:?}");
+    assert!(
+        m.write_capacity > 0.0,
+        "DynamoDB Local reports consumed capacity: {m:?}"
+    );
 }
 
 #[tokio::test]
@@ -97,7 +113,10 @@ async fn queries_and_scans_follow_pagination() {
     let t = TestTable::new().await;
     let g = GroupId::random();
     let users: Vec<UserId> = (0..60).map(|_| UserId::random()).collect();
-    let ops = users.iter().map(|u| WriteOp::Put(membership(*u, g))).collect();
+    let ops = users
+        .iter()
+        .map(|u| WriteOp::Put(membership(*u, g)))
+        .collect();
     let report = t.store.batch_write(ops).await.unwrap();
     assert_eq!(report.items, 60);
     assert_eq!(report.requests, 3, "60 items go in chunks of 25");
@@ -117,7 +136,10 @@ async fn queries_and_scans_follow_pagination() {
     let mut expected = users.clone();
     expected.sort();
     assert_eq!(found, expected);
-    assert!(t.store.metrics().snapshot().query >= 9, "limit 7 needs at least 9 pages");
+    assert!(
+        t.store.metrics().snapshot().query >= 9,
+        "limit 7 needs at least 9 pages"
+    );
 }
 
 /// Sends half of each batch to the real table and hands the rest back as
@@ -160,7 +182,10 @@ async fn batch_write_retries_unprocessed_items() {
     let t = TestTable::new().await;
     let g = GroupId::random();
     let users: Vec<UserId> = (0..30).map(|_| UserId::random()).collect();
-    let ops: Vec<WriteOp> = users.iter().map(|u| WriteOp::Put(membership(*u, g))).collect();
+    let ops: Vec<WriteOp> = users
+        .iter()
+        .map(|u| WriteOp::Put(membership(*u, g)))
+        .collect();
     let sender = HalfProcessed {
         inner: &t.store,
         calls: Mutex::new(0),
@@ -170,20 +195,37 @@ async fn batch_write_retries_unprocessed_items() {
         base: Duration::from_millis(1),
         max: Duration::from_millis(20),
     };
-    let report = write_in_batches(&sender, ("PK", "SK"), ops.clone(), fast).await.unwrap();
+    let report = write_in_batches(&sender, ("PK", "SK"), ops.clone(), fast)
+        .await
+        .unwrap();
     // Chunk of 25: 13+6+3+2+1 sent over 5 calls; chunk of 5: 3+1+1 over 3 calls.
     assert_eq!(report.requests, 8);
     assert_eq!(*sender.calls.lock().unwrap(), 8);
     assert_eq!(report.retried_items, 12 + 6 + 3 + 1 + 2 + 1);
     let keys = t.keys().await;
-    assert_eq!(keys.len(), 30, "every unprocessed item was retried until written");
+    assert_eq!(
+        keys.len(),
+        30,
+        "every unprocessed item was retried until written"
+    );
 
-    let err = write_in_batches(&Stuck, ("PK", "SK"), ops, fast).await.unwrap_err();
+    let err = write_in_batches(&Stuck, ("PK", "SK"), ops, fast)
+        .await
+        .unwrap_err();
     assert!(
-        matches!(err, StoreError::Unprocessed { remaining: 25, attempts: 10 }),
+        matches!(
+            err,
+            StoreError::Unprocessed {
+                remaining: 25,
+                attempts: 10
+            }
+        ),
         "{err:?}"
     );
-    assert!(err.is_retryable(), "left-over items make the record retry, never vanish");
+    assert!(
+        err.is_retryable(),
+        "left-over items make the record retry, never vanish"
+    );
 }
 
 /// A stream handler for the engine tests: reads the changed item's key
@@ -201,7 +243,11 @@ impl ChangeHandler for Touch {
     fn wants(&self, kind: ItemKind) -> bool {
         !kind.is_worker_owned()
     }
-    async fn handle(&self, change: &Change, _now: DateTime<Utc>) -> Result<HandlerOutcome, HandlerError> {
+    async fn handle(
+        &self,
+        change: &Change,
+        _now: DateTime<Utc>,
+    ) -> Result<HandlerOutcome, HandlerError> {
         self.store.get(&change.key.to_attributes(), true).await?;
         self.seen.lock().unwrap().push(change.key.clone());
         Ok(HandlerOutcome::Nothing("looked".into()))
@@ -212,16 +258,29 @@ async fn seeded_stream(t: &TestTable) -> Vec<nishiki_worker::stream::decode::Str
     let g = GroupId::random();
     let u1 = UserId::random();
     let u2 = UserId::random();
-    for item in [group(g), user(u1), membership(u1, g), user(u2), membership(u2, g)] {
+    for item in [
+        group(g),
+        user(u1),
+        membership(u1, g),
+        user(u2),
+        membership(u2, g),
+    ] {
         t.store.put(item, None).await.unwrap();
     }
     t.store
-        .delete(&ItemKey::Membership { user: u2, group: g }.to_attributes(), None)
+        .delete(
+            &ItemKey::Membership { user: u2, group: g }.to_attributes(),
+            None,
+        )
         .await
         .unwrap();
     let mut drain = Drain::new(t).await;
     let changes = drain.read().await;
-    assert_eq!(changes.len(), 6, "five inserts and one removal on the stream");
+    assert_eq!(
+        changes.len(),
+        6,
+        "five inserts and one removal on the stream"
+    );
     assert_eq!(changes[5].kind, ChangeKind::Remove);
     changes
 }
@@ -255,16 +314,31 @@ async fn a_transient_failure_returns_exactly_that_record_and_stops() {
         "exactly the failed record's sequence number goes back to Lambda"
     );
     assert_eq!(faulty.injected(), 1);
-    assert_eq!(touch.seen.lock().unwrap().len(), 2, "records after the failure are not processed");
-    assert!(matches!(report.records[2].status, RecordStatus::Failed { .. }));
+    assert_eq!(
+        touch.seen.lock().unwrap().len(),
+        2,
+        "records after the failure are not processed"
+    );
+    assert!(matches!(
+        report.records[2].status,
+        RecordStatus::Failed { .. }
+    ));
     for r in &report.records[3..] {
-        assert!(matches!(r.status, RecordStatus::NotAttempted { .. }), "{r:?}");
+        assert!(
+            matches!(r.status, RecordStatus::NotAttempted { .. }),
+            "{r:?}"
+        );
     }
     assert_eq!(report.response().batch_item_failures.len(), 1);
 
     // Lambda retries from the failed record: everything goes through.
     let retry = encode_event(&changes[2..], None);
-    let report = run_batch(decode_event(&retry).unwrap(), &router, &EngineConfig::default()).await;
+    let report = run_batch(
+        decode_event(&retry).unwrap(),
+        &router,
+        &EngineConfig::default(),
+    )
+    .await;
     assert!(report.batch_item_failures.is_empty());
     assert_eq!(touch.seen.lock().unwrap().len(), 6);
 }
@@ -287,12 +361,28 @@ async fn a_malformed_record_is_skipped_and_the_rest_processed() {
         seen: Mutex::new(Vec::new()),
     });
     let router = Router::new(Arc::new(ManualClock::new(now()))).with(touch.clone());
-    let report = run_batch(decode_event(&event).unwrap(), &router, &EngineConfig::default()).await;
+    let report = run_batch(
+        decode_event(&event).unwrap(),
+        &router,
+        &EngineConfig::default(),
+    )
+    .await;
 
-    assert!(report.batch_item_failures.is_empty(), "bad input never stalls the stream");
+    assert!(
+        report.batch_item_failures.is_empty(),
+        "bad input never stalls the stream"
+    );
     assert_eq!((report.malformed, report.rejected), (1, 1), "{report:?}");
-    assert_eq!(touch.seen.lock().unwrap().len(), 6, "every good record was processed");
-    let bad = report.records.iter().find(|r| r.event_id.as_deref() == Some("bad-key-event")).unwrap();
+    assert_eq!(
+        touch.seen.lock().unwrap().len(),
+        6,
+        "every good record was processed"
+    );
+    let bad = report
+        .records
+        .iter()
+        .find(|r| r.event_id.as_deref() == Some("bad-key-event"))
+        .unwrap();
     let RecordStatus::Rejected { reason } = &bad.status else {
         panic!("{bad:?}")
     };
@@ -304,7 +394,10 @@ async fn a_malformed_record_is_skipped_and_the_rest_processed() {
 async fn stream_changes_decode_to_typed_images() {
     let t = TestTable::with_schema(&TableSchema::nishiki()).await;
     let changes = seeded_stream(&t).await;
-    let typed: Vec<Change> = changes.iter().map(|c| Change::from_stream(c).unwrap()).collect();
+    let typed: Vec<Change> = changes
+        .iter()
+        .map(|c| Change::from_stream(c).unwrap())
+        .collect();
     assert!(matches!(typed[0].new, Some(Entity::Group(_))));
     assert!(matches!(typed[1].new, Some(Entity::User(_))));
     let removal = &typed[5];

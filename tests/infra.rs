@@ -31,7 +31,10 @@ fn table_template_matches_the_schema_in_code() {
         std::fs::write(path, &want).unwrap();
     }
     let have = std::fs::read_to_string(path).expect("infra/table.template.json exists");
-    assert_eq!(have, want, "infra/table.template.json drifted from src/schema.rs; run UPDATE_INFRA=1 cargo test --test infra");
+    assert_eq!(
+        have, want,
+        "infra/table.template.json drifted from src/schema.rs; run UPDATE_INFRA=1 cargo test --test infra"
+    );
 }
 
 #[test]
@@ -54,6 +57,9 @@ fn the_template_has_the_five_indexes_and_the_stream() {
             "InvitationLinkExpiry"
         ]
     );
-    assert_eq!(props["StreamSpecification"]["StreamViewType"], "NEW_AND_OLD_IMAGES");
+    assert_eq!(
+        props["StreamSpecification"]["StreamViewType"],
+        "NEW_AND_OLD_IMAGES"
+    );
     assert_eq!(t["Resources"]["NishikiTable"]["DeletionPolicy"], "Retain");
 }
