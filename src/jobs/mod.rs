@@ -1,0 +1,51 @@
+//! The worker's jobs; each job's rules live in one file.
+//!
+//! - [`relationships`]: stream cascades and the scheduled audit;
+//! - [`invitations`]: the expired invitation-link sweep (and optional TTL);
+//! - [`expiry`]: food-expiry flags, reminders, the daily tick and backfill.
+//!
+//! Each job registers its stream handler and its scheduled jobs here.
+
+pub mod expiry;
+pub mod invitations;
+pub mod relationships;
+
+use std::sync::Arc;
+
+use crate::config::{Clock, Config};
+use crate::schedule::ScheduledJob;
+use crate::store::Store;
+use crate::worker::ChangeHandler;
+
+/// What every job is built from.
+#[derive(Clone)]
+pub struct JobDeps {
+    pub store: Arc<dyn Store>,
+    pub config: Config,
+    pub clock: Arc<dyn Clock>,
+}
+
+/// Every stream handler, in the order they see a change.
+pub fn handlers(deps: &JobDeps) -> Vec<Arc<dyn ChangeHandler>> {
+    let _ = deps;
+    let handlers: Vec<Arc<dyn ChangeHandler>> = vec![
+        // registered by each job
+        Arc::new(invitations::InvitationTtl::new(deps)),
+        Arc::new(relationships::RelationshipHandler::new(deps)),
+        Arc::new(expiry::ExpiryHandler::new(deps)),
+    ];
+    handlers
+}
+
+/// Every scheduled job.
+pub fn scheduled(deps: &JobDeps) -> Vec<Arc<dyn ScheduledJob>> {
+    let _ = deps;
+    let jobs: Vec<Arc<dyn ScheduledJob>> = vec![
+        // registered by each job
+        Arc::new(invitations::SweepInvitations::new(deps)),
+        Arc::new(relationships::AuditJob::new(deps)),
+        Arc::new(expiry::FlagExpiringJob::new(deps)),
+        Arc::new(expiry::BackfillJob::new(deps)),
+    ];
+    jobs
+}
