@@ -503,6 +503,12 @@ impl ItemKey {
         ItemKey::decode(pk, sk)
     }
 
+    /// `SK` of every invitation link (the partition value of the sparse
+    /// `InvitationLinkExpiry` index).
+    pub fn invitation_sort_key() -> &'static str {
+        INVITATION
+    }
+
     /// `PK` shared by every [`ItemKey::ExpiryReminder`] due on `date` (the
     /// partition the daily expiry tick queries).
     pub fn reminder_partition(date: NaiveDate) -> String {
@@ -719,6 +725,10 @@ mod tests {
         assert_eq!(
             ItemKey::Container(c).encode(),
             (C.into(), "Container".into())
+        );
+        assert_eq!(
+            ItemKey::invitation_sort_key(),
+            ItemKey::InvitationLink(g).encode().1
         );
         assert_eq!(
             ItemKey::Category.encode(),

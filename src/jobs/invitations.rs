@@ -106,8 +106,8 @@ pub const MAX_LISTED: usize = 20;
 
 /// The `SK` literal of invitation links (the index's partition value),
 /// taken from the key encoding.
-fn invitation_sk() -> String {
-    ItemKey::InvitationLink(GroupId::default()).encode().1
+fn invitation_sk() -> &'static str {
+    ItemKey::invitation_sort_key()
 }
 
 // ---------------------------------------------------------------------------
