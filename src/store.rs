@@ -699,6 +699,34 @@ fn condition_failed<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
     err.code() == Some("ConditionalCheckFailedException")
 }
 
+impl DynamoStore {
+    /// A single-item write's result: counted, and a failed condition as a
+    /// typed outcome.
+    fn write_outcome<O, E, R>(
+        &self,
+        op: Operation,
+        name: &'static str,
+        result: Result<O, SdkError<E, R>>,
+        consumed: impl FnOnce(&O) -> Option<&ConsumedCapacity>,
+    ) -> Result<WriteOutcome, StoreError>
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+        R: std::fmt::Debug + HttpStatus,
+    {
+        match result {
+            Ok(out) => {
+                self.metrics.record(op, consumed(&out));
+                Ok(WriteOutcome::Applied)
+            }
+            Err(e) if condition_failed(&e) => {
+                self.metrics.record(op, None);
+                Ok(WriteOutcome::ConditionFailed)
+            }
+            Err(e) => Err(StoreError::from_sdk(name, e)),
+        }
+    }
+}
+
 #[async_trait]
 impl ItemReader for DynamoStore {
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
@@ -733,18 +761,9 @@ impl ItemWriter for DynamoStore {
                 .set_expression_attribute_names(non_empty(c.names))
                 .set_expression_attribute_values(non_empty(c.values));
         }
-        match req.send().await {
-            Ok(out) => {
-                self.metrics
-                    .record(Operation::PutItem, out.consumed_capacity());
-                Ok(WriteOutcome::Applied)
-            }
-            Err(e) if condition_failed(&e) => {
-                self.metrics.record(Operation::PutItem, None);
-                Ok(WriteOutcome::ConditionFailed)
-            }
-            Err(e) => Err(StoreError::from_sdk("PutItem", e)),
-        }
+        self.write_outcome(Operation::PutItem, "PutItem", req.send().await, |out| {
+            out.consumed_capacity()
+        })
     }
 
     async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
@@ -760,18 +779,12 @@ impl ItemWriter for DynamoStore {
                 .set_expression_attribute_names(non_empty(c.names))
                 .set_expression_attribute_values(non_empty(c.values));
         }
-        match req.send().await {
-            Ok(out) => {
-                self.metrics
-                    .record(Operation::DeleteItem, out.consumed_capacity());
-                Ok(WriteOutcome::Applied)
-            }
-            Err(e) if condition_failed(&e) => {
-                self.metrics.record(Operation::DeleteItem, None);
-                Ok(WriteOutcome::ConditionFailed)
-            }
-            Err(e) => Err(StoreError::from_sdk("DeleteItem", e)),
-        }
+        self.write_outcome(
+            Operation::DeleteItem,
+            "DeleteItem",
+            req.send().await,
+            |out| out.consumed_capacity(),
+        )
     }
 
     async fn update(
@@ -797,18 +810,12 @@ impl ItemWriter for DynamoStore {
         let req = req
             .set_expression_attribute_names(non_empty(names))
             .set_expression_attribute_values(non_empty(values));
-        match req.send().await {
-            Ok(out) => {
-                self.metrics
-                    .record(Operation::UpdateItem, out.consumed_capacity());
-                Ok(WriteOutcome::Applied)
-            }
-            Err(e) if condition_failed(&e) => {
-                self.metrics.record(Operation::UpdateItem, None);
-                Ok(WriteOutcome::ConditionFailed)
-            }
-            Err(e) => Err(StoreError::from_sdk("UpdateItem", e)),
-        }
+        self.write_outcome(
+            Operation::UpdateItem,
+            "UpdateItem",
+            req.send().await,
+            |out| out.consumed_capacity(),
+        )
     }
 }
 
