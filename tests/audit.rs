@@ -11,22 +11,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use chrono::{DateTime, NaiveDate, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, EmptyGroupPolicy, ManualClock};
-use nishiki_worker::items::Item;
 use nishiki_worker::jobs::JobDeps;
 use nishiki_worker::jobs::relationships::{
     AuditJob, AuditOptions, AuditReport, Checkpoint, KindCounts,
 };
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Job, UserId, Violation};
 use nishiki_worker::schedule::{JobRun, Tick, TickSource};
-use nishiki_worker::store::layers::{DryRunStore, PlannedWrite};
-use nishiki_worker::store::{
-    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
-    ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
-};
+use nishiki_worker::store::Store;
+use nishiki_worker::store::layers::{DryRunStore, PlannedWrite, RaceBeforeDelete, ServiceWrite};
 use service::*;
 use support::{Drain, TestTable};
 
@@ -261,55 +256,6 @@ async fn leftovers_are_repaired_only_after_grace_and_recheck() {
     assert_eq!(r5.write_requests, 0);
 }
 
-/// A store that renews an invitation link at the moment the audit deletes
-/// it (the service's renewal racing the repair).
-struct RenewingStore {
-    inner: Arc<dyn Store>,
-    renewal: Item,
-}
-
-#[async_trait]
-impl ItemReader for RenewingStore {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.inner.get(key, consistent).await
-    }
-}
-#[async_trait]
-impl QueryStore for RenewingStore {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-}
-#[async_trait]
-impl ItemWriter for RenewingStore {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        if key.iter().all(|(k, v)| self.renewal.get(k) == Some(v)) {
-            self.inner.put(self.renewal.clone(), None).await?;
-        }
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.update(key, update, condition).await
-    }
-}
-#[async_trait]
-impl BatchWriter for RenewingStore {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        self.inner.batch_write(ops).await
-    }
-}
-
 #[tokio::test]
 async fn races_lose_nothing() {
     let h = Harness::new().await;
@@ -372,10 +318,11 @@ async fn races_lose_nothing() {
 
     // The second audit, past every grace, with the renewal racing (d).
     let renewed = invitation(d.group, &hash, t0() + hours(24));
-    let racing: Arc<dyn Store> = Arc::new(RenewingStore {
-        inner: h.store.clone(),
-        renewal: renewed.clone(),
-    });
+    let racing: Arc<dyn Store> = Arc::new(RaceBeforeDelete::new(
+        h.store.clone(),
+        ItemKey::InvitationLink(d.group).to_attributes(),
+        ServiceWrite::Put(renewed.clone()),
+    ));
     h.clock.set(t0() + hours(25));
     let app = App::new(
         racing,

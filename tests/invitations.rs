@@ -8,7 +8,6 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -24,6 +23,7 @@ use nishiki_worker::jobs::invitations::{
 use nishiki_worker::keys::{GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobReport, JobRun, Tick, TickSource};
 use nishiki_worker::schema::TableSchema;
+use nishiki_worker::store::layers::{RaceBeforeDelete, ServiceWrite};
 use nishiki_worker::store::{
     BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
     ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
@@ -224,65 +224,6 @@ async fn expired_links_go_and_valid_ones_stay_in_every_stored_form() {
     assert_eq!(table.snapshot().await, expected);
 }
 
-/// A real store that does one thing right before the first delete of a
-/// given key (a renewal or a removal by someone else): the race between the
-/// sweep's read and its delete, made deterministic.
-struct Interfere {
-    inner: Arc<dyn Store>,
-    target: Key,
-    action: Option<Item>,
-    done: AtomicBool,
-}
-
-#[async_trait]
-impl ItemReader for Interfere {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.inner.get(key, consistent).await
-    }
-}
-
-#[async_trait]
-impl QueryStore for Interfere {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-}
-
-#[async_trait]
-impl ItemWriter for Interfere {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        if *key == self.target && !self.done.swap(true, Ordering::SeqCst) {
-            match &self.action {
-                // The service's renewal: a plain Put of the whole item.
-                Some(item) => self.inner.put(item.clone(), None).await?,
-                None => self.inner.delete(key, None).await?,
-            };
-        }
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.update(key, update, condition).await
-    }
-}
-
-#[async_trait]
-impl BatchWriter for Interfere {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        self.inner.batch_write(ops).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_renewed_between_query_and_delete_survives() {
     let table = TestTable::new().await;
@@ -295,22 +236,20 @@ async fn a_link_renewed_between_query_and_delete_survives() {
     // And group 5's link is deleted by someone else in the same window.
     let gone_group = group(5);
 
-    let renew = Arc::new(Interfere {
-        inner: table.store.clone(),
-        target: ItemKey::InvitationLink(renewed_group).to_attributes(),
-        action: Some(renewal.clone()),
-        done: AtomicBool::new(false),
-    });
-    let remove = Arc::new(Interfere {
-        inner: renew.clone(),
-        target: ItemKey::InvitationLink(gone_group).to_attributes(),
-        action: None,
-        done: AtomicBool::new(false),
-    });
+    let renew = Arc::new(RaceBeforeDelete::new(
+        table.store.clone(),
+        ItemKey::InvitationLink(renewed_group).to_attributes(),
+        ServiceWrite::Put(renewal.clone()),
+    ));
+    let remove = Arc::new(RaceBeforeDelete::new(
+        renew.clone(),
+        ItemKey::InvitationLink(gone_group).to_attributes(),
+        ServiceWrite::Delete,
+    ));
     let app = app_on(remove.clone(), &table, now(), false);
 
     let (job, r) = tick(&app, None).await;
-    assert!(renew.done.load(Ordering::SeqCst) && remove.done.load(Ordering::SeqCst));
+    assert!(renew.fired() && remove.fired());
     assert_eq!(
         r.expired_found,
         EXPIRED_FORMS.len() as u64,

@@ -277,3 +277,87 @@ impl BatchWriter for FaultyStore {
         self.inner.batch_write(ops).await
     }
 }
+
+/// A write someone else makes (the service, in tests and the dev loop).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceWrite {
+    /// A plain Put of the whole item (how the service writes).
+    Put(Item),
+    /// A plain Delete of the key.
+    Delete,
+}
+
+/// A real store that makes a service write right before the first delete of
+/// one key: the race between a job's read and its delete, made
+/// deterministic (a renewal landing just before the sweep's or the audit's
+/// conditional delete, for instance).
+pub struct RaceBeforeDelete {
+    inner: Arc<dyn Store>,
+    target: Key,
+    write: ServiceWrite,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl RaceBeforeDelete {
+    pub fn new(inner: Arc<dyn Store>, target: Key, write: ServiceWrite) -> Self {
+        RaceBeforeDelete {
+            inner,
+            target,
+            write,
+            fired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the service write happened.
+    pub fn fired(&self) -> bool {
+        self.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl ItemReader for RaceBeforeDelete {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        self.inner.get(key, consistent).await
+    }
+}
+
+#[async_trait]
+impl QueryStore for RaceBeforeDelete {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.query_page(spec, start).await
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.scan_page(spec, start).await
+    }
+}
+
+#[async_trait]
+impl ItemWriter for RaceBeforeDelete {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.inner.put(item, condition).await
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        if *key == self.target && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            match &self.write {
+                ServiceWrite::Put(item) => self.inner.put(item.clone(), None).await?,
+                ServiceWrite::Delete => self.inner.delete(key, None).await?,
+            };
+        }
+        self.inner.delete(key, condition).await
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.inner.update(key, update, condition).await
+    }
+}
+
+#[async_trait]
+impl BatchWriter for RaceBeforeDelete {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        self.inner.batch_write(ops).await
+    }
+}
