@@ -700,6 +700,24 @@ fn condition_failed<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {
 }
 
 impl DynamoStore {
+    /// A Query or Scan response as a counted [`Page`].
+    fn page(
+        &self,
+        op: Operation,
+        consumed: Option<ConsumedCapacity>,
+        scanned_count: i32,
+        last_evaluated_key: Option<Key>,
+        items: Option<Vec<Item>>,
+    ) -> Page {
+        self.metrics.record(op, consumed.as_ref());
+        Page {
+            consumed_capacity: consumed.and_then(|c| c.capacity_units).unwrap_or(0.0),
+            scanned_count,
+            last_evaluated_key: last_evaluated_key.filter(|k| !k.is_empty()),
+            items: items.unwrap_or_default(),
+        }
+    }
+
     /// A single-item write's result: counted, and a failed condition as a
     /// typed outcome.
     fn write_outcome<O, E, R>(
@@ -859,17 +877,13 @@ impl QueryStore for DynamoStore {
             .send()
             .await
             .map_err(|e| StoreError::from_sdk("Query", e))?;
-        self.metrics
-            .record(Operation::Query, out.consumed_capacity());
-        Ok(Page {
-            consumed_capacity: out
-                .consumed_capacity()
-                .and_then(|c| c.capacity_units())
-                .unwrap_or(0.0),
-            scanned_count: out.scanned_count,
-            last_evaluated_key: out.last_evaluated_key.filter(|k| !k.is_empty()),
-            items: out.items.unwrap_or_default(),
-        })
+        Ok(self.page(
+            Operation::Query,
+            out.consumed_capacity,
+            out.scanned_count,
+            out.last_evaluated_key,
+            out.items,
+        ))
     }
 
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
@@ -892,17 +906,13 @@ impl QueryStore for DynamoStore {
             .send()
             .await
             .map_err(|e| StoreError::from_sdk("Scan", e))?;
-        self.metrics
-            .record(Operation::Scan, out.consumed_capacity());
-        Ok(Page {
-            consumed_capacity: out
-                .consumed_capacity()
-                .and_then(|c| c.capacity_units())
-                .unwrap_or(0.0),
-            scanned_count: out.scanned_count,
-            last_evaluated_key: out.last_evaluated_key.filter(|k| !k.is_empty()),
-            items: out.items.unwrap_or_default(),
-        })
+        Ok(self.page(
+            Operation::Scan,
+            out.consumed_capacity,
+            out.scanned_count,
+            out.last_evaluated_key,
+            out.items,
+        ))
     }
 }
 

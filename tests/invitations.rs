@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, TimeDelta, Utc};
 use nishiki_worker::app::App;
@@ -23,11 +22,8 @@ use nishiki_worker::jobs::invitations::{
 use nishiki_worker::keys::{GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobReport, JobRun, Tick, TickSource};
 use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::layers::{RaceBeforeDelete, ServiceWrite};
-use nishiki_worker::store::{
-    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
-    ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
-};
+use nishiki_worker::store::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
+use nishiki_worker::store::{BatchWriter, ItemReader, ItemWriter, QueryStore, Store, WriteOp};
 use nishiki_worker::stream::decode::{ChangeKind, StreamChange, encode_event};
 use nishiki_worker::worker::{Change, ChangeHandler, HandlerOutcome};
 use serde_json::json;
@@ -329,56 +325,6 @@ async fn the_fallback_scan_gives_the_same_result_without_the_index() {
     assert_eq!(without.store.get(&checkpoint, true).await.unwrap(), None);
 }
 
-/// A real store whose deletes take a while (a slow network), so that a tick
-/// runs into its deadline part-way.
-struct SlowDeletes {
-    inner: Arc<dyn Store>,
-    delay: Duration,
-}
-
-#[async_trait]
-impl ItemReader for SlowDeletes {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.inner.get(key, consistent).await
-    }
-}
-
-#[async_trait]
-impl QueryStore for SlowDeletes {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-}
-
-#[async_trait]
-impl ItemWriter for SlowDeletes {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.update(key, update, condition).await
-    }
-}
-
-#[async_trait]
-impl BatchWriter for SlowDeletes {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        self.inner.batch_write(ops).await
-    }
-}
-
 /// `n` expired links (groups 0..n) and `n` valid ones (1000..1000+n), with
 /// their groups.
 async fn seed_many(table: &TestTable, n: u128) -> BTreeSet<(String, String)> {
@@ -428,10 +374,10 @@ async fn a_tick_out_of_time_leaves_no_half_state_and_the_next_finishes() {
     let table = TestTable::new().await;
     let expired = seed_many(&table, 20).await;
     let before = table.snapshot().await;
-    let slow: Arc<dyn Store> = Arc::new(SlowDeletes {
-        inner: table.store.clone(),
-        delay: Duration::from_millis(100),
-    });
+    let slow: Arc<dyn Store> = Arc::new(BeforeDelete::with_hook(
+        table.store.clone(),
+        DelayDeletes(Duration::from_millis(100)),
+    ));
     let job = SweepInvitations::with_store(slow)
         .with_page_size(5)
         .with_concurrency(1);
@@ -485,10 +431,10 @@ async fn the_fallback_scan_resumes_where_a_tick_ran_out_of_time() {
     let table = TestTable::with_schema(&TableSchema::without_invitation_expiry_index()).await;
     let expired = seed_many(&table, 12).await;
     let before = table.snapshot().await;
-    let slow: Arc<dyn Store> = Arc::new(SlowDeletes {
-        inner: table.store.clone(),
-        delay: Duration::from_millis(150),
-    });
+    let slow: Arc<dyn Store> = Arc::new(BeforeDelete::with_hook(
+        table.store.clone(),
+        DelayDeletes(Duration::from_millis(150)),
+    ));
     let job = SweepInvitations::with_store(slow)
         .with_page_size(4)
         .with_concurrency(1);

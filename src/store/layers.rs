@@ -278,51 +278,39 @@ impl BatchWriter for FaultyStore {
     }
 }
 
-/// A write someone else makes (the service, in tests and the dev loop).
-#[derive(Debug, Clone, PartialEq)]
-pub enum ServiceWrite {
-    /// A plain Put of the whole item (how the service writes).
-    Put(Item),
-    /// A plain Delete of the key.
-    Delete,
+/// Something to do right before a delete reaches the store: a service
+/// write racing the job, a slow network, ...
+#[async_trait]
+pub trait DeleteHook: Send + Sync {
+    async fn before_delete(&self, key: &Key, inner: &dyn Store) -> Result<(), StoreError>;
 }
 
-/// A real store that makes a service write right before the first delete of
-/// one key: the race between a job's read and its delete, made
-/// deterministic (a renewal landing just before the sweep's or the audit's
-/// conditional delete, for instance).
-pub struct RaceBeforeDelete {
+/// A real store that runs a [`DeleteHook`] before every delete; every
+/// other call passes straight through.
+pub struct BeforeDelete<H> {
     inner: Arc<dyn Store>,
-    target: Key,
-    write: ServiceWrite,
-    fired: std::sync::atomic::AtomicBool,
+    hook: H,
 }
 
-impl RaceBeforeDelete {
-    pub fn new(inner: Arc<dyn Store>, target: Key, write: ServiceWrite) -> Self {
-        RaceBeforeDelete {
-            inner,
-            target,
-            write,
-            fired: std::sync::atomic::AtomicBool::new(false),
-        }
+impl<H: DeleteHook> BeforeDelete<H> {
+    pub fn with_hook(inner: Arc<dyn Store>, hook: H) -> Self {
+        BeforeDelete { inner, hook }
     }
 
-    /// Whether the service write happened.
-    pub fn fired(&self) -> bool {
-        self.fired.load(std::sync::atomic::Ordering::SeqCst)
+    pub fn hook(&self) -> &H {
+        &self.hook
     }
 }
 
 #[async_trait]
-impl ItemReader for RaceBeforeDelete {
+impl<H: DeleteHook> ItemReader for BeforeDelete<H> {
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
         self.inner.get(key, consistent).await
     }
 }
 
 #[async_trait]
-impl QueryStore for RaceBeforeDelete {
+impl<H: DeleteHook> QueryStore for BeforeDelete<H> {
     async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
         self.inner.query_page(spec, start).await
     }
@@ -332,17 +320,12 @@ impl QueryStore for RaceBeforeDelete {
 }
 
 #[async_trait]
-impl ItemWriter for RaceBeforeDelete {
+impl<H: DeleteHook> ItemWriter for BeforeDelete<H> {
     async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
         self.inner.put(item, condition).await
     }
     async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        if *key == self.target && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
-            match &self.write {
-                ServiceWrite::Put(item) => self.inner.put(item.clone(), None).await?,
-                ServiceWrite::Delete => self.inner.delete(key, None).await?,
-            };
-        }
+        self.hook.before_delete(key, self.inner.as_ref()).await?;
         self.inner.delete(key, condition).await
     }
     async fn update(
@@ -356,8 +339,74 @@ impl ItemWriter for RaceBeforeDelete {
 }
 
 #[async_trait]
-impl BatchWriter for RaceBeforeDelete {
+impl<H: DeleteHook> BatchWriter for BeforeDelete<H> {
     async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
         self.inner.batch_write(ops).await
+    }
+}
+
+/// A write someone else makes (the service, in tests and the dev loop).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceWrite {
+    /// A plain Put of the whole item (how the service writes).
+    Put(Item),
+    /// A plain Delete of the key.
+    Delete,
+}
+
+/// Hook: make a service write once, right before the first delete of one
+/// key.
+pub struct ServiceWriteOnce {
+    target: Key,
+    write: ServiceWrite,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl DeleteHook for ServiceWriteOnce {
+    async fn before_delete(&self, key: &Key, inner: &dyn Store) -> Result<(), StoreError> {
+        if *key == self.target && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            match &self.write {
+                ServiceWrite::Put(item) => inner.put(item.clone(), None).await?,
+                ServiceWrite::Delete => inner.delete(key, None).await?,
+            };
+        }
+        Ok(())
+    }
+}
+
+/// A real store that makes a service write right before the first delete of
+/// one key: the race between a job's read and its delete, made
+/// deterministic (a renewal landing just before the sweep's or the audit's
+/// conditional delete, for instance).
+pub type RaceBeforeDelete = BeforeDelete<ServiceWriteOnce>;
+
+impl BeforeDelete<ServiceWriteOnce> {
+    pub fn new(inner: Arc<dyn Store>, target: Key, write: ServiceWrite) -> Self {
+        BeforeDelete::with_hook(
+            inner,
+            ServiceWriteOnce {
+                target,
+                write,
+                fired: std::sync::atomic::AtomicBool::new(false),
+            },
+        )
+    }
+
+    /// Whether the service write happened.
+    pub fn fired(&self) -> bool {
+        self.hook.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Hook: every delete waits this long first (a slow network), so a job runs
+/// into its deadline part-way.
+pub struct DelayDeletes(pub std::time::Duration);
+
+#[async_trait]
+impl DeleteHook for DelayDeletes {
+    async fn before_delete(&self, _key: &Key, _inner: &dyn Store) -> Result<(), StoreError> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
     }
 }
