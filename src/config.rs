@@ -16,6 +16,11 @@
 //! | `NOTIFY_EVENT_BUS` | (off) | EventBridge bus for `FoodsNearingExpiry` events |
 //! | `INVITATION_TTL` | `off` | `on`: stamp `WorkerExpiresAt` on invitation links for TTL |
 //! | `LOG_FORMAT` | `json` | `json` or `text` |
+//! | `RUST_LOG` | `info` | log filter |
+//! | `WORKER_JOB` | (any) | pins a schedule function to one job; a tick for another job is refused |
+//!
+//! [`ENV_VARS`] declares the same list with which function reads each
+//! variable; `src/deploy.rs` and `infra/template.yaml` are checked against it.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -23,6 +28,138 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
+
+use crate::keys::Job;
+
+/// Which deployed function reads an environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBy {
+    /// Every function (stream and schedule).
+    All,
+    /// The stream function.
+    Stream,
+    /// The schedule function running this job.
+    Job(Job),
+    /// Every schedule function.
+    Schedule,
+    /// Only local runs (tests, the CLI); never set in a deployment.
+    LocalOnly,
+}
+
+/// One environment variable the worker reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvVar {
+    pub name: &'static str,
+    /// Who reads it (a variable read by [`Config::from_lookup`] everywhere
+    /// but used only by some functions lists those functions).
+    pub read_by: &'static [ReadBy],
+    pub meaning: &'static str,
+}
+
+impl EnvVar {
+    /// Whether the function running the stream (`job == None`) or the job
+    /// `job` reads this variable.
+    pub fn is_read_by(&self, job: Option<Job>) -> bool {
+        self.read_by.iter().any(|r| match (r, job) {
+            (ReadBy::All, _) => true,
+            (ReadBy::Stream, None) => true,
+            (ReadBy::Schedule, Some(_)) => true,
+            (ReadBy::Job(j), Some(k)) => *j == k,
+            _ => false,
+        })
+    }
+}
+
+/// Every environment variable the worker's code reads (the table above).
+pub const ENV_VARS: &[EnvVar] = &[
+    EnvVar {
+        name: "TABLE_NAME",
+        read_by: &[ReadBy::All],
+        meaning: "the Nishiki table",
+    },
+    EnvVar {
+        name: "DYNAMODB_ENDPOINT_URL",
+        read_by: &[ReadBy::LocalOnly],
+        meaning: "another DynamoDB endpoint (DynamoDB Local)",
+    },
+    EnvVar {
+        name: "DEADLINE_MARGIN_MS",
+        read_by: &[ReadBy::All],
+        meaning: "stop this long before the Lambda deadline",
+    },
+    EnvVar {
+        name: "AUDIT_GRACE_SECS",
+        read_by: &[ReadBy::Job(Job::Audit)],
+        meaning: "a violation must persist this long before it is repaired",
+    },
+    EnvVar {
+        name: "EMPTY_GROUP_GRACE_SECS",
+        read_by: &[ReadBy::Job(Job::Audit)],
+        meaning: "the same, for groups without members",
+    },
+    EnvVar {
+        name: "EMPTY_GROUP_POLICY",
+        read_by: &[ReadBy::Job(Job::Audit)],
+        meaning: "delete or report empty groups",
+    },
+    EnvVar {
+        name: "AUDIT_SEGMENTS",
+        read_by: &[ReadBy::Job(Job::Audit)],
+        meaning: "parallel scan segments of the audit",
+    },
+    EnvVar {
+        name: "EXPIRY_HORIZON_DAYS",
+        read_by: &[
+            ReadBy::Stream,
+            ReadBy::Job(Job::FlagExpiring),
+            ReadBy::Job(Job::Backfill),
+        ],
+        meaning: "flag foods expiring up to the end of today + N days",
+    },
+    EnvVar {
+        name: "EXPIRY_TIME_ZONE",
+        read_by: &[
+            ReadBy::Stream,
+            ReadBy::Job(Job::FlagExpiring),
+            ReadBy::Job(Job::Backfill),
+        ],
+        meaning: "IANA zone the days are counted in",
+    },
+    EnvVar {
+        name: "FLAG_RETENTION_DAYS",
+        read_by: &[
+            ReadBy::Stream,
+            ReadBy::Job(Job::FlagExpiring),
+            ReadBy::Job(Job::Backfill),
+        ],
+        meaning: "flags vanish (TTL) this long after the food expired",
+    },
+    EnvVar {
+        name: "NOTIFY_EVENT_BUS",
+        read_by: &[ReadBy::Job(Job::FlagExpiring)],
+        meaning: "EventBridge bus for FoodsNearingExpiry events",
+    },
+    EnvVar {
+        name: "INVITATION_TTL",
+        read_by: &[ReadBy::Stream],
+        meaning: "on: stamp WorkerExpiresAt on invitation links for TTL",
+    },
+    EnvVar {
+        name: "WORKER_JOB",
+        read_by: &[ReadBy::Schedule],
+        meaning: "the one job a schedule function runs",
+    },
+    EnvVar {
+        name: "LOG_FORMAT",
+        read_by: &[ReadBy::All],
+        meaning: "json or text log lines (src/telemetry.rs)",
+    },
+    EnvVar {
+        name: "RUST_LOG",
+        read_by: &[ReadBy::All],
+        meaning: "log filter (src/telemetry.rs)",
+    },
+];
 
 /// A configuration value that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,6 +206,9 @@ pub struct Config {
     pub flag_retention_days: u32,
     pub notify_event_bus: Option<String>,
     pub invitation_ttl: bool,
+    /// `WORKER_JOB`: the one job this process runs schedule ticks for
+    /// (`None`: any job).
+    pub job: Option<Job>,
 }
 
 impl Config {
@@ -87,6 +227,7 @@ impl Config {
             flag_retention_days: 7,
             notify_event_bus: None,
             invitation_ttl: false,
+            job: None,
         }
     }
 
@@ -163,6 +304,13 @@ impl Config {
                     });
                 }
             };
+        }
+        if let Some(v) = lookup("WORKER_JOB").filter(|s| !s.is_empty()) {
+            c.job = Some(v.parse().map_err(|_| ConfigError {
+                name: "WORKER_JOB",
+                value: v.clone(),
+                reason: format!("expected one of {}", Job::ALL.map(Job::as_str).join(", ")),
+            })?);
         }
         Ok(c)
     }
@@ -266,6 +414,47 @@ mod tests {
         assert!(e.to_string().contains("IANA"));
         let e = from(&[("TABLE_NAME", "t"), ("AUDIT_GRACE_SECS", "1h")]).unwrap_err();
         assert_eq!(e.name, "AUDIT_GRACE_SECS");
+    }
+
+    #[test]
+    fn worker_job_pins_a_job() {
+        let c = from(&[("TABLE_NAME", "t"), ("WORKER_JOB", "audit")]).unwrap();
+        assert_eq!(c.job, Some(Job::Audit));
+        let e = from(&[("TABLE_NAME", "t"), ("WORKER_JOB", "dance")]).unwrap_err();
+        assert_eq!(e.name, "WORKER_JOB");
+        assert!(e.to_string().contains("sweep-invitations"));
+    }
+
+    /// Every variable `Config::from_lookup` asks for is declared in
+    /// [`ENV_VARS`] (and the declaration names no variable twice).
+    #[test]
+    fn every_variable_read_is_declared() {
+        let asked = std::sync::Mutex::new(Vec::<String>::new());
+        Config::from_lookup(|name| {
+            asked.lock().unwrap().push(name.to_owned());
+            (name == "TABLE_NAME").then(|| "t".to_owned())
+        })
+        .unwrap();
+        let declared: Vec<&str> = ENV_VARS.iter().map(|v| v.name).collect();
+        for name in asked.into_inner().unwrap() {
+            assert!(
+                declared.contains(&name.as_str()),
+                "{name} is not in ENV_VARS"
+            );
+        }
+        let mut unique = declared.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), declared.len());
+        let stream_reads = |n: &str| {
+            ENV_VARS
+                .iter()
+                .find(|v| v.name == n)
+                .unwrap()
+                .is_read_by(None)
+        };
+        assert!(stream_reads("TABLE_NAME") && stream_reads("INVITATION_TTL"));
+        assert!(!stream_reads("AUDIT_GRACE_SECS") && !stream_reads("WORKER_JOB"));
     }
 
     #[test]

@@ -158,7 +158,8 @@ impl TableSchema {
 
 impl TableSchema {
     /// The table as a CloudFormation `AWS::DynamoDB::Table` resource
-    /// (`infra/table.template.json` is this, checked by a test).
+    /// (the `NishikiTable` resource of `infra/template.yaml` is this, checked
+    /// by `tests/infra.rs`).
     pub fn to_cloudformation(&self, table_name: serde_json::Value) -> serde_json::Value {
         use serde_json::json;
         let key = |name: &str, kind: &str| json!({"AttributeName": name, "KeyType": kind});

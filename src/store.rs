@@ -471,6 +471,9 @@ pub struct StoreMetrics {
     requests: [AtomicU64; 8],
     read_milli: AtomicU64,
     write_milli: AtomicU64,
+    /// Index names a Query or Scan asked for (recorded before sending, so a
+    /// request on a missing index counts: IAM is checked before that).
+    indexes: std::sync::Mutex<Vec<(Operation, String)>>,
 }
 
 /// The operations counted by [`StoreMetrics`].
@@ -537,6 +540,19 @@ impl StoreMetrics {
             }
             _ => self.write_milli.fetch_add(milli, Ordering::Relaxed),
         };
+    }
+
+    /// Note that `op` (a Query or Scan) asked for the index `index`.
+    pub fn record_index(&self, op: Operation, index: &str) {
+        let mut seen = self.indexes.lock().expect("metrics lock");
+        if !seen.iter().any(|(o, i)| *o == op && i == index) {
+            seen.push((op, index.to_owned()));
+        }
+    }
+
+    /// The distinct (operation, index name) pairs requested so far.
+    pub fn indexes(&self) -> Vec<(Operation, String)> {
+        self.indexes.lock().expect("metrics lock").clone()
     }
 
     pub fn snapshot(&self) -> MetricsSnapshot {
@@ -859,6 +875,9 @@ impl QueryStore for DynamoStore {
             spec.filter.as_ref(),
             spec.projection.as_ref(),
         ]);
+        if let Some(index) = &spec.index {
+            self.metrics.record_index(Operation::Query, index);
+        }
         let out = self
             .client
             .query()
@@ -888,6 +907,9 @@ impl QueryStore for DynamoStore {
 
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
         let (names, values) = merge_exprs([spec.filter.as_ref(), spec.projection.as_ref(), None]);
+        if let Some(index) = &spec.index {
+            self.metrics.record_index(Operation::Scan, index);
+        }
         let out = self
             .client
             .scan()

@@ -1,65 +1,1195 @@
-//! `infra/table.template.json` is generated from the schema in code; this
-//! test fails when they drift. `UPDATE_INFRA=1 cargo test --test infra`
-//! rewrites the file.
+//! `infra/template.yaml` checked against the code:
+//!
+//! - the sandbox table equals `src/schema.rs` (keys, indexes, stream) plus
+//!   TTL on the worker's attribute;
+//! - every function sets exactly the environment variables
+//!   `src/config.rs` says it reads (`src/deploy.rs`), runs the right binary,
+//!   and a schedule function is pinned to its job;
+//! - every stream filter pattern, evaluated by a small evaluator of the
+//!   Lambda event-filtering subset used, rejects every worker-owned key kind
+//!   (built with `src/keys.rs`) and accepts every service key kind;
+//! - every role grants exactly the DynamoDB actions of `src/deploy.rs`, on
+//!   the table ARN and only the index ARNs that function queries;
+//! - the event source mapping, schedules, queues, log groups, alarms and
+//!   outputs are there, with the settings the issue asks for;
+//! - and `src/deploy.rs` itself is honest: every stream fixture and every
+//!   scheduled job is run on DynamoDB Local and the DynamoDB actions and
+//!   indexes actually requested are compared with the declaration.
+//!
+//! `cargo test --test infra` (the last test starts DynamoDB Local);
+//! `scripts/lint-infra` runs cfn-lint on the same file.
 
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, NaiveDate, Utc};
+use nishiki_worker::app::{App, EventError};
+use nishiki_worker::cli::target::KEYS;
+use nishiki_worker::config::{Config, ENV_VARS, ManualClock};
+use nishiki_worker::deploy::{
+    self, FUNCTIONS, FunctionSpec, PUT_EVENTS_ACTION, STREAM, STREAM_READ_ACTIONS,
+};
+use nishiki_worker::jobs::expiry::TTL_ATTRIBUTE;
+use nishiki_worker::keys::{
+    ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId, Violation,
+};
+use nishiki_worker::replay::apply;
+use nishiki_worker::replay::snapshot::{load_items, read_snapshot};
+use nishiki_worker::schedule::parse_tick;
 use nishiki_worker::schema::TableSchema;
-use serde_json::json;
+use nishiki_worker::store::ItemWriter;
+use nishiki_worker::store::{self, DynamoStore, Operation};
+use nishiki_worker::stream::decode;
+use serde_json::{Map, Value, json};
+use support::{Drain, TestTable};
 
-fn expected() -> serde_json::Value {
-    json!({
-        "AWSTemplateFormatVersion": "2010-09-09",
-        "Description": "The Nishiki table as the worker expects it (generated from src/schema.rs; do not edit by hand).",
-        "Parameters": {
-            "Stage": {"Type": "String", "AllowedValues": ["prod", "dev"], "Default": "dev"}
-        },
-        "Resources": {
-            "NishikiTable": TableSchema::nishiki()
-                .to_cloudformation(json!({"Fn::Sub": "nishiki-table-${Stage}-db"}))
-        },
-        "Outputs": {
-            "TableName": {"Value": {"Ref": "NishikiTable"}},
-            "StreamArn": {"Value": {"Fn::GetAtt": ["NishikiTable", "StreamArn"]}}
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+// ------------------------------------------------------------------ loading
+
+/// A YAML value in CloudFormation's JSON form: `!Ref x` -> `{"Ref": x}`,
+/// `!GetAtt A.B` -> `{"Fn::GetAtt": ["A", "B"]}`, `!Sub`/`!If`/... ->
+/// `{"Fn::Sub": ...}`.
+fn to_json(v: &serde_yaml_ng::Value) -> Value {
+    use serde_yaml_ng::Value as Y;
+    match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(*b),
+        Y::Number(n) => serde_json::to_value(n).expect("a YAML number is a JSON number"),
+        Y::String(s) => Value::String(s.clone()),
+        Y::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
+        Y::Mapping(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| {
+                    let k = k.as_str().expect("template keys are strings").to_owned();
+                    (k, to_json(v))
+                })
+                .collect(),
+        ),
+        Y::Tagged(t) => {
+            let tag = t.tag.to_string();
+            let name = tag.trim_start_matches('!');
+            let inner = to_json(&t.value);
+            match name {
+                "Ref" => json!({ "Ref": inner }),
+                "Condition" => json!({ "Condition": inner }),
+                "GetAtt" => match inner {
+                    Value::String(s) => {
+                        let (res, attr) = s.split_once('.').expect("!GetAtt Resource.Attribute");
+                        json!({ "Fn::GetAtt": [res, attr] })
+                    }
+                    other => json!({ "Fn::GetAtt": other }),
+                },
+                other => json!({ format!("Fn::{other}"): inner }),
+            }
+        }
+    }
+}
+
+fn template() -> Value {
+    let text = std::fs::read_to_string(root().join("infra/template.yaml"))
+        .expect("infra/template.yaml exists");
+    let yaml: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&text).expect("infra/template.yaml is YAML");
+    to_json(&yaml)
+}
+
+// ------------------------------------------------------------------ intrinsics
+
+const NO_VALUE: &str = "\u{0}AWS::NoValue";
+const ACCOUNT: &str = "123456789012";
+const REGION: &str = "us-east-1";
+const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-dev-db/stream/2024-01-01T00:00:00.000";
+
+/// Evaluates the template's intrinsic functions for given parameter values
+/// (defaults otherwise): references to resources become `ref:<Id>`,
+/// attributes `getatt:<Id>.<Attr>`.
+struct Stack {
+    t: Value,
+    params: BTreeMap<String, Value>,
+}
+
+impl Stack {
+    fn new(overrides: &[(&str, &str)]) -> Self {
+        let t = template();
+        let mut params = BTreeMap::new();
+        for (name, p) in t["Parameters"].as_object().expect("Parameters") {
+            if let Some(d) = p.get("Default") {
+                let d = match d {
+                    Value::Number(n) => Value::String(n.to_string()),
+                    other => other.clone(),
+                };
+                params.insert(name.clone(), d);
+            }
+        }
+        params.insert("TableStreamArn".into(), json!(STREAM_ARN));
+        for (k, v) in overrides {
+            assert!(
+                t["Parameters"].get(*k).is_some(),
+                "no parameter {k} in the template"
+            );
+            params.insert((*k).into(), json!(v));
+        }
+        Stack { t, params }
+    }
+
+    fn condition(&self, name: &str) -> bool {
+        let c = self.t["Conditions"]
+            .get(name)
+            .unwrap_or_else(|| panic!("no condition {name}"));
+        self.truth(c)
+    }
+
+    fn truth(&self, v: &Value) -> bool {
+        let (f, arg) = single(v).unwrap_or_else(|| panic!("not a condition: {v}"));
+        let args = arg.as_array();
+        match f {
+            "Fn::Equals" => {
+                let a = args.expect("Equals takes two values");
+                self.resolve(&a[0]) == self.resolve(&a[1])
+            }
+            "Fn::Not" => !self.truth(&args.expect("Not takes a list")[0]),
+            "Fn::And" => args.expect("And").iter().all(|c| self.truth(c)),
+            "Fn::Or" => args.expect("Or").iter().any(|c| self.truth(c)),
+            "Condition" => self.condition(arg.as_str().expect("condition name")),
+            other => panic!("unsupported condition function {other}"),
+        }
+    }
+
+    fn reference(&self, name: &str) -> Value {
+        match name {
+            "AWS::Partition" => json!("aws"),
+            "AWS::Region" => json!(REGION),
+            "AWS::AccountId" => json!(ACCOUNT),
+            "AWS::StackName" => json!("nishiki-worker-dev"),
+            "AWS::NoValue" => json!(NO_VALUE),
+            _ => match self.params.get(name) {
+                Some(v) => v.clone(),
+                None if self.t["Parameters"].get(name).is_some() => {
+                    panic!("parameter {name} has no default and no value")
+                }
+                None => {
+                    assert!(
+                        self.t["Resources"].get(name).is_some(),
+                        "!Ref {name}: no such parameter or resource"
+                    );
+                    json!(format!("ref:{name}"))
+                }
+            },
+        }
+    }
+
+    fn sub(&self, text: &str, vars: &Map<String, Value>) -> String {
+        let mut out = String::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let end = rest[start..].find('}').expect("closing brace") + start;
+            let name = &rest[start + 2..end];
+            let value = if let Some(v) = vars.get(name) {
+                self.resolve(v)
+            } else if !name.starts_with("AWS::") && name.contains('.') {
+                let (res, attr) = name.split_once('.').unwrap();
+                assert!(self.t["Resources"].get(res).is_some(), "${{{name}}}");
+                json!(format!("getatt:{res}.{attr}"))
+            } else {
+                self.reference(name)
+            };
+            match value {
+                Value::String(s) => out.push_str(&s),
+                other => out.push_str(&other.to_string()),
+            }
+            rest = &rest[end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    /// The value with every intrinsic function evaluated and `AWS::NoValue`
+    /// removed.
+    fn resolve(&self, v: &Value) -> Value {
+        if let Some((f, arg)) = single(v) {
+            match f {
+                "Ref" => return self.reference(arg.as_str().expect("!Ref name")),
+                "Fn::GetAtt" => {
+                    let a = arg.as_array().expect("GetAtt list");
+                    let res = a[0].as_str().unwrap();
+                    assert!(self.t["Resources"].get(res).is_some(), "!GetAtt {res}");
+                    return json!(format!("getatt:{res}.{}", a[1].as_str().unwrap()));
+                }
+                "Fn::Sub" => {
+                    return match arg {
+                        Value::String(s) => json!(self.sub(s, &Map::new())),
+                        Value::Array(a) => json!(self.sub(
+                            a[0].as_str().expect("Sub text"),
+                            a[1].as_object().expect("Sub variables")
+                        )),
+                        other => panic!("bad !Sub {other}"),
+                    };
+                }
+                "Fn::If" => {
+                    let a = arg.as_array().expect("If list");
+                    let branch = if self.condition(a[0].as_str().unwrap()) {
+                        &a[1]
+                    } else {
+                        &a[2]
+                    };
+                    return self.resolve(branch);
+                }
+                "Fn::Join" => {
+                    let a = arg.as_array().expect("Join list");
+                    let parts = self.resolve(&a[1]);
+                    let parts: Vec<String> = parts
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|p| p.as_str().unwrap().to_owned())
+                        .collect();
+                    return json!(parts.join(a[0].as_str().unwrap()));
+                }
+                "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
+                    return json!(self.truth(v));
+                }
+                _ => {}
+            }
+        }
+        match v {
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| self.resolve(i))
+                    .filter(|i| i != NO_VALUE)
+                    .collect(),
+            ),
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), self.resolve(v)))
+                    .filter(|(_, v)| v != NO_VALUE)
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// A resource, resolved (panics when absent or its condition is false).
+    fn resource(&self, id: &str) -> Value {
+        let r = self.t["Resources"]
+            .get(id)
+            .unwrap_or_else(|| panic!("no resource {id}"));
+        if let Some(c) = r.get("Condition").and_then(Value::as_str) {
+            assert!(self.condition(c), "{id} is not created ({c} is false)");
+        }
+        self.resolve(r)
+    }
+
+    /// Resolved resources of a type (those whose condition holds).
+    fn resources_of(&self, kind: &str) -> BTreeMap<String, Value> {
+        self.t["Resources"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Type"] == kind)
+            .filter(|(_, r)| {
+                r.get("Condition")
+                    .and_then(Value::as_str)
+                    .is_none_or(|c| self.condition(c))
+            })
+            .map(|(id, _)| (id.clone(), self.resource(id)))
+            .collect()
+    }
+
+    /// The function's environment variables (Globals merged).
+    fn env(&self, function: &str) -> BTreeMap<String, Value> {
+        let mut vars = BTreeMap::new();
+        let globals = self.resolve(&self.t["Globals"]["Function"]["Environment"]["Variables"]);
+        let own = &self.resource(function)["Properties"]["Environment"]["Variables"];
+        for m in [&globals, own] {
+            if let Some(m) = m.as_object() {
+                vars.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
+            }
+        }
+        vars
+    }
+}
+
+/// `{"Fn::X": arg}` as `("Fn::X", arg)`.
+fn single(v: &Value) -> Option<(&str, &Value)> {
+    let m = v.as_object()?;
+    if m.len() != 1 {
+        return None;
+    }
+    let (k, arg) = m.iter().next()?;
+    (k == "Ref" || k == "Condition" || k.starts_with("Fn::")).then_some((k.as_str(), arg))
+}
+
+fn strings(v: &Value) -> BTreeSet<String> {
+    match v {
+        Value::String(s) => BTreeSet::from([s.clone()]),
+        Value::Array(a) => a
+            .iter()
+            .map(|s| s.as_str().expect("a string").to_owned())
+            .collect(),
+        other => panic!("expected a string or a list of strings, got {other}"),
+    }
+}
+
+fn table_arn(table: &str) -> String {
+    format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}")
+}
+
+// ------------------------------------------------------------------ the table
+
+#[test]
+fn the_sandbox_table_is_the_schema_in_code() {
+    let stack = Stack::new(&[("CreateTable", "true")]);
+    let table = stack.resource("NishikiTable");
+    assert_eq!(table["Type"], "AWS::DynamoDB::Table");
+    assert_eq!(
+        stack.t["Resources"]["NishikiTable"]["Condition"], "CreateTable",
+        "the table is created only on request"
+    );
+    assert_eq!(table["DeletionPolicy"], "Retain");
+    assert_eq!(table["UpdateReplacePolicy"], "Retain");
+
+    let mut props = table["Properties"].clone();
+    let ttl = props
+        .as_object_mut()
+        .unwrap()
+        .remove("TimeToLiveSpecification")
+        .expect("the table has TTL");
+    assert_eq!(
+        ttl,
+        json!({"AttributeName": TTL_ATTRIBUTE, "Enabled": true})
+    );
+    let want = TableSchema::nishiki().to_cloudformation(json!("nishiki-table-dev-db"));
+    assert_eq!(
+        props, want["Properties"],
+        "infra/template.yaml's table drifted from src/schema.rs"
+    );
+
+    // The name follows the stage, or the TableName parameter.
+    let prod = Stack::new(&[("CreateTable", "true"), ("Stage", "prod")]);
+    assert_eq!(
+        prod.resource("NishikiTable")["Properties"]["TableName"],
+        "nishiki-table-prod-db"
+    );
+    let named = Stack::new(&[("CreateTable", "true"), ("TableName", "sandbox-db")]);
+    assert_eq!(
+        named.resource("NishikiTable")["Properties"]["TableName"],
+        "sandbox-db"
+    );
+    // Without CreateTable there is no table resource.
+    assert!(
+        Stack::new(&[])
+            .resources_of("AWS::DynamoDB::Table")
+            .is_empty()
+    );
+}
+
+// ------------------------------------------------------------------ functions
+
+#[test]
+fn every_function_sets_the_variables_its_code_reads() {
+    let stack = Stack::new(&[]);
+    let functions = stack.resources_of("AWS::Serverless::Function");
+    let ids: BTreeSet<&str> = functions.keys().map(String::as_str).collect();
+    let want: BTreeSet<&str> = FUNCTIONS.iter().map(|f| f.logical_id).collect();
+    assert_eq!(
+        ids, want,
+        "one template function per src/deploy.rs function"
+    );
+
+    for f in &FUNCTIONS {
+        let env = stack.env(f.logical_id);
+        let have: BTreeSet<&str> = env.keys().map(String::as_str).collect();
+        let want: BTreeSet<&str> = f.env_vars().into_iter().collect();
+        assert_eq!(have, want, "{}: environment variables", f.logical_id);
+        // Everything the code reads, outside local runs, is covered.
+        for v in ENV_VARS {
+            if v.is_read_by(f.job) {
+                assert!(have.contains(v.name), "{}: {} unset", f.logical_id, v.name);
+            }
+        }
+        assert_eq!(
+            env["TABLE_NAME"], "nishiki-table-dev-db",
+            "{}",
+            f.logical_id
+        );
+        assert_eq!(env["LOG_FORMAT"], "json");
+        match f.job {
+            Some(job) => assert_eq!(env["WORKER_JOB"], job.as_str(), "{}", f.logical_id),
+            None => assert!(!env.contains_key("WORKER_JOB")),
+        }
+        // A configuration the code accepts.
+        let config = Config::from_lookup(|name| {
+            env.get(name).map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+        })
+        .unwrap_or_else(|e| panic!("{}: {e}", f.logical_id));
+        assert_eq!(config.job, f.job);
+
+        let raw = &stack.t["Resources"][f.logical_id];
+        assert_eq!(raw["Metadata"]["BuildMethod"], "rust-cargolambda");
+        assert_eq!(raw["Metadata"]["BuildProperties"]["Binary"], f.binary);
+    }
+    // With CreateTable the functions use the new table (and depend on it).
+    let sandbox = Stack::new(&[("CreateTable", "true")]);
+    assert_eq!(
+        sandbox.env("StreamFunction")["TABLE_NAME"],
+        "ref:NishikiTable"
+    );
+    let globals = stack.resolve(&stack.t["Globals"]["Function"]);
+    assert_eq!(globals["Runtime"], "provided.al2023");
+    assert_eq!(globals["Handler"], "bootstrap");
+    assert_eq!(globals["Architectures"], json!(["x86_64"]));
+    let arm = Stack::new(&[("Architecture", "arm64")]);
+    assert_eq!(
+        arm.resolve(&arm.t["Globals"]["Function"]["Architectures"]),
+        json!(["arm64"])
+    );
+}
+
+/// A schedule function pinned to a job refuses a tick for another job
+/// before touching the table.
+#[tokio::test]
+async fn a_pinned_schedule_function_refuses_other_jobs() {
+    let store = Arc::new(DynamoStore::new(
+        store::local_client("http://127.0.0.1:9"),
+        "nowhere",
+    ));
+    let mut config = Config::for_table("nowhere");
+    config.job = Some(Job::SweepInvitations);
+    let app = App::new(store, config, Arc::new(ManualClock::new(Utc::now())));
+    let err = app
+        .handle_schedule(&json!({"job": "audit"}), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            EventError::WrongJob {
+                pinned: Job::SweepInvitations,
+                got: Job::Audit
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("WORKER_JOB=sweep-invitations"));
+}
+
+// ------------------------------------------------------------------ filters
+
+/// Whether an event matches a Lambda event-filtering pattern. Supports the
+/// subset the template uses, with Lambda's semantics: object = all fields
+/// (AND), array = any alternative (OR); exact values, `prefix`, `suffix`,
+/// `exists`, `anything-but` with a value or a list of values (Lambda does
+/// not support `anything-but` with `prefix`). Anything else panics.
+fn matches(pattern: &Value, event: &Value) -> bool {
+    let p = pattern.as_object().expect("a pattern is an object");
+    p.iter().all(|(field, pv)| {
+        let ev = event.get(field);
+        match pv {
+            Value::Object(_) => ev.is_some_and(|e| matches(pv, e)),
+            Value::Array(alternatives) => alternatives.iter().any(|a| leaf(a, ev)),
+            other => panic!("pattern field {field}: {other} is neither object nor array"),
         }
     })
 }
 
-#[test]
-fn table_template_matches_the_schema_in_code() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/infra/table.template.json");
-    let want = serde_json::to_string_pretty(&expected()).unwrap() + "\n";
-    if std::env::var_os("UPDATE_INFRA").is_some() {
-        std::fs::write(path, &want).unwrap();
+fn leaf(alt: &Value, ev: Option<&Value>) -> bool {
+    match alt {
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => ev == Some(alt),
+        Value::Object(op) => {
+            assert_eq!(op.len(), 1, "one operator per alternative: {alt}");
+            let (name, arg) = op.iter().next().unwrap();
+            let text = ev.and_then(Value::as_str);
+            match (name.as_str(), arg) {
+                ("prefix", Value::String(p)) => text.is_some_and(|t| t.starts_with(p.as_str())),
+                ("suffix", Value::String(s)) => text.is_some_and(|t| t.ends_with(s.as_str())),
+                ("exists", Value::Bool(b)) => ev.is_some() == *b,
+                ("anything-but", Value::Array(values)) => {
+                    assert!(values.iter().all(|v| v.is_string() || v.is_number()));
+                    ev.is_some_and(|e| !values.contains(e))
+                }
+                ("anything-but", v @ (Value::String(_) | Value::Number(_))) => {
+                    ev.is_some_and(|e| e != v)
+                }
+                ("anything-but", other) => {
+                    panic!("anything-but {other}: Lambda event filtering supports only values here")
+                }
+                (other, _) => panic!("operator {other} is not used by this template"),
+            }
+        }
+        other => panic!("unsupported pattern alternative {other}"),
     }
-    let have = std::fs::read_to_string(path).expect("infra/table.template.json exists");
-    assert_eq!(
-        have, want,
-        "infra/table.template.json drifted from src/schema.rs; run UPDATE_INFRA=1 cargo test --test infra"
-    );
 }
 
 #[test]
-fn the_template_has_the_five_indexes_and_the_stream() {
-    let t = expected();
-    let props = &t["Resources"]["NishikiTable"]["Properties"];
-    let names: Vec<_> = props["GlobalSecondaryIndexes"]
+fn the_pattern_evaluator_follows_lambda_semantics() {
+    let p = json!({"dynamodb": {"Keys": {"SK": {"S": ["User", {"prefix": "Group#"}]},
+                                          "PK": {"S": [{"anything-but": ["A", "B"]}]}}}});
+    let rec =
+        |pk: &str, sk: &str| json!({"dynamodb": {"Keys": {"PK": {"S": pk}, "SK": {"S": sk}}}});
+    assert!(matches(&p, &rec("u1", "User")));
+    assert!(matches(&p, &rec("u1", "Group#g1")));
+    assert!(!matches(&p, &rec("u1", "Users")));
+    assert!(!matches(&p, &rec("A", "User")));
+    assert!(!matches(
+        &p,
+        &json!({"dynamodb": {"Keys": {"SK": {"S": "User"}}}})
+    ));
+    assert!(matches(&json!({"a": [{"exists": false}]}), &json!({})));
+    assert!(!matches(&json!({"a": [{"exists": true}]}), &json!({})));
+}
+
+fn stream_filters(stack: &Stack) -> Vec<Value> {
+    let f = stack.resource(STREAM.logical_id);
+    let events = f["Properties"]["Events"].as_object().unwrap();
+    let sources: Vec<&Value> = events
+        .values()
+        .filter(|e| e["Type"] == "DynamoDB")
+        .collect();
+    assert_eq!(sources.len(), 1, "one DynamoDB event source");
+    let filters = sources[0]["Properties"]["FilterCriteria"]["Filters"]
+        .as_array()
+        .expect("the event source has FilterCriteria");
+    assert!(!filters.is_empty());
+    filters
+        .iter()
+        .map(|f| {
+            serde_json::from_str(f["Pattern"].as_str().expect("Pattern is a JSON string"))
+                .expect("Pattern parses as JSON")
+        })
+        .collect()
+}
+
+fn record_of(key: &ItemKey) -> Value {
+    let (pk, sk) = key.encode();
+    json!({
+        "eventName": "MODIFY",
+        "eventSource": "aws:dynamodb",
+        "dynamodb": {"Keys": {"PK": {"S": pk}, "SK": {"S": sk}}, "StreamViewType": "NEW_AND_OLD_IMAGES"}
+    })
+}
+
+/// Examples of every key kind, built with `src/keys.rs`.
+fn example_keys() -> Vec<ItemKey> {
+    let (user, group, container, food) = (
+        UserId::random(),
+        GroupId::random(),
+        ContainerId::random(),
+        FoodId::random(),
+    );
+    let mut keys = vec![
+        ItemKey::User(user),
+        ItemKey::Membership { user, group },
+        ItemKey::Group(group),
+        ItemKey::ContainerLink { group, container },
+        ItemKey::InvitationLink(group),
+        ItemKey::Container(container),
+        ItemKey::Category,
+        ItemKey::ExpiringFood {
+            group,
+            container,
+            food,
+        },
+        ItemKey::ExpiryReminder {
+            date: NaiveDate::from_ymd_opt(2024, 3, 25).unwrap(),
+            container,
+            food,
+        },
+    ];
+    let subjects = keys.clone();
+    for violation in Violation::ALL {
+        for subject in &subjects {
+            keys.push(ItemKey::AuditSuspect {
+                violation,
+                subject: Box::new(subject.clone()),
+            });
+        }
+    }
+    keys.extend(Job::ALL.map(ItemKey::Checkpoint));
+    keys
+}
+
+#[test]
+fn stream_filters_drop_worker_items_and_keep_service_items() {
+    let filters = stream_filters(&Stack::new(&[]));
+    let passes = |record: &Value| filters.iter().any(|p| matches(p, record));
+    let mut kinds = BTreeSet::new();
+    for key in example_keys() {
+        kinds.insert(key.kind());
+        let record = record_of(&key);
+        assert_eq!(
+            passes(&record),
+            !key.kind().is_worker_owned(),
+            "{:?} {:?}",
+            key.kind(),
+            key.encode()
+        );
+    }
+    assert_eq!(kinds.len(), 11, "every ItemKind is covered");
+    for kind in [
+        ItemKind::ExpiringFood,
+        ItemKind::ExpiryReminder,
+        ItemKind::AuditSuspect,
+        ItemKind::Checkpoint,
+    ] {
+        assert!(kinds.contains(&kind));
+    }
+
+    // Every record of the captured fixtures: service kinds pass, the
+    // worker's own do not.
+    let mut seen = 0;
+    for entry in std::fs::read_dir(root().join("events/stream")).unwrap() {
+        let path = entry.unwrap().path();
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        for r in v["Records"].as_array().into_iter().flatten() {
+            let keys = &r["dynamodb"]["Keys"];
+            let (Some(pk), Some(sk)) = (keys["PK"]["S"].as_str(), keys["SK"]["S"].as_str()) else {
+                continue;
+            };
+            let Ok(key) = ItemKey::decode(pk, sk) else {
+                continue;
+            };
+            seen += 1;
+            assert_eq!(
+                passes(r),
+                !key.kind().is_worker_owned(),
+                "{}: {pk} / {sk}",
+                path.display()
+            );
+        }
+    }
+    assert!(seen >= 20, "the fixtures have records ({seen})");
+}
+
+// ------------------------------------------------------------------ roles
+
+/// The statements of a function's role.
+fn statements(stack: &Stack, f: &FunctionSpec) -> Vec<Value> {
+    let func = stack.resource(f.logical_id);
+    let role_ref = func["Properties"]["Role"]
+        .as_str()
+        .expect("an explicit Role");
+    let role_id = role_ref
+        .strip_prefix("getatt:")
+        .and_then(|r| r.strip_suffix(".Arn"))
+        .unwrap_or_else(|| panic!("{}: Role is !GetAtt <Role>.Arn", f.logical_id));
+    let role = stack.resource(role_id);
+    assert_eq!(role["Type"], "AWS::IAM::Role");
+    assert!(
+        role["Properties"].get("ManagedPolicyArns").is_none(),
+        "{role_id}: no managed policies"
+    );
+    assert!(
+        func["Properties"].get("Policies").is_none(),
+        "{}: the role holds the policies",
+        f.logical_id
+    );
+    role["Properties"]["Policies"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|i| i["IndexName"].as_str().unwrap())
+        .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+        .collect()
+}
+
+#[test]
+fn every_role_grants_exactly_what_its_function_calls() {
+    for (bus, stack) in [
+        ("", Stack::new(&[])),
+        (
+            "nishiki-events",
+            Stack::new(&[("NotifyEventBus", "nishiki-events")]),
+        ),
+    ] {
+        for f in &FUNCTIONS {
+            let mut data_actions = BTreeSet::new();
+            let mut data_resources = BTreeSet::new();
+            let mut stream_read = false;
+            let mut put_events = false;
+            for s in statements(&stack, f) {
+                assert_eq!(s["Effect"], "Allow");
+                let actions = strings(&s["Action"]);
+                let resources = strings(&s["Resource"]);
+                for a in &actions {
+                    assert!(!a.contains('*'), "{}: wildcard action {a}", f.logical_id);
+                }
+                assert!(
+                    !resources.iter().any(|r| r == "*"),
+                    "{}: Resource \"*\" in {s}",
+                    f.logical_id
+                );
+                let stream: BTreeSet<String> =
+                    STREAM_READ_ACTIONS.iter().map(|a| a.to_string()).collect();
+                if actions == stream {
+                    assert!(
+                        f.reads_stream,
+                        "{}: stream read without a stream",
+                        f.logical_id
+                    );
+                    assert_eq!(resources, BTreeSet::from([STREAM_ARN.to_owned()]));
+                    stream_read = true;
+                } else if actions.iter().any(|a| a.starts_with("dynamodb:")) {
+                    assert!(
+                        actions.iter().all(|a| a.starts_with("dynamodb:")),
+                        "{}: {actions:?}",
+                        f.logical_id
+                    );
+                    data_actions.extend(actions);
+                    data_resources.extend(resources);
+                } else if actions.contains(PUT_EVENTS_ACTION) {
+                    assert!(f.publishes_events, "{}: events:PutEvents", f.logical_id);
+                    assert_eq!(
+                        resources,
+                        BTreeSet::from([format!(
+                            "arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{bus}"
+                        )])
+                    );
+                    put_events = true;
+                } else {
+                    // Its own failure queue and log group, nothing else.
+                    for a in &actions {
+                        assert!(
+                            [
+                                "sqs:SendMessage",
+                                "logs:CreateLogStream",
+                                "logs:PutLogEvents"
+                            ]
+                            .contains(&a.as_str()),
+                            "{}: unexpected action {a}",
+                            f.logical_id
+                        );
+                    }
+                    for r in &resources {
+                        assert!(r.starts_with("getatt:"), "{}: {r}", f.logical_id);
+                    }
+                }
+            }
+            let want: BTreeSet<String> = f.dynamodb_actions.iter().map(|a| a.to_string()).collect();
+            assert_eq!(data_actions, want, "{}: DynamoDB actions", f.logical_id);
+            let table = table_arn("nishiki-table-dev-db");
+            let mut want_resources = BTreeSet::from([table.clone()]);
+            want_resources.extend(f.indexes.iter().map(|i| format!("{table}/index/{i}")));
+            assert_eq!(
+                data_resources, want_resources,
+                "{}: resources",
+                f.logical_id
+            );
+            assert_eq!(stream_read, f.reads_stream, "{}", f.logical_id);
+            assert_eq!(
+                put_events,
+                f.publishes_events && !bus.is_empty(),
+                "{}: PutEvents only with a bus",
+                f.logical_id
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------ event sources, schedules, operations
+
+#[test]
+fn the_stream_event_source_is_safe() {
+    let stack = Stack::new(&[]);
+    let f = stack.resource(STREAM.logical_id);
+    let source = f["Properties"]["Events"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|e| e["Type"] == "DynamoDB")
+        .unwrap()["Properties"]
+        .clone();
+    assert_eq!(source["Stream"], STREAM_ARN);
+    assert_eq!(source["StartingPosition"], "TRIM_HORIZON");
+    assert_eq!(
+        source["FunctionResponseTypes"],
+        json!(["ReportBatchItemFailures"])
+    );
+    assert_eq!(source["BisectBatchOnFunctionError"], true);
+    let retries = source["MaximumRetryAttempts"].as_i64().unwrap();
+    assert!((0..=100).contains(&retries), "bounded retries");
+    let age = source["MaximumRecordAgeInSeconds"].as_i64().unwrap();
+    assert!((60..=86_400).contains(&age), "bounded record age");
+    let batch = source["BatchSize"].as_i64().unwrap();
+    assert!((1..=1000).contains(&batch));
+    assert!(source["MaximumBatchingWindowInSeconds"].as_i64().unwrap() <= 300);
+    assert_eq!(source["DestinationConfig"]["OnFailure"]["Type"], "SQS");
+    assert_eq!(
+        source["DestinationConfig"]["OnFailure"]["Destination"],
+        "getatt:StreamFailureQueue.Arn"
+    );
+    // Each setting carries a one-line reason in the template.
+    let text = std::fs::read_to_string(root().join("infra/template.yaml")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    for setting in [
+        "StartingPosition:",
+        "BatchSize:",
+        "MaximumBatchingWindowInSeconds:",
+        "FunctionResponseTypes:",
+        "BisectBatchOnFunctionError:",
+        "MaximumRetryAttempts: 10",
+        "MaximumRecordAgeInSeconds:",
+        "DestinationConfig:",
+        "FilterCriteria:",
+    ] {
+        let i = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(setting) && l.starts_with("            "))
+            .unwrap_or_else(|| panic!("{setting} in the event source"));
+        assert!(
+            lines[i - 1].trim_start().starts_with('#'),
+            "{setting} has a comment with its reason"
+        );
+    }
+    // With CreateTable the mapping reads the new table's stream.
+    let sandbox = Stack::new(&[("CreateTable", "true")]);
+    let s = sandbox.resource(STREAM.logical_id)["Properties"]["Events"]["TableStream"]
+        ["Properties"]["Stream"]
+        .clone();
+    assert_eq!(s, "getatt:NishikiTable.StreamArn");
+}
+
+#[test]
+fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
+    let stack = Stack::new(&[("ExpiryTimeZone", "Asia/Tokyo")]);
+    let schedules = stack.resources_of("AWS::Scheduler::Schedule");
+    assert_eq!(schedules.len(), Job::ALL.len());
+    let queues = stack.resources_of("AWS::SQS::Queue");
+    for job in Job::ALL {
+        let f = deploy::for_job(job);
+        let target_arn = format!("getatt:{}.Arn", f.logical_id);
+        let (id, s) = schedules
+            .iter()
+            .find(|(_, s)| s["Properties"]["Target"]["Arn"] == target_arn.as_str())
+            .unwrap_or_else(|| panic!("no schedule for {job}"));
+        let p = &s["Properties"];
+        let input = p["Target"]["Input"].as_str().unwrap();
+        assert!(input.contains("<aws.scheduler.scheduled-time>"), "{id}");
+        let tick: Value = serde_json::from_str(
+            &input.replace("<aws.scheduler.scheduled-time>", "2024-03-25T00:05:00Z"),
+        )
+        .unwrap();
+        let tick = parse_tick(&tick).unwrap();
+        assert_eq!(tick.job, job, "{id}");
+        assert!(tick.scheduled_time.is_some(), "{id}");
+        let retry = &p["Target"]["RetryPolicy"];
+        assert!(retry["MaximumRetryAttempts"].as_i64().is_some(), "{id}");
+        assert!(retry["MaximumEventAgeInSeconds"].as_i64().is_some(), "{id}");
+        let dlq = p["Target"]["DeadLetterConfig"]["Arn"].as_str().unwrap();
+        let queue = dlq
+            .strip_prefix("getatt:")
+            .and_then(|q| q.strip_suffix(".Arn"))
+            .unwrap();
+        assert!(queues.contains_key(queue), "{id}: DLQ {queue}");
+        // The function's failed runs go to the same queue.
+        let func = stack.resource(f.logical_id);
+        assert_eq!(
+            func["Properties"]["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]["Destination"],
+            dlq
+        );
+        let expr = p["ScheduleExpression"].as_str().unwrap();
+        match job {
+            Job::SweepInvitations => {
+                assert_eq!(expr, "rate(15 minutes)");
+                assert_eq!(p["State"], "ENABLED");
+            }
+            Job::FlagExpiring | Job::Audit => {
+                assert!(expr.starts_with("cron("), "{id}: daily cron");
+                assert_eq!(p["ScheduleExpressionTimezone"], "Asia/Tokyo", "{id}");
+                assert_eq!(p["State"], "ENABLED");
+            }
+            Job::Backfill => assert_eq!(p["State"], "DISABLED", "backfill runs on demand"),
+        }
+    }
+    // The first deployment keeps every schedule off until the backfill ran.
+    let first = Stack::new(&[("SchedulesState", "DISABLED")]);
+    for (id, s) in first.resources_of("AWS::Scheduler::Schedule") {
+        assert_eq!(s["Properties"]["State"], "DISABLED", "{id}");
+    }
+}
+
+#[test]
+fn logs_alarms_and_outputs_cover_every_function_and_queue() {
+    let stack = Stack::new(&[]);
+    let alarms = stack.resources_of("AWS::CloudWatch::Alarm");
+    let alarm_on = |metric: &str, dim: &str, value: &str| {
+        alarms.values().any(|a| {
+            let p = &a["Properties"];
+            p["MetricName"] == metric
+                && p["Dimensions"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|d| d["Name"] == dim && d["Value"] == value)
+        })
+    };
+    let outputs = stack.resolve(&stack.t["Outputs"]);
+    let output_values: BTreeSet<String> = outputs
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|o| o["Value"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(
-        names,
-        [
-            "UserAndGroupRelationship",
-            "GroupAndContainerRelationship",
-            "InvitationHash",
-            "EMailAndUserIdRelationship",
-            "InvitationLinkExpiry"
-        ]
-    );
-    assert_eq!(
-        props["StreamSpecification"]["StreamViewType"],
-        "NEW_AND_OLD_IMAGES"
-    );
-    assert_eq!(t["Resources"]["NishikiTable"]["DeletionPolicy"], "Retain");
+    let logs = stack.resources_of("AWS::Logs::LogGroup");
+    for f in &FUNCTIONS {
+        let name = format!("ref:{}", f.logical_id);
+        assert!(
+            alarm_on("Errors", "FunctionName", &name),
+            "{}: Errors alarm",
+            f.logical_id
+        );
+        assert!(output_values.contains(&name), "{}: output", f.logical_id);
+        let func = stack.resource(f.logical_id);
+        let group = func["Properties"]["LoggingConfig"]["LogGroup"]
+            .as_str()
+            .and_then(|g| g.strip_prefix("ref:"))
+            .unwrap_or_else(|| panic!("{}: LoggingConfig.LogGroup", f.logical_id));
+        let lg = &logs[group];
+        assert!(
+            lg["Properties"]["RetentionInDays"]
+                .as_str()
+                .is_some_and(|d| d == "30")
+        );
+        assert_eq!(
+            lg["Properties"]["LogGroupName"],
+            format!(
+                "/aws/lambda/{}",
+                func["Properties"]["FunctionName"].as_str().unwrap()
+            )
+        );
+    }
+    assert!(alarm_on(
+        "IteratorAge",
+        "FunctionName",
+        "ref:StreamFunction"
+    ));
+    let queues = stack.resources_of("AWS::SQS::Queue");
+    assert_eq!(queues.len(), 5);
+    for q in queues.keys() {
+        let name = format!("getatt:{q}.QueueName");
+        assert!(
+            alarm_on("ApproximateNumberOfMessagesVisible", "QueueName", &name),
+            "{q}: queue alarm"
+        );
+        assert!(output_values.contains(&name), "{q}: output");
+    }
+}
+
+// ------------------------------------------------------------------ honest declarations
+
+/// One entry of `events/manifest.json`.
+#[derive(Debug, serde::Deserialize)]
+struct Fixture {
+    name: String,
+    events: Vec<String>,
+    snapshot: String,
+    now: String,
+    #[serde(rename = "applyWrites")]
+    apply_writes: bool,
+    #[serde(default)]
+    env: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct Used {
+    actions: BTreeSet<&'static str>,
+    indexes: BTreeSet<String>,
+}
+
+fn record_use(used: &mut BTreeMap<&'static str, Used>, f: &FunctionSpec, store: &DynamoStore) {
+    let u = used.entry(f.logical_id).or_default();
+    let m = store.metrics().snapshot();
+    for (n, op) in [
+        (m.get_item, Operation::GetItem),
+        (m.put_item, Operation::PutItem),
+        (m.delete_item, Operation::DeleteItem),
+        (m.update_item, Operation::UpdateItem),
+        (m.query, Operation::Query),
+        (m.scan, Operation::Scan),
+        (m.batch_write_item, Operation::BatchWriteItem),
+    ] {
+        if n > 0 {
+            u.actions.insert(deploy::action_of(op));
+        }
+    }
+    for (op, index) in store.metrics().indexes() {
+        // A request on a missing index is still a request IAM checks.
+        u.actions.insert(deploy::action_of(op));
+        u.indexes.insert(index);
+    }
+}
+
+/// The worker as a function runs it: its own store (fresh metrics), the
+/// configuration the template gives it (`WORKER_JOB` for a job), notify off.
+fn function_app(
+    table: &TestTable,
+    job: Option<Job>,
+    env: &[String],
+    now: DateTime<Utc>,
+) -> (App, Arc<DynamoStore>) {
+    let store = Arc::new(DynamoStore::new(
+        store::local_client(&table.endpoint),
+        &table.name,
+    ));
+    let mut vars: HashMap<String, String> = env
+        .iter()
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    vars.insert("TABLE_NAME".into(), table.name.clone());
+    if let Some(job) = job {
+        vars.insert("WORKER_JOB".into(), job.as_str().into());
+    }
+    let config = Config::from_lookup(|n| vars.get(n).cloned()).expect("fixture configuration");
+    assert!(config.notify_event_bus.is_none());
+    let app = App::new(store.clone(), config, Arc::new(ManualClock::new(now)));
+    (app, store)
+}
+
+async fn load(table: &TestTable, snapshot: &Path) {
+    let items = read_snapshot(snapshot, KEYS).expect("snapshot");
+    load_items(table.store.clone(), items, 4, None)
+        .await
+        .expect("load snapshot");
+}
+
+/// Runs every stream fixture (after the service writes it stands for, as
+/// `replay --apply-writes` does) and every scheduled job on every fixture
+/// table (with and without the invitation-expiry index, before and after
+/// the audit's grace period), recording what each function asked DynamoDB
+/// for; the declaration in `src/deploy.rs` must cover it, and everything
+/// declared must be used (or be a documented fallback).
+#[tokio::test]
+async fn declared_actions_are_the_ones_the_code_uses() {
+    let events = root().join("events");
+    let manifest: Value =
+        serde_json::from_str(&std::fs::read_to_string(events.join("manifest.json")).unwrap())
+            .unwrap();
+    let fixtures: Vec<Fixture> = serde_json::from_value(manifest["fixtures"].clone()).unwrap();
+    let mut used: BTreeMap<&'static str, Used> = BTreeMap::new();
+
+    for f in &fixtures {
+        let table = TestTable::new().await;
+        load(&table, &events.join(&f.snapshot)).await;
+        let now: DateTime<Utc> = f.now.parse().expect("now");
+        for file in &f.events {
+            let v: Value =
+                serde_json::from_str(&std::fs::read_to_string(events.join(file)).unwrap()).unwrap();
+            if decode::is_stream_event(&v) {
+                if f.apply_writes
+                    && let Ok(decoded) = decode::decode_event(&v)
+                {
+                    let plan = apply::plan(&decoded);
+                    apply::apply(table.store.as_ref(), &plan)
+                        .await
+                        .expect("apply the service's writes");
+                }
+                let (app, store) = function_app(&table, None, &f.env, now);
+                let _ = app.handle_stream(&v, None).await;
+                record_use(&mut used, &STREAM, &store);
+            } else if let Ok(tick) = parse_tick(&v) {
+                let (app, store) = function_app(&table, Some(tick.job), &f.env, now);
+                app.handle_schedule(&v, None)
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {file}: {e}", f.name));
+                record_use(&mut used, deploy::for_job(tick.job), &store);
+            }
+        }
+    }
+
+    let now: DateTime<Utc> = "2024-03-25T09:00:00Z".parse().unwrap();
+    let mut tables: Vec<PathBuf> = std::fs::read_dir(events.join("tables"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    tables.sort();
+    for path in &tables {
+        for schema in [
+            TableSchema::nishiki(),
+            TableSchema::without_invitation_expiry_index(),
+        ] {
+            let table = TestTable::with_schema(&schema).await;
+            load(&table, path).await;
+            for at in [now, now + Duration::days(2), now + Duration::days(10)] {
+                for job in Job::ALL {
+                    let (app, store) = function_app(&table, Some(job), &[], at);
+                    app.run_job(job, None)
+                        .await
+                        .unwrap_or_else(|e| panic!("{}: {job}: {e}", path.display()));
+                    record_use(&mut used, deploy::for_job(job), &store);
+                }
+            }
+        }
+    }
+
+    // The service deleting every user, group and container item alone (what
+    // it leaves behind is the cascade's work: memberships, links, the
+    // group's invitation link, flags), read from the table's stream as Lambda
+    // would.
+    for path in &tables {
+        let table = TestTable::new().await;
+        load(&table, path).await;
+        let mut drain = Drain::new(&table).await;
+        drain.skip_existing().await;
+        for (pk, sk) in table.keys().await {
+            if ["User", "Group", "Container"].contains(&sk.as_str()) {
+                table
+                    .store
+                    .delete(&ItemKey::decode(&pk, &sk).unwrap().to_attributes(), None)
+                    .await
+                    .unwrap();
+            }
+        }
+        let (app, store) = function_app(&table, None, &[], now);
+        assert!(
+            drain.run(&app).await > 0,
+            "{}: the deletes reach the stream",
+            path.display()
+        );
+        record_use(&mut used, &STREAM, &store);
+    }
+
+    let mut problems = Vec::new();
+    for f in &FUNCTIONS {
+        let u = used
+            .get(f.logical_id)
+            .unwrap_or_else(|| panic!("{} never ran", f.logical_id));
+        for a in &u.actions {
+            if !f.dynamodb_actions.contains(a) {
+                problems.push(format!("{}: uses {a}, not declared", f.logical_id));
+            }
+        }
+        for i in &u.indexes {
+            if !f.indexes.contains(&i.as_str()) {
+                problems.push(format!("{}: uses index {i}, not declared", f.logical_id));
+            }
+        }
+        for a in f.dynamodb_actions {
+            if !u.actions.contains(a) && !f.fallbacks.iter().any(|fb| fb.action == *a) {
+                problems.push(format!(
+                    "{}: declares {a}, never used (and not a documented fallback)",
+                    f.logical_id
+                ));
+            }
+        }
+        for i in f.indexes {
+            if !u.indexes.contains(*i) {
+                problems.push(format!("{}: declares index {i}, never used", f.logical_id));
+            }
+        }
+        eprintln!(
+            "{}: used {:?} on indexes {:?}",
+            f.logical_id, u.actions, u.indexes
+        );
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
