@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::config::{Clock, Config, SystemClock};
 use crate::error::HandlerError;
 use crate::jobs::{self, JobDeps};
 use crate::keys::Job;
+use crate::metrics::{self, CountedHandler, Emitter, WriteCounter};
 use crate::schedule::{self, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
 use crate::store::{self, DynamoStore, Store};
 use crate::stream::decode::{self, EnvelopeError};
@@ -31,6 +33,10 @@ pub enum EventError {
         "not an event this worker handles: expected a DynamoDB Streams event (\"Records\") or a schedule event (\"job\" or \"detail-type\": \"Scheduled Event\")"
     )]
     UnknownEvent,
+    #[error(
+        "this function runs only the {pinned} job (WORKER_JOB={pinned}) but the tick names {got}: check the schedule's target"
+    )]
+    WrongJob { pinned: Job, got: Job },
 }
 
 /// What running one event did.
@@ -45,6 +51,19 @@ pub struct App {
     deps: JobDeps,
     router: Router,
     scheduler: Scheduler,
+    observe: Observe,
+}
+
+/// What the metrics of an invocation are made of (see [`crate::metrics`]).
+#[derive(Default)]
+struct Observe {
+    /// Write requests of each stream handler.
+    writes: Arc<WriteCounter>,
+    /// Where EMF lines go; none: no metrics (the CLI).
+    emitter: Option<Emitter>,
+    /// The DynamoDB store whose request and capacity counters the metrics
+    /// report (a clone shares the counters).
+    metered: Option<DynamoStore>,
 }
 
 impl App {
@@ -55,8 +74,10 @@ impl App {
             config,
             clock: clock.clone(),
         };
+        let observe = Observe::default();
         let router = jobs::handlers(&deps)
             .into_iter()
+            .map(|h| CountedHandler::wrap(h, observe.writes.clone()))
             .fold(Router::new(clock), Router::with);
         let scheduler = jobs::scheduled(&deps)
             .into_iter()
@@ -65,7 +86,22 @@ impl App {
             deps,
             router,
             scheduler,
+            observe,
         }
+    }
+
+    /// Write one CloudWatch EMF line per stream batch and per job run (the
+    /// Lambda functions: [`Emitter::stdout_from_env`]; tests capture them).
+    pub fn with_metrics(mut self, emitter: Emitter) -> Self {
+        self.observe.emitter = Some(emitter);
+        self
+    }
+
+    /// Report this store's DynamoDB requests and consumed capacity in the
+    /// metrics (`from_env` does it for its own store).
+    pub fn with_store_metrics(mut self, store: &DynamoStore) -> Self {
+        self.observe.metered = Some(store.clone());
+        self
     }
 
     /// Assemble from the environment (Lambda): `TABLE_NAME`, optional
@@ -74,7 +110,7 @@ impl App {
         let config = Config::from_env()?;
         let client = store::client(config.endpoint_url.as_deref()).await;
         let store = Arc::new(DynamoStore::new(client, &config.table_name));
-        Ok(App::new(store, config, Arc::new(SystemClock)))
+        Ok(App::new(store.clone(), config, Arc::new(SystemClock)).with_store_metrics(&store))
     }
 
     pub fn config(&self) -> &Config {
@@ -102,7 +138,40 @@ impl App {
             deadline_margin: self.deps.config.deadline_margin,
             ..EngineConfig::default()
         };
-        Ok(engine::run_batch(records, &self.router, &config).await)
+        let lags = metrics::stream_lags_ms(&records, self.deps.clock.now());
+        let (writes, requests) = self.counters();
+        let report = engine::run_batch(records, &self.router, &config).await;
+        if let Some(emitter) = &self.observe.emitter {
+            let store = self.store_delta(requests);
+            let m = metrics::stream_metrics(
+                &report,
+                &lags,
+                &self.observe.writes.since(&writes),
+                store.as_ref(),
+            );
+            emitter.emit(self.deps.clock.now(), None, &m);
+        }
+        Ok(report)
+    }
+
+    /// The handler write counts and store counters now (for deltas).
+    fn counters(&self) -> (metrics::HandlerWrites, Option<store::MetricsSnapshot>) {
+        (
+            self.observe.writes.snapshot(),
+            self.observe
+                .metered
+                .as_ref()
+                .map(|s| s.metrics().snapshot()),
+        )
+    }
+
+    /// The store counters accumulated since `before`.
+    fn store_delta(
+        &self,
+        before: Option<store::MetricsSnapshot>,
+    ) -> Option<store::MetricsSnapshot> {
+        let now = self.observe.metered.as_ref()?.metrics().snapshot();
+        Some(now.since(&before.unwrap_or_default()))
     }
 
     /// Run a schedule tick (either EventBridge shape).
@@ -112,6 +181,16 @@ impl App {
         deadline: Option<Instant>,
     ) -> Result<JobReport, EventError> {
         let tick = schedule::parse_tick(event)?;
+        // A function pinned to one job (WORKER_JOB) has only that job's
+        // permissions: refuse any other tick instead of failing halfway.
+        if let Some(pinned) = self.deps.config.job
+            && pinned != tick.job
+        {
+            return Err(EventError::WrongJob {
+                pinned,
+                got: tick.job,
+            });
+        }
         Ok(self.run_tick(tick, deadline).await?)
     }
 
@@ -134,13 +213,22 @@ impl App {
         tick: Tick,
         deadline: Option<Instant>,
     ) -> Result<JobReport, HandlerError> {
+        let span = tracing::info_span!("job", job = %tick.job, source = ?tick.source);
+        let job = tick.job;
         let run = JobRun {
             now: self.deps.clock.now(),
             tick,
             deadline,
             margin: self.deps.config.deadline_margin,
         };
-        self.scheduler.run(&run).await
+        let (_, requests) = self.counters();
+        let result = self.scheduler.run(&run).instrument(span).await;
+        if let Some(emitter) = &self.observe.emitter {
+            let store = self.store_delta(requests);
+            let m = metrics::job_metrics(result.as_ref(), store.as_ref());
+            emitter.emit(self.deps.clock.now(), Some(job), &m);
+        }
+        result
     }
 
     /// Run any event, detected from its content.

@@ -3,6 +3,7 @@
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use nishiki_worker::app::{App, deadline_from_epoch_ms};
+use nishiki_worker::metrics::Emitter;
 use nishiki_worker::schedule::JobReport;
 use nishiki_worker::telemetry::{self, LogFormat};
 use serde_json::Value;
@@ -10,7 +11,10 @@ use serde_json::Value;
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     telemetry::init(LogFormat::Json);
-    let app = App::from_env().await?;
+    // One CloudWatch EMF line per invocation on stdout (logs: stderr).
+    let app = App::from_env()
+        .await?
+        .with_metrics(Emitter::stdout_from_env("schedule"));
     let app = &app;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));

@@ -16,11 +16,14 @@
 //!
 //! Log lines carry the event id, sequence number, key (`PK=…, SK=…`) and a
 //! reason, never other attribute values; processors must keep their reasons
-//! free of values too.
+//! free of values too. The batch runs in a `batch` span and each record in a
+//! `record` span (event id, sequence number, key, outcome), so lines the
+//! processor writes carry the record's identity too.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use tracing::{Instrument, Span};
 
 use super::decode::{ChangeKind, RecordError, SequenceNumber, StreamChange};
 
@@ -270,6 +273,19 @@ impl Identity {
         }
     }
 
+    /// The `record` span: identity only (the encoded key, never attribute
+    /// values); `outcome` is recorded once known.
+    fn span(&self, index: usize) -> Span {
+        tracing::info_span!(
+            "record",
+            index,
+            event_id = self.event_id.as_deref(),
+            sequence_number = self.sequence_number.as_ref().map(SequenceNumber::as_str),
+            key = self.keys.as_deref(),
+            outcome = tracing::field::Empty,
+        )
+    }
+
     fn warn(&self, what: &str, reason: &str) {
         tracing::warn!(
             event_id = self.event_id.as_deref(),
@@ -288,7 +304,52 @@ enum Stop {
 }
 
 /// Run a decoded batch through `processor`, in order, one record at a time.
+///
+/// The batch runs inside a `batch` span (`size`, `first_sequence_number`,
+/// `last_sequence_number`) and each record inside a `record` span
+/// (`index`, `event_id`, `sequence_number`, `key`: the encoded key
+/// attributes only, and `outcome`, recorded once known), so every log line
+/// written while a record is handled carries them.
 pub async fn run_batch(
+    records: Vec<Result<StreamChange, RecordError>>,
+    processor: &dyn RecordProcessor,
+    config: &EngineConfig,
+) -> BatchReport {
+    let span = batch_span(&records);
+    run_records(records, processor, config)
+        .instrument(span)
+        .await
+}
+
+/// The `batch` span of a batch.
+fn batch_span(records: &[Result<StreamChange, RecordError>]) -> Span {
+    let seq = |r: &Result<StreamChange, RecordError>| match r {
+        Ok(c) => c.sequence_number.clone(),
+        Err(e) => e.sequence_number.clone(),
+    };
+    let first = records.iter().find_map(seq);
+    let last = records.iter().rev().find_map(seq);
+    tracing::info_span!(
+        "batch",
+        size = records.len(),
+        first_sequence_number = first.as_ref().map(SequenceNumber::as_str),
+        last_sequence_number = last.as_ref().map(SequenceNumber::as_str),
+    )
+}
+
+/// The short name of a status, as the `record` span's `outcome`.
+fn outcome_label(status: &RecordStatus) -> &'static str {
+    match status {
+        RecordStatus::Handled { .. } => "handled",
+        RecordStatus::Skipped { .. } => "skipped",
+        RecordStatus::Rejected { .. } => "rejected",
+        RecordStatus::Malformed { .. } => "malformed",
+        RecordStatus::Failed { .. } => "failed",
+        RecordStatus::NotAttempted { .. } => "not_attempted",
+    }
+}
+
+async fn run_records(
     records: Vec<Result<StreamChange, RecordError>>,
     processor: &dyn RecordProcessor,
     config: &EngineConfig,
@@ -298,87 +359,19 @@ pub async fn run_batch(
     let total = records.len();
     for (index, record) in records.into_iter().enumerate() {
         let id = Identity::of(&record, config);
-        if stop.is_none() && config.deadline_near() {
-            tracing::warn!(
-                index,
-                remaining = total - index,
-                "Lambda deadline near: stopping the batch"
-            );
-            stop = Some(Stop::Deadline);
-        }
-        if let Some(stop) = &stop {
-            let reason = match stop {
-                Stop::Transient { index } => {
-                    format!("after a transient failure of record #{index}")
-                }
-                Stop::Deadline => {
-                    if let Some(seq) = &id.sequence_number {
-                        report.batch_item_failures.push(seq.to_string());
-                    } else if record.is_ok() && report.batch_item_failures.is_empty() {
-                        // No reported sequence number before it would make
-                        // Lambda deliver it again: only a whole-batch retry
-                        // does.
-                        report.retry_whole_batch = true;
-                    }
-                    DEADLINE_REASON.to_owned()
-                }
-            };
-            report.not_attempted += 1;
-            report
-                .records
-                .push(id.report(index, RecordStatus::NotAttempted { reason }));
-            continue;
-        }
-        let change = match record {
-            Ok(change) => change,
-            Err(e) => {
-                id.warn("malformed, skipped", &e.reason);
-                report.malformed += 1;
-                report
-                    .records
-                    .push(id.report(index, RecordStatus::Malformed { reason: e.reason }));
-                continue;
-            }
-        };
-        let status = match processor.process(&change).await {
-            Ok(RecordOutcome::Handled { detail }) => {
-                tracing::debug!(
-                    event_id = id.event_id.as_deref(),
-                    key = id.keys.as_deref(),
-                    detail,
-                    "stream record handled"
-                );
-                report.handled += 1;
-                RecordStatus::Handled { detail }
-            }
-            Ok(RecordOutcome::Skipped { reason }) => {
-                tracing::debug!(
-                    event_id = id.event_id.as_deref(),
-                    key = id.keys.as_deref(),
-                    reason,
-                    "stream record skipped"
-                );
-                report.skipped += 1;
-                RecordStatus::Skipped { reason }
-            }
-            Err(e @ ProcessError::Permanent { .. }) => {
-                id.warn("failed permanently, skipped", e.reason());
-                report.rejected += 1;
-                RecordStatus::Rejected {
-                    reason: e.reason().to_owned(),
-                }
-            }
-            Err(ProcessError::Transient { reason }) => {
-                id.warn("failed transiently, batch stopped", &reason);
-                match &id.sequence_number {
-                    Some(seq) => report.batch_item_failures = vec![seq.to_string()],
-                    None => report.retry_whole_batch = true,
-                }
-                stop = Some(Stop::Transient { index });
-                report.failed += 1;
-                RecordStatus::Failed { reason }
-            }
-        };
+        let span = id.span(index);
+        let status = run_record(
+            index,
+            total,
+            record,
+            &id,
+            processor,
+            config,
+            &mut report,
+            &mut stop,
+        )
+        .instrument(span)
+        .await;
         report.records.push(id.report(index, status));
     }
     tracing::info!(
@@ -394,6 +387,109 @@ pub async fn run_batch(
         "stream batch done"
     );
     report
+}
+
+/// One record, inside its span: counts it in `report` and returns its
+/// status.
+#[allow(clippy::too_many_arguments)]
+async fn run_record(
+    index: usize,
+    total: usize,
+    record: Result<StreamChange, RecordError>,
+    id: &Identity,
+    processor: &dyn RecordProcessor,
+    config: &EngineConfig,
+    report: &mut BatchReport,
+    stop: &mut Option<Stop>,
+) -> RecordStatus {
+    let outcome = |status: &RecordStatus| {
+        Span::current().record("outcome", outcome_label(status));
+    };
+    if stop.is_none() && config.deadline_near() {
+        tracing::warn!(
+            index,
+            remaining = total - index,
+            "Lambda deadline near: stopping the batch"
+        );
+        *stop = Some(Stop::Deadline);
+    }
+    if let Some(stopped) = stop.as_ref() {
+        let reason = match stopped {
+            Stop::Transient { index } => {
+                format!("after a transient failure of record #{index}")
+            }
+            Stop::Deadline => {
+                if let Some(seq) = &id.sequence_number {
+                    report.batch_item_failures.push(seq.to_string());
+                } else if record.is_ok() && report.batch_item_failures.is_empty() {
+                    // No reported sequence number before it would make
+                    // Lambda deliver it again: only a whole-batch retry
+                    // does.
+                    report.retry_whole_batch = true;
+                }
+                DEADLINE_REASON.to_owned()
+            }
+        };
+        report.not_attempted += 1;
+        let status = RecordStatus::NotAttempted { reason };
+        outcome(&status);
+        return status;
+    }
+    let change = match record {
+        Ok(change) => change,
+        Err(e) => {
+            let status = RecordStatus::Malformed {
+                reason: e.reason.clone(),
+            };
+            outcome(&status);
+            id.warn("malformed, skipped", &e.reason);
+            report.malformed += 1;
+            return status;
+        }
+    };
+    let result = processor.process(&change).await;
+    let status = match result {
+        Ok(RecordOutcome::Handled { detail }) => RecordStatus::Handled { detail },
+        Ok(RecordOutcome::Skipped { reason }) => RecordStatus::Skipped { reason },
+        Err(ProcessError::Permanent { reason }) => RecordStatus::Rejected { reason },
+        Err(ProcessError::Transient { reason }) => RecordStatus::Failed { reason },
+    };
+    outcome(&status);
+    match &status {
+        RecordStatus::Handled { detail } => {
+            tracing::debug!(
+                event_id = id.event_id.as_deref(),
+                key = id.keys.as_deref(),
+                detail,
+                "stream record handled"
+            );
+            report.handled += 1;
+        }
+        RecordStatus::Skipped { reason } => {
+            tracing::debug!(
+                event_id = id.event_id.as_deref(),
+                key = id.keys.as_deref(),
+                reason,
+                "stream record skipped"
+            );
+            report.skipped += 1;
+        }
+        RecordStatus::Rejected { reason } => {
+            id.warn("failed permanently, skipped", reason);
+            report.rejected += 1;
+        }
+        RecordStatus::Failed { reason } => {
+            id.warn("failed transiently, batch stopped", reason);
+            match &id.sequence_number {
+                Some(seq) => report.batch_item_failures = vec![seq.to_string()],
+                None => report.retry_whole_batch = true,
+            }
+            *stop = Some(Stop::Transient { index });
+            report.failed += 1;
+        }
+        RecordStatus::Malformed { .. } | RecordStatus::NotAttempted { .. } => {}
+    }
+    status
 }
 
 #[cfg(test)]
@@ -673,6 +769,94 @@ mod tests {
         );
         let back: BatchResponse = serde_json::from_value(v).unwrap();
         assert_eq!(back, report.response());
+    }
+
+    /// Logs a line of its own while handling, like a job's handler does.
+    struct Chatty;
+
+    #[async_trait::async_trait]
+    impl RecordProcessor for Chatty {
+        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+            tracing::info!("processor line");
+            if change.event_id == "e2" {
+                return Err(ProcessError::transient("throttled"));
+            }
+            Ok(RecordOutcome::handled("done"))
+        }
+    }
+
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn lines_inside_a_record_carry_its_span() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = crate::telemetry::json_subscriber(
+            tracing_subscriber::EnvFilter::new("debug"),
+            move || writer.clone(),
+        );
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let mut records = batch();
+        records.insert(0, malformed(0, Some("8")));
+        let report = run_batch(records, &Chatty, &EngineConfig::default()).await;
+        assert_eq!(report.batch_item_failures, ["10"]);
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let parsed: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("JSON line"))
+            .collect();
+        let processor: Vec<&serde_json::Value> = parsed
+            .iter()
+            .filter(|v| v["fields"]["message"] == "processor line")
+            .collect();
+        assert_eq!(processor.len(), 2, "e1 and e2: {text}");
+        for (v, (id, seq)) in processor.iter().zip([("e1", "9"), ("e2", "10")]) {
+            assert_eq!(v["span"]["name"], "record");
+            assert_eq!(v["span"]["event_id"], id);
+            assert_eq!(v["span"]["sequence_number"], seq);
+            assert_eq!(v["span"]["key"], format!("PK={U}, SK=User"));
+            let batch = &v["spans"][0];
+            assert_eq!(batch["name"], "batch");
+            assert_eq!(
+                (
+                    &batch["size"],
+                    &batch["first_sequence_number"],
+                    &batch["last_sequence_number"]
+                ),
+                (&json!(6), &json!("8"), &json!("13"))
+            );
+        }
+        let outcome = |message: &str| {
+            parsed
+                .iter()
+                .find(|v| v["fields"]["message"] == message)
+                .map(|v| v["span"]["outcome"].clone())
+        };
+        assert_eq!(
+            outcome("stream record malformed, skipped"),
+            Some(json!("malformed"))
+        );
+        assert_eq!(outcome("stream record handled"), Some(json!("handled")));
+        assert_eq!(
+            outcome("stream record failed transiently, batch stopped"),
+            Some(json!("failed"))
+        );
+        let done = parsed
+            .iter()
+            .find(|v| v["fields"]["message"] == "stream batch done")
+            .expect("summary line");
+        assert_eq!(done["span"]["name"], "batch");
     }
 
     #[test]
