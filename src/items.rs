@@ -65,12 +65,17 @@ impl ItemError {
 }
 
 /// Serde error texts quote the offending value (`invalid type: string
-/// "alice@example.com"`); a value may be personal data, so quoted text is
-/// dropped before an error can reach a log line.
+/// "alice@example.com"`, serde_dynamo's `Failed to parse 'alice@example.com'
+/// as a float`); a value may be personal data, so quoted text is dropped
+/// before an error can reach a log line. A single quote opens a quotation
+/// only at the start of a word (not in `doesn't`) and closes at the last
+/// single quote that ends a word.
 pub fn redact_quoted(msg: &str) -> String {
     let mut out = String::with_capacity(msg.len());
     let mut inside = false;
-    for ch in msg.chars() {
+    let mut rest = msg;
+    while let Some(ch) = rest.chars().next() {
+        rest = &rest[ch.len_utf8()..];
         if ch == '"' {
             if inside {
                 out.push_str("…\"");
@@ -78,11 +83,37 @@ pub fn redact_quoted(msg: &str) -> String {
                 out.push('"');
             }
             inside = !inside;
-        } else if !inside {
+        } else if inside {
+            continue;
+        } else if ch == '\''
+            && out
+                .chars()
+                .last()
+                .is_none_or(|c| c.is_whitespace() || c == '(')
+            && let Some(end) = closing_single_quote(rest)
+        {
+            out.push_str("'…'");
+            rest = &rest[end + 1..];
+        } else {
             out.push(ch);
         }
     }
     out
+}
+
+/// The byte offset of the last `'` in `s` that ends a word (followed by the
+/// end, whitespace or punctuation).
+fn closing_single_quote(s: &str) -> Option<usize> {
+    s.char_indices()
+        .filter(|&(i, c)| {
+            c == '\''
+                && s[i + 1..]
+                    .chars()
+                    .next()
+                    .is_none_or(|n| n.is_whitespace() || ",.;:)".contains(n))
+        })
+        .map(|(i, _)| i)
+        .next_back()
 }
 
 /// `User` item: `PK=<userId>`, `SK=User`.
@@ -328,17 +359,63 @@ impl Entity {
 #[derive(Serialize)]
 struct Empty {}
 
+/// The attributes a typed item writes (every one, always: none of them is
+/// skipped when empty), so the rest of a raw item is its `extra`. A test
+/// keeps each list equal to what the type serializes.
+trait Attributes {
+    const ATTRIBUTES: &'static [&'static str];
+}
+
+macro_rules! attributes {
+    ($($t:ty => [$($name:literal),*];)*) => {
+        $(impl Attributes for $t {
+            const ATTRIBUTES: &'static [&'static str] = &[$($name),*];
+        })*
+    };
+}
+
+attributes! {
+    User => ["UserName", "EMailAddress"];
+    Membership => ["GroupId"];
+    Group => ["GroupName"];
+    ContainerLink => ["ContainerId"];
+    InvitationLink => ["InvitationLinkHash", "LinkExpiryDatetime"];
+    Container => ["ContainerName", "Foods"];
+    CategoryList => ["Category"];
+}
+
 /// Deserialize the known attributes; everything else but the key is `extra`.
-fn split<T: DeserializeOwned + Serialize>(
+fn split<T: DeserializeOwned + Attributes>(
     key: &ItemKey,
     mut item: Item,
 ) -> Result<(T, Item), ItemError> {
     item.remove(PK);
     item.remove(SK);
-    let typed: T = serde_dynamo::from_item(item.clone()).map_err(|e| ItemError::attrs(key, e))?;
-    let known: Item = serde_dynamo::to_item(&typed).map_err(|e| ItemError::attrs(key, e))?;
-    item.retain(|name, _| !known.contains_key(name));
-    Ok((typed, item))
+    // Unknown attributes never take part in deserializing (none of the
+    // types denies or flattens them): set them apart first.
+    let extra: Item = item
+        .extract_if(|name, _| !T::ATTRIBUTES.contains(&name.as_str()))
+        .collect();
+    let typed: T = serde_dynamo::from_item(item.clone())
+        .map_err(|e| ItemError::attrs(key, locate::<T>(&item, e)))?;
+    Ok((typed, extra))
+}
+
+/// serde_dynamo's errors do not say where they are (`Expected map`): name
+/// the attribute whose removal changes the error, if one does.
+fn locate<T: DeserializeOwned>(item: &Item, e: serde_dynamo::Error) -> String {
+    let msg = e.to_string();
+    let mut names: Vec<&String> = item.keys().collect();
+    names.sort();
+    for name in names {
+        let mut without = item.clone();
+        without.remove(name);
+        let other = serde_dynamo::from_item::<_, T>(without).err();
+        if other.is_none_or(|o| o.to_string() != msg) {
+            return format!("attribute {name}: {msg}");
+        }
+    }
+    msg
 }
 
 fn join<T: Serialize>(key: &ItemKey, typed: &T, extra: &Item) -> Item {
@@ -367,10 +444,18 @@ where
         }
         fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<T>, A::Error> {
             let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-            while let Some(x) = seq.next_element()? {
-                out.push(x);
+            loop {
+                match seq.next_element() {
+                    Ok(Some(x)) => out.push(x),
+                    Ok(None) => return Ok(out),
+                    Err(e) => {
+                        return Err(serde::de::Error::custom(format_args!(
+                            "entry #{}: {e}",
+                            out.len()
+                        )));
+                    }
+                }
             }
-            Ok(out)
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<T>, A::Error> {
             if map.next_key::<String>()?.is_some() {
@@ -549,10 +634,96 @@ mod tests {
     }
 
     #[test]
+    fn single_quoted_values_are_redacted_too() {
+        assert_eq!(
+            redact_quoted("Failed to parse 'bob@x.io' as a float: invalid float literal"),
+            "Failed to parse '…' as a float: invalid float literal"
+        );
+        assert_eq!(
+            redact_quoted("Failed to parse 'it's bob' as a float"),
+            "Failed to parse '…' as a float"
+        );
+        assert_eq!(redact_quoted("doesn't parse"), "doesn't parse");
+        assert_eq!(redact_quoted("an 'open quote"), "an 'open quote");
+        let raw = ddb(container_json(json!({"L": [{"M": {
+            "FoodId": {"S": F}, "Name": {"S": "Milk"},
+            "Unit": {"NULL": true}, "Quantity": {"N": "carol@example.com"},
+            "Category": {"NULL": true}, "Expiry": {"NULL": true},
+            "CreatedAt": {"S": "2024-03-22T22:03:33.123Z"}
+        }}]})));
+        let msg = Entity::from_item(raw).unwrap_err().to_string();
+        assert!(!msg.contains("carol"), "{msg}");
+        assert!(msg.contains("attribute Foods: entry #0"), "{msg}");
+    }
+
+    #[test]
     fn redaction_keeps_structure() {
         assert_eq!(
             redact_quoted(r#"invalid type: string "bob@x.io", expected f64"#),
             r#"invalid type: string "…", expected f64"#
         );
+    }
+
+    /// `split` sets apart exactly the attributes a type does not write.
+    #[test]
+    fn attribute_lists_match_what_each_type_writes() {
+        fn names<T: Serialize + Attributes>(x: &T) {
+            let item: Item = serde_dynamo::to_item(x).unwrap();
+            let mut written: Vec<&str> = item.keys().map(String::as_str).collect();
+            written.sort_unstable();
+            let mut listed = T::ATTRIBUTES.to_vec();
+            listed.sort_unstable();
+            assert_eq!(written, listed, "{}", std::any::type_name::<T>());
+        }
+        let at: DateTime<Utc> = "2024-03-22T22:03:33.123Z".parse().unwrap();
+        let (user, group) = (UserId::random(), GroupId::random());
+        names(&User {
+            id: user,
+            user_name: "u".into(),
+            email_address: "e".into(),
+            extra: Item::new(),
+        });
+        names(&Membership {
+            user,
+            group,
+            extra: Item::new(),
+        });
+        names(&Group {
+            id: group,
+            group_name: "g".into(),
+            extra: Item::new(),
+        });
+        names(&ContainerLink {
+            group,
+            container: ContainerId::random(),
+            extra: Item::new(),
+        });
+        names(&InvitationLink {
+            group,
+            invitation_link_hash: "h".into(),
+            link_expiry_datetime: at,
+            extra: Item::new(),
+        });
+        names(&Container {
+            id: ContainerId::random(),
+            container_name: "c".into(),
+            foods: Vec::new(),
+            extra: Item::new(),
+        });
+        names(&CategoryList {
+            categories: Vec::new(),
+            extra: Item::new(),
+        });
+    }
+
+    #[test]
+    fn unknown_attributes_are_kept_as_extra() {
+        let mut raw = ddb(container_json(json!({"L": []})));
+        raw.insert("Colour".into(), AttributeValue::S("blue".into()));
+        let Entity::Container(c) = Entity::from_item(raw.clone()).unwrap() else {
+            panic!("a container");
+        };
+        assert_eq!(c.extra.keys().collect::<Vec<_>>(), ["Colour"]);
+        assert_eq!(Entity::Container(c).to_item(), raw);
     }
 }

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 
 use crate::config::Clock;
 pub use crate::error::HandlerError;
-use crate::items::{Entity, ItemError};
-use crate::keys::{ItemKey, ItemKind};
+use crate::items::{Entity, ItemError, redact_quoted};
+use crate::keys::{ItemKey, ItemKind, PK, SK};
 use crate::stream::decode::{ChangeKind, StreamChange};
 use crate::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
@@ -27,8 +27,38 @@ pub struct Change {
 
 impl Change {
     /// Decode the key and both images of a raw stream change.
+    ///
+    /// The table's stream is `NEW_AND_OLD_IMAGES`: an INSERT without
+    /// NewImage, a MODIFY without either image or a REMOVE without OldImage
+    /// is rejected (a missing image would read as "every food removed"), and
+    /// so is an image whose `PK`/`SK` differ from the record's `Keys`.
     pub fn from_stream(raw: &StreamChange) -> Result<Change, ItemError> {
         let key = ItemKey::from_attributes(&raw.keys)?;
+        let problem = |reason: String| {
+            let (pk, sk) = key.encode();
+            ItemError::Attributes { pk, sk, reason }
+        };
+        let needs_new = !raw.kind.is_removal();
+        let needs_old = raw.kind.is_removal() || raw.kind == ChangeKind::Modify;
+        for (section, image, needed) in [
+            ("NewImage", &raw.new_image, needs_new),
+            ("OldImage", &raw.old_image, needs_old),
+        ] {
+            let Some(image) = image else {
+                if needed {
+                    return Err(problem(format!(
+                        "{} without {section} (the stream must be NEW_AND_OLD_IMAGES)",
+                        raw.kind.event_name()
+                    )));
+                }
+                continue;
+            };
+            for name in [PK, SK] {
+                if image.get(name) != raw.keys.get(name) {
+                    return Err(problem(format!("{section} key differs from Keys ({name})")));
+                }
+            }
+        }
         let image = |img: &Option<crate::items::Item>| -> Result<Option<Entity>, ItemError> {
             img.as_ref()
                 .map(|i| Entity::from_keyed_item(key.clone(), i.clone()))
@@ -102,8 +132,17 @@ impl Router {
 #[async_trait]
 impl RecordProcessor for Router {
     async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
-        let change = Change::from_stream(raw).map_err(|e| ProcessError::Permanent {
-            reason: e.to_string(),
+        let change = Change::from_stream(raw).map_err(|e| {
+            let reason = e.to_string();
+            ProcessError::Permanent {
+                // A key holding an e-mail address is quoted in the message:
+                // hide the quoted values then.
+                reason: if reason.contains('@') {
+                    redact_quoted(&reason)
+                } else {
+                    reason
+                },
+            }
         })?;
         let kind = change.key.kind();
         if kind.is_worker_owned() {

@@ -19,6 +19,12 @@
 //!   reading takes the fraction as nanoseconds scaled by 10⁶ (`.123` becomes
 //!   123 µs). Precision kept: milliseconds (truncated).
 //!
+//! What is not a stream record is rejected with a reason: an event whose
+//! records all come from another source (SQS, S3, SNS...) is an
+//! [`EnvelopeError::OtherSource`]; in a batch, a record whose `eventSource`
+//! is not `aws:dynamodb`, or whose image is over DynamoDB's 400 KB item
+//! limit, is a [`RecordError`].
+//!
 //! Error reasons never contain attribute values: serde messages go through
 //! [`redact_quoted`]. Only the key attributes are rendered, as `PK=…, SK=…`.
 
@@ -38,6 +44,10 @@ use crate::items::{Item, redact_quoted};
 /// Key attribute names used when none are configured: `("PK", "SK")`.
 pub const DEFAULT_KEY_ATTRIBUTES: (&str, &str) = ("PK", "SK");
 
+/// `eventSource` of DynamoDB Streams records.
+const STREAM_SOURCE: &str = "aws:dynamodb";
+/// DynamoDB's item size limit (400 KB); no stream image can be larger.
+const MAX_ITEM_BYTES: usize = 400 * 1024;
 /// `userIdentity.principalId` of removals done by the TTL process.
 const TTL_PRINCIPAL: &str = "dynamodb.amazonaws.com";
 /// `awsRegion` written by [`encode_event`] when no ARN names one (what
@@ -264,6 +274,12 @@ pub enum EnvelopeError {
     NoRecords,
     #[error("\"Records\" is not an array")]
     RecordsNotArray,
+    /// Every record names another event source (`eventSource`, or SNS's
+    /// `EventSource`): an SQS, S3, SNS, Kinesis... event.
+    #[error(
+        "event from {0:?}, not a DynamoDB Streams event (expected records with eventSource \"aws:dynamodb\")"
+    )]
+    OtherSource(String),
 }
 
 /// Whether `v` looks like a DynamoDB Streams event: a `Records` array whose
@@ -283,6 +299,9 @@ pub fn is_stream_event(v: &Value) -> bool {
 pub fn decode_event_bytes(
     bytes: &[u8],
 ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(EnvelopeError::NotJson("the body is empty".into()));
+    }
     let event: Value = serde_json::from_slice(bytes)
         .map_err(|e| EnvelopeError::NotJson(redact(&e.to_string())))?;
     decode_event(&event)
@@ -307,11 +326,30 @@ pub fn decode_event_with(
         Some(Value::Array(records)) => records,
         Some(_) => return Err(EnvelopeError::RecordsNotArray),
     };
+    if let Some(source) = other_source(records) {
+        return Err(EnvelopeError::OtherSource(source));
+    }
     Ok(records
         .iter()
         .enumerate()
         .map(|(index, record)| decode_record_with(index, record, key_attributes))
         .collect())
+}
+
+/// The source every record names, when it is not `aws:dynamodb` (e.g. an SQS
+/// or S3 event sent to the stream function).
+fn other_source(records: &[Value]) -> Option<String> {
+    fn source(r: &Value) -> Option<&str> {
+        r.get("eventSource")
+            .or_else(|| r.get("EventSource"))
+            .and_then(Value::as_str)
+            .filter(|s| *s != STREAM_SOURCE)
+    }
+    let first = source(records.first()?)?;
+    records
+        .iter()
+        .all(|r| source(r).is_some())
+        .then(|| clip_to(first, 64))
 }
 
 /// Decode the record at position `index` of a batch.
@@ -360,6 +398,14 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
         None | Some(Value::Null) => return Err("no dynamodb object".into()),
         Some(_) => return Err("dynamodb is not an object".into()),
     };
+    if let Some(Value::String(source)) = obj.get("eventSource")
+        && source != STREAM_SOURCE
+    {
+        return Err(format!(
+            "eventSource {:?} is not {STREAM_SOURCE:?}",
+            clip_to(source, 64)
+        ));
+    }
     let event_name = match obj.get("eventName") {
         Some(Value::String(s)) => s.as_str(),
         None | Some(Value::Null) => return Err("no eventName".into()),
@@ -405,7 +451,7 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
         kind => kind,
     };
     let change = record.change;
-    Ok(StreamChange {
+    let decoded = StreamChange {
         event_id,
         kind,
         sequence_number,
@@ -415,7 +461,42 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
         new_image: non_empty(change.new_image.into()),
         event_source_arn: record.event_source_arn,
         size_bytes,
-    })
+    };
+    for (section, image) in [
+        ("NewImage", &decoded.new_image),
+        ("OldImage", &decoded.old_image),
+    ] {
+        let size = image.as_ref().map_or(0, item_size);
+        if size > MAX_ITEM_BYTES {
+            return Err(format!(
+                "{section} is about {size} bytes, over DynamoDB's 400 KB item limit"
+            ));
+        }
+    }
+    Ok(decoded)
+}
+
+/// An item's size as DynamoDB counts it (names and values; numbers
+/// estimated from their digits), for the 400 KB limit.
+fn item_size(item: &Item) -> usize {
+    item.iter()
+        .map(|(name, v)| name.len() + attribute_size(v))
+        .sum()
+}
+
+fn attribute_size(v: &AttributeValue) -> usize {
+    let number = |n: &String| n.len().div_ceil(2) + 1;
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => number(n),
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Ss(l) => l.iter().map(String::len).sum(),
+        AttributeValue::Ns(l) => l.iter().map(number).sum(),
+        AttributeValue::Bs(l) => l.iter().map(|b| b.as_ref().len()).sum(),
+        AttributeValue::L(l) => 3 + l.iter().map(|v| 1 + attribute_size(v)).sum::<usize>(),
+        AttributeValue::M(m) => 3 + m.len() + item_size(m),
+        _ => 1,
+    }
 }
 
 fn non_empty(item: Item) -> Option<Item> {
@@ -558,7 +639,7 @@ fn parse_epoch_text(text: &str) -> Option<DateTime<Utc>> {
 pub fn render_keys(keys: &Item, (partition, sort): (&str, &str)) -> String {
     let show = |name: &str, v: &AttributeValue| {
         let value = match v {
-            AttributeValue::S(s) | AttributeValue::N(s) => clip(s),
+            AttributeValue::S(s) | AttributeValue::N(s) => key_value(s),
             AttributeValue::B(_) => "<B>".into(),
             AttributeValue::Bool(_) => "<BOOL>".into(),
             AttributeValue::Null(_) => "<NULL>".into(),
@@ -594,7 +675,7 @@ fn raw_keys(ddb: &Map<String, Value>, (partition, sort): (&str, &str)) -> Option
             .filter(|o| o.len() == 1)
             .and_then(|o| o.iter().next())
         {
-            Some((tag, Value::String(s))) if tag == "S" || tag == "N" => clip(s),
+            Some((tag, Value::String(s))) if tag == "S" || tag == "N" => key_value(s),
             Some((tag, _)) if SCALAR_TAGS.contains(&tag.as_str()) => format!("<{tag}>"),
             _ => "<invalid>".into(),
         };
@@ -641,6 +722,16 @@ fn redact(msg: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("`")
+}
+
+/// A key value for a log line: clipped, and hidden when it looks like an
+/// e-mail address (no key of a well-formed item contains `@`).
+fn key_value(s: &str) -> String {
+    if s.contains('@') {
+        "<redacted: contains @>".into()
+    } else {
+        clip(s)
+    }
 }
 
 fn clip(s: &str) -> String {
@@ -725,11 +816,20 @@ fn encode_record(change: &StreamChange, table_arn: Option<&str>) -> Value {
 
 /// Epoch seconds: an integer, or a number with the millisecond fraction.
 fn epoch_json(at: DateTime<Utc>) -> Value {
-    let millis = at.timestamp_subsec_millis();
+    let (seconds, millis) = (at.timestamp(), at.timestamp_subsec_millis());
     if millis == 0 {
-        Value::from(at.timestamp())
+        Value::from(seconds)
+    } else if seconds >= 0 {
+        // Parsed from its decimal text, not summed: `2.0 + 0.954` lands on
+        // the f64 below 2.954, which reads back a millisecond early (found
+        // by the fuzzer).
+        Value::from(
+            format!("{seconds}.{millis:03}")
+                .parse::<f64>()
+                .unwrap_or(seconds as f64),
+        )
     } else {
-        Value::from(at.timestamp() as f64 + f64::from(millis) / 1000.0)
+        Value::from(seconds as f64 + f64::from(millis) / 1000.0)
     }
 }
 
@@ -1187,6 +1287,24 @@ mod tests {
     }
 
     #[test]
+    fn creation_times_round_trip_to_the_millisecond() {
+        // Found by the fuzzer: 2 s + 954 ms was encoded as 2.9539999999999997.
+        for ms in [2_954, 1_711_143_813_954, 1_001, 999, 123_456_789_007] {
+            let at = Utc.timestamp_millis_opt(ms).unwrap();
+            let text = epoch_json(at).to_string();
+            assert_eq!(
+                parse_epoch_text(&text),
+                Some(at),
+                "{ms} ms encoded as {text}"
+            );
+        }
+        assert_eq!(
+            epoch_json(Utc.timestamp_millis_opt(2_954).unwrap()),
+            json!(2.954)
+        );
+    }
+
+    #[test]
     fn dynamodb_local_omissions_get_defaults() {
         let r = json!({
             "eventID": "c81e728d9d4c2f636f067f89cc14862c",
@@ -1250,6 +1368,45 @@ mod tests {
             Err(EnvelopeError::NotJson(_))
         ));
         assert_eq!(decode_event(&json!({"Records": []})), Ok(vec![]));
+    }
+
+    #[test]
+    fn foreign_sources_empty_bodies_and_oversized_items() {
+        let sqs = json!({"Records": [{"eventSource": "aws:sqs", "body": "{}"}]});
+        assert_eq!(
+            decode_event(&sqs),
+            Err(EnvelopeError::OtherSource("aws:sqs".into()))
+        );
+        let sns = json!({"Records": [{"EventSource": "aws:sns"}]});
+        assert!(matches!(decode_event(&sns), Err(EnvelopeError::OtherSource(s)) if s == "aws:sns"));
+        for body in [&b""[..], b" \n\t"] {
+            let e = decode_event_bytes(body).unwrap_err();
+            assert_eq!(e.to_string(), "event is not JSON: the body is empty");
+        }
+
+        // In a DynamoDB batch, a foreign record fails alone.
+        let good = record("e1", "INSERT", "1", json!({"NewImage": user_image("A")}));
+        let mut kinesis = record("e2", "INSERT", "2", json!({"NewImage": user_image("A")}));
+        kinesis["eventSource"] = json!("aws:kinesis");
+        let results = decode_event(&json!({"Records": [good, kinesis]})).unwrap();
+        assert!(results[0].is_ok());
+        let e = results[1].as_ref().unwrap_err();
+        assert_eq!(
+            e.reason,
+            r#"eventSource "aws:kinesis" is not "aws:dynamodb""#
+        );
+
+        let image = |len: usize| {
+            let notes = "x".repeat(len);
+            json!({"NewImage": {"PK": {"S": U}, "SK": {"S": "User"}, "Notes": {"S": notes}}})
+        };
+        assert!(decode_record(0, &record("e", "INSERT", "1", image(MAX_ITEM_BYTES - 100))).is_ok());
+        let e = err(&record("e", "INSERT", "1", image(MAX_ITEM_BYTES)));
+        assert!(
+            e.reason.contains("over DynamoDB's 400 KB item limit"),
+            "{e}"
+        );
+        assert_eq!(e.keys, Some(format!("PK={U}, SK=User")));
     }
 
     #[test]
