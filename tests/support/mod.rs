@@ -2,6 +2,8 @@
 //! (started on first use, installed if absent), a fresh table per test.
 #![allow(dead_code)]
 
+pub mod fault_proxy;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
