@@ -1,10 +1,16 @@
 //! CPU paths of the core, with criterion: key encoding/decoding, typed item
-//! decoding/encoding, and decoding a 100-record Lambda stream event.
-//! Run: `cargo bench --bench codec`.
+//! decoding/encoding, decoding a 100-record Lambda stream event, and the
+//! stream handler's whole CPU path for a realistic 1,000-record event
+//! (group `decide`, see [`decide`]) next to the parsing floor.
+//! Run: `cargo bench --bench codec` (only the last: `cargo bench --bench
+//! codec -- decide`).
+
+#[path = "common/decide.rs"]
+mod decide_event;
 
 use std::hint::black_box;
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use nishiki_worker::items::{Container, Entity, Food, Item};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
 use nishiki_worker::stream::decode::{ChangeKind, StreamChange, decode_event, encode_event};
@@ -92,5 +98,43 @@ fn stream(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, keys, items, stream);
-criterion_main!(benches);
+/// The stream handler's CPU path for a realistic 1,000-record event, and the
+/// parsing floor on the same bytes:
+///
+/// - `floor_serde_json_value`: `serde_json::from_slice::<Value>`;
+/// - `decode_route_decide`: the Lambda event bytes decoded into stream
+///   changes, each routed like [`nishiki_worker::worker::Router`] does (typed
+///   key and images, loop guard, the handlers that want the item kind) and
+///   decided by each job's pure rule (relationships: the cascade; expiry: the
+///   food plans and the flag/reminder writes; invitations: the TTL stamp).
+///
+/// After the run, the ratio of the two is printed from criterion's estimates.
+fn decide(c: &mut Criterion) {
+    let fixture = decide_event::Fixture::new(1000);
+    let bytes = fixture.bytes();
+    // The decision is real: check it once before timing it.
+    let summary = fixture.decide(&bytes);
+    fixture.check(&summary);
+    eprintln!(
+        "decide: {} records, {} bytes; {summary:?}",
+        fixture.records(),
+        bytes.len()
+    );
+    let mut g = c.benchmark_group("decide");
+    g.throughput(Throughput::Elements(fixture.records() as u64));
+    g.bench_function("floor_serde_json_value", |b| {
+        b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&bytes)).unwrap())
+    });
+    g.bench_function("decode_route_decide", |b| {
+        b.iter(|| fixture.decide(black_box(&bytes)))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, keys, items, stream, decide);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    decide_event::print_ratio();
+}

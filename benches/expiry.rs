@@ -17,9 +17,18 @@
 //!
 //! Figures come from `DynamoStore::metrics()` (requests, consumed capacity
 //! as DynamoDB Local reports it) and wall time.
+//!
+//! `cargo bench --bench expiry -- --sizes 500,2000,10000` takes the sizes
+//! (containers) as an argument and writes the tick's read capacity against
+//! the table's size in items (everything seeded: groups, containers, links,
+//! reminders) to `docs/plots/read-capacity-expiry.csv`, and redraws
+//! `docs/plots/read-capacity.svg` (with the sweep bench's points if present).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "common/capacity.rs"]
+mod capacity;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -267,11 +276,18 @@ async fn measure(n: usize, plain_writes: usize) -> Figures {
 }
 
 fn main() {
-    let sizes: Vec<usize> = std::env::var("EXPIRY_BENCH_SIZES")
-        .unwrap_or_else(|_| "10000,100000".into())
-        .split(',')
-        .map(|s| s.trim().parse().expect("EXPIRY_BENCH_SIZES: numbers"))
-        .collect();
+    let plot_sizes = capacity::sizes_arg();
+    let sizes: Vec<usize> = plot_sizes.clone().unwrap_or_else(|| {
+        std::env::var("EXPIRY_BENCH_SIZES")
+            .unwrap_or_else(|_| "10000,100000".into())
+            .split(',')
+            .map(|s| s.trim().parse().expect("EXPIRY_BENCH_SIZES: numbers"))
+            .collect()
+    });
+    assert!(
+        sizes.iter().all(|&n| n >= DUE),
+        "sizes (containers) must be at least {DUE}"
+    );
     let writes: usize = std::env::var("EXPIRY_BENCH_WRITES")
         .ok()
         .map(|s| s.parse().expect("EXPIRY_BENCH_WRITES: a number"))
@@ -347,6 +363,21 @@ fn main() {
                 large.n,
                 small.n,
                 if ratio <= 1.1 { "PASS" } else { "FAIL" }
+            );
+        }
+        if plot_sizes.is_some() {
+            let points: Vec<capacity::Point> = all
+                .iter()
+                .map(|f| capacity::Point {
+                    series: format!("expiry tick ({DUE} foods due)"),
+                    items: f.seeded_items as u64,
+                    rcu: f.tick.read_capacity,
+                })
+                .collect();
+            capacity::record(
+                "expiry",
+                &points,
+                "one run per size; each job run once on a fresh DynamoDB Local; see BENCHMARKS.md",
             );
         }
         let plain: u64 = all.iter().map(|f| f.worker_on_plain_writes.write_requests()).sum();

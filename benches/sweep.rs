@@ -12,11 +12,20 @@
 //! capacity must not grow with the table (100k/10k <= 1.1) and must be at
 //! least 50 times below the fallback Scan's at 100,000 items.
 //!
-//! `BENCH_SIZES=1000,5000` overrides the table sizes (the bound checks need
-//! exactly two sizes).
+//! `BENCH_SIZES=2000,5000` or `cargo bench --bench sweep -- --sizes
+//! 2000,5000,10000` overrides the table sizes (at least 2,000: the 1,000
+//! groups and their links; the bound checks need exactly two sizes). With
+//! `--sizes` the points (RCU of the index sweep and of the fallback scan per
+//! table size) go to `docs/plots/read-capacity-sweep.csv` and the plot
+//! `docs/plots/read-capacity.svg` is redrawn (with the expiry bench's points
+//! if present). Each size runs on a DynamoDB Local of its own: a second large
+//! table in the same instance seeds far slower.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "common/capacity.rs"]
+mod capacity;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -28,8 +37,8 @@ use nishiki_worker::items::{Item, attr};
 use nishiki_worker::jobs::invitations::{SweepInvitations, SweepReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobRun, Tick, TickSource};
-use nishiki_worker::schema::INVITATION_EXPIRY_INDEX;
-use nishiki_worker::store::{BatchWriter, DynamoStore, WriteOp};
+use nishiki_worker::schema::{INVITATION_EXPIRY_INDEX, TableSchema};
+use nishiki_worker::store::{self, BatchWriter, DynamoStore, WriteOp};
 use support::TestTable;
 use uuid::Uuid;
 
@@ -269,25 +278,53 @@ fn row(size: usize, how: &str, m: &Measured) {
     );
 }
 
+/// A table on a DynamoDB Local of its own (dropped with it).
+async fn fresh_table(size: usize) -> (nishiki_worker::local::DynamoDbLocal, TestTable) {
+    let local = nishiki_worker::local::start()
+        .await
+        .expect("DynamoDB Local must start (see the error for what to install)");
+    let endpoint = local.endpoint_url();
+    let name = format!("sweep-bench-{size}");
+    let store = DynamoStore::new(store::local_client(&endpoint), &name);
+    store
+        .create_table(&TableSchema::nishiki())
+        .await
+        .expect("create table");
+    let table = TestTable {
+        store: Arc::new(store),
+        name,
+        endpoint,
+    };
+    (local, table)
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes: Vec<usize> = std::env::var("BENCH_SIZES")
-        .ok()
-        .map(|v| {
-            v.split(',')
-                .map(|n| {
-                    n.trim()
-                        .parse()
-                        .expect("BENCH_SIZES: comma-separated sizes")
-                })
-                .collect()
+    let plot_sizes = capacity::sizes_arg();
+    let sizes: Vec<usize> = plot_sizes
+        .clone()
+        .or_else(|| {
+            std::env::var("BENCH_SIZES").ok().map(|v| {
+                v.split(',')
+                    .map(|n| {
+                        n.trim()
+                            .parse()
+                            .expect("BENCH_SIZES: comma-separated sizes")
+                    })
+                    .collect()
+            })
         })
         .unwrap_or_else(|| vec![10_000, 100_000]);
+    assert!(
+        sizes.iter().all(|&n| n >= 2 * LINKS),
+        "sizes must be at least {} items",
+        2 * LINKS
+    );
 
     println!("invitation sweep: {LINKS} links, {EXPIRED} expired, per table (DynamoDB Local)");
     let mut results = Vec::new();
     for &size in &sizes {
-        let table = TestTable::new().await;
+        let (_local, table) = fresh_table(size).await;
         let started = Instant::now();
         let seeded = items(size);
         let expired_links: Vec<Item> = seeded
@@ -343,6 +380,27 @@ async fn main() {
     println!(
         "RCU = report.consumed_read_capacity (Query/Scan pages); (m) = DynamoStore::metrics()"
     );
+
+    if plot_sizes.is_some() {
+        let mut points = Vec::new();
+        for (size, idx, scan) in &results {
+            for (series, m) in [
+                ("sweep, index (Query)", idx),
+                ("sweep, fallback Scan", scan),
+            ] {
+                points.push(capacity::Point {
+                    series: series.into(),
+                    items: *size as u64,
+                    rcu: m.report.consumed_read_capacity,
+                });
+            }
+        }
+        capacity::record(
+            "sweep",
+            &points,
+            "one run per size; each job run once on a fresh DynamoDB Local; see BENCHMARKS.md",
+        );
+    }
 
     if let [(_, small, _), (big_size, big, big_scan)] = results.as_slice() {
         let growth = big.report.consumed_read_capacity / small.report.consumed_read_capacity;

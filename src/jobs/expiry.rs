@@ -839,6 +839,62 @@ fn container_of(entity: &Option<Entity>) -> Option<&Container> {
     }
 }
 
+/// The expiry job's decision for one stream change (no I/O): what
+/// [`ExpiryHandler`] then reads and writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamPlan {
+    /// A container changed: its foods' plans (empty: nothing to write).
+    /// On a removal the handler first checks that the container does not
+    /// exist again.
+    Container {
+        id: ContainerId,
+        removal: bool,
+        plans: Vec<FoodPlan>,
+    },
+    /// A container link was inserted: place the container's flags in the
+    /// group (after reading the container).
+    PlaceFlags {
+        group: GroupId,
+        container: ContainerId,
+    },
+    /// A container link was removed: remove the container's flags from the
+    /// group (unless the link exists again).
+    RemoveFlags {
+        group: GroupId,
+        container: ContainerId,
+    },
+    /// Nothing to do, and why.
+    Nothing(&'static str),
+}
+
+/// Decide what a stream change asks of the expiry job, at `now`.
+pub fn plan_stream_change(change: &Change, now: DateTime<Utc>, rules: &ExpiryRules) -> StreamPlan {
+    match change.key {
+        ItemKey::Container(id) => {
+            let removal = change.is_removal();
+            let old = container_of(&change.old);
+            let new = if removal {
+                None
+            } else {
+                container_of(&change.new)
+            };
+            StreamPlan::Container {
+                id,
+                removal,
+                plans: plan_container_change(id, old, new, now, rules),
+            }
+        }
+        ItemKey::ContainerLink { group, container } => match change.kind {
+            ChangeKind::Insert => StreamPlan::PlaceFlags { group, container },
+            ChangeKind::Remove | ChangeKind::TtlRemove => {
+                StreamPlan::RemoveFlags { group, container }
+            }
+            ChangeKind::Modify => StreamPlan::Nothing("link rewritten; its container is unchanged"),
+        },
+        _ => StreamPlan::Nothing("not an expiry concern"),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Stream handler
 // ---------------------------------------------------------------------------
@@ -860,10 +916,11 @@ impl ExpiryHandler {
     async fn container_changed(
         &self,
         id: ContainerId,
-        change: &Change,
+        removal: bool,
+        plans: Vec<FoodPlan>,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
-        if change.is_removal() {
+        if removal {
             // A replayed or stale removal: if the container exists again,
             // its flags are its current foods' and its own records keep them.
             if let Ok(Some(_)) = read_container(self.store.as_ref(), id).await? {
@@ -872,13 +929,6 @@ impl ExpiryHandler {
                 )));
             }
         }
-        let old = container_of(&change.old);
-        let new = if change.is_removal() {
-            None
-        } else {
-            container_of(&change.new)
-        };
-        let plans = plan_container_change(id, old, new, now, &self.rules);
         if plans.is_empty() {
             return Ok(HandlerOutcome::Nothing(
                 "no food added, removed, or with a changed expiry or name".into(),
@@ -898,7 +948,7 @@ impl ExpiryHandler {
             )));
         }
         let report = self.store.batch_write(ops).await?;
-        if change.is_removal() {
+        if removal {
             return Ok(HandlerOutcome::Wrote {
                 writes: report.items,
                 detail: format!(
@@ -1030,18 +1080,17 @@ impl ChangeHandler for ExpiryHandler {
         change: &Change,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
-        match change.key {
-            ItemKey::Container(id) => self.container_changed(id, change, now).await,
-            ItemKey::ContainerLink { group, container } => match change.kind {
-                ChangeKind::Insert => self.link_inserted(group, container, now).await,
-                ChangeKind::Remove | ChangeKind::TtlRemove => {
-                    self.link_removed(group, container).await
-                }
-                ChangeKind::Modify => Ok(HandlerOutcome::Nothing(
-                    "link rewritten; its container is unchanged".into(),
-                )),
-            },
-            _ => Ok(HandlerOutcome::Nothing("not an expiry concern".into())),
+        match plan_stream_change(change, now, &self.rules) {
+            StreamPlan::Container { id, removal, plans } => {
+                self.container_changed(id, removal, plans, now).await
+            }
+            StreamPlan::PlaceFlags { group, container } => {
+                self.link_inserted(group, container, now).await
+            }
+            StreamPlan::RemoveFlags { group, container } => {
+                self.link_removed(group, container).await
+            }
+            StreamPlan::Nothing(why) => Ok(HandlerOutcome::Nothing(why.into())),
         }
     }
 }

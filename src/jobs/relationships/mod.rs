@@ -495,21 +495,24 @@ impl ChangeHandler for RelationshipHandler {
         change: &Change,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
-        if !change.is_removal() {
+        let cascade = plan_stream_change(change);
+        if cascade == StreamCascade::LeftToAudit {
             return Ok(HandlerOutcome::Nothing(
                 "inserts and modifies are left to the audit (a parent may not be written yet)"
                     .into(),
             ));
         }
         let io = Io::new(self.store.as_ref());
-        let r = match change.key {
-            ItemKey::Group(g) => self.group_removed(&io, g).await,
-            ItemKey::User(u) => self.user_removed(&io, u).await,
-            ItemKey::Container(c) => self.container_removed(&io, c).await,
-            ItemKey::Membership { user, group } => {
+        let r = match cascade {
+            StreamCascade::Group(g) => self.group_removed(&io, g).await,
+            StreamCascade::User(u) => self.user_removed(&io, u).await,
+            StreamCascade::Container(c) => self.container_removed(&io, c).await,
+            StreamCascade::Membership { user, group } => {
                 self.membership_removed(&io, user, group, now).await
             }
-            _ => Ok(HandlerOutcome::Nothing("not a relationship item".into())),
+            StreamCascade::LeftToAudit | StreamCascade::NotRelationship => {
+                Ok(HandlerOutcome::Nothing("not a relationship item".into()))
+            }
         };
         r.map_err(HandlerError::Store)
     }

@@ -1196,3 +1196,37 @@ mod tests {
         assert_eq!(Checkpoint::from_item(&broken), None);
     }
 }
+
+/// What a stream change asks of the relationship job: the pure part of
+/// [`super::RelationshipHandler`]'s decision (the handler then confirms with
+/// consistent reads and performs the lookups and deletes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamCascade {
+    /// An insert or a modify: left to the audit (a parent may not be
+    /// written yet).
+    LeftToAudit,
+    /// A removed group: cascade its memberships, links and invitation.
+    Group(GroupId),
+    /// A removed user: delete the user's memberships.
+    User(UserId),
+    /// A removed container: delete the links to it.
+    Container(ContainerId),
+    /// A removed membership: the group may now be empty.
+    Membership { user: UserId, group: GroupId },
+    /// A removal of an item no relationship rule concerns.
+    NotRelationship,
+}
+
+/// The relationship job's decision for one stream change (no I/O).
+pub fn plan_stream_change(change: &crate::worker::Change) -> StreamCascade {
+    if !change.is_removal() {
+        return StreamCascade::LeftToAudit;
+    }
+    match change.key {
+        ItemKey::Group(g) => StreamCascade::Group(g),
+        ItemKey::User(u) => StreamCascade::User(u),
+        ItemKey::Container(c) => StreamCascade::Container(c),
+        ItemKey::Membership { user, group } => StreamCascade::Membership { user, group },
+        _ => StreamCascade::NotRelationship,
+    }
+}
