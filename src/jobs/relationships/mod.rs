@@ -348,7 +348,13 @@ async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, 
             }
         }
     }
-    r.containers = io.delete_all(&containers).await?;
+    // The invitation's delete is conditional (it may have been renewed), so
+    // it goes alone; everything else is unconditional and goes in ONE
+    // ordered BatchWriteItem sequence (ceil(n/25) requests, not one rounding
+    // per kind). Order matters for retries: containers first, then flags and
+    // links, memberships last; chunks are sent in order and the first error
+    // stops the rest, so a retry still finds the links that lead it to the
+    // containers.
     if let Some(item) = invitation {
         let condition = unchanged(
             Some(&item),
@@ -362,11 +368,15 @@ async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, 
             WriteOutcome::ConditionFailed => r.invitations_kept += 1,
         }
     }
+    r.containers = containers.len();
     r.flags = flags.len();
     r.links = links.len();
-    flags.extend(links);
-    io.delete_all(&flags).await?;
-    r.memberships = io.delete_all(&members).await?;
+    r.memberships = members.len();
+    let mut all = containers;
+    all.extend(flags);
+    all.extend(links);
+    all.extend(members);
+    io.delete_all(&all).await?;
     r.writes = (io.writes() - writes_before) as usize;
     Ok(r)
 }
