@@ -257,6 +257,12 @@ impl Entity {
 
     /// Decode a raw item whose key is already decoded.
     pub fn from_keyed_item(key: ItemKey, item: Item) -> Result<Entity, ItemError> {
+        Entity::from_keyed_item_ref(key, &item)
+    }
+
+    /// [`Entity::from_keyed_item`] from a borrowed item: copies only the
+    /// attributes the entity keeps, once.
+    pub fn from_keyed_item_ref(key: ItemKey, item: &Item) -> Result<Entity, ItemError> {
         Ok(match &key {
             ItemKey::User(id) => {
                 let (mut u, extra) = split::<User>(&key, item)?;
@@ -312,7 +318,7 @@ impl Entity {
                 Entity::Category(c)
             }
             _ => {
-                let mut item = item;
+                let mut item = item.clone();
                 item.remove(PK);
                 item.remove(SK);
                 Entity::Worker(key, item)
@@ -387,17 +393,25 @@ attributes! {
 /// Deserialize the known attributes; everything else but the key is `extra`.
 fn split<T: DeserializeOwned + Attributes>(
     key: &ItemKey,
-    mut item: Item,
+    item: &Item,
 ) -> Result<(T, Item), ItemError> {
-    item.remove(PK);
-    item.remove(SK);
     // Unknown attributes never take part in deserializing (none of the
     // types denies or flattens them): set them apart first.
+    let known = || {
+        item.iter()
+            .filter(|(name, _)| T::ATTRIBUTES.contains(&name.as_str()))
+            .map(|(name, v)| (name.clone(), v.clone()))
+            .collect::<Item>()
+    };
     let extra: Item = item
-        .extract_if(|name, _| !T::ATTRIBUTES.contains(&name.as_str()))
+        .iter()
+        .filter(|(name, _)| {
+            name.as_str() != PK && name.as_str() != SK && !T::ATTRIBUTES.contains(&name.as_str())
+        })
+        .map(|(name, v)| (name.clone(), v.clone()))
         .collect();
-    let typed: T = serde_dynamo::from_item(item.clone())
-        .map_err(|e| ItemError::attrs(key, locate::<T>(&item, e)))?;
+    let typed: T = serde_dynamo::from_item(known())
+        .map_err(|e| ItemError::attrs(key, locate::<T>(&known(), e)))?;
     Ok((typed, extra))
 }
 

@@ -61,7 +61,7 @@ impl Change {
         }
         let image = |img: &Option<crate::items::Item>| -> Result<Option<Entity>, ItemError> {
             img.as_ref()
-                .map(|i| Entity::from_keyed_item(key.clone(), i.clone()))
+                .map(|i| Entity::from_keyed_item_ref(key.clone(), i))
                 .transpose()
         };
         Ok(Change {

@@ -438,28 +438,23 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
     };
     let size_bytes = ddb.get("SizeBytes").and_then(Value::as_i64);
 
-    let normalised = normalise(obj);
-    let record = EventRecord::deserialize(&normalised)
-        .map_err(|e| locate_bad_attribute(ddb).unwrap_or_else(|| redact(&e.to_string())))?;
-
-    let is_ttl = record
-        .user_identity
-        .as_ref()
-        .is_some_and(|u| u.type_ == "Service" && u.principal_id == TTL_PRINCIPAL);
+    let (keys, old_image, new_image, event_source_arn, is_ttl) = match direct_parts(obj, ddb) {
+        Some(parts) => parts,
+        None => general_parts(obj, ddb)?,
+    };
     let kind = match kind {
         ChangeKind::Remove if is_ttl => ChangeKind::TtlRemove,
         kind => kind,
     };
-    let change = record.change;
     let decoded = StreamChange {
         event_id,
         kind,
         sequence_number,
         approximate_creation,
-        keys: change.keys.into(),
-        old_image: non_empty(change.old_image.into()),
-        new_image: non_empty(change.new_image.into()),
-        event_source_arn: record.event_source_arn,
+        keys,
+        old_image: non_empty(old_image),
+        new_image: non_empty(new_image),
+        event_source_arn,
         size_bytes,
     };
     for (section, image) in [
@@ -474,6 +469,108 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
         }
     }
     Ok(decoded)
+}
+
+/// What [`decode_object`] reads through [`EventRecord`]: `Keys`, `OldImage`,
+/// `NewImage`, `eventSourceARN` and whether a TTL process removed the item.
+type Parts = (Item, Item, Item, Option<String>, bool);
+
+/// [`Parts`] through [`normalise`] and [`EventRecord`]: the reference reading,
+/// with its error reasons.
+fn general_parts(obj: &Map<String, Value>, ddb: &Map<String, Value>) -> Result<Parts, String> {
+    let normalised = normalise(obj);
+    let record = EventRecord::deserialize(&normalised)
+        .map_err(|e| locate_bad_attribute(ddb).unwrap_or_else(|| redact(&e.to_string())))?;
+    let is_ttl = record
+        .user_identity
+        .as_ref()
+        .is_some_and(|u| u.type_ == "Service" && u.principal_id == TTL_PRINCIPAL);
+    let change = record.change;
+    Ok((
+        change.keys.into(),
+        change.old_image.into(),
+        change.new_image.into(),
+        record.event_source_arn,
+        is_ttl,
+    ))
+}
+
+/// [`Parts`] read straight from the parsed JSON, without copying the record
+/// or going through [`EventRecord`]: the same result as [`general_parts`]
+/// for every record it accepts. `None` (then [`general_parts`] decides, and
+/// gives the error) for anything it does not cover: a section that is not an
+/// object, an attribute that is not DynamoDB JSON, binary values.
+fn direct_parts(obj: &Map<String, Value>, ddb: &Map<String, Value>) -> Option<Parts> {
+    // As `normalise` does: a non-string field is dropped (so `None`), a
+    // missing or non-string identity field is the empty string.
+    let event_source_arn = obj
+        .get("eventSourceARN")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let is_ttl = obj
+        .get("userIdentity")
+        .and_then(Value::as_object)
+        .is_some_and(|u| {
+            u.get("type").and_then(Value::as_str) == Some("Service")
+                && u.get("principalId").and_then(Value::as_str) == Some(TTL_PRINCIPAL)
+        });
+    let section = |name: &str| -> Option<Item> {
+        match ddb.get(name) {
+            None | Some(Value::Null) => Some(Item::new()),
+            Some(Value::Object(attrs)) => direct_map(attrs),
+            Some(_) => None,
+        }
+    };
+    Some((
+        section("Keys")?,
+        section("OldImage")?,
+        section("NewImage")?,
+        event_source_arn,
+        is_ttl,
+    ))
+}
+
+fn direct_map(attrs: &Map<String, Value>) -> Option<Item> {
+    let mut item = Item::with_capacity(attrs.len());
+    for (name, v) in attrs {
+        item.insert(name.clone(), direct_attribute(v)?);
+    }
+    Some(item)
+}
+
+/// One attribute as [`normalise_attribute`] then serde_dynamo read it
+/// (`B` and `BS` are left to them: `None`).
+fn direct_attribute(v: &Value) -> Option<AttributeValue> {
+    fn strings(v: &Value) -> Option<Vec<String>> {
+        v.as_array()?
+            .iter()
+            .map(|s| s.as_str().map(str::to_owned))
+            .collect()
+    }
+    match v {
+        Value::Array(a) if a.is_empty() => Some(AttributeValue::L(Vec::new())),
+        Value::Object(m) if m.is_empty() => Some(AttributeValue::M(Item::new())),
+        Value::Object(m) if m.len() == 1 => {
+            let (tag, inner) = m.iter().next()?;
+            Some(match (tag.as_str(), inner) {
+                ("S", Value::String(s)) => AttributeValue::S(s.clone()),
+                ("N", Value::String(n)) => AttributeValue::N(n.clone()),
+                ("BOOL", Value::Bool(b)) => AttributeValue::Bool(*b),
+                ("NULL", Value::Bool(b)) => AttributeValue::Null(*b),
+                ("M", Value::Object(attrs)) => AttributeValue::M(direct_map(attrs)?),
+                ("L", Value::Array(items)) => AttributeValue::L(
+                    items
+                        .iter()
+                        .map(direct_attribute)
+                        .collect::<Option<Vec<_>>>()?,
+                ),
+                ("SS", list) => AttributeValue::Ss(strings(list)?),
+                ("NS", list) => AttributeValue::Ns(strings(list)?),
+                _ => return None,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// An item's size as DynamoDB counts it (names and values; numbers
@@ -970,6 +1067,104 @@ mod tests {
 
     fn s(v: &str) -> AttributeValue {
         AttributeValue::S(v.into())
+    }
+
+    /// The direct reading gives exactly what the `EventRecord` reading
+    /// gives, or steps aside (`None`) and leaves the record to it.
+    fn direct_matches_general(record: &Value) -> bool {
+        let obj = record.as_object().expect("an object");
+        let ddb = obj["dynamodb"].as_object().expect("a dynamodb object");
+        match direct_parts(obj, ddb) {
+            Some(direct) => {
+                assert_eq!(Ok(direct), general_parts(obj, ddb), "{record}");
+                true
+            }
+            None => false,
+        }
+    }
+
+    #[test]
+    fn direct_reading_agrees_with_event_record() {
+        let mut read = 0;
+        for entry in std::fs::read_dir("events/stream").expect("events/stream") {
+            let path = entry.expect("entry").path();
+            let event: Value =
+                serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+            for record in event["Records"].as_array().expect("Records") {
+                if record.get("dynamodb").is_some_and(Value::is_object) {
+                    read += usize::from(direct_matches_general(record));
+                }
+            }
+        }
+        assert!(read > 10, "the fixtures are read directly ({read})");
+        let keys = json!({"PK": {"S": "a"}, "SK": {"S": "b"}});
+        let with = |extra: Value| {
+            let mut r = json!({
+                "eventID": "1", "eventName": "REMOVE", "eventSource": "aws:dynamodb",
+                "dynamodb": {"Keys": keys.clone(), "SequenceNumber": "1"}
+            });
+            let (Value::Object(r_obj), Value::Object(extra)) = (&mut r, extra) else {
+                unreachable!()
+            };
+            for (k, v) in extra {
+                if k == "dynamodb" {
+                    let ddb = r_obj["dynamodb"].as_object_mut().expect("object");
+                    ddb.extend(v.as_object().expect("object").clone());
+                } else {
+                    r_obj.insert(k, v);
+                }
+            }
+            r
+        };
+        let image = |attrs: Value| with(json!({"dynamodb": {"OldImage": attrs}}));
+        let covered = [
+            with(json!({})),
+            with(json!({"eventSourceARN": ARN})),
+            with(json!({"eventSourceARN": 5})),
+            with(json!({"userIdentity": {"type": "Service", "principalId": TTL_PRINCIPAL}})),
+            with(json!({"userIdentity": {"type": "Service", "principalId": "someone"}})),
+            with(json!({"userIdentity": {"type": 1, "principalId": TTL_PRINCIPAL}})),
+            with(json!({"userIdentity": {"principalId": TTL_PRINCIPAL}})),
+            with(json!({"userIdentity": "Service"})),
+            with(json!({"userIdentity": null})),
+            with(json!({"dynamodb": {"NewImage": null, "OldImage": {}}})),
+            image(
+                json!({"a": {"S": ""}, "b": {"N": "-1.5e3"}, "c": {"BOOL": false},
+                "d": {"NULL": true}, "e": {"NULL": false}, "f": {"SS": ["x", "y"]},
+                "g": {"NS": ["1", "2"]}, "h": {"SS": []}}),
+            ),
+            image(
+                json!({"l": [], "m": {}, "n": {"L": [[], {}, {"L": [{}]}, {"M": {"x": []}}]},
+                "o": {"M": {"p": {}, "q": {"M": {"r": [], "s": {"S": "t"}}}}}}),
+            ),
+        ];
+        for record in &covered {
+            assert!(direct_matches_general(record), "read directly: {record}");
+        }
+        let left = [
+            with(json!({"dynamodb": {"NewImage": []}})),
+            with(json!({"dynamodb": {"NewImage": "x"}})),
+            image(json!({"b": {"B": "AAE="}})),
+            image(json!({"b": {"BS": ["AAE="]}})),
+            image(json!({"x": {"S": 1}})),
+            image(json!({"x": {"N": 1}})),
+            image(json!({"x": {"BOOL": "true"}})),
+            image(json!({"x": {"S": "a", "N": "1"}})),
+            image(json!({"x": {"Q": "a"}})),
+            image(json!({"x": [{"S": "a"}]})),
+            image(json!({"x": "a"})),
+            image(json!({"x": null})),
+            image(json!({"x": {"L": [{"S": 1}]}})),
+            image(json!({"x": {"M": {"y": {"N": 2}}}})),
+            image(json!({"x": {"M": []}})),
+            image(json!({"x": {"SS": [1]}})),
+        ];
+        for record in &left {
+            assert!(
+                !direct_matches_general(record),
+                "left to EventRecord: {record}"
+            );
+        }
     }
 
     fn user_keys() -> Value {
