@@ -306,7 +306,8 @@ impl Gen {
     }
 }
 
-fn membership(user: UserId, group: GroupId) -> Item {
+/// A membership item as the service writes it (also used by tests).
+pub fn membership(user: UserId, group: GroupId) -> Item {
     Entity::Membership(Membership {
         user,
         group,
@@ -315,7 +316,8 @@ fn membership(user: UserId, group: GroupId) -> Item {
     .to_item()
 }
 
-fn link(group: GroupId, container: ContainerId) -> Item {
+/// A container link item as the service writes it (also used by tests).
+pub fn link(group: GroupId, container: ContainerId) -> Item {
     Entity::ContainerLink(ContainerLink {
         group,
         container,

@@ -24,15 +24,14 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
-use nishiki_worker::items::{
-    Container, ContainerLink, Entity, Food, Group, InvitationLink, Item, Membership, User,
-};
+use nishiki_worker::items::{Container, Entity, Food, Group, InvitationLink, Item, User};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
 use nishiki_worker::store::{
     DynamoStore, ItemReader, ItemWriter, Store, StoreError, WriteOp, WriteOutcome,
 };
 use nishiki_worker::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use nishiki_worker::stream::engine::{BatchReport, RecordStatus};
+use nishiki_worker::workload::{link, membership};
 use support::fault_proxy::{FaultConfig, FaultKind, FaultPlan, FaultProxy, FaultStats, client_via};
 use support::{Drain, TestTable};
 
@@ -426,24 +425,6 @@ fn group(id: GroupId) -> Item {
     Entity::Group(Group {
         id,
         group_name: "Home".into(),
-        extra: Item::new(),
-    })
-    .to_item()
-}
-
-fn membership(user: UserId, group: GroupId) -> Item {
-    Entity::Membership(Membership {
-        user,
-        group,
-        extra: Item::new(),
-    })
-    .to_item()
-}
-
-fn link(group: GroupId, container: ContainerId) -> Item {
-    Entity::ContainerLink(ContainerLink {
-        group,
-        container,
         extra: Item::new(),
     })
     .to_item()
