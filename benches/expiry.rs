@@ -40,8 +40,7 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::{Container, ContainerLink, Entity, Food, Group, Item};
 use nishiki_worker::jobs::expiry::{ExpiryRules, container_ops, plan_container_change};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, Job};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{self, BatchWriter, DynamoStore, ItemWriter, MetricsSnapshot, WriteOp};
+use nishiki_worker::store::{BatchWriter, ItemWriter, MetricsSnapshot, WriteOp};
 use support::{Drain, TestTable};
 
 const DUE: usize = 200;
@@ -153,30 +152,8 @@ struct Figures {
     worker_on_expiry_writes: MetricsSnapshot,
 }
 
-/// A table on a DynamoDB Local of its own: a second large table in the same
-/// instance seeds ~50 times slower (the deleted table's data and stream still
-/// weigh on it), which would time the database, not the worker.
-async fn fresh_table(n: usize) -> (nishiki_worker::local::DynamoDbLocal, TestTable) {
-    let local = nishiki_worker::local::start()
-        .await
-        .expect("DynamoDB Local must start (see the error for what to install)");
-    let endpoint = local.endpoint_url();
-    let name = format!("expiry-bench-{n}");
-    let store = DynamoStore::new(store::local_client(&endpoint), &name);
-    store
-        .create_table(&TableSchema::nishiki())
-        .await
-        .expect("create table");
-    let table = TestTable {
-        store: Arc::new(store),
-        name,
-        endpoint,
-    };
-    (local, table)
-}
-
 async fn measure(n: usize, plain_writes: usize) -> Figures {
-    let (_local, table) = fresh_table(n).await;
+    let (_local, table) = TestTable::on_own_local(format!("expiry-bench-{n}")).await;
     let clock = ManualClock::new(at(day() - Days::new(1), 0, 5));
     let config = Config::for_table(&table.name);
     let rules = ExpiryRules::from_config(&config);

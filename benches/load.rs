@@ -55,6 +55,9 @@
 //! `--operations N` (default: one per user), `--leftover-rate F` (default
 //! 0.1). The default run takes well under 2 minutes.
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -69,7 +72,7 @@ use nishiki_worker::jobs::relationships::cascade_group;
 use nishiki_worker::keys::{ItemKey, PK, SK};
 use nishiki_worker::schema::TableSchema;
 use nishiki_worker::store::{
-    self, DynamoStore, ItemWriter, MetricsSnapshot, QueryStore, ScanSpec, WriteOp, WriteOutcome,
+    self, DynamoStore, ItemWriter, MetricsSnapshot, QueryStore, ScanSpec, WriteOutcome,
 };
 use nishiki_worker::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use nishiki_worker::stream_reader::{self, StartAt, StreamTail};
@@ -196,28 +199,6 @@ fn options() -> Options {
 
 /// Concurrent BatchWriteItem tasks while seeding.
 const SEED_TASKS: usize = 8;
-
-async fn seed(store: &Arc<DynamoStore>, items: Vec<Item>) {
-    let chunk = items.len().div_ceil(SEED_TASKS).max(1);
-    let mut tasks = Vec::new();
-    let mut items = items;
-    while !items.is_empty() {
-        let rest = items.split_off(chunk.min(items.len()));
-        let ops: Vec<WriteOp> = std::mem::replace(&mut items, rest)
-            .into_iter()
-            .map(WriteOp::Put)
-            .collect();
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            store.batch_write(ops).await.expect("seed batch")
-        }));
-    }
-    for t in tasks {
-        t.await.expect("seed task");
-    }
-}
-
-use nishiki_worker::store::BatchWriter as _;
 
 async fn create(endpoint: &str, name: &str) -> Arc<DynamoStore> {
     let store = DynamoStore::new(store::local_client(endpoint), name);
@@ -410,7 +391,7 @@ async fn main() {
     // 1. Table A, seeded; the seeding's stream records are skipped.
     let service = create(&endpoint, "load-worker").await;
     let started = Instant::now();
-    seed(&service, w.population.clone()).await;
+    support::seed_concurrently(&service, w.population.clone(), SEED_TASKS).await;
     let arn = service
         .stream_arn()
         .await
@@ -440,7 +421,7 @@ async fn main() {
     // 3. Snapshot, and table B identical to it.
     let before = snapshot(&service).await;
     let base_store = create(&endpoint, "load-baseline").await;
-    seed(&base_store, before.values().cloned().collect()).await;
+    support::seed_concurrently(&base_store, before.values().cloned().collect(), SEED_TASKS).await;
 
     // 4. The worker drains A's stream.
     let worker_store = Arc::new(DynamoStore::new(
@@ -502,7 +483,7 @@ async fn main() {
 
     // 7. Bulk deletes of one group cascade.
     let big = workload::big_group(o.seed ^ 0x5eed, 60, 4, spec.now);
-    seed(&service, big.items.clone()).await;
+    support::seed_concurrently(&service, big.items.clone(), SEED_TASKS).await;
     service
         .delete(&ItemKey::Group(big.group).to_attributes(), None)
         .await

@@ -37,8 +37,8 @@ use nishiki_worker::items::{Item, attr};
 use nishiki_worker::jobs::invitations::{SweepInvitations, SweepReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobRun, Tick, TickSource};
-use nishiki_worker::schema::{INVITATION_EXPIRY_INDEX, TableSchema};
-use nishiki_worker::store::{self, BatchWriter, DynamoStore, WriteOp};
+use nishiki_worker::schema::INVITATION_EXPIRY_INDEX;
+use nishiki_worker::store::DynamoStore;
 use support::TestTable;
 use uuid::Uuid;
 
@@ -168,26 +168,6 @@ fn items(size: usize) -> Vec<Item> {
     out
 }
 
-async fn seed(store: &Arc<DynamoStore>, items: Vec<Item>) {
-    let chunk = items.len().div_ceil(SEED_TASKS);
-    let mut tasks = Vec::new();
-    let mut items = items;
-    while !items.is_empty() {
-        let rest = items.split_off(chunk.min(items.len()));
-        let ops: Vec<WriteOp> = std::mem::replace(&mut items, rest)
-            .into_iter()
-            .map(WriteOp::Put)
-            .collect();
-        let store = store.clone();
-        tasks.push(tokio::spawn(async move {
-            store.batch_write(ops).await.expect("seed batch")
-        }));
-    }
-    for t in tasks {
-        t.await.expect("seed task");
-    }
-}
-
 /// Remove the `InvitationLinkExpiry` index (UpdateTable) and wait until it
 /// is gone: the table as it is before the worker's migration.
 async fn drop_expiry_index(table: &TestTable) {
@@ -278,26 +258,6 @@ fn row(size: usize, how: &str, m: &Measured) {
     );
 }
 
-/// A table on a DynamoDB Local of its own (dropped with it).
-async fn fresh_table(size: usize) -> (nishiki_worker::local::DynamoDbLocal, TestTable) {
-    let local = nishiki_worker::local::start()
-        .await
-        .expect("DynamoDB Local must start (see the error for what to install)");
-    let endpoint = local.endpoint_url();
-    let name = format!("sweep-bench-{size}");
-    let store = DynamoStore::new(store::local_client(&endpoint), &name);
-    store
-        .create_table(&TableSchema::nishiki())
-        .await
-        .expect("create table");
-    let table = TestTable {
-        store: Arc::new(store),
-        name,
-        endpoint,
-    };
-    (local, table)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let plot_sizes = capacity::sizes_arg();
@@ -324,7 +284,7 @@ async fn main() {
     println!("invitation sweep: {LINKS} links, {EXPIRED} expired, per table (DynamoDB Local)");
     let mut results = Vec::new();
     for &size in &sizes {
-        let (_local, table) = fresh_table(size).await;
+        let (_local, table) = TestTable::on_own_local(format!("sweep-bench-{size}")).await;
         let started = Instant::now();
         let seeded = items(size);
         let expired_links: Vec<Item> = seeded
@@ -336,7 +296,7 @@ async fn main() {
             .cloned()
             .collect();
         assert_eq!(expired_links.len(), EXPIRED);
-        seed(&table.store, seeded).await;
+        support::seed_concurrently(&table.store, seeded, SEED_TASKS).await;
         eprintln!(
             "seeded {size} items in {:.1} s",
             started.elapsed().as_secs_f64()
@@ -346,7 +306,7 @@ async fn main() {
         // The same table before the migration: drop the index, put the
         // same expired links back, sweep again (fallback Scan).
         drop_expiry_index(&table).await;
-        seed(&table.store, expired_links).await;
+        support::seed_concurrently(&table.store, expired_links, SEED_TASKS).await;
         let scan = sweep(&table.store).await;
         for (m, used_index) in [(&idx, true), (&scan, false)] {
             assert_eq!(m.report.used_index, used_index);

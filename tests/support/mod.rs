@@ -28,6 +28,30 @@ impl TestTable {
         Self::with_schema(&TableSchema::nishiki()).await
     }
 
+    /// A full-schema table on a DynamoDB Local of its own (benchmarks: a
+    /// second large table in one instance seeds far slower, which would time
+    /// the database, not the worker). Keep the instance alive with the table.
+    pub async fn on_own_local(
+        name: impl Into<String>,
+    ) -> (nishiki_worker::local::DynamoDbLocal, Self) {
+        let local = nishiki_worker::local::start()
+            .await
+            .expect("DynamoDB Local must start (see the error for what to install)");
+        let endpoint = local.endpoint_url();
+        let name = name.into();
+        let store = DynamoStore::new(store::local_client(&endpoint), &name);
+        store
+            .create_table(&TableSchema::nishiki())
+            .await
+            .expect("create table");
+        let table = TestTable {
+            store: Arc::new(store),
+            name,
+            endpoint,
+        };
+        (local, table)
+    }
+
     pub async fn with_schema(schema: &TableSchema) -> Self {
         let local = nishiki_worker::local::shared()
             .await
@@ -122,6 +146,29 @@ pub fn key_of(item: &Item) -> (String, String) {
         _ => String::new(),
     };
     (s(PK), s(SK))
+}
+
+/// Put `items` with `tasks` concurrent BatchWriteItem sequences (seeding
+/// large tables for benchmarks).
+pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks: usize) {
+    use nishiki_worker::store::{BatchWriter, WriteOp};
+    let chunk = items.len().div_ceil(tasks.max(1)).max(1);
+    let mut handles = Vec::new();
+    let mut items = items;
+    while !items.is_empty() {
+        let rest = items.split_off(chunk.min(items.len()));
+        let ops: Vec<WriteOp> = std::mem::replace(&mut items, rest)
+            .into_iter()
+            .map(WriteOp::Put)
+            .collect();
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            store.batch_write(ops).await.expect("seed batch")
+        }));
+    }
+    for h in handles {
+        h.await.expect("seed task");
+    }
 }
 
 /// Reads the table's stream and runs it through the worker, the way
