@@ -9,9 +9,7 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, NaiveDate, Utc};
-use nishiki_worker::items::{
-    Container, ContainerLink, Entity, Food, Group, InvitationLink, Item, Membership, User,
-};
+use nishiki_worker::items::{Container, Entity, Food, Group, InvitationLink, Item, User};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
 use nishiki_worker::store::{Store, WriteOutcome};
 use rand::seq::SliceRandom;
@@ -65,23 +63,7 @@ pub fn group(id: GroupId) -> Item {
     .to_item()
 }
 
-pub fn membership(user: UserId, group: GroupId) -> Item {
-    Entity::Membership(Membership {
-        user,
-        group,
-        extra: Item::new(),
-    })
-    .to_item()
-}
-
-pub fn link(group: GroupId, container: ContainerId) -> Item {
-    Entity::ContainerLink(ContainerLink {
-        group,
-        container,
-        extra: Item::new(),
-    })
-    .to_item()
-}
+pub use nishiki_worker::workload::{link, membership};
 
 pub fn container(id: ContainerId, foods: usize) -> Item {
     let created: DateTime<Utc> = "2024-03-22T22:03:33.123Z".parse().unwrap();
