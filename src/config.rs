@@ -6,6 +6,7 @@
 //! | `TABLE_NAME` | (required) | the Nishiki table, e.g. `nishiki-table-prod-db` |
 //! | `DYNAMODB_ENDPOINT_URL` | AWS | another endpoint, e.g. DynamoDB Local |
 //! | `DEADLINE_MARGIN_MS` | `2000` | stop this long before the Lambda deadline |
+//! | `STREAM_CONCURRENCY` | `64` | items of a stream batch handled at once (`1`: strictly in order) |
 //! | `AUDIT_GRACE_SECS` | `3600` | a violation must persist this long before it is repaired |
 //! | `EMPTY_GROUP_GRACE_SECS` | `86400` | the same, for groups without members |
 //! | `EMPTY_GROUP_POLICY` | `delete` | `delete` or `report` empty groups |
@@ -86,6 +87,11 @@ pub const ENV_VARS: &[EnvVar] = &[
         name: "DEADLINE_MARGIN_MS",
         read_by: &[ReadBy::All],
         meaning: "stop this long before the Lambda deadline",
+    },
+    EnvVar {
+        name: "STREAM_CONCURRENCY",
+        read_by: &[ReadBy::Stream],
+        meaning: "items of a stream batch handled at once (1: strictly in order)",
     },
     EnvVar {
         name: "AUDIT_GRACE_SECS",
@@ -197,6 +203,8 @@ pub struct Config {
     pub table_name: String,
     pub endpoint_url: Option<String>,
     pub deadline_margin: Duration,
+    /// Items of a stream batch handled at once (at least 1).
+    pub stream_concurrency: usize,
     pub audit_grace: Duration,
     pub empty_group_grace: Duration,
     pub empty_group_policy: EmptyGroupPolicy,
@@ -218,6 +226,7 @@ impl Config {
             table_name: table_name.into(),
             endpoint_url: None,
             deadline_margin: Duration::from_millis(2000),
+            stream_concurrency: crate::stream::engine::DEFAULT_CONCURRENCY,
             audit_grace: Duration::from_secs(3600),
             empty_group_grace: Duration::from_secs(86_400),
             empty_group_policy: EmptyGroupPolicy::Delete,
@@ -261,6 +270,9 @@ impl Config {
         };
         if let Some(v) = parse("DEADLINE_MARGIN_MS")? {
             c.deadline_margin = Duration::from_millis(v);
+        }
+        if let Some(v) = parse("STREAM_CONCURRENCY")? {
+            c.stream_concurrency = v.clamp(1, 256) as usize;
         }
         if let Some(v) = parse("AUDIT_GRACE_SECS")? {
             c.audit_grace = Duration::from_secs(v);
@@ -381,6 +393,7 @@ mod tests {
             ("TABLE_NAME", "t"),
             ("DYNAMODB_ENDPOINT_URL", "http://127.0.0.1:8000"),
             ("DEADLINE_MARGIN_MS", "500"),
+            ("STREAM_CONCURRENCY", "4"),
             ("AUDIT_GRACE_SECS", "60"),
             ("EMPTY_GROUP_GRACE_SECS", "120"),
             ("EMPTY_GROUP_POLICY", "report"),
@@ -394,6 +407,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!(c.deadline_margin, Duration::from_millis(500));
+        assert_eq!(c.stream_concurrency, 4);
         assert_eq!(c.audit_grace, Duration::from_secs(60));
         assert_eq!(c.empty_group_grace, Duration::from_secs(120));
         assert_eq!(c.empty_group_policy, EmptyGroupPolicy::Report);

@@ -84,8 +84,10 @@ fn finished(status: &RecordStatus) -> bool {
 }
 
 /// The partial-batch response must name exactly the first record that did
-/// not finish, that record must have failed transiently, every earlier one
-/// finished and every later one was not attempted; without a failure every
+/// not finish, that record must have failed transiently and every earlier
+/// one finished; a later record may have run (records of different items
+/// run concurrently and are delivered again) unless an earlier record of
+/// the same item did not finish (per-item order); without a failure every
 /// record finished.
 fn check_report(report: &BatchReport) -> Result<(), String> {
     if report.retry_whole_batch {
@@ -121,14 +123,18 @@ fn check_report(report: &BatchReport) -> Result<(), String> {
                     rec.status
                 ));
             }
-            if let Some(later) = report.records[i + 1..]
-                .iter()
-                .find(|r| !matches!(r.status, RecordStatus::NotAttempted { .. }))
-            {
-                return Err(format!(
-                    "record #{} after the failure was attempted: {:?}",
-                    later.index, later.status
-                ));
+            let mut open_items = vec![&rec.keys];
+            for later in &report.records[i + 1..] {
+                let attempted = !matches!(later.status, RecordStatus::NotAttempted { .. });
+                if attempted && open_items.contains(&&later.keys) {
+                    return Err(format!(
+                        "record #{} ran although an earlier record of its item did not finish: {:?}",
+                        later.index, later.status
+                    ));
+                }
+                if !finished(&later.status) {
+                    open_items.push(&later.keys);
+                }
             }
             Ok(())
         }
@@ -190,18 +196,20 @@ async fn drain(app: &App, reader: &mut Drain, log: &mut DrainLog) {
 
 /// The checker itself (pure): it accepts the engine's correct shapes and
 /// rejects a wrong sequence number, two entries, a missing entry, an entry
-/// on a finished batch and attempts after the failure.
+/// on a finished batch and a record run after an unfinished record of the
+/// same item (another item's may run).
 #[test]
 fn the_report_check_rejects_wrong_partial_batch_responses() {
     use nishiki_worker::stream::engine::RecordReport;
-    let rec = |i: usize, status: RecordStatus| RecordReport {
+    let of_item = |item: &str, i: usize, status: RecordStatus| RecordReport {
         index: i,
         event_id: Some(format!("e{i}")),
         sequence_number: Some(format!("{}", 100 + i).parse().unwrap()),
-        keys: None,
+        keys: Some(format!("PK={item}, SK=User")),
         kind: None,
         status,
     };
+    let rec = |i: usize, status: RecordStatus| of_item("u", i, status);
     let done = || RecordStatus::Handled {
         detail: "ok".into(),
     };
@@ -225,6 +233,17 @@ fn the_report_check_rejects_wrong_partial_batch_responses() {
         check_report(&report(vec![rec(0, done()), rec(1, done())], &[])),
         Ok(())
     );
+    // Another item's record after the failure may have finished.
+    let other_item = report(
+        vec![
+            rec(0, done()),
+            rec(1, failed()),
+            of_item("v", 2, done()),
+            rec(3, waiting()),
+        ],
+        &["101"],
+    );
+    assert_eq!(check_report(&other_item), Ok(()));
     let bad = [
         report(
             vec![rec(0, done()), rec(1, failed()), rec(2, waiting())],
@@ -370,6 +389,25 @@ async fn run(scenario: &Scenario, path: Path<'_>) -> RunOutcome {
         table: side.table.snapshot().await,
         log,
     }
+}
+
+/// The table without the expiry job's `retry-unlinked` reminders: the one
+/// item whose presence depends on the order in which *different* items are
+/// handled (a container handled before its link is visible leaves one for
+/// the daily tick; handled after, none), an order the stream does not give
+/// and the engine does not keep across items. Flags, which the reminder
+/// only helps place, are compared as they are.
+fn order_independent(table: Vec<Item>) -> Vec<Item> {
+    use nishiki_worker::jobs::expiry::reminder_attr;
+    table
+        .into_iter()
+        .filter(|item| {
+            !matches!(
+                item.get(reminder_attr::REASON),
+                Some(aws_sdk_dynamodb::types::AttributeValue::S(r)) if r == "retry-unlinked"
+            )
+        })
+        .collect()
 }
 
 /// The first difference between two tables, for the failure message (keys
@@ -861,6 +899,10 @@ async fn run_lane(
         }
         let (clean_table, faulty_table) =
             tokio::join!(clean.table.snapshot(), faulty.table.snapshot());
+        let (clean_table, faulty_table) = (
+            order_independent(clean_table),
+            order_independent(faulty_table),
+        );
         if clean_table != faulty_table {
             return Err(format!(
                 "seed {seed} (lane {lane}): the faulty run ended in another table: {}",

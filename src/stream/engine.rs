@@ -1,18 +1,25 @@
 //! The batch engine: runs a decoded stream batch through a
 //! [`RecordProcessor`] and computes Lambda's partial-batch response.
 //!
-//! Records run in order, one at a time:
+//! Records of one item (same key) run in batch order, one at a time; records
+//! of different items run concurrently, up to [`EngineConfig::concurrency`]
+//! items at once (DynamoDB Streams orders records per item only, and every
+//! processor must already cope with items arriving in any order):
 //!
 //! - a malformed record (decode error) or a [`ProcessError::Permanent`] is
 //!   logged, counted and skipped; processing continues;
-//! - the first [`ProcessError::Transient`] stops the batch: that record's
-//!   sequence number is the only batch item failure (Lambda retries from
-//!   there) and every later record is [`RecordStatus::NotAttempted`]. Without
-//!   a sequence number, [`BatchReport::retry_whole_batch`] is set: the entry
-//!   point must fail the invocation;
+//! - a [`ProcessError::Transient`] stops the batch: the earliest failed
+//!   record's sequence number is the only batch item failure (Lambda retries
+//!   from there) and no record after it starts any more: they are
+//!   [`RecordStatus::NotAttempted`], except those of other items that had
+//!   already finished (they are delivered again and are idempotent). Every
+//!   record before it still runs. Without a sequence number,
+//!   [`BatchReport::retry_whole_batch`] is set: the entry point must fail the
+//!   invocation;
 //! - before each record, when the Lambda deadline is nearer than the margin,
-//!   the batch stops and every remaining record's sequence number is
-//!   reported.
+//!   the batch stops and every record not started is reported.
+//!
+//! With `concurrency: 1` the batch runs strictly in order.
 //!
 //! Log lines carry the event id, sequence number, key (`PK=…, SK=…`) and a
 //! reason, never other attribute values; processors must keep their reasons
@@ -20,8 +27,11 @@
 //! `record` span (event id, sequence number, key, outcome), so lines the
 //! processor writes carry the record's identity too.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tracing::{Instrument, Span};
 
@@ -105,10 +115,16 @@ pub struct EngineConfig {
     pub deadline: Option<Instant>,
     /// Stop when less than this is left before the deadline. Default 2 s.
     pub deadline_margin: Duration,
-    /// (partition, sort) key attribute names, for rendering keys in logs.
-    /// Default `("PK", "SK")`.
+    /// (partition, sort) key attribute names, for rendering keys in logs
+    /// and grouping records by item. Default `("PK", "SK")`.
     pub key_attributes: (String, String),
+    /// How many items' records run at once (at least 1). Default
+    /// [`DEFAULT_CONCURRENCY`].
+    pub concurrency: usize,
 }
+
+/// Items handled at once within a batch, unless configured.
+pub const DEFAULT_CONCURRENCY: usize = 64;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -116,6 +132,7 @@ impl Default for EngineConfig {
             deadline: None,
             deadline_margin: Duration::from_secs(2),
             key_attributes: ("PK".into(), "SK".into()),
+            concurrency: DEFAULT_CONCURRENCY,
         }
     }
 }
@@ -297,13 +314,12 @@ impl Identity {
     }
 }
 
-/// Why the batch stopped early.
-enum Stop {
-    Transient { index: usize },
-    Deadline,
-}
-
-/// Run a decoded batch through `processor`, in order, one record at a time.
+/// Run a decoded batch through `processor`.
+///
+/// Records are grouped into *lanes* by key: a lane runs its records in
+/// batch order, one at a time, and up to [`EngineConfig::concurrency`] lanes
+/// run at once (DynamoDB Streams orders records only per item, so records
+/// of different items may be handled in any order).
 ///
 /// The batch runs inside a `batch` span (`size`, `first_sequence_number`,
 /// `last_sequence_number`) and each record inside a `record` span
@@ -349,31 +365,93 @@ fn outcome_label(status: &RecordStatus) -> &'static str {
     }
 }
 
+/// What every lane of a batch sees: where the batch stopped.
+struct Stops {
+    /// Index of the earliest record that failed transiently (`usize::MAX`:
+    /// none). A record after it is not attempted: Lambda delivers it again.
+    failed_at: AtomicUsize,
+    /// The deadline margin was reached: nothing more starts.
+    deadline: AtomicBool,
+}
+
+/// How one record ended, before the batch is summed up.
+enum Done {
+    Ran(RecordStatus),
+    /// Not attempted: it comes after a transient failure.
+    AfterFailure,
+    /// Not attempted: the deadline was near.
+    Deadline,
+}
+
+/// One record waiting in its lane.
+struct Slot {
+    index: usize,
+    record: Result<StreamChange, RecordError>,
+    id: Identity,
+}
+
+/// Group the batch by key, each lane in batch order, lanes ordered by their
+/// first record. A record without a key gets a lane of its own.
+fn lanes(records: Vec<Result<StreamChange, RecordError>>, config: &EngineConfig) -> Vec<Vec<Slot>> {
+    let mut lanes: Vec<Vec<Slot>> = Vec::new();
+    let mut by_key: HashMap<String, usize> = HashMap::new();
+    for (index, record) in records.into_iter().enumerate() {
+        let id = Identity::of(&record, config);
+        let slot = Slot { index, record, id };
+        let lane = match slot.id.keys.clone() {
+            Some(key) => *by_key.entry(key).or_insert_with(|| {
+                lanes.push(Vec::new());
+                lanes.len() - 1
+            }),
+            None => {
+                lanes.push(Vec::new());
+                lanes.len() - 1
+            }
+        };
+        lanes[lane].push(slot);
+    }
+    lanes
+}
+
 async fn run_records(
     records: Vec<Result<StreamChange, RecordError>>,
     processor: &dyn RecordProcessor,
     config: &EngineConfig,
 ) -> BatchReport {
-    let mut report = BatchReport::default();
-    let mut stop = None;
     let total = records.len();
-    for (index, record) in records.into_iter().enumerate() {
-        let id = Identity::of(&record, config);
-        let span = id.span(index);
-        let status = run_record(
-            index,
-            total,
-            record,
-            &id,
-            processor,
-            config,
-            &mut report,
-            &mut stop,
-        )
-        .instrument(span)
+    let stops = Stops {
+        failed_at: AtomicUsize::new(usize::MAX),
+        deadline: AtomicBool::new(false),
+    };
+    let runs = lanes(records, config).into_iter().map(|lane| {
+        let stops = &stops;
+        async move {
+            let mut done = Vec::with_capacity(lane.len());
+            for slot in lane {
+                let span = slot.id.span(slot.index);
+                let status = run_record(
+                    slot.index,
+                    total,
+                    slot.record,
+                    &slot.id,
+                    processor,
+                    config,
+                    stops,
+                )
+                .instrument(span)
+                .await;
+                done.push((slot.index, slot.id, status));
+            }
+            done
+        }
+    });
+    let mut finished: Vec<(usize, Identity, Done)> = futures::stream::iter(runs)
+        .buffer_unordered(config.concurrency.max(1))
+        .flat_map(futures::stream::iter)
+        .collect()
         .await;
-        report.records.push(id.report(index, status));
-    }
+    finished.sort_by_key(|(index, _, _)| *index);
+    let report = sum_up(finished, stops.failed_at.load(Ordering::SeqCst));
     tracing::info!(
         records = report.records.len(),
         handled = report.handled,
@@ -389,9 +467,54 @@ async fn run_records(
     report
 }
 
-/// One record, inside its span: counts it in `report` and returns its
-/// status.
-#[allow(clippy::too_many_arguments)]
+/// The report of a finished batch (records in batch order). Lambda delivers
+/// again everything from the lowest reported sequence number on, so the
+/// batch item failures are the records that must run again up to and
+/// including the earliest transient failure: that failure, and records the
+/// deadline stopped before it (every one of them, in batch order). When the
+/// first such record has no sequence number, only a whole-batch retry
+/// delivers it again.
+fn sum_up(finished: Vec<(usize, Identity, Done)>, failed_at: usize) -> BatchReport {
+    let mut report = BatchReport::default();
+    for (index, id, done) in finished {
+        let retry = match &done {
+            Done::Ran(RecordStatus::Failed { .. }) | Done::Deadline => index <= failed_at,
+            _ => false,
+        };
+        if retry {
+            match &id.sequence_number {
+                Some(seq) => report.batch_item_failures.push(seq.to_string()),
+                // A malformed record is skipped anyway; a decodable one
+                // with nothing reported before it needs the whole batch.
+                None if id.kind.is_some() && report.batch_item_failures.is_empty() => {
+                    report.retry_whole_batch = true
+                }
+                None => {}
+            }
+        }
+        let status = match done {
+            Done::Ran(status) => status,
+            Done::AfterFailure => RecordStatus::NotAttempted {
+                reason: format!("after a transient failure of record #{failed_at}"),
+            },
+            Done::Deadline => RecordStatus::NotAttempted {
+                reason: DEADLINE_REASON.to_owned(),
+            },
+        };
+        match &status {
+            RecordStatus::Handled { .. } => report.handled += 1,
+            RecordStatus::Skipped { .. } => report.skipped += 1,
+            RecordStatus::Rejected { .. } => report.rejected += 1,
+            RecordStatus::Malformed { .. } => report.malformed += 1,
+            RecordStatus::Failed { .. } => report.failed += 1,
+            RecordStatus::NotAttempted { .. } => report.not_attempted += 1,
+        }
+        report.records.push(id.report(index, status));
+    }
+    report
+}
+
+/// One record, inside its span: logs it and says how it ended.
 async fn run_record(
     index: usize,
     total: usize,
@@ -399,97 +522,65 @@ async fn run_record(
     id: &Identity,
     processor: &dyn RecordProcessor,
     config: &EngineConfig,
-    report: &mut BatchReport,
-    stop: &mut Option<Stop>,
-) -> RecordStatus {
-    let outcome = |status: &RecordStatus| {
-        Span::current().record("outcome", outcome_label(status));
+    stops: &Stops,
+) -> Done {
+    let outcome = |label: &'static str| {
+        Span::current().record("outcome", label);
     };
-    if stop.is_none() && config.deadline_near() {
+    if !stops.deadline.load(Ordering::SeqCst)
+        && config.deadline_near()
+        && !stops.deadline.swap(true, Ordering::SeqCst)
+    {
         tracing::warn!(
             index,
-            remaining = total - index,
+            records = total,
             "Lambda deadline near: stopping the batch"
         );
-        *stop = Some(Stop::Deadline);
     }
-    if let Some(stopped) = stop.as_ref() {
-        let reason = match stopped {
-            Stop::Transient { index } => {
-                format!("after a transient failure of record #{index}")
-            }
-            Stop::Deadline => {
-                if let Some(seq) = &id.sequence_number {
-                    report.batch_item_failures.push(seq.to_string());
-                } else if record.is_ok() && report.batch_item_failures.is_empty() {
-                    // No reported sequence number before it would make
-                    // Lambda deliver it again: only a whole-batch retry
-                    // does.
-                    report.retry_whole_batch = true;
-                }
-                DEADLINE_REASON.to_owned()
-            }
-        };
-        report.not_attempted += 1;
-        let status = RecordStatus::NotAttempted { reason };
-        outcome(&status);
-        return status;
+    if index > stops.failed_at.load(Ordering::SeqCst) {
+        outcome("not_attempted");
+        return Done::AfterFailure;
+    }
+    if stops.deadline.load(Ordering::SeqCst) {
+        outcome("not_attempted");
+        return Done::Deadline;
     }
     let change = match record {
         Ok(change) => change,
         Err(e) => {
-            let status = RecordStatus::Malformed {
-                reason: e.reason.clone(),
-            };
-            outcome(&status);
+            outcome("malformed");
             id.warn("malformed, skipped", &e.reason);
-            report.malformed += 1;
-            return status;
+            return Done::Ran(RecordStatus::Malformed { reason: e.reason });
         }
     };
-    let result = processor.process(&change).await;
-    let status = match result {
+    let status = match processor.process(&change).await {
         Ok(RecordOutcome::Handled { detail }) => RecordStatus::Handled { detail },
         Ok(RecordOutcome::Skipped { reason }) => RecordStatus::Skipped { reason },
         Err(ProcessError::Permanent { reason }) => RecordStatus::Rejected { reason },
         Err(ProcessError::Transient { reason }) => RecordStatus::Failed { reason },
     };
-    outcome(&status);
+    outcome(outcome_label(&status));
     match &status {
-        RecordStatus::Handled { detail } => {
-            tracing::debug!(
-                event_id = id.event_id.as_deref(),
-                key = id.keys.as_deref(),
-                detail,
-                "stream record handled"
-            );
-            report.handled += 1;
-        }
-        RecordStatus::Skipped { reason } => {
-            tracing::debug!(
-                event_id = id.event_id.as_deref(),
-                key = id.keys.as_deref(),
-                reason,
-                "stream record skipped"
-            );
-            report.skipped += 1;
-        }
-        RecordStatus::Rejected { reason } => {
-            id.warn("failed permanently, skipped", reason);
-            report.rejected += 1;
-        }
+        RecordStatus::Handled { detail } => tracing::debug!(
+            event_id = id.event_id.as_deref(),
+            key = id.keys.as_deref(),
+            detail,
+            "stream record handled"
+        ),
+        RecordStatus::Skipped { reason } => tracing::debug!(
+            event_id = id.event_id.as_deref(),
+            key = id.keys.as_deref(),
+            reason,
+            "stream record skipped"
+        ),
+        RecordStatus::Rejected { reason } => id.warn("failed permanently, skipped", reason),
         RecordStatus::Failed { reason } => {
             id.warn("failed transiently, batch stopped", reason);
-            match &id.sequence_number {
-                Some(seq) => report.batch_item_failures = vec![seq.to_string()],
-                None => report.retry_whole_batch = true,
-            }
-            *stop = Some(Stop::Transient { index });
-            report.failed += 1;
+            stops.failed_at.fetch_min(index, Ordering::SeqCst);
         }
         RecordStatus::Malformed { .. } | RecordStatus::NotAttempted { .. } => {}
     }
-    status
+    Done::Ran(status)
 }
 
 #[cfg(test)]
@@ -752,6 +843,181 @@ mod tests {
         assert_eq!(report.batch_item_failures, ["10", "11", "12", "13"]);
     }
 
+    /// Processor test double for lanes: each record takes a while (its
+    /// event id says how long, `e<n>:<ms>`), the in-flight peak is
+    /// recorded, and the ids in `transient` fail.
+    #[derive(Default)]
+    struct Slow {
+        transient: HashSet<String>,
+        in_flight: std::sync::atomic::AtomicUsize,
+        peak: std::sync::atomic::AtomicUsize,
+        order: Mutex<Vec<String>>,
+    }
+
+    #[async_trait::async_trait]
+    impl RecordProcessor for Slow {
+        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+            let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            self.peak.fetch_max(now, Ordering::SeqCst);
+            let ms: u64 = change.event_id.split(':').nth(1).unwrap().parse().unwrap();
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.order.lock().unwrap().push(change.event_id.clone());
+            if self.transient.contains(&change.event_id) {
+                return Err(ProcessError::transient("throttled"));
+            }
+            Ok(RecordOutcome::handled("done"))
+        }
+    }
+
+    /// Record `id` (`e<n>:<ms>`) of the item `User#<item>`, sequence number
+    /// `seq`.
+    fn of_item(id: &str, item: u8, seq: u32) -> Result<StreamChange, RecordError> {
+        let mut c = change(id, Some(&seq.to_string()));
+        c.keys
+            .insert("SK".into(), AttributeValue::S(format!("User#{item}")));
+        Ok(c)
+    }
+
+    fn config(concurrency: usize) -> EngineConfig {
+        EngineConfig {
+            concurrency,
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn records_of_different_items_run_concurrently_up_to_the_limit() {
+        let batch = || {
+            (0..12u8)
+                .map(|i| of_item(&format!("e{i}:20"), i, 100 + i as u32))
+                .collect()
+        };
+        let p = Slow::default();
+        let report = run_batch(batch(), &p, &config(4)).await;
+        assert_eq!(report.handled, 12);
+        assert_eq!(
+            p.peak.load(Ordering::SeqCst),
+            4,
+            "4 items at once, never more"
+        );
+        let p = Slow::default();
+        let report = run_batch(batch(), &p, &config(1)).await;
+        assert_eq!(report.handled, 12);
+        assert_eq!(
+            p.peak.load(Ordering::SeqCst),
+            1,
+            "concurrency 1: one at a time"
+        );
+        let order: Vec<String> = p.order.lock().unwrap().clone();
+        let expected: Vec<String> = (0..12).map(|i| format!("e{i}:20")).collect();
+        assert_eq!(order, expected, "concurrency 1 keeps batch order");
+    }
+
+    #[tokio::test]
+    async fn records_of_one_item_keep_batch_order() {
+        // Item 1's records are slow, item 2's fast: item 2 finishes first,
+        // but each item's own records stay in order.
+        let records = vec![
+            of_item("a1:30", 1, 1),
+            of_item("b1:1", 2, 2),
+            of_item("a2:1", 1, 3),
+            of_item("b2:1", 2, 4),
+            of_item("a3:1", 1, 5),
+            of_item("b3:1", 2, 6),
+        ];
+        let p = Slow::default();
+        let report = run_batch(records, &p, &config(8)).await;
+        assert_eq!(report.handled, 6);
+        let order = p.order.lock().unwrap().clone();
+        let of = |prefix: char| -> Vec<String> {
+            order
+                .iter()
+                .filter(|e| e.starts_with(prefix))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(of('a'), ["a1:30", "a2:1", "a3:1"]);
+        assert_eq!(of('b'), ["b1:1", "b2:1", "b3:1"]);
+        assert_eq!(
+            order[0], "b1:1",
+            "the fast item did not wait for the slow one"
+        );
+        // The report stays in batch order.
+        let seqs: Vec<String> = report
+            .records
+            .iter()
+            .map(|r| r.sequence_number.as_ref().unwrap().to_string())
+            .collect();
+        assert_eq!(seqs, ["1", "2", "3", "4", "5", "6"]);
+    }
+
+    #[tokio::test]
+    async fn a_transient_failure_reports_the_earliest_failed_record_only() {
+        // Items 1 and 2 both fail (item 2 later in the batch but first in
+        // time); item 3's early record must still run, its later one not.
+        let records = vec![
+            of_item("a1:1", 1, 1),
+            of_item("c1:40", 3, 2),
+            of_item("a2:30", 1, 3), // fails (index 2)
+            of_item("b1:1", 2, 4),  // fails first in time (index 3)
+            of_item("b2:1", 2, 5),
+            of_item("a3:1", 1, 6),
+            of_item("c2:1", 3, 7),
+        ];
+        let p = Slow {
+            transient: ["a2:30".to_owned(), "b1:1".to_owned()].into(),
+            ..Default::default()
+        };
+        let report = run_batch(records, &p, &config(8)).await;
+        assert_eq!(report.batch_item_failures, ["3"], "the earliest failure");
+        assert!(!report.retry_whole_batch);
+        assert_eq!(
+            statuses(&report),
+            [
+                "handled",
+                "handled",
+                "failed",
+                "failed",
+                "not_attempted",
+                "not_attempted",
+                "not_attempted"
+            ]
+        );
+        assert_eq!(
+            report.records[6].status,
+            RecordStatus::NotAttempted {
+                reason: "after a transient failure of record #2".into()
+            }
+        );
+        let order = p.order.lock().unwrap().clone();
+        assert!(
+            order.contains(&"c1:40".to_owned()),
+            "a record before the failure ran"
+        );
+        assert!(
+            !order.contains(&"b2:1".to_owned()),
+            "an item stops at its failure"
+        );
+    }
+
+    #[tokio::test]
+    async fn records_after_a_failure_may_have_finished_and_are_redelivered() {
+        // Item 2 is fast and finishes before item 1 fails: it is handled
+        // (and Lambda delivers it again from the failure on).
+        let records = vec![
+            of_item("a1:30", 1, 1), // fails
+            of_item("b1:1", 2, 2),
+        ];
+        let p = Slow {
+            transient: ["a1:30".to_owned()].into(),
+            ..Default::default()
+        };
+        let report = run_batch(records, &p, &config(8)).await;
+        assert_eq!(report.batch_item_failures, ["1"]);
+        assert_eq!(statuses(&report), ["failed", "handled"]);
+    }
+
     #[test]
     fn batch_response_json_shape() {
         let report = BatchReport {
@@ -807,6 +1073,9 @@ mod tests {
             move || writer.clone(),
         );
         let _guard = tracing::subscriber::set_default(subscriber);
+        // Parallel tests may have registered these callsites while only
+        // the no-op dispatcher existed (interest "never"): recompute.
+        tracing::callsite::rebuild_interest_cache();
         let mut records = batch();
         records.insert(0, malformed(0, Some("8")));
         let report = run_batch(records, &Chatty, &EngineConfig::default()).await;
