@@ -325,7 +325,7 @@ fn main() {
                     changed,
                     m.write_requests(),
                     m.write_requests() as f64 * 1000.0 / count.max(1) as f64,
-                    m.get_item + m.query + m.scan,
+                    m.read_requests(),
                     m.write_capacity
                 );
             }

@@ -238,7 +238,7 @@ async fn sweep(store: &Arc<DynamoStore>) -> Measured {
         report,
         metrics_read: d.read_capacity,
         metrics_write: d.write_capacity,
-        requests: d.query + d.scan + d.get_item + d.write_requests(),
+        requests: d.requests(),
         wall,
     }
 }

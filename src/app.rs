@@ -13,8 +13,10 @@ use crate::config::{Clock, Config, SystemClock};
 use crate::error::HandlerError;
 use crate::jobs::{self, JobDeps};
 use crate::keys::Job;
+use crate::keys::{PK, SK};
 use crate::metrics::{self, CountedHandler, Emitter, WriteCounter};
 use crate::schedule::{self, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
+use crate::store::coalesce::Coalescing;
 use crate::store::{self, DynamoStore, Store};
 use crate::stream::decode::{self, EnvelopeError};
 use crate::stream::engine::{self, BatchReport, EngineConfig};
@@ -75,7 +77,13 @@ impl App {
             clock: clock.clone(),
         };
         let observe = Observe::default();
-        let router = jobs::handlers(&deps)
+        // Stream handlers run for many items at once (see the engine): their
+        // point reads and bulk writes share requests.
+        let stream_deps = JobDeps {
+            store: Arc::new(Coalescing::new(deps.store.clone(), (PK, SK))),
+            ..deps.clone()
+        };
+        let router = jobs::handlers(&stream_deps)
             .into_iter()
             .map(|h| CountedHandler::wrap(h, observe.writes.clone()))
             .fold(Router::new(clock), Router::with);
@@ -136,6 +144,7 @@ impl App {
         let config = EngineConfig {
             deadline,
             deadline_margin: self.deps.config.deadline_margin,
+            concurrency: self.deps.config.stream_concurrency,
             ..EngineConfig::default()
         };
         let lags = metrics::stream_lags_ms(&records, self.deps.clock.now());

@@ -78,6 +78,8 @@ pub fn action_of(op: Operation) -> &'static str {
         Operation::Query => "dynamodb:Query",
         Operation::Scan => "dynamodb:Scan",
         Operation::BatchWriteItem => "dynamodb:BatchWriteItem",
+        Operation::BatchGetItem => "dynamodb:BatchGetItem",
+        Operation::ExecuteStatement => "dynamodb:PartiQLSelect",
         Operation::Other => "dynamodb:Other",
     }
 }
@@ -90,9 +92,10 @@ pub const STREAM: FunctionSpec = FunctionSpec {
     binary: "stream",
     job: None,
     dynamodb_actions: &[
+        "dynamodb:BatchGetItem",
         "dynamodb:BatchWriteItem",
         "dynamodb:DeleteItem",
-        "dynamodb:GetItem",
+        "dynamodb:PartiQLSelect",
         "dynamodb:PutItem",
         "dynamodb:Query",
         "dynamodb:UpdateItem",

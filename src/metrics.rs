@@ -198,7 +198,7 @@ pub type HandlerWrites = BTreeMap<String, u64>;
 
 /// DynamoDB figures of one invocation.
 fn store_metrics(s: &MetricsSnapshot) -> Vec<Metric> {
-    let requests = s.get_item + s.query + s.scan + s.write_requests();
+    let requests = s.requests();
     vec![
         Metric::count("DynamoDBRequests", requests),
         Metric::with_unit("ConsumedRCU", Unit::None, s.read_capacity),

@@ -7,8 +7,11 @@
 //!   outcome, never an error string;
 //! - [`StoreError::is_retryable`] tells throttling, 5xx and timeouts (retry
 //!   the record) from permanent failures;
-//! - BatchWriteItem goes in chunks of 25 with bounded exponential backoff and
-//!   jitter on `UnprocessedItems`; an item is never silently dropped;
+//! - BatchWriteItem goes in chunks of 25 (BatchGetItem in chunks of 100)
+//!   with bounded exponential backoff and jitter on `UnprocessedItems`
+//!   (`UnprocessedKeys`); an item is never silently dropped;
+//! - [`coalesce::Coalescing`] merges concurrent point reads and unconditional
+//!   batch writes into shared BatchGetItem / BatchWriteItem requests;
 //! - every request's consumed capacity is counted in [`StoreMetrics`].
 
 use std::collections::HashMap;
@@ -20,14 +23,15 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, ConsumedCapacity, DeleteRequest, PutRequest, ReturnConsumedCapacity,
-    WriteRequest,
+    AttributeValue, ConsumedCapacity, DeleteRequest, KeysAndAttributes, PutRequest,
+    ReturnConsumedCapacity, WriteRequest,
 };
 use serde::Serialize;
 
 use crate::items::Item;
 use crate::schema::TableSchema;
 
+pub mod coalesce;
 pub mod layers;
 
 /// A raw primary key (the key attributes only).
@@ -58,9 +62,14 @@ pub enum StoreError {
         code: String,
         message: String,
     },
-    /// BatchWriteItem still had unprocessed items after every retry.
-    #[error("BatchWriteItem left {remaining} item(s) unprocessed after {attempts} attempts")]
-    Unprocessed { remaining: usize, attempts: u32 },
+    /// BatchWriteItem (BatchGetItem) still had unprocessed items (keys)
+    /// after every retry.
+    #[error("{operation} left {remaining} item(s) unprocessed after {attempts} attempts")]
+    Unprocessed {
+        operation: &'static str,
+        remaining: usize,
+        attempts: u32,
+    },
 }
 
 impl StoreError {
@@ -234,6 +243,32 @@ impl QuerySpec {
         self.index = Some(index.to_owned());
         self
     }
+
+    /// For a plain whole-partition read (as built by [`QuerySpec::partition`]:
+    /// no filter, projection or limit): the partition key attribute and
+    /// value.
+    pub fn as_partition(&self) -> Option<(&str, &AttributeValue)> {
+        let k = &self.key_condition;
+        if k.text != "#pk = :pk"
+            || k.names.len() != 1
+            || k.values.len() != 1
+            || self.filter.is_some()
+            || self.projection.is_some()
+            || self.limit.is_some()
+        {
+            return None;
+        }
+        Some((k.names.get("#pk")?.as_str(), k.values.get(":pk")?))
+    }
+}
+
+/// Whole partitions read together ([`QueryStore::query_partitions`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Partitions {
+    /// One list per requested value, in the order of the request.
+    pub items: Vec<Vec<Item>>,
+    /// Read capacity units consumed.
+    pub consumed_capacity: f64,
 }
 
 /// A Scan request (one page of one segment at a time).
@@ -314,6 +349,21 @@ impl Backoff {
 #[async_trait]
 pub trait ItemReader: Send + Sync {
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError>;
+
+    /// Several point reads; the answers follow the order of `keys` (a key
+    /// may repeat). The default reads one key after the other;
+    /// [`DynamoStore`] sends BatchGetItem (100 keys per request).
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            out.push(self.get(key, consistent).await?);
+        }
+        Ok(out)
+    }
 }
 
 /// Single-item writes, optionally conditional.
@@ -335,6 +385,44 @@ pub trait ItemWriter: Send + Sync {
 pub trait QueryStore: Send + Sync {
     async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError>;
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError>;
+
+    /// Every item of several partitions (`attribute = value` on the table,
+    /// or on `index`), one list per value. The default queries each
+    /// partition; [`DynamoStore`] sends one PartiQL
+    /// `SELECT * ... WHERE attribute IN [..]` per 50 values.
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[AttributeValue],
+        consistent: bool,
+    ) -> Result<Partitions, StoreError> {
+        let mut out = Partitions::default();
+        for value in values {
+            let mut spec = QuerySpec {
+                key_condition: Expr::new("#pk = :pk")
+                    .name("#pk", attribute)
+                    .value(":pk", value.clone()),
+                consistent,
+                forward: true,
+                ..Default::default()
+            };
+            spec.index = index.map(str::to_owned);
+            let mut items = Vec::new();
+            let mut start = None;
+            loop {
+                let page = self.query_page(&spec, start).await?;
+                out.consumed_capacity += page.consumed_capacity;
+                items.extend(page.items);
+                match page.last_evaluated_key {
+                    Some(k) => start = Some(k),
+                    None => break,
+                }
+            }
+            out.items.push(items);
+        }
+        Ok(out)
+    }
 
     /// Every item a query returns, following pagination.
     async fn query_all(&self, spec: &QuerySpec) -> Result<Vec<Item>, StoreError> {
@@ -408,6 +496,7 @@ pub async fn write_in_batches<S: BatchSender + ?Sized>(
             if attempt > 0 {
                 if attempt >= backoff.max_attempts {
                     return Err(StoreError::Unprocessed {
+                        operation: "BatchWriteItem",
                         remaining: pending.len(),
                         attempts: attempt,
                     });
@@ -425,7 +514,7 @@ pub async fn write_in_batches<S: BatchSender + ?Sized>(
     Ok(report)
 }
 
-fn dedupe_by_key((pk, sk): (&str, &str), ops: Vec<WriteOp>) -> Vec<WriteOp> {
+pub(crate) fn dedupe_by_key((pk, sk): (&str, &str), ops: Vec<WriteOp>) -> Vec<WriteOp> {
     let key_of = |op: &WriteOp| -> (Option<AttributeValue>, Option<AttributeValue>) {
         let m = match op {
             WriteOp::Put(i) => i,
@@ -468,7 +557,7 @@ fn to_write_request(op: WriteOp) -> WriteRequest {
 /// Request counts and consumed capacity, for reports and benchmarks.
 #[derive(Debug, Default)]
 pub struct StoreMetrics {
-    requests: [AtomicU64; 8],
+    requests: [AtomicU64; 10],
     read_milli: AtomicU64,
     write_milli: AtomicU64,
     /// Index names a Query or Scan asked for (recorded before sending, so a
@@ -486,7 +575,10 @@ pub enum Operation {
     Query = 4,
     Scan = 5,
     BatchWriteItem = 6,
-    Other = 7,
+    BatchGetItem = 7,
+    /// A PartiQL SELECT (IAM action `dynamodb:PartiQLSelect`).
+    ExecuteStatement = 8,
+    Other = 9,
 }
 
 /// A copy of the counters at one moment.
@@ -499,6 +591,9 @@ pub struct MetricsSnapshot {
     pub query: u64,
     pub scan: u64,
     pub batch_write_item: u64,
+    pub batch_get_item: u64,
+    /// PartiQL SELECTs ([`QueryStore::query_partitions`]).
+    pub execute_statement: u64,
     pub read_capacity: f64,
     pub write_capacity: f64,
 }
@@ -514,9 +609,19 @@ impl MetricsSnapshot {
             query: self.query - earlier.query,
             scan: self.scan - earlier.scan,
             batch_write_item: self.batch_write_item - earlier.batch_write_item,
+            batch_get_item: self.batch_get_item - earlier.batch_get_item,
+            execute_statement: self.execute_statement - earlier.execute_statement,
             read_capacity: self.read_capacity - earlier.read_capacity,
             write_capacity: self.write_capacity - earlier.write_capacity,
         }
+    }
+    /// Read requests of any kind.
+    pub fn read_requests(&self) -> u64 {
+        self.get_item + self.batch_get_item + self.query + self.scan + self.execute_statement
+    }
+    /// Requests of any kind.
+    pub fn requests(&self) -> u64 {
+        self.read_requests() + self.write_requests()
     }
     /// Write requests of any kind.
     pub fn write_requests(&self) -> u64 {
@@ -535,9 +640,11 @@ impl StoreMetrics {
     fn add_capacity(&self, op: Operation, units: f64) {
         let milli = (units * 1000.0).round() as u64;
         match op {
-            Operation::GetItem | Operation::Query | Operation::Scan => {
-                self.read_milli.fetch_add(milli, Ordering::Relaxed)
-            }
+            Operation::GetItem
+            | Operation::BatchGetItem
+            | Operation::ExecuteStatement
+            | Operation::Query
+            | Operation::Scan => self.read_milli.fetch_add(milli, Ordering::Relaxed),
             _ => self.write_milli.fetch_add(milli, Ordering::Relaxed),
         };
     }
@@ -565,6 +672,8 @@ impl StoreMetrics {
             query: r(Operation::Query),
             scan: r(Operation::Scan),
             batch_write_item: r(Operation::BatchWriteItem),
+            batch_get_item: r(Operation::BatchGetItem),
+            execute_statement: r(Operation::ExecuteStatement),
             read_capacity: self.read_milli.load(Ordering::Relaxed) as f64 / 1000.0,
             write_capacity: self.write_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         }
@@ -778,6 +887,78 @@ impl ItemReader for DynamoStore {
             .record(Operation::GetItem, out.consumed_capacity());
         Ok(out.item)
     }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        let (pk, sk) = self.key_attributes();
+        let id = |m: &Key| key_id(m, pk, sk);
+        let mut distinct: Vec<Key> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for key in keys {
+            if seen.insert(id(key)) {
+                distinct.push(key.clone());
+            }
+        }
+        let mut found: HashMap<String, Item> = HashMap::new();
+        for chunk in distinct.chunks(100) {
+            let mut pending = chunk.to_vec();
+            let mut attempt = 0;
+            while !pending.is_empty() {
+                if attempt > 0 {
+                    if attempt >= self.backoff.max_attempts {
+                        return Err(StoreError::Unprocessed {
+                            operation: "BatchGetItem",
+                            remaining: pending.len(),
+                            attempts: attempt,
+                        });
+                    }
+                    tokio::time::sleep(self.backoff.delay(attempt)).await;
+                }
+                attempt += 1;
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(pending))
+                    .consistent_read(consistent)
+                    .build()
+                    .expect("keys are set");
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .request_items(&self.table, request)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| StoreError::from_sdk("BatchGetItem", e))?;
+                self.metrics.record(Operation::BatchGetItem, None);
+                let consumed: f64 = out
+                    .consumed_capacity()
+                    .iter()
+                    .filter_map(|c| c.capacity_units())
+                    .sum();
+                self.metrics.add_capacity(Operation::BatchGetItem, consumed);
+                for item in out
+                    .responses
+                    .and_then(|mut r| r.remove(&self.table))
+                    .unwrap_or_default()
+                {
+                    found.insert(id(&item), item);
+                }
+                pending = out
+                    .unprocessed_keys
+                    .and_then(|mut u| u.remove(&self.table))
+                    .map(|k| k.keys)
+                    .unwrap_or_default();
+            }
+        }
+        Ok(keys.iter().map(|k| found.get(&id(k)).cloned()).collect())
+    }
+}
+
+/// The identity of a key (or of an item's key) as a string.
+fn key_id(m: &HashMap<String, AttributeValue>, pk: &str, sk: &str) -> String {
+    format!("{:?}\u{1f}{:?}", m.get(pk), m.get(sk))
 }
 
 #[async_trait]
@@ -935,6 +1116,77 @@ impl QueryStore for DynamoStore {
             out.last_evaluated_key,
             out.items,
         ))
+    }
+
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[AttributeValue],
+        consistent: bool,
+    ) -> Result<Partitions, StoreError> {
+        let source = match index {
+            Some(index) => {
+                self.metrics
+                    .record_index(Operation::ExecuteStatement, index);
+                format!("\"{}\".\"{}\"", self.table, index)
+            }
+            None => format!("\"{}\"", self.table),
+        };
+        let id = |v: &AttributeValue| format!("{v:?}");
+        let mut by_value: HashMap<String, Vec<Item>> = HashMap::new();
+        let mut distinct: Vec<AttributeValue> = Vec::new();
+        for v in values {
+            if let std::collections::hash_map::Entry::Vacant(e) = by_value.entry(id(v)) {
+                e.insert(Vec::new());
+                distinct.push(v.clone());
+            }
+        }
+        let mut consumed = 0.0;
+        // PartiQL allows at most 50 partition key values in one IN.
+        for chunk in distinct.chunks(50) {
+            let statement = format!(
+                "SELECT * FROM {source} WHERE \"{}\" IN [{}]",
+                attribute.replace('"', "\"\""),
+                vec!["?"; chunk.len()].join(", ")
+            );
+            let mut token = None;
+            loop {
+                let out = self
+                    .client
+                    .execute_statement()
+                    .statement(&statement)
+                    .set_parameters(Some(chunk.to_vec()))
+                    .set_consistent_read(consistent.then_some(true))
+                    .set_next_token(token)
+                    .return_consumed_capacity(ReturnConsumedCapacity::Total)
+                    .send()
+                    .await
+                    .map_err(|e| StoreError::from_sdk("ExecuteStatement", e))?;
+                self.metrics
+                    .record(Operation::ExecuteStatement, out.consumed_capacity());
+                consumed += out
+                    .consumed_capacity()
+                    .and_then(|c| c.capacity_units())
+                    .unwrap_or(0.0);
+                for item in out.items.unwrap_or_default() {
+                    if let Some(list) = item.get(attribute).and_then(|v| by_value.get_mut(&id(v))) {
+                        list.push(item);
+                    }
+                }
+                token = out.next_token;
+                if token.is_none() {
+                    break;
+                }
+            }
+        }
+        Ok(Partitions {
+            items: values
+                .iter()
+                .map(|v| by_value.get(&id(v)).cloned().unwrap_or_default())
+                .collect(),
+            consumed_capacity: consumed,
+        })
     }
 }
 

@@ -216,6 +216,7 @@ async fn batch_write_retries_unprocessed_items() {
         matches!(
             err,
             StoreError::Unprocessed {
+                operation: "BatchWriteItem",
                 remaining: 25,
                 attempts: 10
             }

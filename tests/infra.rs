@@ -1016,6 +1016,8 @@ fn record_use(used: &mut BTreeMap<&'static str, Used>, f: &FunctionSpec, store: 
         (m.query, Operation::Query),
         (m.scan, Operation::Scan),
         (m.batch_write_item, Operation::BatchWriteItem),
+        (m.batch_get_item, Operation::BatchGetItem),
+        (m.execute_statement, Operation::ExecuteStatement),
     ] {
         if n > 0 {
             u.actions.insert(deploy::action_of(op));

@@ -115,7 +115,7 @@ pub fn job_spinner(
                 "{job}: {} scan pages, {} queries, {} reads, {} writes, {:.1} RCU, {:.1} WCU",
                 m.scan,
                 m.query,
-                m.get_item,
+                m.get_item + m.batch_get_item,
                 m.write_requests(),
                 m.read_capacity,
                 m.write_capacity

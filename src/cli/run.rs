@@ -167,7 +167,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             "requests: {} scan pages, {} queries, {} gets, {} writes; {:.1} RCU, {:.1} WCU",
             metrics.scan,
             metrics.query,
-            metrics.get_item,
+            metrics.get_item + metrics.batch_get_item,
             metrics.write_requests(),
             metrics.read_capacity,
             metrics.write_capacity

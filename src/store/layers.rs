@@ -74,6 +74,14 @@ impl ItemReader for DryRunStore {
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
         self.inner.get(key, consistent).await
     }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.inner.get_many(keys, consistent).await
+    }
 }
 
 #[async_trait]
@@ -83,6 +91,18 @@ impl QueryStore for DryRunStore {
     }
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
         self.inner.scan_page(spec, start).await
+    }
+
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[aws_sdk_dynamodb::types::AttributeValue],
+        consistent: bool,
+    ) -> Result<super::Partitions, StoreError> {
+        self.inner
+            .query_partitions(index, attribute, values, consistent)
+            .await
     }
 }
 
@@ -228,6 +248,15 @@ impl ItemReader for FaultyStore {
         self.check(FaultOp::Read, [key])?;
         self.inner.get(key, consistent).await
     }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.check(FaultOp::Read, keys)?;
+        self.inner.get_many(keys, consistent).await
+    }
 }
 
 #[async_trait]
@@ -307,6 +336,14 @@ impl<H: DeleteHook> ItemReader for BeforeDelete<H> {
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
         self.inner.get(key, consistent).await
     }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.inner.get_many(keys, consistent).await
+    }
 }
 
 #[async_trait]
@@ -316,6 +353,18 @@ impl<H: DeleteHook> QueryStore for BeforeDelete<H> {
     }
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
         self.inner.scan_page(spec, start).await
+    }
+
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[aws_sdk_dynamodb::types::AttributeValue],
+        consistent: bool,
+    ) -> Result<super::Partitions, StoreError> {
+        self.inner
+            .query_partitions(index, attribute, values, consistent)
+            .await
     }
 }
 

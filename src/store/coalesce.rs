@@ -1,0 +1,427 @@
+//! [`Coalescing`]: a store decorator that lets concurrent callers share
+//! requests. The stream engine handles many items at once, and each item's
+//! handler makes a few small requests; sent one by one they cost a round
+//! trip each. Here
+//!
+//! - point reads ([`ItemReader::get`]) waiting at the same moment go out as
+//!   one BatchGetItem (up to 100 keys, strongly consistent reads apart from
+//!   eventually consistent ones). A BatchGetItem with `ConsistentRead`
+//!   answers exactly what the same GetItems would;
+//! - whole-partition queries ([`QuerySpec::partition`], on the table or an
+//!   index) waiting at the same moment go out as one
+//!   [`QueryStore::query_partitions`] (a PartiQL `SELECT ... WHERE key IN
+//!   [..]`, up to 50 partitions): the same items, one request. Partitions
+//!   asked for twice are read once;
+//! - unconditional batch writes ([`BatchWriter::batch_write`]) waiting at the
+//!   same moment go out in shared BatchWriteItem requests (25 items, never
+//!   two on one key). A caller's own writes keep their order: its chunk
+//!   *n + 1* is queued only once chunk *n* is written, so "the first error
+//!   stops the rest" still holds per caller;
+//! - everything else (other queries, scans, conditional or single writes)
+//!   passes straight through.
+//!
+//! Requests waiting together are gathered by a flusher task: the first
+//! caller that finds the queue idle spawns it; it sends what is queued (up to
+//! [`Coalescing::max_in_flight`] requests at once), answers every caller,
+//! and repeats while anything arrived meanwhile. Nothing waits for a timer:
+//! a lone request goes out at once, and the more callers are busy, the
+//! fuller the requests. A shared request's failure is every sharer's
+//! failure (each caller sees the same [`StoreError`], so a throttled
+//! request fails every record that used it, and Lambda retries from the
+//! earliest).
+//!
+//! Free of table specifics: the key attribute names are given.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use tokio::sync::oneshot;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::{
+    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
+    ScanSpec, Store, StoreError, WriteOp, WriteOutcome, dedupe_by_key,
+};
+use crate::items::Item;
+
+/// Partitions per PartiQL `IN` (the DynamoDB limit).
+const PARTITION_BATCH: usize = 50;
+/// Keys per BatchGetItem request (the DynamoDB limit).
+const GET_BATCH: usize = 100;
+/// Items per BatchWriteItem request (the DynamoDB limit).
+const WRITE_BATCH: usize = 25;
+
+/// Shares read and batch-write requests between concurrent callers (see the
+/// module documentation).
+pub struct Coalescing {
+    inner: Arc<dyn Store>,
+    key_attributes: (String, String),
+    max_in_flight: usize,
+    gets: Arc<Queue<GetJob>>,
+    partitions: Arc<Queue<PartitionJob>>,
+    writes: Arc<Queue<WriteJob>>,
+}
+
+/// One caller's whole-partition query.
+struct PartitionJob {
+    index: Option<String>,
+    attribute: String,
+    value: AttributeValue,
+    consistent: bool,
+    reply: oneshot::Sender<Result<Page, StoreError>>,
+}
+
+/// One caller's point read.
+struct GetJob {
+    key: Key,
+    consistent: bool,
+    reply: oneshot::Sender<Result<Option<Item>, StoreError>>,
+}
+
+/// One caller's chunk of writes: at most 25, on distinct keys.
+struct WriteJob {
+    ops: Vec<WriteOp>,
+    keys: Vec<String>,
+    reply: oneshot::Sender<Result<WriteShare, StoreError>>,
+}
+
+/// A caller's part of a shared BatchWriteItem.
+struct WriteShare {
+    requests: u32,
+    retried_items: usize,
+    consumed_capacity: f64,
+}
+
+/// Jobs waiting for the flusher, and whether one is running.
+struct Queue<J> {
+    state: Mutex<(Vec<J>, bool)>,
+}
+
+impl<J> Queue<J> {
+    fn new() -> Self {
+        Queue {
+            state: Mutex::new((Vec::new(), false)),
+        }
+    }
+
+    /// Queue `job`; true when the caller must start the flusher.
+    fn push(&self, job: J) -> bool {
+        let mut state = self.state.lock().expect("coalescing queue");
+        state.0.push(job);
+        !std::mem::replace(&mut state.1, true)
+    }
+
+    /// Everything queued, or `None` (and the flusher is marked stopped).
+    fn take(&self) -> Option<Vec<J>> {
+        let mut state = self.state.lock().expect("coalescing queue");
+        if state.0.is_empty() {
+            state.1 = false;
+            None
+        } else {
+            Some(std::mem::take(&mut state.0))
+        }
+    }
+}
+
+/// A caller was dropped or the flusher died: the request's fate is unknown,
+/// so the caller must retry.
+fn lost(operation: &'static str) -> StoreError {
+    StoreError::Transient {
+        operation,
+        code: "CoalescedRequestLost".into(),
+        message: "the shared request ended without an answer".into(),
+    }
+}
+
+impl Coalescing {
+    /// Coalesce requests to `inner`, a table keyed by `key_attributes`
+    /// (partition, sort).
+    pub fn new(inner: Arc<dyn Store>, key_attributes: (&str, &str)) -> Self {
+        Coalescing {
+            inner,
+            key_attributes: (key_attributes.0.to_owned(), key_attributes.1.to_owned()),
+            max_in_flight: 4,
+            gets: Arc::new(Queue::new()),
+            partitions: Arc::new(Queue::new()),
+            writes: Arc::new(Queue::new()),
+        }
+    }
+
+    /// At most this many shared requests of each kind at once (default 4).
+    pub fn max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n.max(1);
+        self
+    }
+
+    fn key_of(&self, op: &WriteOp) -> String {
+        let m = match op {
+            WriteOp::Put(item) => item,
+            WriteOp::Delete(key) => key,
+        };
+        let (pk, sk) = (&self.key_attributes.0, &self.key_attributes.1);
+        format!("{:?}\u{1f}{:?}", m.get(pk), m.get(sk))
+    }
+
+    /// Queue one chunk of writes and wait for its share.
+    async fn write_chunk(&self, ops: Vec<WriteOp>) -> Result<WriteShare, StoreError> {
+        let keys = ops.iter().map(|op| self.key_of(op)).collect();
+        let (reply, answer) = oneshot::channel();
+        if self.writes.push(WriteJob { ops, keys, reply }) {
+            tokio::spawn(flush_writes(
+                self.inner.clone(),
+                self.writes.clone(),
+                self.max_in_flight,
+            ));
+        }
+        answer.await.map_err(|_| lost("BatchWriteItem"))?
+    }
+}
+
+/// Send queued reads until the queue stays empty.
+async fn flush_gets(inner: Arc<dyn Store>, queue: Arc<Queue<GetJob>>, max_in_flight: usize) {
+    while let Some(jobs) = queue.take() {
+        let (consistent, eventual): (Vec<GetJob>, Vec<GetJob>) =
+            jobs.into_iter().partition(|j| j.consistent);
+        let mut requests: Vec<(bool, Vec<GetJob>)> = Vec::new();
+        for (flag, mut jobs) in [(true, consistent), (false, eventual)] {
+            while !jobs.is_empty() {
+                let rest = jobs.split_off(jobs.len().min(GET_BATCH));
+                requests.push((flag, std::mem::replace(&mut jobs, rest)));
+            }
+        }
+        futures::stream::iter(requests)
+            .for_each_concurrent(max_in_flight, |(consistent, jobs)| {
+                let inner = inner.clone();
+                async move {
+                    let keys: Vec<Key> = jobs.iter().map(|j| j.key.clone()).collect();
+                    match inner.get_many(&keys, consistent).await {
+                        Ok(items) => {
+                            for (job, item) in jobs.into_iter().zip(items) {
+                                let _ = job.reply.send(Ok(item));
+                            }
+                        }
+                        Err(e) => {
+                            for job in jobs {
+                                let _ = job.reply.send(Err(e.clone()));
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+/// Send queued partition queries until the queue stays empty.
+async fn flush_partitions(
+    inner: Arc<dyn Store>,
+    queue: Arc<Queue<PartitionJob>>,
+    max_in_flight: usize,
+) {
+    while let Some(jobs) = queue.take() {
+        // One request per (index, attribute, consistency), 50 callers each.
+        let mut groups: Vec<Vec<PartitionJob>> = Vec::new();
+        for job in jobs {
+            let open = groups.iter().position(|g| {
+                let first = &g[0];
+                g.len() < PARTITION_BATCH
+                    && first.index == job.index
+                    && first.attribute == job.attribute
+                    && first.consistent == job.consistent
+            });
+            match open {
+                Some(i) => groups[i].push(job),
+                None => groups.push(vec![job]),
+            }
+        }
+        futures::stream::iter(groups)
+            .for_each_concurrent(max_in_flight, |jobs| {
+                let inner = inner.clone();
+                async move {
+                    let first = &jobs[0];
+                    let values: Vec<AttributeValue> =
+                        jobs.iter().map(|j| j.value.clone()).collect();
+                    let answer = inner
+                        .query_partitions(
+                            first.index.as_deref(),
+                            &first.attribute,
+                            &values,
+                            first.consistent,
+                        )
+                        .await;
+                    match answer {
+                        Ok(found) => {
+                            let share = found.consumed_capacity / jobs.len() as f64;
+                            for (job, items) in jobs.into_iter().zip(found.items) {
+                                let _ = job.reply.send(Ok(Page {
+                                    scanned_count: items.len() as i32,
+                                    items,
+                                    last_evaluated_key: None,
+                                    consumed_capacity: share,
+                                }));
+                            }
+                        }
+                        Err(e) => {
+                            for job in jobs {
+                                let _ = job.reply.send(Err(e.clone()));
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+/// Pack chunks into shared requests: first fit, at most 25 items and no key
+/// twice per request.
+fn pack(jobs: Vec<WriteJob>) -> Vec<Vec<WriteJob>> {
+    let mut requests: Vec<(usize, std::collections::HashSet<String>, Vec<WriteJob>)> = Vec::new();
+    for job in jobs {
+        let fits = requests.iter().position(|(n, keys, _)| {
+            n + job.ops.len() <= WRITE_BATCH && !job.keys.iter().any(|k| keys.contains(k))
+        });
+        let i = fits.unwrap_or_else(|| {
+            requests.push((0, Default::default(), Vec::new()));
+            requests.len() - 1
+        });
+        let (n, keys, members) = &mut requests[i];
+        *n += job.ops.len();
+        keys.extend(job.keys.iter().cloned());
+        members.push(job);
+    }
+    requests.into_iter().map(|(_, _, jobs)| jobs).collect()
+}
+
+/// Send queued writes until the queue stays empty.
+async fn flush_writes(inner: Arc<dyn Store>, queue: Arc<Queue<WriteJob>>, max_in_flight: usize) {
+    while let Some(jobs) = queue.take() {
+        futures::stream::iter(pack(jobs))
+            .for_each_concurrent(max_in_flight, |jobs| {
+                let inner = inner.clone();
+                async move {
+                    let ops: Vec<WriteOp> = jobs.iter().flat_map(|j| j.ops.clone()).collect();
+                    let total = ops.len().max(1) as f64;
+                    match inner.batch_write(ops).await {
+                        Ok(report) => {
+                            for job in jobs {
+                                let part = job.ops.len() as f64 / total;
+                                let _ = job.reply.send(Ok(WriteShare {
+                                    requests: report.requests,
+                                    retried_items: (report.retried_items as f64 * part).round()
+                                        as usize,
+                                    consumed_capacity: report.consumed_capacity * part,
+                                }));
+                            }
+                        }
+                        Err(e) => {
+                            for job in jobs {
+                                let _ = job.reply.send(Err(e.clone()));
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+    }
+}
+
+#[async_trait]
+impl ItemReader for Coalescing {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let job = GetJob {
+            key: key.clone(),
+            consistent,
+            reply,
+        };
+        if self.gets.push(job) {
+            tokio::spawn(flush_gets(
+                self.inner.clone(),
+                self.gets.clone(),
+                self.max_in_flight,
+            ));
+        }
+        answer.await.map_err(|_| lost("BatchGetItem"))?
+    }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.inner.get_many(keys, consistent).await
+    }
+}
+
+#[async_trait]
+impl QueryStore for Coalescing {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        let Some((attribute, value)) = spec.as_partition().filter(|_| start.is_none()) else {
+            return self.inner.query_page(spec, start).await;
+        };
+        let (reply, answer) = oneshot::channel();
+        let job = PartitionJob {
+            index: spec.index.clone(),
+            attribute: attribute.to_owned(),
+            value: value.clone(),
+            consistent: spec.consistent,
+            reply,
+        };
+        if self.partitions.push(job) {
+            tokio::spawn(flush_partitions(
+                self.inner.clone(),
+                self.partitions.clone(),
+                self.max_in_flight,
+            ));
+        }
+        answer.await.map_err(|_| lost("ExecuteStatement"))?
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.scan_page(spec, start).await
+    }
+}
+
+#[async_trait]
+impl ItemWriter for Coalescing {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.inner.put(item, condition).await
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.inner.delete(key, condition).await
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.inner.update(key, update, condition).await
+    }
+}
+
+#[async_trait]
+impl BatchWriter for Coalescing {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        let keys = (
+            self.key_attributes.0.as_str(),
+            self.key_attributes.1.as_str(),
+        );
+        let ops = dedupe_by_key(keys, ops);
+        let mut report = BatchWriteReport {
+            items: ops.len(),
+            ..Default::default()
+        };
+        let mut ops = ops.into_iter().peekable();
+        while ops.peek().is_some() {
+            let chunk: Vec<WriteOp> = ops.by_ref().take(WRITE_BATCH).collect();
+            let share = self.write_chunk(chunk).await?;
+            report.requests += share.requests;
+            report.retried_items += share.retried_items;
+            report.consumed_capacity += share.consumed_capacity;
+        }
+        Ok(report)
+    }
+}
