@@ -228,13 +228,21 @@ pub struct QuerySpec {
     pub forward: bool,
 }
 
+/// The key condition of a whole-partition query ([`QuerySpec::partition`]).
+const PARTITION_CONDITION: &str = "#pk = :pk";
+
 impl QuerySpec {
     /// All items of one partition (`#pk = :pk`).
     pub fn partition(key_attribute: &str, value: &str) -> Self {
+        Self::partition_of(key_attribute, AttributeValue::S(value.to_owned()))
+    }
+
+    /// All items of one partition, whatever the key's type.
+    pub fn partition_of(key_attribute: &str, value: AttributeValue) -> Self {
         QuerySpec {
-            key_condition: Expr::new("#pk = :pk")
+            key_condition: Expr::new(PARTITION_CONDITION)
                 .name("#pk", key_attribute)
-                .string(":pk", value),
+                .value(":pk", value),
             forward: true,
             ..Default::default()
         }
@@ -249,7 +257,7 @@ impl QuerySpec {
     /// value.
     pub fn as_partition(&self) -> Option<(&str, &AttributeValue)> {
         let k = &self.key_condition;
-        if k.text != "#pk = :pk"
+        if k.text != PARTITION_CONDITION
             || k.names.len() != 1
             || k.values.len() != 1
             || self.filter.is_some()
@@ -299,6 +307,16 @@ pub struct Page {
 pub enum WriteOp {
     Put(Item),
     Delete(Key),
+}
+
+impl WriteOp {
+    /// [`key_id`] of the key this op writes.
+    pub(crate) fn key_id(&self, key_attributes: (&str, &str)) -> String {
+        match self {
+            WriteOp::Put(item) => key_id(item, key_attributes),
+            WriteOp::Delete(key) => key_id(key, key_attributes),
+        }
+    }
 }
 
 /// What a batch write did.
@@ -399,14 +417,8 @@ pub trait QueryStore: Send + Sync {
     ) -> Result<Partitions, StoreError> {
         let mut out = Partitions::default();
         for value in values {
-            let mut spec = QuerySpec {
-                key_condition: Expr::new("#pk = :pk")
-                    .name("#pk", attribute)
-                    .value(":pk", value.clone()),
-                consistent,
-                forward: true,
-                ..Default::default()
-            };
+            let mut spec = QuerySpec::partition_of(attribute, value.clone());
+            spec.consistent = consistent;
             spec.index = index.map(str::to_owned);
             let mut items = Vec::new();
             let mut start = None;
@@ -474,6 +486,42 @@ pub trait BatchSender: Send + Sync {
     ) -> Result<(Vec<WriteRequest>, f64), StoreError>;
 }
 
+/// The retry schedule of one batch request's unprocessed items or keys:
+/// bounded exponential backoff with jitter, then [`StoreError::Unprocessed`].
+struct Unprocessed {
+    operation: &'static str,
+    backoff: Backoff,
+    attempt: u32,
+}
+
+impl Unprocessed {
+    fn new(operation: &'static str, backoff: Backoff) -> Self {
+        Unprocessed {
+            operation,
+            backoff,
+            attempt: 0,
+        }
+    }
+
+    /// Call before each send of `pending` items: waits before a retry, fails
+    /// when the attempts are spent. True when this send is a retry.
+    async fn before_send(&mut self, pending: usize) -> Result<bool, StoreError> {
+        let retry = self.attempt > 0;
+        if retry {
+            if self.attempt >= self.backoff.max_attempts {
+                return Err(StoreError::Unprocessed {
+                    operation: self.operation,
+                    remaining: pending,
+                    attempts: self.attempt,
+                });
+            }
+            tokio::time::sleep(self.backoff.delay(self.attempt)).await;
+        }
+        self.attempt += 1;
+        Ok(retry)
+    }
+}
+
 /// Write every op in chunks of 25, retrying `UnprocessedItems` with bounded
 /// exponential backoff and jitter. Ops on the same key are collapsed (the
 /// last one wins), as BatchWriteItem rejects duplicate keys in one request.
@@ -491,20 +539,11 @@ pub async fn write_in_batches<S: BatchSender + ?Sized>(
     let requests: Vec<WriteRequest> = ops.into_iter().map(to_write_request).collect();
     for chunk in requests.chunks(25) {
         let mut pending = chunk.to_vec();
-        let mut attempt = 0;
+        let mut retries = Unprocessed::new("BatchWriteItem", backoff);
         while !pending.is_empty() {
-            if attempt > 0 {
-                if attempt >= backoff.max_attempts {
-                    return Err(StoreError::Unprocessed {
-                        operation: "BatchWriteItem",
-                        remaining: pending.len(),
-                        attempts: attempt,
-                    });
-                }
+            if retries.before_send(pending.len()).await? {
                 report.retried_items += pending.len();
-                tokio::time::sleep(backoff.delay(attempt)).await;
             }
-            attempt += 1;
             report.requests += 1;
             let (unprocessed, consumed) = sender.send_batch(pending).await?;
             report.consumed_capacity += consumed;
@@ -514,23 +553,22 @@ pub async fn write_in_batches<S: BatchSender + ?Sized>(
     Ok(report)
 }
 
-pub(crate) fn dedupe_by_key((pk, sk): (&str, &str), ops: Vec<WriteOp>) -> Vec<WriteOp> {
-    let key_of = |op: &WriteOp| -> (Option<AttributeValue>, Option<AttributeValue>) {
-        let m = match op {
-            WriteOp::Put(i) => i,
-            WriteOp::Delete(k) => k,
-        };
-        (m.get(pk).cloned(), m.get(sk).cloned())
-    };
+pub(crate) fn dedupe_by_key(key_attributes: (&str, &str), ops: Vec<WriteOp>) -> Vec<WriteOp> {
     let mut last: HashMap<String, usize> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
-        last.insert(format!("{:?}", key_of(op)), i);
+        last.insert(op.key_id(key_attributes), i);
     }
     ops.into_iter()
         .enumerate()
-        .filter(|(i, op)| last.get(&format!("{:?}", key_of(op))) == Some(i))
+        .filter(|(i, op)| last.get(&op.key_id(key_attributes)) == Some(i))
         .map(|(_, op)| op)
         .collect()
+}
+
+/// The identity of a key (or of an item's key) as a string: the values of
+/// the key attributes, for grouping and deduplicating.
+pub(crate) fn key_id(m: &HashMap<String, AttributeValue>, (pk, sk): (&str, &str)) -> String {
+    format!("{:?}\u{1f}{:?}", m.get(pk), m.get(sk))
 }
 
 fn to_write_request(op: WriteOp) -> WriteRequest {
@@ -893,8 +931,7 @@ impl ItemReader for DynamoStore {
         keys: &[Key],
         consistent: bool,
     ) -> Result<Vec<Option<Item>>, StoreError> {
-        let (pk, sk) = self.key_attributes();
-        let id = |m: &Key| key_id(m, pk, sk);
+        let id = |m: &Key| key_id(m, self.key_attributes());
         let mut distinct: Vec<Key> = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for key in keys {
@@ -905,19 +942,9 @@ impl ItemReader for DynamoStore {
         let mut found: HashMap<String, Item> = HashMap::new();
         for chunk in distinct.chunks(100) {
             let mut pending = chunk.to_vec();
-            let mut attempt = 0;
+            let mut retries = Unprocessed::new("BatchGetItem", self.backoff);
             while !pending.is_empty() {
-                if attempt > 0 {
-                    if attempt >= self.backoff.max_attempts {
-                        return Err(StoreError::Unprocessed {
-                            operation: "BatchGetItem",
-                            remaining: pending.len(),
-                            attempts: attempt,
-                        });
-                    }
-                    tokio::time::sleep(self.backoff.delay(attempt)).await;
-                }
-                attempt += 1;
+                retries.before_send(pending.len()).await?;
                 let request = KeysAndAttributes::builder()
                     .set_keys(Some(pending))
                     .consistent_read(consistent)
@@ -954,11 +981,6 @@ impl ItemReader for DynamoStore {
         }
         Ok(keys.iter().map(|k| found.get(&id(k)).cloned()).collect())
     }
-}
-
-/// The identity of a key (or of an item's key) as a string.
-fn key_id(m: &HashMap<String, AttributeValue>, pk: &str, sk: &str) -> String {
-    format!("{:?}\u{1f}{:?}", m.get(pk), m.get(sk))
 }
 
 #[async_trait]

@@ -73,6 +73,9 @@ struct PartitionJob {
     reply: oneshot::Sender<Result<Page, StoreError>>,
 }
 
+/// A queue's flusher: sends what is queued until the queue stays empty.
+type Flusher<J, F> = fn(Arc<dyn Store>, Arc<Queue<J>>, usize) -> F;
+
 /// One caller's point read.
 struct GetJob {
     key: Key,
@@ -155,26 +158,25 @@ impl Coalescing {
         self
     }
 
-    fn key_of(&self, op: &WriteOp) -> String {
-        let m = match op {
-            WriteOp::Put(item) => item,
-            WriteOp::Delete(key) => key,
-        };
-        let (pk, sk) = (&self.key_attributes.0, &self.key_attributes.1);
-        format!("{:?}\u{1f}{:?}", m.get(pk), m.get(sk))
+    fn keys(&self) -> (&str, &str) {
+        (&self.key_attributes.0, &self.key_attributes.1)
+    }
+
+    /// Queue `job`; the first job to find the queue idle starts its flusher.
+    fn enqueue<J, F>(&self, queue: &Arc<Queue<J>>, job: J, flush: Flusher<J, F>)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        if queue.push(job) {
+            tokio::spawn(flush(self.inner.clone(), queue.clone(), self.max_in_flight));
+        }
     }
 
     /// Queue one chunk of writes and wait for its share.
     async fn write_chunk(&self, ops: Vec<WriteOp>) -> Result<WriteShare, StoreError> {
-        let keys = ops.iter().map(|op| self.key_of(op)).collect();
+        let keys = ops.iter().map(|op| op.key_id(self.keys())).collect();
         let (reply, answer) = oneshot::channel();
-        if self.writes.push(WriteJob { ops, keys, reply }) {
-            tokio::spawn(flush_writes(
-                self.inner.clone(),
-                self.writes.clone(),
-                self.max_in_flight,
-            ));
-        }
+        self.enqueue(&self.writes, WriteJob { ops, keys, reply }, flush_writes);
         answer.await.map_err(|_| lost("BatchWriteItem"))?
     }
 }
@@ -337,13 +339,7 @@ impl ItemReader for Coalescing {
             consistent,
             reply,
         };
-        if self.gets.push(job) {
-            tokio::spawn(flush_gets(
-                self.inner.clone(),
-                self.gets.clone(),
-                self.max_in_flight,
-            ));
-        }
+        self.enqueue(&self.gets, job, flush_gets);
         answer.await.map_err(|_| lost("BatchGetItem"))?
     }
 
@@ -370,13 +366,7 @@ impl QueryStore for Coalescing {
             consistent: spec.consistent,
             reply,
         };
-        if self.partitions.push(job) {
-            tokio::spawn(flush_partitions(
-                self.inner.clone(),
-                self.partitions.clone(),
-                self.max_in_flight,
-            ));
-        }
+        self.enqueue(&self.partitions, job, flush_partitions);
         answer.await.map_err(|_| lost("ExecuteStatement"))?
     }
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
@@ -405,11 +395,7 @@ impl ItemWriter for Coalescing {
 #[async_trait]
 impl BatchWriter for Coalescing {
     async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        let keys = (
-            self.key_attributes.0.as_str(),
-            self.key_attributes.1.as_str(),
-        );
-        let ops = dedupe_by_key(keys, ops);
+        let ops = dedupe_by_key(self.keys(), ops);
         let mut report = BatchWriteReport {
             items: ops.len(),
             ..Default::default()
