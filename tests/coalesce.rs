@@ -244,3 +244,40 @@ async fn a_failed_shared_request_fails_every_caller() {
         assert!(matches!(w, Err(StoreError::NotFound { .. })), "{w:?}");
     }
 }
+
+#[tokio::test]
+async fn one_callers_failure_does_not_fail_the_others_sharing_its_request() {
+    use nishiki_worker::store::layers::{Fault, FaultOp, FaultyStore};
+    let t = TestTable::new().await;
+    let bad = GroupId::random();
+    let faulty = Arc::new(FaultyStore::new(t.store.clone() as Arc<dyn Store>));
+    for op in [FaultOp::Write, FaultOp::Read] {
+        faulty.inject(Fault {
+            op,
+            key_contains: bad.to_string(),
+            times: 1000,
+        });
+    }
+    let c = Coalescing::new(faulty as Arc<dyn Store>, (PK, SK));
+    let groups: Vec<GroupId> = (0..10)
+        .map(|i| if i == 4 { bad } else { GroupId::random() })
+        .collect();
+    let keys: Vec<ItemKey> = groups.iter().map(|g| ItemKey::Group(*g)).collect();
+    let writes = futures::future::join_all(
+        keys.iter()
+            .map(|k| c.batch_write(vec![WriteOp::Put(k.to_attributes())])),
+    )
+    .await;
+    let reads = futures::future::join_all(raw(&keys).iter().map(|k| c.get(k, true))).await;
+    for (i, (w, r)) in writes.iter().zip(&reads).enumerate() {
+        if i == 4 {
+            assert!(
+                w.is_err() && r.is_err(),
+                "the faulty key fails: {w:?} {r:?}"
+            );
+        } else {
+            assert_eq!(w.as_ref().unwrap().items, 1, "caller {i}");
+            assert!(r.as_ref().unwrap().is_some(), "caller {i} reads its item");
+        }
+    }
+}

@@ -25,10 +25,11 @@
 //! [`Coalescing::max_in_flight`] requests at once), answers every caller,
 //! and repeats while anything arrived meanwhile. Nothing waits for a timer:
 //! a lone request goes out at once, and the more callers are busy, the
-//! fuller the requests. A shared request's failure is every sharer's
-//! failure (each caller sees the same [`StoreError`], so a throttled
-//! request fails every record that used it, and Lambda retries from the
-//! earliest).
+//! fuller the requests. When a shared request fails, each caller's part is
+//! sent once more on its own and the caller gets that outcome: a bad key or
+//! a failing item of one caller never fails (or, for a permanent error,
+//! discards) another caller's record, so the failure Lambda hears about is
+//! the record that really failed.
 //!
 //! Free of table specifics: the key attribute names are given.
 
@@ -204,15 +205,32 @@ async fn flush_gets(inner: Arc<dyn Store>, queue: Arc<Queue<GetJob>>, max_in_fli
                                 let _ = job.reply.send(Ok(item));
                             }
                         }
-                        Err(e) => {
+                        Err(e) if jobs.len() == 1 => {
+                            let _ = jobs.into_iter().next().map(|j| j.reply.send(Err(e)));
+                        }
+                        Err(_) => {
                             for job in jobs {
-                                let _ = job.reply.send(Err(e.clone()));
+                                let alone = inner
+                                    .get_many(std::slice::from_ref(&job.key), consistent)
+                                    .await
+                                    .map(|mut items| items.pop().flatten());
+                                let _ = job.reply.send(alone);
                             }
                         }
                     }
                 }
             })
             .await;
+    }
+}
+
+/// The one page answering a whole-partition query.
+fn whole_partition(items: Vec<Item>, consumed_capacity: f64) -> Page {
+    Page {
+        scanned_count: items.len() as i32,
+        items,
+        last_evaluated_key: None,
+        consumed_capacity,
     }
 }
 
@@ -257,17 +275,28 @@ async fn flush_partitions(
                         Ok(found) => {
                             let share = found.consumed_capacity / jobs.len() as f64;
                             for (job, items) in jobs.into_iter().zip(found.items) {
-                                let _ = job.reply.send(Ok(Page {
-                                    scanned_count: items.len() as i32,
-                                    items,
-                                    last_evaluated_key: None,
-                                    consumed_capacity: share,
-                                }));
+                                let _ = job.reply.send(Ok(whole_partition(items, share)));
                             }
                         }
-                        Err(e) => {
+                        Err(e) if jobs.len() == 1 => {
+                            let _ = jobs.into_iter().next().map(|j| j.reply.send(Err(e)));
+                        }
+                        Err(_) => {
                             for job in jobs {
-                                let _ = job.reply.send(Err(e.clone()));
+                                let alone = inner
+                                    .query_partitions(
+                                        job.index.as_deref(),
+                                        &job.attribute,
+                                        std::slice::from_ref(&job.value),
+                                        job.consistent,
+                                    )
+                                    .await
+                                    .map(|found| {
+                                        let items =
+                                            found.items.into_iter().next().unwrap_or_default();
+                                        whole_partition(items, found.consumed_capacity)
+                                    });
+                                let _ = job.reply.send(alone);
                             }
                         }
                     }
@@ -318,9 +347,20 @@ async fn flush_writes(inner: Arc<dyn Store>, queue: Arc<Queue<WriteJob>>, max_in
                                 }));
                             }
                         }
-                        Err(e) => {
+                        Err(e) if jobs.len() == 1 => {
+                            let _ = jobs.into_iter().next().map(|j| j.reply.send(Err(e)));
+                        }
+                        Err(_) => {
                             for job in jobs {
-                                let _ = job.reply.send(Err(e.clone()));
+                                let alone =
+                                    inner.batch_write(job.ops.clone()).await.map(|report| {
+                                        WriteShare {
+                                            requests: report.requests,
+                                            retried_items: report.retried_items,
+                                            consumed_capacity: report.consumed_capacity,
+                                        }
+                                    });
+                                let _ = job.reply.send(alone);
                             }
                         }
                     }
