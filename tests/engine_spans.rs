@@ -1,0 +1,139 @@
+//! The engine's `batch` and `record` spans reach the log lines written
+//! inside them. In a test binary of its own: tracing caches per call site
+//! whether anyone listens, and a test in a binary whose other tests run the
+//! engine on parallel threads without a subscriber can find those call
+//! sites cached as "never" (it failed that way in the library's tests).
+
+use std::sync::Mutex;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use nishiki_worker::stream::decode::{ChangeKind, RecordError, StreamChange};
+use nishiki_worker::stream::engine::{
+    EngineConfig, ProcessError, RecordOutcome, RecordProcessor, run_batch,
+};
+use serde_json::json;
+
+const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
+
+fn change(id: &str, seq: &str) -> StreamChange {
+    StreamChange {
+        event_id: id.into(),
+        kind: ChangeKind::Insert,
+        sequence_number: Some(seq.parse().unwrap()),
+        approximate_creation: None,
+        keys: [
+            ("PK".to_owned(), AttributeValue::S(U.into())),
+            ("SK".to_owned(), AttributeValue::S("User".into())),
+        ]
+        .into(),
+        old_image: None,
+        new_image: None,
+        event_source_arn: None,
+        size_bytes: None,
+    }
+}
+
+/// A malformed record (sequence number 8), then five good records e1..e5
+/// with sequence numbers 9..13.
+fn records() -> Vec<Result<StreamChange, RecordError>> {
+    let mut records = vec![Err(RecordError {
+        index: 0,
+        event_id: Some("bad0".into()),
+        sequence_number: Some("8".parse().unwrap()),
+        keys: Some(format!("PK={U}, SK=User")),
+        reason: "no Keys".into(),
+    })];
+    records.extend(
+        ["9", "10", "11", "12", "13"]
+            .iter()
+            .enumerate()
+            .map(|(i, seq)| Ok(change(&format!("e{}", i + 1), seq))),
+    );
+    records
+}
+
+/// Logs a line of its own while handling, like a job's handler does.
+struct Chatty;
+
+#[async_trait::async_trait]
+impl RecordProcessor for Chatty {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        tracing::info!("processor line");
+        if change.event_id == "e2" {
+            return Err(ProcessError::transient("throttled"));
+        }
+        Ok(RecordOutcome::handled("done"))
+    }
+}
+
+#[derive(Clone, Default)]
+struct Lines(std::sync::Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn lines_inside_a_record_carry_its_span() {
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = nishiki_worker::telemetry::json_subscriber(
+        tracing_subscriber::EnvFilter::new("debug"),
+        move || writer.clone(),
+    );
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let report = run_batch(records(), &Chatty, &EngineConfig::default()).await;
+    assert_eq!(report.batch_item_failures, ["10"]);
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let parsed: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    let processor: Vec<&serde_json::Value> = parsed
+        .iter()
+        .filter(|v| v["fields"]["message"] == "processor line")
+        .collect();
+    assert_eq!(processor.len(), 2, "e1 and e2: {text}");
+    for (v, (id, seq)) in processor.iter().zip([("e1", "9"), ("e2", "10")]) {
+        assert_eq!(v["span"]["name"], "record");
+        assert_eq!(v["span"]["event_id"], id);
+        assert_eq!(v["span"]["sequence_number"], seq);
+        assert_eq!(v["span"]["key"], format!("PK={U}, SK=User"));
+        let batch = &v["spans"][0];
+        assert_eq!(batch["name"], "batch");
+        assert_eq!(
+            (
+                &batch["size"],
+                &batch["first_sequence_number"],
+                &batch["last_sequence_number"]
+            ),
+            (&json!(6), &json!("8"), &json!("13"))
+        );
+    }
+    let outcome = |message: &str| {
+        parsed
+            .iter()
+            .find(|v| v["fields"]["message"] == message)
+            .map(|v| v["span"]["outcome"].clone())
+    };
+    assert_eq!(
+        outcome("stream record malformed, skipped"),
+        Some(json!("malformed"))
+    );
+    assert_eq!(outcome("stream record handled"), Some(json!("handled")));
+    assert_eq!(
+        outcome("stream record failed transiently, batch stopped"),
+        Some(json!("failed"))
+    );
+    let done = parsed
+        .iter()
+        .find(|v| v["fields"]["message"] == "stream batch done")
+        .expect("summary line");
+    assert_eq!(done["span"]["name"], "batch");
+}
