@@ -49,7 +49,10 @@
 //!     day sees the instant passed and flips the flag to `expired`.
 //!
 //!   Because the dates depend on the expiry only, removing a food deletes
-//!   exactly its reminders without reading anything.
+//!   exactly its reminders without reading anything: only the *enters
+//!   window* date while the food is still far (the *expires* reminder
+//!   cannot exist yet), both dates otherwise
+//!   ([`ExpiryRules::reminder_dates_at`]).
 //! - **Checkpoints** `WorkerCheckpoint`/`flag-expiring` (`NextDate`, pending
 //!   events) and `WorkerCheckpoint`/`backfill` (scan position, counters).
 //!
@@ -314,6 +317,21 @@ impl ExpiryRules {
         v.dedup();
         v.retain(|d| reminder_date_ok(*d));
         v
+    }
+
+    /// The reminder dates a food with this expiry can have at `now`: while
+    /// it is far, only its *enters window* date (the *expires* reminder is
+    /// written once the food is inside the window, and time only moves on);
+    /// otherwise both ([`Self::reminder_dates`]: a processed *enters
+    /// window* reminder may still wait for a late tick).
+    pub fn reminder_dates_at(&self, expiry: DateTime<Utc>, now: DateTime<Utc>) -> Vec<NaiveDate> {
+        match self.classify(expiry, now) {
+            Window::Far { enters_on } => Some(enters_on)
+                .filter(|d| reminder_date_ok(*d))
+                .into_iter()
+                .collect(),
+            _ => self.reminder_dates(expiry),
+        }
     }
 
     /// Epoch seconds after which the flag may vanish (TTL).
@@ -595,7 +613,7 @@ fn plan_food_change(
     } else {
         let put = new_window.and_then(|(_, w)| w.next_reminder());
         let delete = old_expiry
-            .map(|e| rules.reminder_dates(e))
+            .map(|e| rules.reminder_dates_at(e, now))
             .unwrap_or_default()
             .into_iter()
             .filter(|d| Some(*d) != put.map(|r| r.date))
@@ -1940,6 +1958,46 @@ mod tests {
     }
 
     #[test]
+    fn a_far_food_can_only_have_its_enters_window_reminder() {
+        let r = utc();
+        let expiry = t("2024-03-28T10:00:00Z");
+        // Far until 2024-03-25 (horizon 3): only the enters-window date.
+        assert_eq!(
+            r.reminder_dates_at(expiry, t("2024-03-24T23:59:59Z")),
+            vec![d("2024-03-25")]
+        );
+        // From the day it enters the window on, both.
+        for now in [
+            "2024-03-25T00:00:00Z",
+            "2024-03-28T12:00:00Z",
+            "2024-05-01T00:00:00Z",
+        ] {
+            assert_eq!(
+                r.reminder_dates_at(expiry, t(now)),
+                r.reminder_dates(expiry)
+            );
+        }
+        // Removing a far food deletes one reminder, a nearing food two.
+        let milk = || food(1, "milk", Some("2024-03-28T10:00:00Z"));
+        let far = plan_container_change(
+            cid(),
+            Some(&container(vec![milk()])),
+            Some(&container(vec![])),
+            t("2024-03-20T00:00:00Z"),
+            &r,
+        );
+        assert_eq!(far[0].delete_reminders, vec![d("2024-03-25")]);
+        let nearing = plan_container_change(
+            cid(),
+            Some(&container(vec![milk()])),
+            Some(&container(vec![])),
+            t("2024-03-26T00:00:00Z"),
+            &r,
+        );
+        assert_eq!(nearing[0].delete_reminders, r.reminder_dates(expiry));
+    }
+
+    #[test]
     fn added_foods_are_flagged_or_reminded() {
         let r = utc();
         let now = t("2024-03-25T10:00:00Z");
@@ -1999,12 +2057,10 @@ mod tests {
             plans[0].delete_reminders,
             vec![d("2024-03-24"), d("2024-03-28")]
         );
-        // Rice moved further: it was far, so no flag to delete; reminders swap.
+        // Rice moved further: it was far, so no flag to delete and no
+        // expires reminder yet; the enters-window reminder moves.
         assert_eq!(plans[1].flag, FlagAction::Keep);
-        assert_eq!(
-            plans[1].delete_reminders,
-            vec![d("2024-04-27"), d("2024-04-30")]
-        );
+        assert_eq!(plans[1].delete_reminders, vec![d("2024-04-27")]);
         assert_eq!(plans[1].put_reminder.unwrap().date, d("2024-05-27"));
         // Tofu's expiry cleared: flag and reminders go.
         assert_eq!(plans[2].flag, FlagAction::Delete);
@@ -2045,7 +2101,16 @@ mod tests {
         let new = container(vec![food(1, "Rice", Some("2024-04-30T12:00:00Z"))]);
         let plans = plan_container_change(cid(), Some(&old), Some(&new), now, &r);
         assert_eq!(plans[0].put_reminder.unwrap().date, d("2024-04-27"));
-        assert_eq!(plans[0].delete_reminders, vec![d("2024-04-30")]);
+        // Far, so its only possible reminder is the one it keeps.
+        assert!(plans[0].delete_reminders.is_empty());
+        // Nearing: the old expires reminder goes, the new one is put.
+        let now = t("2024-04-28T10:00:00Z");
+        let plans = plan_container_change(cid(), Some(&old), Some(&new), now, &r);
+        assert_eq!(plans[0].put_reminder.unwrap().date, d("2024-05-01"));
+        assert_eq!(
+            plans[0].delete_reminders,
+            vec![d("2024-04-27"), d("2024-04-30")]
+        );
     }
 
     #[test]
@@ -2290,6 +2355,34 @@ mod tests {
             let mut new = container(edited);
             new.container_name = rename;
             prop_assert!(plan_container_change(cid(), Some(&old), Some(&new), now, &r).is_empty());
+        }
+
+        /// Whatever reminder the stream or a tick wrote for a food at `t0`,
+        /// a removal planned at any later `t1` deletes it.
+        #[test]
+        fn a_removal_deletes_every_reminder_written_before_it(
+            food in arb_food(),
+            t0_offset in 0i64..40 * 86_400,
+            later in 0i64..40 * 86_400,
+            horizon in 0u32..8,
+        ) {
+            let r = ExpiryRules { horizon_days: horizon, ..utc() };
+            let t0 = t("2024-03-25T00:00:00Z") + TimeDelta::seconds(t0_offset);
+            let t1 = t0 + TimeDelta::seconds(later);
+            let c = container(vec![food.clone()]);
+            let mut written: Vec<NaiveDate> = plan_container_change(cid(), None, Some(&c), t0, &r)
+                .iter()
+                .filter_map(|p| p.put_reminder.map(|r| r.date))
+                .collect();
+            let tick = plan_reminder(r.today(t0), cid(), food.food_id, Some(&food), t0, &r);
+            written.extend(tick.put_reminder.map(|r| r.date));
+            let removal = plan_container_change(cid(), Some(&c), None, t1, &r);
+            for date in written {
+                prop_assert!(
+                    removal.iter().any(|p| p.delete_reminders.contains(&date)),
+                    "reminder {} written at {} survives a removal at {}", date, t0, t1
+                );
+            }
         }
 
         #[test]
