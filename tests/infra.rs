@@ -44,6 +44,7 @@ use nishiki_worker::store::ItemWriter;
 use nishiki_worker::store::{self, DynamoStore, Operation};
 use nishiki_worker::stream::decode;
 use serde_json::{Map, Value, json};
+use support::template::{delivered, filter_patterns, matches, template};
 use support::{Drain, TestTable};
 
 fn root() -> &'static Path {
@@ -51,53 +52,6 @@ fn root() -> &'static Path {
 }
 
 // ------------------------------------------------------------------ loading
-
-/// A YAML value in CloudFormation's JSON form: `!Ref x` -> `{"Ref": x}`,
-/// `!GetAtt A.B` -> `{"Fn::GetAtt": ["A", "B"]}`, `!Sub`/`!If`/... ->
-/// `{"Fn::Sub": ...}`.
-fn to_json(v: &serde_yaml_ng::Value) -> Value {
-    use serde_yaml_ng::Value as Y;
-    match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(*b),
-        Y::Number(n) => serde_json::to_value(n).expect("a YAML number is a JSON number"),
-        Y::String(s) => Value::String(s.clone()),
-        Y::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Y::Mapping(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let k = k.as_str().expect("template keys are strings").to_owned();
-                    (k, to_json(v))
-                })
-                .collect(),
-        ),
-        Y::Tagged(t) => {
-            let tag = t.tag.to_string();
-            let name = tag.trim_start_matches('!');
-            let inner = to_json(&t.value);
-            match name {
-                "Ref" => json!({ "Ref": inner }),
-                "Condition" => json!({ "Condition": inner }),
-                "GetAtt" => match inner {
-                    Value::String(s) => {
-                        let (res, attr) = s.split_once('.').expect("!GetAtt Resource.Attribute");
-                        json!({ "Fn::GetAtt": [res, attr] })
-                    }
-                    other => json!({ "Fn::GetAtt": other }),
-                },
-                other => json!({ format!("Fn::{other}"): inner }),
-            }
-        }
-    }
-}
-
-fn template() -> Value {
-    let text = std::fs::read_to_string(root().join("infra/template.yaml"))
-        .expect("infra/template.yaml exists");
-    let yaml: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&text).expect("infra/template.yaml is YAML");
-    to_json(&yaml)
-}
 
 // ------------------------------------------------------------------ intrinsics
 
@@ -486,51 +440,6 @@ async fn a_pinned_schedule_function_refuses_other_jobs() {
 
 // ------------------------------------------------------------------ filters
 
-/// Whether an event matches a Lambda event-filtering pattern. Supports the
-/// subset the template uses, with Lambda's semantics: object = all fields
-/// (AND), array = any alternative (OR); exact values, `prefix`, `suffix`,
-/// `exists`, `anything-but` with a value or a list of values (Lambda does
-/// not support `anything-but` with `prefix`). Anything else panics.
-fn matches(pattern: &Value, event: &Value) -> bool {
-    let p = pattern.as_object().expect("a pattern is an object");
-    p.iter().all(|(field, pv)| {
-        let ev = event.get(field);
-        match pv {
-            Value::Object(_) => ev.is_some_and(|e| matches(pv, e)),
-            Value::Array(alternatives) => alternatives.iter().any(|a| leaf(a, ev)),
-            other => panic!("pattern field {field}: {other} is neither object nor array"),
-        }
-    })
-}
-
-fn leaf(alt: &Value, ev: Option<&Value>) -> bool {
-    match alt {
-        Value::String(_) | Value::Number(_) | Value::Bool(_) => ev == Some(alt),
-        Value::Object(op) => {
-            assert_eq!(op.len(), 1, "one operator per alternative: {alt}");
-            let (name, arg) = op.iter().next().unwrap();
-            let text = ev.and_then(Value::as_str);
-            match (name.as_str(), arg) {
-                ("prefix", Value::String(p)) => text.is_some_and(|t| t.starts_with(p.as_str())),
-                ("suffix", Value::String(s)) => text.is_some_and(|t| t.ends_with(s.as_str())),
-                ("exists", Value::Bool(b)) => ev.is_some() == *b,
-                ("anything-but", Value::Array(values)) => {
-                    assert!(values.iter().all(|v| v.is_string() || v.is_number()));
-                    ev.is_some_and(|e| !values.contains(e))
-                }
-                ("anything-but", v @ (Value::String(_) | Value::Number(_))) => {
-                    ev.is_some_and(|e| e != v)
-                }
-                ("anything-but", other) => {
-                    panic!("anything-but {other}: Lambda event filtering supports only values here")
-                }
-                (other, _) => panic!("operator {other} is not used by this template"),
-            }
-        }
-        other => panic!("unsupported pattern alternative {other}"),
-    }
-}
-
 #[test]
 fn the_pattern_evaluator_follows_lambda_semantics() {
     let p = json!({"dynamodb": {"Keys": {"SK": {"S": ["User", {"prefix": "Group#"}]},
@@ -557,17 +466,7 @@ fn stream_filters(stack: &Stack) -> Vec<Value> {
         .filter(|e| e["Type"] == "DynamoDB")
         .collect();
     assert_eq!(sources.len(), 1, "one DynamoDB event source");
-    let filters = sources[0]["Properties"]["FilterCriteria"]["Filters"]
-        .as_array()
-        .expect("the event source has FilterCriteria");
-    assert!(!filters.is_empty());
-    filters
-        .iter()
-        .map(|f| {
-            serde_json::from_str(f["Pattern"].as_str().expect("Pattern is a JSON string"))
-                .expect("Pattern parses as JSON")
-        })
-        .collect()
+    filter_patterns(&sources[0]["Properties"])
 }
 
 fn record_of(key: &ItemKey) -> Value {
@@ -622,7 +521,7 @@ fn example_keys() -> Vec<ItemKey> {
 #[test]
 fn stream_filters_drop_worker_items_and_keep_service_items() {
     let filters = stream_filters(&Stack::new(&[]));
-    let passes = |record: &Value| filters.iter().any(|p| matches(p, record));
+    let passes = |record: &Value| delivered(&filters, record);
     let mut kinds = BTreeSet::new();
     for key in example_keys() {
         kinds.insert(key.kind());

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod fault_proxy;
+pub mod template;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
