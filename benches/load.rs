@@ -5,24 +5,34 @@
 //! 1. generates a workload ([`nishiki_worker::workload`]: a population of
 //!    users, groups, containers with foods and invitation links, and the live
 //!    service's write calls including its leftovers), creates table A (full
-//!    schema, NEW_AND_OLD_IMAGES stream) and seeds the population with
-//!    BatchWriteItem; the stream records of seeding are skipped (read and
-//!    dropped before the first service call);
+//!    schema, NEW_AND_OLD_IMAGES stream), seeds the population with
+//!    BatchWriteItem and runs the expiry backfill on it, so A is a table the
+//!    worker has been serving (every food's flags and reminders are there;
+//!    `--no-backfill` leaves them out); the stream records of all this are
+//!    skipped (read and dropped before the first service call);
 //! 2. applies the service's calls the way the service does: operation after
 //!    operation, the calls of one operation as parallel single Put/Delete;
-//! 3. snapshots A (*before*), creates table B (same schema) and seeds it with
-//!    that snapshot, so B is identical to A before the drain;
-//! 4. **worker**: drains A's stream through `App::handle_stream` in batches
-//!    of up to 100 records, like Lambda's event source mapping (retrying
-//!    from the first reported failure), until a read of the stream returns
-//!    nothing (the worker's own writes produce records too);
+//! 3. snapshots A (*before*);
+//! 4. **worker**: drains A's stream the way the deployed event source
+//!    mapping does (`infra/template.yaml`): records its `FilterCriteria`
+//!    drops (the worker's own flags, reminders, suspects, checkpoints) never
+//!    reach the function, the rest go to `App::handle_stream` in batches of
+//!    its `BatchSize` (or `--batch-size`), retrying from the first reported
+//!    failure, until a read of the stream returns nothing (the worker's own
+//!    writes produce records too). Before timing, one request of each read
+//!    kind warms DynamoDB Local up ([`warm_up`]);
 //! 5. snapshots A (*after*) and diffs it against *before*: the keys the
 //!    worker deleted and the items it put — the minimal set of writes that
 //!    takes the table from *before* to *after*;
-//! 6. **baseline**: issues exactly that minimal set on B with the raw
-//!    `aws_sdk_dynamodb::Client`, BatchWriteItem in chunks of 25, one request
-//!    after the other (retrying unprocessed items), and checks that B now
-//!    equals A;
+//! 6. **baseline**, [`BASELINE_RUNS`] times: starts a DynamoDB Local of its
+//!    own, creates table B there, seeds it with *before*, issues exactly the
+//!    minimal set with the raw `aws_sdk_dynamodb::Client` (BatchWriteItem in
+//!    chunks of 25, one request after the other, retrying unprocessed
+//!    items), and checks that B now equals A. The median run counts. Each
+//!    run has an instance of its own because DynamoDB Local slows writes
+//!    down on every further table with a stream (`cargo bench --bench
+//!    local_tables`): on A's instance, B would be the second such table and
+//!    its writes 1.5x slower than A's;
 //! 7. **bulk deletes**: seeds a group with 60 members, 4 containers and an
 //!    invitation link, removes the Group item and runs the group cascade
 //!    (`jobs::relationships::cascade_group`) on a store of its own; asserts
@@ -33,7 +43,8 @@
 //! # Figures (printed as a table and as one JSON line for BENCHMARKS.md)
 //!
 //! - `records`: stream records handed to the worker (first attempts; a
-//!   retried record is counted once);
+//!   retried record is counted once); `filtered_records` the ones the
+//!   filter kept from it;
 //! - `worker_secs`: the sum of the wall time of every `handle_stream` call
 //!   (what Lambda bills; reading the stream is the event source mapping's
 //!   part and is not included); `worker_rps = records / worker_secs`;
@@ -46,7 +57,12 @@
 //!   during the drain, `peak_heap_growth_bytes` that peak minus the heap in
 //!   use when the drain started; `max_rss_kib`: `VmHWM` of the process
 //!   (Linux), i.e. the whole bench's peak RSS, DynamoDB Local excluded;
-//! - `baseline_secs`: wall time of the baseline's BatchWriteItem requests;
+//! - `worker_engine_cpu_secs`, `baseline_engine_cpu_secs`: CPU seconds
+//!   DynamoDB Local's JVM used during the `handle_stream` calls and during
+//!   the median baseline run (where the time goes: the engine, not the
+//!   worker's process);
+//! - `baseline_secs`: wall time of the median baseline run's BatchWriteItem
+//!   requests (`baseline_runs_secs`: every run);
 //!   `baseline_rps = records / baseline_secs` (the same records, handled by
 //!   writing only their minimal effect); **`ratio = worker_rps /
 //!   baseline_rps = baseline_secs / worker_secs`** (goal >= 0.8).
@@ -54,9 +70,11 @@
 //! Options: `--users N` (default 300), `--seed S` (default 7),
 //! `--operations N` (default: one per user), `--leftover-rate F` (default
 //! 0.1), `--concurrency N` (the worker's `STREAM_CONCURRENCY`, default 64;
-//! `1` handles each batch strictly in order). `LOAD_TRACE=1` prints each
-//! batch's size, record kinds and time. The default run takes well under 2
-//! minutes.
+//! `1` handles each batch strictly in order), `--batch-size N` (default: the
+//! template's `BatchSize`), `--no-backfill` (a table the worker never
+//! served). `LOAD_TRACE=1` prints each batch's size, record kinds and time;
+//! `LOAD_TRACE=2` also every DynamoDB request's span (busy and idle time).
+//! The default run takes well under 2 minutes.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -72,7 +90,7 @@ use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::jobs::relationships::cascade_group;
-use nishiki_worker::keys::{ItemKey, PK, SK};
+use nishiki_worker::keys::{ItemKey, Job, PK, SK};
 use nishiki_worker::schema::TableSchema;
 use nishiki_worker::store::{
     self, DynamoStore, ItemReader, ItemWriter, MetricsSnapshot, QueryStore, ScanSpec, WriteOutcome,
@@ -153,6 +171,8 @@ struct Options {
     operations: Option<usize>,
     leftover_rate: Option<f64>,
     concurrency: Option<usize>,
+    batch_size: Option<usize>,
+    no_backfill: bool,
 }
 
 fn options() -> Options {
@@ -162,6 +182,8 @@ fn options() -> Options {
         operations: None,
         leftover_rate: None,
         concurrency: None,
+        batch_size: None,
+        no_backfill: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -199,6 +221,14 @@ fn options() -> Options {
                         .expect("--concurrency: a number"),
                 )
             }
+            "--batch-size" => {
+                o.batch_size = Some(
+                    value("--batch-size")
+                        .parse()
+                        .expect("--batch-size: a number"),
+                )
+            }
+            "--no-backfill" => o.no_backfill = true,
             // cargo passes `--bench`; anything else is ignored too.
             _ => {}
         }
@@ -208,6 +238,10 @@ fn options() -> Options {
 
 // ---------------------------------------------------------------------------
 // Table helpers
+
+/// Baseline runs, each on a DynamoDB Local and a copy of B of its own; the
+/// median counts.
+const BASELINE_RUNS: usize = 3;
 
 /// Concurrent BatchWriteItem tasks while seeding.
 const SEED_TASKS: usize = 8;
@@ -265,16 +299,72 @@ async fn apply(store: &Arc<DynamoStore>, w: &workload::Workload) {
 // ---------------------------------------------------------------------------
 // The worker's drain
 
+/// CPU seconds (user + system) a process has used so far, from
+/// `/proc/<pid>/stat` (Linux; 0 elsewhere). DynamoDB Local's JVM is where
+/// the drain's time goes: it saturates both cores while the worker's own
+/// process stays mostly idle.
+fn cpu_secs(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name: utime and stime are the 12th and 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / CLOCK_TICKS_PER_SEC
+}
+
+/// `sysconf(_SC_CLK_TCK)` on Linux.
+const CLOCK_TICKS_PER_SEC: f64 = 100.0;
+
 struct DrainStats {
     records: usize,
     invocations: usize,
     latencies: Vec<Duration>,
     worker: Duration,
     reads: usize,
+    /// DynamoDB Local's CPU seconds during the `handle_stream` calls.
+    engine_cpu: f64,
+    /// Records the event source's filter keeps from the function (the
+    /// worker's own flags, reminders, suspects and checkpoints).
+    filtered: usize,
 }
 
-async fn drain(app: &App, tail: &mut StreamTail) -> DrainStats {
+/// A record as Lambda's event filtering sees it (the patterns look at the
+/// keys only).
+fn filter_view(change: &StreamChange) -> serde_json::Value {
+    let keys: serde_json::Map<String, serde_json::Value> = change
+        .keys
+        .iter()
+        .filter_map(|(name, value)| match value {
+            AttributeValue::S(s) => Some((name.clone(), serde_json::json!({ "S": s }))),
+            _ => None,
+        })
+        .collect();
+    serde_json::json!({ "eventSource": "aws:dynamodb", "dynamodb": { "Keys": keys } })
+}
+
+/// Drain the stream like the deployed event source mapping: records its
+/// `FilterCriteria` drops never reach the function, the rest go in batches
+/// of up to `batch_size`.
+async fn drain(
+    app: &App,
+    tail: &mut StreamTail,
+    patterns: &[serde_json::Value],
+    batch_size: usize,
+    engine: Option<u32>,
+) -> DrainStats {
     let mut s = DrainStats {
+        engine_cpu: 0.0,
+        filtered: 0,
         records: 0,
         invocations: 0,
         latencies: Vec::new(),
@@ -285,7 +375,7 @@ async fn drain(app: &App, tail: &mut StreamTail) -> DrainStats {
     // record with the write, but be safe).
     let mut empty = 0;
     for _round in 0..200 {
-        let changes: Vec<StreamChange> = tail
+        let read: Vec<StreamChange> = tail
             .poll()
             .await
             .expect("read stream")
@@ -293,7 +383,14 @@ async fn drain(app: &App, tail: &mut StreamTail) -> DrainStats {
             .map(|(_, c)| c)
             .collect();
         s.reads += 1;
-        if changes.is_empty() {
+        let quiet = read.is_empty();
+        let read_len = read.len();
+        let changes: Vec<StreamChange> = read
+            .into_iter()
+            .filter(|c| support::template::delivered(patterns, &filter_view(c)))
+            .collect();
+        s.filtered += read_len - changes.len();
+        if quiet {
             empty += 1;
             if empty >= 2 {
                 return s;
@@ -302,14 +399,16 @@ async fn drain(app: &App, tail: &mut StreamTail) -> DrainStats {
         }
         empty = 0;
         s.records += changes.len();
-        for chunk in changes.chunks(100) {
+        for chunk in changes.chunks(batch_size) {
             let mut pending = chunk.to_vec();
             for attempt in 0.. {
                 assert!(attempt < 5, "a batch kept failing after 5 attempts");
                 let event = encode_event(&pending, None);
+                let cpu_at_start = cpu_secs(engine);
                 let started = Instant::now();
                 let report = app.handle_stream(&event, None).await.expect("stream event");
                 let took = started.elapsed();
+                s.engine_cpu += cpu_secs(engine) - cpu_at_start;
                 if std::env::var_os("LOAD_TRACE").is_some() {
                     let kinds = pending.iter().fold(BTreeMap::new(), |mut m, c| {
                         *m.entry(format!("{:?}", c.kind)).or_insert(0) += 1;
@@ -338,7 +437,7 @@ async fn drain(app: &App, tail: &mut StreamTail) -> DrainStats {
 
 /// One request of each read kind the worker uses, before timing: DynamoDB
 /// Local compiles each code path on first use (its first PartiQL SELECT
-/// takes ~1 s), a one-off cost of the emulator that neither the service nor
+/// takes ~1 s, its first `begins_with` Query ~0.2 s), a one-off cost of the emulator that neither the service nor
 /// the baseline's BatchWriteItem (warmed by the seeding) pays in the timed
 /// part.
 async fn warm_up(store: &DynamoStore) {
@@ -370,6 +469,20 @@ async fn warm_up(store: &DynamoStore) {
         .query_partitions(None, PK, std::slice::from_ref(&absent), true)
         .await
         .expect("warm-up PartiQL SELECT");
+    // The Query shapes that are not whole partitions (the flag prefix of a
+    // container in a group: consistent, `begins_with`, keys only).
+    let prefix = nishiki_worker::store::QuerySpec {
+        key_condition: nishiki_worker::store::Expr::new("#pk = :pk AND begins_with(#sk, :prefix)")
+            .name("#pk", PK)
+            .name("#sk", SK)
+            .string(":pk", "warm-up")
+            .string(":prefix", "warm-up"),
+        projection: Some(nishiki_worker::store::Expr::new("#pk, #sk")),
+        consistent: true,
+        forward: true,
+        ..Default::default()
+    };
+    store.query_all(&prefix).await.expect("warm-up Query");
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -421,6 +534,13 @@ fn requests(d: &MetricsSnapshot) -> u64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let o = options();
+    if std::env::var("LOAD_TRACE").as_deref() == Ok("2") {
+        tracing_subscriber::fmt()
+            .with_env_filter("aws_sdk_dynamodb=debug,off")
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let mut spec = WorkloadSpec::sized(o.seed, o.users);
     if let Some(n) = o.operations {
         spec.operations = n;
@@ -452,6 +572,22 @@ async fn main() {
     let service = create(&endpoint, "load-worker").await;
     let started = Instant::now();
     support::seed_concurrently(&service, w.population.clone(), SEED_TASKS).await;
+    // The worker's derived items of a table it has been serving (flags and
+    // reminders of every food): without them every removal would delete
+    // reminders and flags that a served table has but this one lacks.
+    let backfill = if o.no_backfill {
+        "not backfilled (--no-backfill)".to_owned()
+    } else {
+        App::new(
+            service.clone(),
+            Config::for_table("load-worker"),
+            Arc::new(ManualClock::new(spec.now)),
+        )
+        .run_job(Job::Backfill, None)
+        .await
+        .expect("backfill the population")
+        .summary
+    };
     let arn = service
         .stream_arn()
         .await
@@ -464,8 +600,9 @@ async fn main() {
     );
     let skipped = tail.poll().await.expect("read stream").len();
     eprintln!(
-        "seeded {} items in {:.1} s (skipped {skipped} stream records)",
+        "seeded {} items and backfilled their flags and reminders ({}) in {:.1} s (skipped {skipped} stream records)",
         w.population.len(),
+        backfill,
         started.elapsed().as_secs_f64()
     );
 
@@ -478,10 +615,8 @@ async fn main() {
         started.elapsed().as_secs_f64()
     );
 
-    // 3. Snapshot, and table B identical to it.
+    // 3. Snapshot (table B, a copy of it, is made for each baseline run).
     let before = snapshot(&service).await;
-    let base_store = create(&endpoint, "load-baseline").await;
-    support::seed_concurrently(&base_store, before.values().cloned().collect(), SEED_TASKS).await;
 
     // 4. The worker drains A's stream.
     let worker_store = Arc::new(DynamoStore::new(
@@ -497,12 +632,20 @@ async fn main() {
         config,
         Arc::new(ManualClock::new(spec.now)),
     );
+    let template = support::template::template();
+    let source = support::template::stream_event_source(&template);
+    let patterns = support::template::filter_patterns(source);
+    let batch_size = o.batch_size.unwrap_or_else(|| {
+        source["BatchSize"]
+            .as_u64()
+            .expect("the stream event source sets BatchSize") as usize
+    });
     warm_up(&worker_store).await;
     let m0 = worker_store.metrics().snapshot();
     let heap_at_start = HEAP.load(Ordering::Relaxed);
     PEAK.store(heap_at_start, Ordering::Relaxed);
     let wall = Instant::now();
-    let stats = drain(&app, &mut tail).await;
+    let stats = drain(&app, &mut tail, &patterns, batch_size.max(1), local.pid()).await;
     let drain_wall = wall.elapsed();
     let peak_heap = PEAK.load(Ordering::Relaxed);
     let d = worker_store.metrics().snapshot().since(&m0);
@@ -540,11 +683,52 @@ async fn main() {
             .build()
     }));
     let minimal_writes = ops.len();
+    // The minimal set by item kind (deleted, put).
+    let mut net_by_kind: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    let kind_of = |pk: &str, sk: &str| {
+        let key = Item::from([
+            (PK.to_owned(), AttributeValue::S(pk.to_owned())),
+            (SK.to_owned(), AttributeValue::S(sk.to_owned())),
+        ]);
+        ItemKey::from_attributes(&key)
+            .map(|k| format!("{:?}", k.kind()))
+            .unwrap_or_else(|_| "?".into())
+    };
+    for (pk, sk) in &deleted {
+        net_by_kind.entry(kind_of(pk, sk)).or_default().0 += 1;
+    }
+    for item in &put {
+        let (pk, sk) = key_of(item);
+        net_by_kind.entry(kind_of(&pk, &sk)).or_default().1 += 1;
+    }
+    let net_by_kind_text = net_by_kind
+        .iter()
+        .map(|(k, (d, p))| format!("{k} -{d} +{p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
 
     // 6. The baseline on B.
-    let (base_requests, base_time) = baseline(base_store.client(), "load-baseline", ops).await;
-    let base_after = snapshot(&base_store).await;
-    let identical = base_after == after;
+    let mut base_times = Vec::new();
+    let mut base_requests = 0;
+    let mut identical = true;
+    for _ in 0..BASELINE_RUNS {
+        // A DynamoDB Local of its own: there a write to the k-th table with
+        // a stream slows down with k (see `benches/local_tables.rs`), and
+        // A is the first table of the worker's instance.
+        let local = nishiki_worker::local::start()
+            .await
+            .expect("DynamoDB Local for the baseline");
+        let store = create(&local.endpoint_url(), "load-baseline").await;
+        support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
+        let cpu_at_start = cpu_secs(local.pid());
+        let (requests, time) = baseline(store.client(), "load-baseline", ops.clone()).await;
+        base_requests = requests;
+        base_times.push((time, cpu_secs(local.pid()) - cpu_at_start));
+        identical &= snapshot(&store).await == after;
+    }
+    let base_runs: Vec<f64> = base_times.iter().map(|(t, _)| t.as_secs_f64()).collect();
+    base_times.sort_by_key(|(t, _)| *t);
+    let (base_time, base_engine_cpu) = base_times[base_times.len() / 2];
 
     // 7. Bulk deletes of one group cascade.
     let big = workload::big_group(o.seed ^ 0x5eed, 60, 4, spec.now);
@@ -584,10 +768,19 @@ async fn main() {
     );
     let rows: Vec<(&str, String)> = vec![
         ("stream records handled", stats.records.to_string()),
+        (
+            "records dropped by the FilterCriteria",
+            stats.filtered.to_string(),
+        ),
+        ("batch size (template BatchSize)", batch_size.to_string()),
         ("handle_stream invocations", stats.invocations.to_string()),
         (
             "worker time (sum of handle_stream)",
             format!("{worker_secs:.3} s"),
+        ),
+        (
+            "DynamoDB Local CPU in handle_stream",
+            format!("{:.3} s", stats.engine_cpu),
         ),
         (
             "drain wall time (incl. stream reads)",
@@ -632,11 +825,26 @@ async fn main() {
             "worker's net writes (deleted + put)",
             format!("{} ({} + {})", minimal_writes, deleted.len(), put.len()),
         ),
+        ("  by kind (-deleted +put)", net_by_kind_text),
         (
             "baseline BatchWriteItem requests",
             base_requests.to_string(),
         ),
-        ("baseline time", format!("{baseline_secs:.3} s")),
+        (
+            "baseline time (median of runs)",
+            format!(
+                "{baseline_secs:.3} s (runs: {})",
+                base_runs
+                    .iter()
+                    .map(|t| format!("{t:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
+        (
+            "DynamoDB Local CPU in the baseline",
+            format!("{base_engine_cpu:.3} s"),
+        ),
         ("baseline records/s", format!("{baseline_rps:.1}")),
         ("ratio worker/baseline (goal >= 0.8)", format!("{ratio:.3}")),
         ("baseline table == worker table", identical.to_string()),
@@ -674,6 +882,8 @@ async fn main() {
         "population": w.population.len(),
         "calls": w.calls.len(),
         "records": stats.records,
+        "filtered_records": stats.filtered,
+        "batch_size": batch_size,
         "invocations": stats.invocations,
         "worker_secs": worker_secs,
         "worker_rps": worker_rps,
@@ -687,6 +897,10 @@ async fn main() {
         "max_rss_kib": rss,
         "minimal_writes": minimal_writes,
         "baseline_requests": base_requests,
+        "baseline_runs_secs": base_runs,
+        "baseline_engine_cpu_secs": base_engine_cpu,
+        "worker_engine_cpu_secs": stats.engine_cpu,
+        "backfilled": !o.no_backfill,
         "baseline_secs": baseline_secs,
         "baseline_rps": baseline_rps,
         "ratio": ratio,
