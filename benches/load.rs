@@ -496,35 +496,6 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 // ---------------------------------------------------------------------------
 // The raw-SDK baseline
 
-/// Issue `ops` with the raw client: BatchWriteItem in chunks of 25, one
-/// after the other, retrying unprocessed items. Returns (requests, time).
-async fn baseline(
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    ops: Vec<WriteRequest>,
-) -> (usize, Duration) {
-    let started = Instant::now();
-    let mut requests = 0;
-    for chunk in ops.chunks(25) {
-        let mut pending = chunk.to_vec();
-        while !pending.is_empty() {
-            requests += 1;
-            let out = client
-                .batch_write_item()
-                .request_items(table, pending)
-                .send()
-                .await
-                .expect("baseline BatchWriteItem");
-            pending = out
-                .unprocessed_items()
-                .and_then(|m| m.get(table))
-                .cloned()
-                .unwrap_or_default();
-        }
-    }
-    (requests, started.elapsed())
-}
-
 fn requests(d: &MetricsSnapshot) -> u64 {
     d.requests()
 }
@@ -721,7 +692,8 @@ async fn main() {
         let store = create(&local.endpoint_url(), "load-baseline").await;
         support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
         let cpu_at_start = cpu_secs(local.pid());
-        let (requests, time) = baseline(store.client(), "load-baseline", ops.clone()).await;
+        let (requests, time) =
+            support::raw_batch_write(store.client(), "load-baseline", ops.clone()).await;
         base_requests = requests;
         base_times.push((time, cpu_secs(local.pid()) - cpu_at_start));
         identical &= snapshot(&store).await == after;

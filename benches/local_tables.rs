@@ -16,8 +16,10 @@
 //! the worker's instance, the baseline's table would be the second one and
 //! pay for it.
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::collections::HashMap;
-use std::time::Instant;
 
 use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
 use nishiki_worker::schema::TableSchema;
@@ -53,26 +55,12 @@ fn delete(i: usize) -> WriteRequest {
         .build()
 }
 
-/// Send `requests` in chunks of 25, one after the other; the time taken.
+/// Send `requests` (BatchWriteItem, 25 at a time); the seconds taken.
 async fn write(client: &aws_sdk_dynamodb::Client, table: &str, requests: Vec<WriteRequest>) -> f64 {
-    let started = Instant::now();
-    for chunk in requests.chunks(25) {
-        let mut pending = chunk.to_vec();
-        while !pending.is_empty() {
-            let out = client
-                .batch_write_item()
-                .request_items(table, pending)
-                .send()
-                .await
-                .expect("BatchWriteItem");
-            pending = out
-                .unprocessed_items()
-                .and_then(|m| m.get(table))
-                .cloned()
-                .unwrap_or_default();
-        }
-    }
-    started.elapsed().as_secs_f64()
+    support::raw_batch_write(client, table, requests)
+        .await
+        .1
+        .as_secs_f64()
 }
 
 #[tokio::main]

@@ -262,3 +262,33 @@ impl Drain {
         panic!("a batch kept failing after 5 attempts");
     }
 }
+
+/// Issue `ops` with the raw SDK client: BatchWriteItem in chunks of 25, one
+/// after the other, retrying unprocessed items (no backoff: DynamoDB Local
+/// does not throttle). Returns (requests sent, time taken).
+pub async fn raw_batch_write(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    ops: Vec<aws_sdk_dynamodb::types::WriteRequest>,
+) -> (usize, std::time::Duration) {
+    let started = std::time::Instant::now();
+    let mut requests = 0;
+    for chunk in ops.chunks(25) {
+        let mut pending = chunk.to_vec();
+        while !pending.is_empty() {
+            requests += 1;
+            let out = client
+                .batch_write_item()
+                .request_items(table, pending)
+                .send()
+                .await
+                .expect("BatchWriteItem");
+            pending = out
+                .unprocessed_items()
+                .and_then(|m| m.get(table))
+                .cloned()
+                .unwrap_or_default();
+        }
+    }
+    (requests, started.elapsed())
+}
