@@ -571,7 +571,7 @@ async fn main() {
     );
     let skipped = tail.poll().await.expect("read stream").len();
     eprintln!(
-        "seeded {} items and backfilled their flags and reminders ({}) in {:.1} s (skipped {skipped} stream records)",
+        "seeded {} items; backfill: {}; in {:.1} s (skipped {skipped} stream records)",
         w.population.len(),
         backfill,
         started.elapsed().as_secs_f64()

@@ -675,6 +675,15 @@ impl StoreMetrics {
         }
     }
 
+    /// Count one batch request (BatchGetItem, BatchWriteItem) and the
+    /// capacity of every table it touched; returns that capacity.
+    fn record_batch(&self, op: Operation, consumed: &[ConsumedCapacity]) -> f64 {
+        self.requests[op as usize].fetch_add(1, Ordering::Relaxed);
+        let units = consumed.iter().filter_map(|c| c.capacity_units()).sum();
+        self.add_capacity(op, units);
+        units
+    }
+
     fn add_capacity(&self, op: Operation, units: f64) {
         let milli = (units * 1000.0).round() as u64;
         match op {
@@ -958,13 +967,8 @@ impl ItemReader for DynamoStore {
                     .send()
                     .await
                     .map_err(|e| StoreError::from_sdk("BatchGetItem", e))?;
-                self.metrics.record(Operation::BatchGetItem, None);
-                let consumed: f64 = out
-                    .consumed_capacity()
-                    .iter()
-                    .filter_map(|c| c.capacity_units())
-                    .sum();
-                self.metrics.add_capacity(Operation::BatchGetItem, consumed);
+                self.metrics
+                    .record_batch(Operation::BatchGetItem, out.consumed_capacity());
                 for item in out
                     .responses
                     .and_then(|mut r| r.remove(&self.table))
@@ -1226,14 +1230,9 @@ impl BatchSender for DynamoStore {
             .send()
             .await
             .map_err(|e| StoreError::from_sdk("BatchWriteItem", e))?;
-        let consumed: f64 = out
-            .consumed_capacity()
-            .iter()
-            .filter_map(|c| c.capacity_units())
-            .sum();
-        self.metrics.record(Operation::BatchWriteItem, None);
-        self.metrics
-            .add_capacity(Operation::BatchWriteItem, consumed);
+        let consumed = self
+            .metrics
+            .record_batch(Operation::BatchWriteItem, out.consumed_capacity());
         let unprocessed = out
             .unprocessed_items
             .and_then(|mut m| m.remove(&self.table))
