@@ -514,12 +514,6 @@ impl ItemKey {
     pub fn reminder_partition(date: NaiveDate) -> String {
         format!("{REMINDER_PREFIX}{}", date.format("%Y-%m-%d"))
     }
-
-    /// `(PK, SK prefix)` of every [`ItemKey::ExpiringFood`] flag of one
-    /// container in one group (for a `begins_with` query).
-    pub fn expiring_food_prefix(group: GroupId, container: ContainerId) -> (String, String) {
-        (group.to_string(), format!("{FLAG_PREFIX}{container}#"))
-    }
 }
 
 fn string_attr<'a>(
@@ -684,18 +678,20 @@ mod tests {
 
     proptest! {
         #[test]
-        fn query_prefixes_match_the_keys_they_select(
+        fn partition_reads_find_the_keys_they_look_for(
             date in date(), g in id(), c in id(), f in id()
         ) {
             let (group, container, food) = (GroupId(g), ContainerId(c), FoodId(f));
             let reminder = ItemKey::ExpiryReminder { date, container, food };
             prop_assert_eq!(ItemKey::reminder_partition(date), reminder.encode().0);
-            let (pk, prefix) = ItemKey::expiring_food_prefix(group, container);
-            let (fpk, fsk) = ItemKey::ExpiringFood { group, container, food }.encode();
-            prop_assert_eq!(pk, fpk);
-            prop_assert!(fsk.starts_with(&prefix));
-            let link = ItemKey::ContainerLink { group, container }.encode().1;
-            prop_assert!(!link.starts_with(&prefix));
+            // A link removal reads the group's partition for the link and
+            // the container's flags in that group.
+            let group_pk = ItemKey::Group(group).encode().0;
+            let flag = ItemKey::ExpiringFood { group, container, food };
+            let link = ItemKey::ContainerLink { group, container };
+            prop_assert_eq!(&flag.encode().0, &group_pk);
+            prop_assert_eq!(&link.encode().0, &group_pk);
+            prop_assert_ne!(flag.encode().1, link.encode().1);
         }
     }
 

@@ -668,6 +668,55 @@ async fn a_link_written_after_its_container_places_the_flags() {
     assert_eq!(fx.reminders().await, expected, "the retries are done");
 }
 
+/// A link removal reads the group's partition once: the flags of that
+/// container in that group go, the group's other flags and the container's
+/// flags in other groups stay, and a link written again before the removal
+/// is handled keeps its flags.
+#[tokio::test]
+async fn unlinking_a_container_takes_its_flags_out_of_that_group_only() {
+    let mut fx = Fx::new("2024-03-25T10:00:00Z").await;
+    let (g1, g2) = (fx.group().await, fx.group().await);
+    let milk = food("Milk", Some("2024-03-27T00:00:00Z"));
+    let ham = food("Ham", Some("2024-03-26T00:00:00Z"));
+    let c1 = fx.container(g1, std::slice::from_ref(&milk)).await;
+    fx.link(g2, c1).await;
+    fx.container(g1, std::slice::from_ref(&ham)).await;
+    fx.drain().await;
+    let ids = |flags: BTreeMap<FoodId, Item>| flags.into_keys().collect::<Vec<_>>();
+    let mut both = vec![milk.food_id, ham.food_id];
+    both.sort();
+    assert_eq!(ids(fx.flags(g1).await), both);
+    assert_eq!(ids(fx.flags(g2).await), vec![milk.food_id]);
+
+    fx.delete(ItemKey::ContainerLink {
+        group: g1,
+        container: c1,
+    })
+    .await;
+    fx.drain().await;
+    assert_eq!(
+        ids(fx.flags(g1).await),
+        vec![ham.food_id],
+        "c2's flag stays"
+    );
+    assert_eq!(
+        ids(fx.flags(g2).await),
+        vec![milk.food_id],
+        "g2 still links c1"
+    );
+
+    // Removed and written again before the worker sees the removal.
+    fx.delete(ItemKey::ContainerLink {
+        group: g2,
+        container: c1,
+    })
+    .await;
+    fx.link(g2, c1).await;
+    fx.drain().await;
+    assert_eq!(ids(fx.flags(g2).await), vec![milk.food_id], "linked again");
+    assert_eq!(ids(fx.flags(g1).await), vec![ham.food_id]);
+}
+
 /// The same data, written into a table (deterministic ids).
 async fn populate(fx: &Fx, data: &[(Option<GroupId>, ContainerId, Vec<Food>)]) {
     for (g, c, foods) in data {

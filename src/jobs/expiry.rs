@@ -83,9 +83,8 @@
 //!   second line (index lag), a container whose in-window foods found no link
 //!   also gets a reminder for *today*, so the next tick retries.
 //! - **ContainerLink REMOVE** (the service deletes the container, then its
-//!   link): unless a consistent read finds the link written again, every
-//!   flag of that container in that group is deleted (one Query on the group
-//!   partition, `begins_with` the container's flag prefix). A
+//!   link): one consistent read of the group partition; unless it holds the
+//!   link again, every flag of that container in it is deleted. A
 //!   Container REMOVE deletes the reminders of its foods, and the flags in
 //!   every group still linked to it. A removed group's remaining flags are
 //!   the relationship job's cascade; its audit repairs orphans.
@@ -1032,44 +1031,31 @@ impl ExpiryHandler {
         group: GroupId,
         container: ContainerId,
     ) -> Result<HandlerOutcome, HandlerError> {
+        // One consistent read of the group's partition answers both
+        // questions: is the link there again, and which flags of this
+        // container are there. (A whole-partition read shares its request
+        // with the other records' partition reads, where a `begins_with`
+        // query would go alone; the partition holds the group, its links,
+        // its invitation and its flags.)
         let link = ItemKey::ContainerLink { group, container };
-        if self.store.get(&link.to_attributes(), true).await?.is_some() {
+        let mut spec = QuerySpec::partition(PK, &link.encode().0);
+        spec.consistent = true;
+        let mut relinked = false;
+        let mut ops = Vec::new();
+        for item in self.store.query_all(&spec).await? {
+            match ItemKey::from_attributes(&item) {
+                Ok(key) if key == link => relinked = true,
+                Ok(key @ ItemKey::ExpiringFood { container: c, .. }) if c == container => {
+                    ops.push(WriteOp::Delete(key.to_attributes()));
+                }
+                _ => {}
+            }
+        }
+        if relinked {
             return Ok(HandlerOutcome::Nothing(format!(
                 "container {container} is linked to group {group} again; its flags stay"
             )));
         }
-        let (pk, prefix) = ItemKey::expiring_food_prefix(group, container);
-        let spec = QuerySpec {
-            key_condition: Expr::new("#pk = :pk AND begins_with(#sk, :prefix)")
-                .name("#pk", PK)
-                .name("#sk", SK)
-                .string(":pk", pk)
-                .string(":prefix", prefix),
-            projection: Some(Expr::new("#pk, #sk")),
-            consistent: true,
-            forward: true,
-            ..Default::default()
-        };
-        let ops: Vec<WriteOp> = self
-            .store
-            .query_all(&spec)
-            .await?
-            .iter()
-            .filter(|item| {
-                matches!(
-                    ItemKey::from_attributes(item).map(|k| k.kind()),
-                    Ok(ItemKind::ExpiringFood)
-                )
-            })
-            .map(|item| {
-                WriteOp::Delete(
-                    item.iter()
-                        .filter(|(k, _)| k.as_str() == PK || k.as_str() == SK)
-                        .map(|(k, v)| (k.clone(), v.clone()))
-                        .collect(),
-                )
-            })
-            .collect();
         if ops.is_empty() {
             return Ok(HandlerOutcome::Nothing(format!(
                 "no flag of container {container} in group {group}"
