@@ -51,6 +51,8 @@ pub enum EventOutcome {
 /// The worker, assembled.
 pub struct App {
     deps: JobDeps,
+    /// The stream handlers' store (shares their requests).
+    coalescing: Arc<Coalescing>,
     router: Router,
     scheduler: Scheduler,
     observe: Observe,
@@ -77,10 +79,11 @@ impl App {
             clock: clock.clone(),
         };
         let observe = Observe::default();
+        let coalescing = Arc::new(Coalescing::new(deps.store.clone(), (PK, SK)));
         // Stream handlers run for many items at once (see the engine): their
         // point reads and bulk writes share requests.
         let stream_deps = JobDeps {
-            store: Arc::new(Coalescing::new(deps.store.clone(), (PK, SK))),
+            store: coalescing.clone(),
             ..deps.clone()
         };
         let router = jobs::handlers(&stream_deps)
@@ -92,6 +95,7 @@ impl App {
             .fold(Scheduler::default(), Scheduler::with);
         App {
             deps,
+            coalescing,
             router,
             scheduler,
             observe,
@@ -149,7 +153,11 @@ impl App {
         };
         let lags = metrics::stream_lags_ms(&records, self.deps.clock.now());
         let (writes, requests) = self.counters();
-        let report = engine::run_batch(records, &self.router, &config).await;
+        // One poll pass of the batch's lanes, one shared request per kind.
+        let report = self
+            .coalescing
+            .gathered(engine::run_batch(records, &self.router, &config))
+            .await;
         if let Some(emitter) = &self.observe.emitter {
             let store = self.store_delta(requests);
             let m = metrics::stream_metrics(

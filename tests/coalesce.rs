@@ -281,3 +281,47 @@ async fn one_callers_failure_does_not_fail_the_others_sharing_its_request() {
         }
     }
 }
+
+/// Callers polled by one task, each reading in two dependent rounds (a point
+/// read, then another point read and a partition read): inside
+/// `Coalescing::gathered` each round of all callers goes out as one request
+/// per kind, however the runtime schedules the flusher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gathered_poll_pass_sends_each_round_once() {
+    let t = TestTable::new().await;
+    let (groups, containers) = seeded(&t).await;
+    let c = coalescing(&t);
+    for attempt in 0..5 {
+        let before = t.store.metrics().snapshot();
+        let callers = groups.iter().zip(&containers).map(|(g, k)| {
+            let c = &c;
+            async move {
+                let link = ItemKey::ContainerLink {
+                    group: *g,
+                    container: *k,
+                };
+                let first = c.get(&link.to_attributes(), true).await.unwrap();
+                assert!(first.is_some(), "the link was seeded");
+                let (pk, _) = ItemKey::Group(*g).encode();
+                let mut partition = QuerySpec::partition(PK, &pk);
+                partition.consistent = true;
+                let container = ItemKey::Container(*k).to_attributes();
+                let (container, page) =
+                    futures::join!(c.get(&container, true), c.query_page(&partition, None));
+                assert_eq!(container.unwrap(), None, "containers were not seeded");
+                assert_eq!(
+                    page.unwrap().items.len(),
+                    1,
+                    "the group partition: its link"
+                );
+            }
+        });
+        c.gathered(futures::future::join_all(callers)).await;
+        let used = t.store.metrics().snapshot().since(&before);
+        assert_eq!(
+            (used.batch_get_item, used.execute_statement),
+            (2, 1),
+            "attempt {attempt}: 2 rounds of 40 point reads, 1 round of 40 partition reads"
+        );
+    }
+}

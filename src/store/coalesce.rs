@@ -23,21 +23,37 @@
 //! Requests waiting together are gathered by a flusher task: the first
 //! caller that finds the queue idle spawns it; it sends what is queued (up to
 //! [`Coalescing::max_in_flight`] requests at once), answers every caller,
-//! and repeats while anything arrived meanwhile. Nothing waits for a timer:
-//! a lone request goes out at once, and the more callers are busy, the
-//! fuller the requests. When a shared request fails, each caller's part is
-//! sent once more on its own and the caller gets that outcome: a bad key or
-//! a failing item of one caller never fails (or, for a permanent error,
-//! discards) another caller's record, so the failure Lambda hears about is
-//! the record that really failed.
+//! and repeats while anything arrived meanwhile.
+//!
+//! **Gathering a poll pass.** When the callers are futures polled by one
+//! task (the stream engine's lanes), wrap that task's future in
+//! [`Coalescing::gathered`]. A flusher then takes its queue only once the
+//! task has finished a whole poll after the last answer was delivered: every
+//! caller that an answer let run on has queued its next request, so each
+//! round of reads of the whole batch goes out as one request per kind
+//! (without it, the flusher, running on another thread, would take the
+//! queue while the task is still polling and send a round in pieces). A
+//! flusher waits at most [`MAX_GATHER`]. Outside a gathered future nothing
+//! waits: a lone request goes out at once.
+//!
+//! When a shared request fails, each caller's part is sent once more on its
+//! own and the caller gets that outcome: a bad key or a failing item of one
+//! caller never fails (or, for a permanent error, discards) another
+//! caller's record, so the failure Lambda hears about is the record that
+//! really failed.
 //!
 //! Free of table specifics: the key attribute names are given.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
@@ -54,12 +70,16 @@ const GET_BATCH: usize = 100;
 /// Items per BatchWriteItem request (the DynamoDB limit).
 const WRITE_BATCH: usize = 25;
 
+/// The longest a flusher waits for a gathered poll pass to end.
+pub const MAX_GATHER: Duration = Duration::from_millis(20);
+
 /// Shares read and batch-write requests between concurrent callers (see the
 /// module documentation).
 pub struct Coalescing {
     inner: Arc<dyn Store>,
     key_attributes: (String, String),
     max_in_flight: usize,
+    gate: Arc<Gate>,
     gets: Arc<Queue<GetJob>>,
     partitions: Arc<Queue<PartitionJob>>,
     writes: Arc<Queue<WriteJob>>,
@@ -75,7 +95,101 @@ struct PartitionJob {
 }
 
 /// A queue's flusher: sends what is queued until the queue stays empty.
-type Flusher<J, F> = fn(Arc<dyn Store>, Arc<Queue<J>>, usize) -> F;
+type Flusher<J, F> = fn(Arc<dyn Store>, Arc<Queue<J>>, Arc<Gate>, usize) -> F;
+
+/// What a flusher waits for before it takes its queue, when a gathered
+/// future ([`Coalescing::gathered`]) is alive: no poll of one in progress,
+/// no shared request being answered, and a whole poll pass since the last
+/// answer (its callers have all run on and queued their next requests).
+#[derive(Default)]
+struct Gate {
+    /// Gathered futures alive.
+    live: AtomicUsize,
+    /// Gathered futures in the middle of a poll.
+    polling: AtomicUsize,
+    /// Shared requests whose callers are being answered.
+    answering: AtomicUsize,
+    /// Shared requests answered so far.
+    answered: AtomicU64,
+    /// `answered` as it was when the last complete poll pass began.
+    seen: AtomicU64,
+    changed: Notify,
+}
+
+impl Gate {
+    fn settled(&self) -> bool {
+        self.live.load(Ordering::SeqCst) == 0
+            || (self.polling.load(Ordering::SeqCst) == 0
+                && self.answering.load(Ordering::SeqCst) == 0
+                && self.seen.load(Ordering::SeqCst) >= self.answered.load(Ordering::SeqCst))
+    }
+
+    /// Wait until [`Gate::settled`] (at most [`MAX_GATHER`]).
+    async fn pass_end(&self) {
+        let give_up = tokio::time::sleep(MAX_GATHER);
+        tokio::pin!(give_up);
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.settled() {
+                return;
+            }
+            tokio::select! {
+                _ = &mut changed => {}
+                _ = &mut give_up => return,
+            }
+        }
+    }
+
+    /// Held while a shared request's callers are answered.
+    fn answering(&self) -> Answering<'_> {
+        self.answering.fetch_add(1, Ordering::SeqCst);
+        Answering(self)
+    }
+}
+
+/// See [`Gate::answering`].
+struct Answering<'a>(&'a Gate);
+
+impl Drop for Answering<'_> {
+    fn drop(&mut self) {
+        self.0.answered.fetch_add(1, Ordering::SeqCst);
+        self.0.answering.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// A future whose poll passes a [`Gate`] waits for
+/// ([`Coalescing::gathered`]).
+pub struct Gathered<F> {
+    inner: Pin<Box<F>>,
+    gate: Arc<Gate>,
+}
+
+impl<F: Future> Future for Gathered<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.get_mut();
+        let gate = &this.gate;
+        let answered = gate.answered.load(Ordering::SeqCst);
+        gate.polling.fetch_add(1, Ordering::SeqCst);
+        let out = this.inner.as_mut().poll(cx);
+        if gate.polling.fetch_sub(1, Ordering::SeqCst) == 1 {
+            gate.seen.fetch_max(answered, Ordering::SeqCst);
+        }
+        gate.changed.notify_waiters();
+        out
+    }
+}
+
+impl<F> Drop for Gathered<F> {
+    fn drop(&mut self) {
+        self.gate.live.fetch_sub(1, Ordering::SeqCst);
+        self.gate.changed.notify_waiters();
+    }
+}
 
 /// One caller's point read.
 struct GetJob {
@@ -147,6 +261,7 @@ impl Coalescing {
             inner,
             key_attributes: (key_attributes.0.to_owned(), key_attributes.1.to_owned()),
             max_in_flight: 4,
+            gate: Arc::default(),
             gets: Arc::new(Queue::new()),
             partitions: Arc::new(Queue::new()),
             writes: Arc::new(Queue::new()),
@@ -159,6 +274,17 @@ impl Coalescing {
         self
     }
 
+    /// Run `future` (a task that polls many callers, such as a stream
+    /// batch) so that the requests its callers queue in one poll pass go out
+    /// together (see the module documentation).
+    pub fn gathered<F: Future>(&self, future: F) -> Gathered<F> {
+        self.gate.live.fetch_add(1, Ordering::SeqCst);
+        Gathered {
+            inner: Box::pin(future),
+            gate: self.gate.clone(),
+        }
+    }
+
     fn keys(&self) -> (&str, &str) {
         (&self.key_attributes.0, &self.key_attributes.1)
     }
@@ -169,7 +295,12 @@ impl Coalescing {
         F: std::future::Future<Output = ()> + Send + 'static,
     {
         if queue.push(job) {
-            tokio::spawn(flush(self.inner.clone(), queue.clone(), self.max_in_flight));
+            tokio::spawn(flush(
+                self.inner.clone(),
+                queue.clone(),
+                self.gate.clone(),
+                self.max_in_flight,
+            ));
         }
     }
 
@@ -182,9 +313,20 @@ impl Coalescing {
     }
 }
 
+/// What is queued once the current gathered poll pass has ended.
+async fn gather<J>(queue: &Queue<J>, gate: &Gate) -> Option<Vec<J>> {
+    gate.pass_end().await;
+    queue.take()
+}
+
 /// Send queued reads until the queue stays empty.
-async fn flush_gets(inner: Arc<dyn Store>, queue: Arc<Queue<GetJob>>, max_in_flight: usize) {
-    while let Some(jobs) = queue.take() {
+async fn flush_gets(
+    inner: Arc<dyn Store>,
+    queue: Arc<Queue<GetJob>>,
+    gate: Arc<Gate>,
+    max_in_flight: usize,
+) {
+    while let Some(jobs) = gather(&queue, &gate).await {
         let (consistent, eventual): (Vec<GetJob>, Vec<GetJob>) =
             jobs.into_iter().partition(|j| j.consistent);
         let mut requests: Vec<(bool, Vec<GetJob>)> = Vec::new();
@@ -197,9 +339,12 @@ async fn flush_gets(inner: Arc<dyn Store>, queue: Arc<Queue<GetJob>>, max_in_fli
         futures::stream::iter(requests)
             .for_each_concurrent(max_in_flight, |(consistent, jobs)| {
                 let inner = inner.clone();
+                let gate = gate.clone();
                 async move {
                     let keys: Vec<Key> = jobs.iter().map(|j| j.key.clone()).collect();
-                    match inner.get_many(&keys, consistent).await {
+                    let answer = inner.get_many(&keys, consistent).await;
+                    let _answering = gate.answering();
+                    match answer {
                         Ok(items) => {
                             for (job, item) in jobs.into_iter().zip(items) {
                                 let _ = job.reply.send(Ok(item));
@@ -238,9 +383,10 @@ fn whole_partition(items: Vec<Item>, consumed_capacity: f64) -> Page {
 async fn flush_partitions(
     inner: Arc<dyn Store>,
     queue: Arc<Queue<PartitionJob>>,
+    gate: Arc<Gate>,
     max_in_flight: usize,
 ) {
-    while let Some(jobs) = queue.take() {
+    while let Some(jobs) = gather(&queue, &gate).await {
         // One request per (index, attribute, consistency), 50 callers each.
         let mut groups: Vec<Vec<PartitionJob>> = Vec::new();
         for job in jobs {
@@ -259,6 +405,7 @@ async fn flush_partitions(
         futures::stream::iter(groups)
             .for_each_concurrent(max_in_flight, |jobs| {
                 let inner = inner.clone();
+                let gate = gate.clone();
                 async move {
                     let first = &jobs[0];
                     let values: Vec<AttributeValue> =
@@ -271,6 +418,7 @@ async fn flush_partitions(
                             first.consistent,
                         )
                         .await;
+                    let _answering = gate.answering();
                     match answer {
                         Ok(found) => {
                             let share = found.consumed_capacity / jobs.len() as f64;
@@ -327,15 +475,23 @@ fn pack(jobs: Vec<WriteJob>) -> Vec<Vec<WriteJob>> {
 }
 
 /// Send queued writes until the queue stays empty.
-async fn flush_writes(inner: Arc<dyn Store>, queue: Arc<Queue<WriteJob>>, max_in_flight: usize) {
-    while let Some(jobs) = queue.take() {
+async fn flush_writes(
+    inner: Arc<dyn Store>,
+    queue: Arc<Queue<WriteJob>>,
+    gate: Arc<Gate>,
+    max_in_flight: usize,
+) {
+    while let Some(jobs) = gather(&queue, &gate).await {
         futures::stream::iter(pack(jobs))
             .for_each_concurrent(max_in_flight, |jobs| {
                 let inner = inner.clone();
+                let gate = gate.clone();
                 async move {
                     let ops: Vec<WriteOp> = jobs.iter().flat_map(|j| j.ops.clone()).collect();
                     let total = ops.len().max(1) as f64;
-                    match inner.batch_write(ops).await {
+                    let answer = inner.batch_write(ops).await;
+                    let _answering = gate.answering();
+                    match answer {
                         Ok(report) => {
                             for job in jobs {
                                 let part = job.ops.len() as f64 / total;
