@@ -85,8 +85,10 @@ pub fn action_of(op: Operation) -> &'static str {
 }
 
 /// The stream consumer: cascades (consistent reads, conditional deletes,
-/// index queries for members and links), invitation TTL stamps, expiry
-/// flags and reminders.
+/// index reads for members and links), invitation TTL stamps, expiry flags
+/// and reminders. Its partition reads, on the table and on the indexes, are
+/// PartiQL SELECTs (the coalescing store's shared requests), so it needs no
+/// Query.
 pub const STREAM: FunctionSpec = FunctionSpec {
     logical_id: "StreamFunction",
     binary: "stream",
@@ -97,7 +99,6 @@ pub const STREAM: FunctionSpec = FunctionSpec {
         "dynamodb:DeleteItem",
         "dynamodb:PartiQLSelect",
         "dynamodb:PutItem",
-        "dynamodb:Query",
         "dynamodb:UpdateItem",
     ],
     indexes: &[USER_AND_GROUP_INDEX, GROUP_AND_CONTAINER_INDEX],
