@@ -33,7 +33,16 @@
 //!    down on every further table with a stream (`cargo bench --bench
 //!    local_tables`): on A's instance, B would be the second such table and
 //!    its writes 1.5x slower than A's;
-//! 7. **bulk deletes**: seeds a group with 60 members, 4 containers and an
+//! 7. **oracle**: the worker's store is wrapped in a recorder
+//!    (`benches/common/recorded.rs`) that notes every read and write the
+//!    worker sent; on a DynamoDB Local of its own, seeded with *before* and
+//!    warmed up, the recorded reads (each distinct key and partition once,
+//!    BatchGetItem of 100, PartiQL of 50) and then the recorded writes
+//!    (BatchWriteItem of 25, single writes as sent) go out one request after
+//!    the other. That is what the worker's own reads and writes cost by
+//!    themselves, whatever the order and sharing the worker gave them: the
+//!    best any scheduling of the same requests could do;
+//! 8. **bulk deletes**: seeds a group with 60 members, 4 containers and an
 //!    invitation link, removes the Group item and runs the group cascade
 //!    (`jobs::relationships::cascade_group`) on a store of its own; asserts
 //!    that the cascade's BatchWriteItem requests are at most `ceil(n / 25)`,
@@ -65,7 +74,15 @@
 //!   requests (`baseline_runs_secs`: every run);
 //!   `baseline_rps = records / baseline_secs` (the same records, handled by
 //!   writing only their minimal effect); **`ratio = worker_rps /
-//!   baseline_rps = baseline_secs / worker_secs`** (goal >= 0.8).
+//!   baseline_rps = baseline_secs / worker_secs`** (goal >= 0.8);
+//! - `batch_writes`: the items the worker wrote with BatchWriteItem,
+//!   applied in order to *before*, by item kind and effect (`put new`,
+//!   `put changed`, `put as stored`, `delete existing`, `delete missing`);
+//!   `noops` counts the last two, which change nothing;
+//! - `oracle`: the oracle's requests, items, wall time and DynamoDB Local
+//!   CPU for reads and for writes, and `oracle.ratio = baseline_secs /
+//!   (oracle read secs + oracle write secs)`: the ratio a worker sending
+//!   exactly these requests could reach with perfect batching.
 //!
 //! Options: `--users N` (default 300), `--seed S` (default 7),
 //! `--operations N` (default: one per user), `--leftover-rate F` (default
@@ -78,6 +95,13 @@
 
 #[path = "../tests/support/mod.rs"]
 mod support;
+
+#[path = "common/engine.rs"]
+mod engine;
+#[path = "common/recorded.rs"]
+mod recorded;
+
+use engine::cpu_secs;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::collections::BTreeMap;
@@ -299,32 +323,6 @@ async fn apply(store: &Arc<DynamoStore>, w: &workload::Workload) {
 // ---------------------------------------------------------------------------
 // The worker's drain
 
-/// CPU seconds (user + system) a process has used so far, from
-/// `/proc/<pid>/stat` (Linux; 0 elsewhere). DynamoDB Local's JVM is where
-/// the drain's time goes: it saturates both cores while the worker's own
-/// process stays mostly idle.
-fn cpu_secs(pid: Option<u32>) -> f64 {
-    let Some(pid) = pid else { return 0.0 };
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    // Fields after the command name: utime and stime are the 12th and 13th.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / CLOCK_TICKS_PER_SEC
-}
-
-/// `sysconf(_SC_CLK_TCK)` on Linux.
-const CLOCK_TICKS_PER_SEC: f64 = 100.0;
-
 struct DrainStats {
     records: usize,
     invocations: usize,
@@ -411,7 +409,10 @@ async fn drain(
                 s.engine_cpu += cpu_secs(engine) - cpu_at_start;
                 if std::env::var_os("LOAD_TRACE").is_some() {
                     let kinds = pending.iter().fold(BTreeMap::new(), |mut m, c| {
-                        *m.entry(format!("{:?}", c.kind)).or_insert(0) += 1;
+                        let item = ItemKey::from_attributes(&c.keys)
+                            .map(|k| format!("{:?}", k.kind()))
+                            .unwrap_or_else(|_| "?".into());
+                        *m.entry(format!("{:?} {item}", c.kind)).or_insert(0) += 1;
                         m
                     });
                     eprintln!(
@@ -437,7 +438,7 @@ async fn drain(
 
 /// One request of each read kind the worker uses, before timing: DynamoDB
 /// Local compiles each code path on first use (its first PartiQL SELECT
-/// takes ~1 s, its first `begins_with` Query ~0.2 s), a one-off cost of the emulator that neither the service nor
+/// takes ~1 s), a one-off cost of the emulator that neither the service nor
 /// the baseline's BatchWriteItem (warmed by the seeding) pays in the timed
 /// part.
 async fn warm_up(store: &DynamoStore) {
@@ -469,20 +470,6 @@ async fn warm_up(store: &DynamoStore) {
         .query_partitions(None, PK, std::slice::from_ref(&absent), true)
         .await
         .expect("warm-up PartiQL SELECT");
-    // The Query shapes that are not whole partitions (the flag prefix of a
-    // container in a group: consistent, `begins_with`, keys only).
-    let prefix = nishiki_worker::store::QuerySpec {
-        key_condition: nishiki_worker::store::Expr::new("#pk = :pk AND begins_with(#sk, :prefix)")
-            .name("#pk", PK)
-            .name("#sk", SK)
-            .string(":pk", "warm-up")
-            .string(":prefix", "warm-up"),
-        projection: Some(nishiki_worker::store::Expr::new("#pk, #sk")),
-        consistent: true,
-        forward: true,
-        ..Default::default()
-    };
-    store.query_all(&prefix).await.expect("warm-up Query");
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -598,8 +585,9 @@ async fn main() {
     if let Some(n) = o.concurrency {
         config.stream_concurrency = n.max(1);
     }
+    let recording = Arc::new(recorded::Recorded::new(worker_store.clone()));
     let app = App::new(
-        worker_store.clone(),
+        recording.clone(),
         config,
         Arc::new(ManualClock::new(spec.now)),
     );
@@ -621,6 +609,7 @@ async fn main() {
     let peak_heap = PEAK.load(Ordering::Relaxed);
     let d = worker_store.metrics().snapshot().since(&m0);
     drop(app);
+    let asked = recording.take();
 
     // 5. What the worker changed.
     let after = snapshot(&service).await;
@@ -702,7 +691,65 @@ async fn main() {
     base_times.sort_by_key(|(t, _)| *t);
     let (base_time, base_engine_cpu) = base_times[base_times.len() / 2];
 
-    // 7. Bulk deletes of one group cascade.
+    // The worker's batch-written items by effect, applied in order to
+    // *before*: a delete of a missing key or a put of the item as stored
+    // changes nothing (DynamoDB still charges it).
+    let mut write_effects: BTreeMap<String, usize> = BTreeMap::new();
+    let mut noop_writes = 0;
+    {
+        let mut state = before.clone();
+        for op in &asked.batch_ops {
+            let (kind, effect) = match op {
+                store::WriteOp::Put(item) => {
+                    let k = key_of(item);
+                    let effect = match state.insert(k.clone(), item.clone()) {
+                        None => "put new",
+                        Some(old) if old == *item => "put as stored",
+                        Some(_) => "put changed",
+                    };
+                    (kind_of(&k.0, &k.1), effect)
+                }
+                store::WriteOp::Delete(key) => {
+                    let k = key_of(key);
+                    let effect = match state.remove(&k) {
+                        Some(_) => "delete existing",
+                        None => "delete missing",
+                    };
+                    (kind_of(&k.0, &k.1), effect)
+                }
+            };
+            noop_writes += usize::from(matches!(effect, "put as stored" | "delete missing"));
+            *write_effects.entry(format!("{kind} {effect}")).or_default() += 1;
+        }
+    }
+    let write_effects_text = write_effects
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+
+    // 7. The oracle: the worker's own reads and writes (as recorded), each
+    // sent once with perfect batching, one request after the other, on a
+    // table seeded with *before* on a DynamoDB Local of its own.
+    let oracle = {
+        let local = nishiki_worker::local::start()
+            .await
+            .expect("DynamoDB Local for the oracle");
+        let store = create(&local.endpoint_url(), "load-oracle").await;
+        support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
+        warm_up(&store).await;
+        let cpu = cpu_secs(local.pid());
+        let reads = recorded::replay_reads(&store, &asked).await;
+        let cpu_reads = cpu_secs(local.pid()) - cpu;
+        let cpu = cpu_secs(local.pid());
+        let writes = recorded::replay_writes(&store, &asked).await;
+        let cpu_writes = cpu_secs(local.pid()) - cpu;
+        (reads, cpu_reads, writes, cpu_writes)
+    };
+    let (oracle_reads, oracle_reads_cpu, oracle_writes, oracle_writes_cpu) = oracle;
+    let oracle_secs = (oracle_reads.time + oracle_writes.time).as_secs_f64();
+
+    // 8. Bulk deletes of one group cascade.
     let big = workload::big_group(o.seed ^ 0x5eed, 60, 4, spec.now);
     support::seed_concurrently(&service, big.items.clone(), SEED_TASKS).await;
     service
@@ -819,6 +866,33 @@ async fn main() {
         ),
         ("baseline records/s", format!("{baseline_rps:.1}")),
         ("ratio worker/baseline (goal >= 0.8)", format!("{ratio:.3}")),
+        (
+            "worker's batch-written items / of them no-ops",
+            format!("{} / {noop_writes}", asked.batch_ops.len()),
+        ),
+        ("  by kind and effect", write_effects_text),
+        (
+            "oracle: worker's reads, batched once",
+            format!(
+                "{} requests, {} keys/partitions, {:.3} s, engine CPU {oracle_reads_cpu:.3} s",
+                oracle_reads.requests,
+                oracle_reads.items,
+                oracle_reads.time.as_secs_f64()
+            ),
+        ),
+        (
+            "oracle: worker's writes, batched once",
+            format!(
+                "{} requests, {} items, {:.3} s, engine CPU {oracle_writes_cpu:.3} s",
+                oracle_writes.requests,
+                oracle_writes.items,
+                oracle_writes.time.as_secs_f64()
+            ),
+        ),
+        (
+            "oracle ratio (baseline / oracle time)",
+            format!("{:.3}", baseline_secs / oracle_secs),
+        ),
         ("baseline table == worker table", identical.to_string()),
         (
             "group cascade: deleted n",
@@ -844,7 +918,7 @@ async fn main() {
         "ratio = worker_rps / baseline_rps, worker_rps = records / sum(handle_stream), \
          baseline_rps = records / time of the minimal BatchWriteItem set"
     );
-    let json = serde_json::json!({
+    let mut json = serde_json::json!({
         "bench": "load",
         "seed": spec.seed,
         "users": spec.users,
@@ -883,6 +957,28 @@ async fn main() {
         "cascade_conditional": conditional,
         "store": d,
     });
+    // Apart: one json! call this size exceeds the macro recursion limit.
+    let extra = serde_json::json!({
+        "batch_writes": {
+            "items": asked.batch_ops.len(),
+            "noops": noop_writes,
+            "by_effect": write_effects,
+        },
+        "oracle": {
+            "read_requests": oracle_reads.requests,
+            "read_items": oracle_reads.items,
+            "read_secs": oracle_reads.time.as_secs_f64(),
+            "read_engine_cpu_secs": oracle_reads_cpu,
+            "write_requests": oracle_writes.requests,
+            "write_items": oracle_writes.items,
+            "write_secs": oracle_writes.time.as_secs_f64(),
+            "write_engine_cpu_secs": oracle_writes_cpu,
+            "ratio": baseline_secs / oracle_secs,
+        },
+    });
+    if let (Some(json), serde_json::Value::Object(extra)) = (json.as_object_mut(), extra) {
+        json.extend(extra);
+    }
     println!("{json}");
 
     assert!(

@@ -16,12 +16,12 @@
 //! the worker's instance, the baseline's table would be the second one and
 //! pay for it.
 
+#[path = "common/engine.rs"]
+mod engine;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashMap;
-
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::WriteRequest;
 use nishiki_worker::schema::TableSchema;
 use nishiki_worker::store::{self, DynamoStore};
 
@@ -29,30 +29,13 @@ const TABLES: usize = 4;
 const SEED: usize = 2000;
 const WRITES: usize = 300;
 
-fn key(i: usize) -> HashMap<String, AttributeValue> {
-    HashMap::from([
-        ("PK".to_owned(), AttributeValue::S(format!("p{}", i % 200))),
-        ("SK".to_owned(), AttributeValue::S(format!("s{i}"))),
-    ])
-}
-
+/// The synthetic item `i`: 200 partitions, one sort key per item.
 fn put(i: usize) -> WriteRequest {
-    let mut item = key(i);
-    item.insert("Data".into(), AttributeValue::S("x".repeat(200)));
-    WriteRequest::builder()
-        .put_request(PutRequest::builder().set_item(Some(item)).build().unwrap())
-        .build()
+    engine::put(&format!("p{}", i % 200), &format!("s{i}"))
 }
 
 fn delete(i: usize) -> WriteRequest {
-    WriteRequest::builder()
-        .delete_request(
-            DeleteRequest::builder()
-                .set_key(Some(key(i)))
-                .build()
-                .unwrap(),
-        )
-        .build()
+    engine::delete(&format!("p{}", i % 200), &format!("s{i}"))
 }
 
 /// Send `requests` (BatchWriteItem, 25 at a time); the seconds taken.

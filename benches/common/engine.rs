@@ -1,0 +1,75 @@
+//! Shared by the benches that look at DynamoDB Local itself
+//! (`benches/load.rs`, `benches/local_tables.rs`, `benches/local_costs.rs`;
+//! included with `#[path]`): the engine process's CPU time and the items of
+//! a synthetic table (keys `PK`/`SK`, a 200-byte `Data` attribute; no
+//! Nishiki item, so no key encoding is involved).
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+
+/// `sysconf(_SC_CLK_TCK)` on Linux.
+const CLOCK_TICKS_PER_SEC: f64 = 100.0;
+
+/// CPU seconds (user + system) a process has used so far, from
+/// `/proc/<pid>/stat` (Linux; 0 elsewhere; resolution 10 ms). DynamoDB
+/// Local's JVM is where a drain's time goes: it saturates both cores while
+/// the worker's own process stays mostly idle.
+pub fn cpu_secs(pid: Option<u32>) -> f64 {
+    let Some(pid) = pid else { return 0.0 };
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0.0;
+    };
+    // Fields after the command name: utime and stime are the 12th and 13th.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / CLOCK_TICKS_PER_SEC
+}
+
+/// The key of a synthetic item.
+pub fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    HashMap::from([
+        ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
+        ("SK".to_owned(), AttributeValue::S(sk.to_owned())),
+    ])
+}
+
+/// A synthetic item: its key and 200 bytes of `Data`.
+pub fn item(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+    let mut item = key(pk, sk);
+    item.insert("Data".into(), AttributeValue::S("x".repeat(200)));
+    item
+}
+
+/// A BatchWriteItem put of [`item`].
+pub fn put(pk: &str, sk: &str) -> WriteRequest {
+    WriteRequest::builder()
+        .put_request(
+            PutRequest::builder()
+                .set_item(Some(item(pk, sk)))
+                .build()
+                .expect("item set"),
+        )
+        .build()
+}
+
+/// A BatchWriteItem delete of [`key`].
+pub fn delete(pk: &str, sk: &str) -> WriteRequest {
+    WriteRequest::builder()
+        .delete_request(
+            DeleteRequest::builder()
+                .set_key(Some(key(pk, sk)))
+                .build()
+                .expect("key set"),
+        )
+        .build()
+}

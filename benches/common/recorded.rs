@@ -1,0 +1,270 @@
+//! What the worker asked of the table, and the same asks sent again with
+//! perfect batching (`benches/load.rs`, the *oracle* figures).
+//!
+//! [`Recorded`] wraps the worker's store and writes down every read (point
+//! reads, whole-partition reads, other queries) and every write it is sent.
+//! [`replay_reads`] and [`replay_writes`] then send that record to another
+//! table, seeded like the one the worker served, the cheapest way the
+//! DynamoDB API allows: each key and partition read once, BatchGetItem with
+//! 100 keys, PartiQL `IN` with 50 partitions, BatchWriteItem with 25 items,
+//! one request after the other. The time they take is what the worker's
+//! reads and writes cost by themselves, apart from how the worker schedules
+//! them; the baseline's time is what the minimal writes cost.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use nishiki_worker::items::Item;
+use nishiki_worker::store::{
+    BatchWriteReport, BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, Key, Page,
+    Partitions, QuerySpec, QueryStore, ScanSpec, StoreError, WriteOp, WriteOutcome,
+};
+
+/// A single-item write, as it was asked.
+#[derive(Clone)]
+pub enum Single {
+    Put(Item, Option<Expr>),
+    Delete(Key, Option<Expr>),
+    Update(Key, Expr, Option<Expr>),
+}
+
+/// Everything asked of the store, in order of asking.
+#[derive(Default, Clone)]
+pub struct Log {
+    /// Point reads: key, strongly consistent.
+    pub gets: Vec<(Key, bool)>,
+    /// Whole-partition reads: index, attribute, value, strongly consistent.
+    pub partitions: Vec<(Option<String>, String, AttributeValue, bool)>,
+    /// Other queries and scans (sent again as they were).
+    pub queries: Vec<QuerySpec>,
+    /// Items of batch writes, in order.
+    pub batch_ops: Vec<WriteOp>,
+    /// Single (conditional) writes.
+    pub singles: Vec<Single>,
+}
+
+/// A store that records what it is asked, then forwards it.
+pub struct Recorded {
+    inner: Arc<DynamoStore>,
+    log: Mutex<Log>,
+}
+
+impl Recorded {
+    pub fn new(inner: Arc<DynamoStore>) -> Self {
+        Recorded {
+            inner,
+            log: Mutex::default(),
+        }
+    }
+
+    /// What was asked so far (and start a new record).
+    pub fn take(&self) -> Log {
+        std::mem::take(&mut *self.log.lock().expect("log"))
+    }
+
+    fn note(&self, f: impl FnOnce(&mut Log)) {
+        f(&mut self.log.lock().expect("log"));
+    }
+}
+
+#[async_trait]
+impl ItemReader for Recorded {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        self.note(|l| l.gets.push((key.clone(), consistent)));
+        self.inner.get(key, consistent).await
+    }
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.note(|l| l.gets.extend(keys.iter().map(|k| (k.clone(), consistent))));
+        self.inner.get_many(keys, consistent).await
+    }
+}
+
+#[async_trait]
+impl QueryStore for Recorded {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        match spec.as_partition() {
+            Some((attribute, value)) if start.is_none() => self.note(|l| {
+                l.partitions.push((
+                    spec.index.clone(),
+                    attribute.to_owned(),
+                    value.clone(),
+                    spec.consistent,
+                ))
+            }),
+            Some(_) => {}
+            None => self.note(|l| l.queries.push(spec.clone())),
+        }
+        self.inner.query_page(spec, start).await
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.scan_page(spec, start).await
+    }
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[AttributeValue],
+        consistent: bool,
+    ) -> Result<Partitions, StoreError> {
+        self.note(|l| {
+            l.partitions.extend(values.iter().map(|v| {
+                (
+                    index.map(str::to_owned),
+                    attribute.to_owned(),
+                    v.clone(),
+                    consistent,
+                )
+            }))
+        });
+        self.inner
+            .query_partitions(index, attribute, values, consistent)
+            .await
+    }
+}
+
+#[async_trait]
+impl ItemWriter for Recorded {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.note(|l| l.singles.push(Single::Put(item.clone(), condition.clone())));
+        self.inner.put(item, condition).await
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.note(|l| {
+            l.singles
+                .push(Single::Delete(key.clone(), condition.clone()))
+        });
+        self.inner.delete(key, condition).await
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.note(|l| {
+            l.singles.push(Single::Update(
+                key.clone(),
+                update.clone(),
+                condition.clone(),
+            ))
+        });
+        self.inner.update(key, update, condition).await
+    }
+}
+
+#[async_trait]
+impl BatchWriter for Recorded {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        self.note(|l| l.batch_ops.extend(ops.iter().cloned()));
+        self.inner.batch_write(ops).await
+    }
+}
+
+/// Requests sent and time taken by a replay.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Replayed {
+    pub requests: usize,
+    pub items: usize,
+    pub time: Duration,
+}
+
+/// Send the reads of `log` to `store`, each distinct key and partition
+/// once, as few requests as the API allows, one after the other.
+pub async fn replay_reads(store: &DynamoStore, log: &Log) -> Replayed {
+    let started = Instant::now();
+    let mut r = Replayed::default();
+    let mut gets: BTreeMap<bool, Vec<Key>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for (key, consistent) in &log.gets {
+        if seen.insert((format!("{key:?}"), *consistent)) {
+            gets.entry(*consistent).or_default().push(key.clone());
+        }
+    }
+    for (consistent, keys) in gets {
+        for chunk in keys.chunks(100) {
+            store
+                .get_many(chunk, consistent)
+                .await
+                .expect("BatchGetItem");
+            r.requests += 1;
+            r.items += chunk.len();
+        }
+    }
+    type Group = (Option<String>, String, bool);
+    let mut partitions: BTreeMap<Group, Vec<AttributeValue>> = BTreeMap::new();
+    let mut seen = HashSet::new();
+    for (index, attribute, value, consistent) in &log.partitions {
+        let group = (index.clone(), attribute.clone(), *consistent);
+        if seen.insert(format!("{group:?}{value:?}")) {
+            partitions.entry(group).or_default().push(value.clone());
+        }
+    }
+    for ((index, attribute, consistent), values) in partitions {
+        for chunk in values.chunks(50) {
+            store
+                .query_partitions(index.as_deref(), &attribute, chunk, consistent)
+                .await
+                .expect("PartiQL SELECT");
+            r.requests += 1;
+            r.items += chunk.len();
+        }
+    }
+    for spec in &log.queries {
+        store.query_all(spec).await.expect("Query");
+        r.requests += 1;
+        r.items += 1;
+    }
+    r.time = started.elapsed();
+    r
+}
+
+/// Send the writes of `log` to `store` in the order asked: batch items in
+/// BatchWriteItem requests of 25 (a new request where a key would repeat),
+/// single writes as they were asked, one request after the other.
+pub async fn replay_writes(store: &DynamoStore, log: &Log) -> Replayed {
+    let started = Instant::now();
+    let mut r = Replayed::default();
+    let keys = store.key_attributes();
+    let mut chunk: Vec<WriteOp> = Vec::new();
+    let mut in_chunk = HashSet::new();
+    let mut chunks = Vec::new();
+    for op in &log.batch_ops {
+        let key = match op {
+            WriteOp::Put(item) => format!("{:?}{:?}", item.get(keys.0), item.get(keys.1)),
+            WriteOp::Delete(k) => format!("{:?}{:?}", k.get(keys.0), k.get(keys.1)),
+        };
+        if chunk.len() == 25 || in_chunk.contains(&key) {
+            chunks.push(std::mem::take(&mut chunk));
+            in_chunk.clear();
+        }
+        in_chunk.insert(key);
+        chunk.push(op.clone());
+    }
+    if !chunk.is_empty() {
+        chunks.push(chunk);
+    }
+    for chunk in chunks {
+        r.items += chunk.len();
+        let report = store.batch_write(chunk).await.expect("BatchWriteItem");
+        r.requests += report.requests as usize;
+    }
+    for single in &log.singles {
+        let _ = match single.clone() {
+            Single::Put(item, c) => store.put(item, c).await,
+            Single::Delete(key, c) => store.delete(&key, c).await,
+            Single::Update(key, u, c) => store.update(&key, u, c).await,
+        }
+        .expect("single write");
+        r.requests += 1;
+        r.items += 1;
+    }
+    r.time = started.elapsed();
+    r
+}

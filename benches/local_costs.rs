@@ -1,0 +1,263 @@
+//! What one request of each kind costs DynamoDB Local
+//! (`cargo bench --bench local_costs`).
+//!
+//! On a DynamoDB Local of its own, it creates a table with the Nishiki
+//! schema (stream on), seeds [`PARTITIONS`] partitions of [`PER_PARTITION`]
+//! synthetic 200-byte items, checks that the idle engine uses no CPU, then
+//! sends [`REPS`] requests of each kind one after the other (after 5 untimed
+//! ones) and prints, per request kind, the engine's CPU time per request and
+//! per item (from `/proc/<pid>/stat`, 10 ms resolution, hence the
+//! repetitions) and the wall time per request.
+//!
+//! It tells where a drain's time can go: a fixed cost per request, and a
+//! cost per item written that is several times the cost per item read. The
+//! figures are in BENCHMARKS.md ("What DynamoDB Local charges").
+
+#[path = "common/engine.rs"]
+mod engine;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes, WriteRequest};
+use engine::{cpu_secs, delete, key, put};
+use nishiki_worker::schema::TableSchema;
+use nishiki_worker::store::{self, DynamoStore};
+
+const TABLE: &str = "local-costs";
+const PARTITIONS: usize = 400;
+const PER_PARTITION: usize = 12;
+const REPS: usize = 60;
+
+fn pk(p: usize) -> String {
+    format!("p{}", p % PARTITIONS)
+}
+
+fn sk(s: usize) -> String {
+    format!("s{s}")
+}
+
+async fn batch_write(client: &Client, requests: Vec<WriteRequest>) {
+    let out = client
+        .batch_write_item()
+        .request_items(TABLE, requests)
+        .send()
+        .await
+        .expect("BatchWriteItem");
+    assert!(
+        out.unprocessed_items().is_none_or(|u| u.is_empty()),
+        "DynamoDB Local does not throttle"
+    );
+}
+
+async fn batch_get(client: &Client, keys: Vec<HashMap<String, AttributeValue>>) {
+    let keys = KeysAndAttributes::builder()
+        .set_keys(Some(keys))
+        .consistent_read(true)
+        .build()
+        .expect("keys set");
+    client
+        .batch_get_item()
+        .request_items(TABLE, keys)
+        .send()
+        .await
+        .expect("BatchGetItem");
+}
+
+async fn partiql(client: &Client, partitions: Vec<String>) {
+    let list = vec!["?"; partitions.len()].join(", ");
+    let mut next: Option<String> = None;
+    loop {
+        let out = client
+            .execute_statement()
+            .statement(format!(
+                "SELECT * FROM \"{TABLE}\" WHERE \"PK\" IN [{list}]"
+            ))
+            .set_parameters(Some(
+                partitions.iter().cloned().map(AttributeValue::S).collect(),
+            ))
+            .consistent_read(true)
+            .set_next_token(next.take())
+            .send()
+            .await
+            .expect("ExecuteStatement");
+        next = out.next_token().map(str::to_owned);
+        if next.is_none() {
+            return;
+        }
+    }
+}
+
+async fn query(client: &Client, p: usize, prefix: Option<&str>) {
+    let q = client
+        .query()
+        .table_name(TABLE)
+        .consistent_read(true)
+        .expression_attribute_values(":p", AttributeValue::S(pk(p)));
+    let q = match prefix {
+        Some(prefix) => q
+            .key_condition_expression("PK = :p AND begins_with(SK, :s)")
+            .expression_attribute_values(":s", AttributeValue::S(prefix.into())),
+        None => q.key_condition_expression("PK = :p"),
+    };
+    q.send().await.expect("Query");
+}
+
+/// One line of the report.
+struct Cost {
+    name: &'static str,
+    items: usize,
+    cpu_ms: f64,
+    wall_ms: f64,
+}
+
+#[tokio::main]
+async fn main() {
+    let local = nishiki_worker::local::start()
+        .await
+        .expect("DynamoDB Local must start (see the error for what to install)");
+    let pid = local.pid();
+    let client = store::local_client(&local.endpoint_url());
+    DynamoStore::new(client.clone(), TABLE)
+        .create_table(&TableSchema::nishiki())
+        .await
+        .expect("create table");
+    let seed = (0..PARTITIONS)
+        .flat_map(|p| (0..PER_PARTITION).map(move |s| put(&pk(p), &sk(s))))
+        .collect();
+    support::raw_batch_write(&client, TABLE, seed).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let idle_from = cpu_secs(pid);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = cpu_secs(pid) - idle_from;
+    println!("DynamoDB Local idle for 3 s: {idle:.2} s CPU");
+
+    let mut costs: Vec<Cost> = Vec::new();
+    // `$body` sends one request; run it 5 times untimed, then REPS times.
+    macro_rules! measure {
+        ($name:expr, $items:expr, $body:expr) => {{
+            for _ in 0..5 {
+                $body;
+            }
+            let cpu = cpu_secs(pid);
+            let started = Instant::now();
+            for _ in 0..REPS {
+                $body;
+            }
+            costs.push(Cost {
+                name: $name,
+                items: $items,
+                cpu_ms: (cpu_secs(pid) - cpu) / REPS as f64 * 1000.0,
+                wall_ms: started.elapsed().as_secs_f64() / REPS as f64 * 1000.0,
+            });
+        }};
+    }
+    // Fresh sort keys for new items and missing keys; `n` moves on each use.
+    let mut n = 1_000;
+    let mut next = || {
+        n += 1;
+        n
+    };
+    measure!("BatchWriteItem: 25 puts of new items", 25, {
+        let s = next();
+        batch_write(&client, (0..25).map(|i| put(&pk(i * 7), &sk(s))).collect()).await
+    });
+    measure!("BatchWriteItem: 25 puts of items as stored", 25, {
+        let p = next();
+        batch_write(&client, (0..25).map(|i| put(&pk(p + i), &sk(1))).collect()).await
+    });
+    // Seeded items `s6`..`s11` are deleted here, 400 per sort key.
+    let mut deleted = 0;
+    measure!("BatchWriteItem: 25 deletes of existing items", 25, {
+        let first = deleted;
+        deleted += 25;
+        batch_write(
+            &client,
+            (first..deleted)
+                .map(|d| delete(&pk(d), &sk(6 + d / PARTITIONS)))
+                .collect(),
+        )
+        .await
+    });
+    measure!("BatchWriteItem: 25 deletes of missing keys", 25, {
+        let s = next() + 100_000;
+        batch_write(&client, (0..25).map(|i| delete(&pk(i), &sk(s))).collect()).await
+    });
+    measure!("BatchWriteItem: 1 put of a new item", 1, {
+        let s = next() + 200_000;
+        batch_write(&client, vec![put(&pk(2), &sk(s))]).await
+    });
+    measure!("BatchWriteItem: 1 delete of a missing key", 1, {
+        let s = next() + 100_000;
+        batch_write(&client, vec![delete(&pk(1), &sk(s))]).await
+    });
+    measure!("BatchGetItem: 100 keys", 100, {
+        let p = next();
+        batch_get(
+            &client,
+            (0..100)
+                .map(|i| key(&pk(p + i * 3), &sk(1 + i % 3)))
+                .collect(),
+        )
+        .await
+    });
+    measure!("BatchGetItem: 1 key", 1, {
+        batch_get(&client, vec![key(&pk(next()), &sk(2))]).await
+    });
+    measure!("GetItem", 1, {
+        client
+            .get_item()
+            .table_name(TABLE)
+            .set_key(Some(key(&pk(next()), &sk(3))))
+            .consistent_read(true)
+            .send()
+            .await
+            .expect("GetItem")
+    });
+    measure!("PartiQL SELECT: 50 partitions", 50, {
+        let p = next();
+        partiql(&client, (0..50).map(|i| pk(p + i * 5)).collect()).await
+    });
+    measure!("PartiQL SELECT: 10 partitions", 10, {
+        let p = next();
+        partiql(&client, (0..10).map(|i| pk(p + i * 5)).collect()).await
+    });
+    measure!("PartiQL SELECT: 1 partition", 1, {
+        partiql(&client, vec![pk(next())]).await
+    });
+    measure!("Query: 1 partition", 1, query(&client, next(), None).await);
+    measure!(
+        "Query: 1 partition, begins_with",
+        1,
+        query(&client, next(), Some("s2")).await
+    );
+
+    println!(
+        "{:<46} {:>5} {:>12} {:>12} {:>12}",
+        "request", "items", "CPU ms/req", "CPU ms/item", "wall ms/req"
+    );
+    for c in &costs {
+        println!(
+            "{:<46} {:>5} {:>12.2} {:>12.3} {:>12.2}",
+            c.name,
+            c.items,
+            c.cpu_ms,
+            c.cpu_ms / c.items as f64,
+            c.wall_ms
+        );
+    }
+    let json: Vec<serde_json::Value> = costs
+        .iter()
+        .map(|c| {
+            serde_json::json!({"request": c.name, "items": c.items,
+                "cpu_ms_per_request": c.cpu_ms, "wall_ms_per_request": c.wall_ms})
+        })
+        .collect();
+    println!(
+        "{}",
+        serde_json::json!({"bench": "local_costs", "reps": REPS, "idle_cpu_secs_3s": idle, "costs": json})
+    );
+}
