@@ -34,7 +34,7 @@
 //!    local_tables`): on A's instance, B would be the second such table and
 //!    its writes 1.5x slower than A's;
 //! 7. **oracle**: the worker's store is wrapped in a recorder
-//!    (`benches/common/recorded.rs`) that notes every read and write the
+//!    (`tests/support/recorded.rs`) that notes every read and write the
 //!    worker sent; on a DynamoDB Local of its own, seeded with *before* and
 //!    warmed up, the recorded reads (each distinct key and partition once,
 //!    BatchGetItem of 100, PartiQL of 50) and then the recorded writes
@@ -98,8 +98,6 @@ mod support;
 
 #[path = "common/engine.rs"]
 mod engine;
-#[path = "common/recorded.rs"]
-mod recorded;
 
 use engine::cpu_secs;
 
@@ -585,7 +583,7 @@ async fn main() {
     if let Some(n) = o.concurrency {
         config.stream_concurrency = n.max(1);
     }
-    let recording = Arc::new(recorded::Recorded::new(worker_store.clone()));
+    let recording = Arc::new(support::recorded::Recorded::new(worker_store.clone()));
     let app = App::new(
         recording.clone(),
         config,
@@ -739,10 +737,10 @@ async fn main() {
         support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
         warm_up(&store).await;
         let cpu = cpu_secs(local.pid());
-        let reads = recorded::replay_reads(&store, &asked).await;
+        let reads = support::recorded::replay_reads(&store, &asked).await;
         let cpu_reads = cpu_secs(local.pid()) - cpu;
         let cpu = cpu_secs(local.pid());
-        let writes = recorded::replay_writes(&store, &asked).await;
+        let writes = support::recorded::replay_writes(&store, &asked).await;
         let cpu_writes = cpu_secs(local.pid()) - cpu;
         (reads, cpu_reads, writes, cpu_writes)
     };

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Violation};
-use nishiki_worker::store::Store;
+use nishiki_worker::store::{Store, WriteOp};
 use service::*;
 use support::{Drain, TestTable};
 
@@ -258,4 +258,73 @@ async fn replaying_a_batch_twice_gives_the_same_table() {
         once.iter().map(support::key_of).collect::<Vec<_>>(),
         encoded(expected)
     );
+}
+
+/// The service deletes a group with its containers; the worker then gets
+/// the Group REMOVE and every Container REMOVE, in one batch. Each
+/// dependent is deleted exactly once, and nothing already gone is deleted
+/// again: the cascade skips the containers the service removed, and the
+/// container removals leave the links of the removed group to its cascade.
+#[tokio::test]
+async fn a_group_deletion_deletes_each_dependent_once() {
+    let table = TestTable::new().await;
+    let s = store(&table);
+    let mut drain = Drain::new(&table).await;
+    let a = sign_up(&s).await;
+    let b = sign_up(&s).await;
+    join(&s, b.user, a.group).await;
+    let c2 = add_container(&s, a.group).await;
+    drain.run(&app(&table)).await;
+
+    delete_group(&s, a.group, &[a.container, c2]).await;
+    let recorded = Arc::new(support::recorded::Recorded::new(table.store.clone()));
+    let watched = App::new(
+        recorded.clone(),
+        Config::for_table(&table.name),
+        Arc::new(ManualClock::new(t0())),
+    );
+    let before: std::collections::BTreeSet<(String, String)> =
+        table.keys().await.into_iter().collect();
+    drain.run(&watched).await;
+    assert_no_failures(&drain);
+
+    let mut expected = b.keys();
+    expected.push(ItemKey::User(a.user));
+    assert_eq!(table.keys().await, encoded(expected));
+
+    let asked = recorded.take();
+    let mut deleted: Vec<(String, String)> = asked
+        .batch_ops
+        .iter()
+        .filter_map(|op| match op {
+            WriteOp::Delete(key) => Some(support::key_of(key)),
+            WriteOp::Put(_) => None,
+        })
+        .filter(|(pk, sk)| {
+            let key = ItemKey::decode(pk, sk).expect("a worker delete decodes");
+            !key.kind().is_worker_owned()
+        })
+        .collect();
+    deleted.sort();
+    let mut want = encoded(vec![
+        ItemKey::Membership {
+            user: a.user,
+            group: a.group,
+        },
+        ItemKey::Membership {
+            user: b.user,
+            group: a.group,
+        },
+        ItemKey::ContainerLink {
+            group: a.group,
+            container: a.container,
+        },
+        ItemKey::ContainerLink {
+            group: a.group,
+            container: c2,
+        },
+    ]);
+    want.sort();
+    assert_eq!(deleted, want, "each dependent deleted once, nothing twice");
+    assert!(deleted.iter().all(|k| before.contains(k)));
 }

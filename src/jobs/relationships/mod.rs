@@ -21,9 +21,10 @@
 //! - **Group REMOVE** → consistent GetItem: if the group exists again (an old
 //!   record replayed) nothing happens. Otherwise [`cascade_group`]: members
 //!   (index `UserAndGroupRelationship`), the group partition (links,
-//!   invitation, flags), and each linked container unless a *live* other
-//!   group links it too (index `GroupAndContainerRelationship` + consistent
-//!   reads). Order: containers first (they are found through the links,
+//!   invitation, flags), and each linked container unless it is already
+//!   gone or a *live* other group links it too (index
+//!   `GroupAndContainerRelationship` + consistent reads; all containers'
+//!   checks at once). Order: containers first (they are found through the links,
 //!   which go after them, so a retry after a partial failure finds them
 //!   again), the invitation (conditional on the hash and expiry read), flags
 //!   and links, memberships. A membership the index does not show yet (a
@@ -31,8 +32,10 @@
 //! - **User REMOVE** → consistent GetItem; if absent, delete the memberships
 //!   in the user's partition. The group side follows from those removals.
 //! - **Container REMOVE** → consistent GetItem; if absent, delete the links
-//!   pointing to it (index). Its flags and reminders are removed by the
-//!   expiry job on the same record; the audit repairs any it misses.
+//!   pointing to it (index) from groups that still exist (consistent reads;
+//!   a removed group's links are its own cascade's). Its flags and reminders
+//!   are removed by the expiry job on the same record; the audit repairs any
+//!   it misses.
 //! - **Membership REMOVE** → if the membership is still gone, the group still
 //!   exists and the index shows no other membership, record an `EmptyGroup`
 //!   suspect (first seen now) for the audit. Never deletes a group.
@@ -126,6 +129,9 @@ pub struct CascadeReport {
     pub containers: usize,
     /// Containers kept because another live group links them.
     pub containers_kept: usize,
+    /// Linked containers already gone (the service deletes a group's
+    /// containers itself): nothing to delete.
+    pub containers_gone: usize,
     pub invitations: usize,
     /// Invitations kept because they changed since they were read.
     pub invitations_kept: usize,
@@ -136,12 +142,13 @@ pub struct CascadeReport {
 impl CascadeReport {
     fn describe(&self) -> String {
         format!(
-            "deleted {} memberships, {} links, {} containers ({} kept: linked by a live group), \
-             {} invitations ({} kept: changed), {} flags",
+            "deleted {} memberships, {} links, {} containers ({} kept: linked by a live group; \
+             {} already gone), {} invitations ({} kept: changed), {} flags",
             self.memberships,
             self.links,
             self.containers,
             self.containers_kept,
+            self.containers_gone,
             self.invitations,
             self.invitations_kept,
             self.flags
@@ -254,17 +261,31 @@ impl<'a> Io<'a> {
         container: ContainerId,
         except: Option<GroupId>,
     ) -> Result<usize, StoreError> {
-        let mut live = 0;
-        for group in self.links_to(container).await? {
-            if Some(group) == except {
-                continue;
-            }
-            let link = ItemKey::ContainerLink { group, container };
-            if self.exists(&link).await? && self.exists(&ItemKey::Group(group)).await? {
-                live += 1;
-            }
-        }
-        Ok(live)
+        let groups = self.links_to(container).await?;
+        // Every link and group at once: one round of shared point reads.
+        let checks = groups
+            .into_iter()
+            .filter(|g| Some(*g) != except)
+            .map(|group| async move {
+                let link = ItemKey::ContainerLink { group, container };
+                let group = ItemKey::Group(group);
+                let (link, group) = futures::try_join!(self.exists(&link), self.exists(&group))?;
+                Ok::<_, StoreError>(link && group)
+            });
+        let live = futures::future::try_join_all(checks).await?;
+        Ok(live.into_iter().filter(|l| *l).count())
+    }
+
+    /// Of `groups`, those whose Group item exists (consistent reads, at once).
+    async fn live_groups(&self, groups: Vec<GroupId>) -> Result<Vec<GroupId>, StoreError> {
+        let checks = groups.into_iter().map(|g| async move {
+            Ok::<_, StoreError>(self.exists(&ItemKey::Group(g)).await?.then_some(g))
+        });
+        Ok(futures::future::try_join_all(checks)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect())
     }
 
     /// Members of `group` whose membership and user are live (stops at `enough`).
@@ -338,14 +359,25 @@ async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, 
             _ => {}
         }
     }
+    // Every linked container at once (their reads share requests): kept if
+    // another live group links it, skipped if already gone.
+    let checks = links.iter().filter_map(|link| match link {
+        ItemKey::ContainerLink { container, .. } => Some(async move {
+            let key = ItemKey::Container(*container);
+            let (exists, live) =
+                futures::try_join!(io.exists(&key), io.live_links(*container, Some(group)))?;
+            Ok::<_, StoreError>((key, exists, live))
+        }),
+        _ => None,
+    });
     let mut containers = Vec::new();
-    for link in &links {
-        if let ItemKey::ContainerLink { container, .. } = link {
-            if io.live_links(*container, Some(group)).await? > 0 {
-                r.containers_kept += 1;
-            } else {
-                containers.push(ItemKey::Container(*container));
-            }
+    for (key, exists, live) in futures::future::try_join_all(checks).await? {
+        if live > 0 {
+            r.containers_kept += 1;
+        } else if !exists {
+            r.containers_gone += 1;
+        } else {
+            containers.push(key);
         }
     }
     // The invitation's delete is conditional (it may have been renewed), so
@@ -434,8 +466,13 @@ impl RelationshipHandler {
                 "container exists (an old REMOVE replayed): nothing to cascade".into(),
             ));
         }
+        // A link in a group that is gone is its group's cascade's (the
+        // service deletes a group's containers with it, so both records
+        // arrive): deleting it here too would only write twice.
+        let groups = io.links_to(c).await?;
+        let linked = groups.len();
         let links: Vec<ItemKey> = io
-            .links_to(c)
+            .live_groups(groups)
             .await?
             .into_iter()
             .map(|group| ItemKey::ContainerLink {
@@ -443,10 +480,14 @@ impl RelationshipHandler {
                 container: c,
             })
             .collect();
+        let left = linked - links.len();
         let n = io.delete_all(&links).await?;
         Ok(outcome(
             n,
-            format!("deleted {n} links to the removed container"),
+            format!(
+                "deleted {n} links to the removed container \
+                 ({left} in removed groups left to their cascades)"
+            ),
         ))
     }
 

@@ -1,5 +1,6 @@
-//! What the worker asked of the table, and the same asks sent again with
-//! perfect batching (`benches/load.rs`, the *oracle* figures).
+//! What the worker asked of the table (tests check what it wrote), and the
+//! same asks sent again with perfect batching (`benches/load.rs`, the
+//! *oracle* figures).
 //!
 //! [`Recorded`] wraps the worker's store and writes down every read (point
 //! reads, whole-partition reads, other queries) and every write it is sent.
