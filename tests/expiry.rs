@@ -23,7 +23,7 @@ use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job,
 use nishiki_worker::notify::RecordingPublisher;
 use nishiki_worker::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
-use nishiki_worker::store::{ItemReader, ItemWriter, QuerySpec, QueryStore};
+use nishiki_worker::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
 use support::{Drain, TestTable};
 
 fn t(s: &str) -> DateTime<Utc> {
@@ -715,6 +715,48 @@ async fn unlinking_a_container_takes_its_flags_out_of_that_group_only() {
     fx.drain().await;
     assert_eq!(ids(fx.flags(g2).await), vec![milk.food_id], "linked again");
     assert_eq!(ids(fx.flags(g1).await), vec![ham.food_id]);
+}
+
+/// The service deletes a group with its containers: the group's cascade
+/// deletes its flags, and the containers' removals leave them to it, so
+/// each flag is deleted once.
+#[tokio::test]
+async fn a_group_deletion_deletes_its_flags_once() {
+    let mut fx = Fx::new("2024-03-25T10:00:00Z").await;
+    let g = fx.group().await;
+    let c1 = fx
+        .container(g, &[food("Milk", Some("2024-03-27T00:00:00Z"))])
+        .await;
+    let c2 = fx
+        .container(g, &[food("Ham", Some("2024-03-26T00:00:00Z"))])
+        .await;
+    fx.drain().await;
+    assert_eq!(fx.flags(g).await.len(), 2);
+
+    fx.delete(ItemKey::Container(c1)).await;
+    fx.delete(ItemKey::Container(c2)).await;
+    fx.delete(ItemKey::Group(g)).await;
+    let recorded = Arc::new(support::recorded::Recorded::new(fx.table.store.clone()));
+    let watched = App::new(
+        recorded.clone(),
+        fx.app.config().clone(),
+        fx.app.clock().clone(),
+    );
+    fx.drain.run(&watched).await;
+    assert!(fx.flags(g).await.is_empty());
+    let flag_deletes = recorded
+        .take()
+        .batch_ops
+        .iter()
+        .filter(|op| match op {
+            WriteOp::Delete(key) => matches!(
+                ItemKey::from_attributes(key).map(|k| k.kind()),
+                Ok(ItemKind::ExpiringFood)
+            ),
+            WriteOp::Put(_) => false,
+        })
+        .count();
+    assert_eq!(flag_deletes, 2, "each flag deleted once");
 }
 
 /// The same data, written into a table (deterministic ids).

@@ -274,6 +274,11 @@ async fn a_group_deletion_deletes_each_dependent_once() {
     let b = sign_up(&s).await;
     join(&s, b.user, a.group).await;
     let c2 = add_container(&s, a.group).await;
+    let flags = [
+        flag(a.group, a.container, FoodId::random()),
+        flag(a.group, c2, FoodId::random()),
+    ];
+    parallel(&s, flags.iter().cloned().map(Call::Put).collect()).await;
     drain.run(&app(&table)).await;
 
     delete_group(&s, a.group, &[a.container, c2]).await;
@@ -300,11 +305,20 @@ async fn a_group_deletion_deletes_each_dependent_once() {
             WriteOp::Delete(key) => Some(support::key_of(key)),
             WriteOp::Put(_) => None,
         })
-        .filter(|(pk, sk)| {
-            let key = ItemKey::decode(pk, sk).expect("a worker delete decodes");
-            !key.kind().is_worker_owned()
-        })
         .collect();
+    deleted.sort();
+    // The flags (the cascade's: the container removals leave them alone)
+    // and the reminders (the expiry job's) aside, the relationship deletes.
+    let (worker_owned, mut deleted): (Vec<_>, Vec<_>) =
+        deleted.into_iter().partition(|(pk, sk)| {
+            let key = ItemKey::decode(pk, sk).expect("a worker delete decodes");
+            key.kind().is_worker_owned()
+        });
+    let flag_keys: Vec<(String, String)> = flags.iter().map(support::key_of).collect();
+    for f in &flag_keys {
+        let times = worker_owned.iter().filter(|k| *k == f).count();
+        assert_eq!(times, 1, "flag {f:?} deleted {times} times");
+    }
     deleted.sort();
     let mut want = encoded(vec![
         ItemKey::Membership {

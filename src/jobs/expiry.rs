@@ -86,8 +86,10 @@
 //!   link): one consistent read of the group partition; unless it holds the
 //!   link again, every flag of that container in it is deleted. A
 //!   Container REMOVE deletes the reminders of its foods, and the flags in
-//!   every group still linked to it. A removed group's remaining flags are
-//!   the relationship job's cascade; its audit repairs orphans.
+//!   every group still linked to it whose Group item exists. A removed
+//!   group's flags are the relationship job's cascade (the service deletes a
+//!   group's containers with it, so both records come); its audit repairs
+//!   orphans.
 //!
 //! ## Daily tick ([`FlagExpiringJob`], tick `flag-expiring`)
 //!
@@ -796,6 +798,19 @@ pub async fn owning_groups(
     store: &dyn Store,
     container: ContainerId,
 ) -> Result<Vec<GroupId>, StoreError> {
+    let groups = linked_groups(store, container).await?;
+    if groups.len() > 1 {
+        live_groups(store, groups).await
+    } else {
+        Ok(groups)
+    }
+}
+
+/// The groups linking a container, as the index shows them.
+async fn linked_groups(
+    store: &dyn Store,
+    container: ContainerId,
+) -> Result<Vec<GroupId>, StoreError> {
     let spec = QuerySpec::partition(attr::CONTAINER_ID, &container.to_string())
         .on_index(GROUP_AND_CONTAINER_INDEX);
     let mut groups: Vec<GroupId> = store
@@ -812,20 +827,21 @@ pub async fn owning_groups(
         .collect();
     groups.sort();
     groups.dedup();
-    if groups.len() > 1 {
-        let mut live = Vec::new();
-        for g in groups {
-            if store
-                .get(&ItemKey::Group(g).to_attributes(), true)
-                .await?
-                .is_some()
-            {
-                live.push(g);
-            }
-        }
-        groups = live;
-    }
     Ok(groups)
+}
+
+/// Of `groups`, those whose Group item exists (strongly consistent reads,
+/// all at once so that they share a request).
+async fn live_groups(store: &dyn Store, groups: Vec<GroupId>) -> Result<Vec<GroupId>, StoreError> {
+    let checks = groups.into_iter().map(|g| async move {
+        let found = store.get(&ItemKey::Group(g).to_attributes(), true).await?;
+        Ok::<_, StoreError>(found.map(|_| g))
+    });
+    Ok(futures::future::try_join_all(checks)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
 /// A container as stored now (strongly consistent), `Ok(None)` when gone,
@@ -952,10 +968,15 @@ impl ExpiryHandler {
             ));
         }
         let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
-        let groups = if needs_group {
-            owning_groups(self.store.as_ref(), id).await?
-        } else {
+        let groups = if !needs_group {
             Vec::new()
+        } else if removal {
+            // The flags in a removed group are its cascade's (the service
+            // deletes a group's containers with it): only live groups here.
+            let linked = linked_groups(self.store.as_ref(), id).await?;
+            live_groups(self.store.as_ref(), linked).await?
+        } else {
+            owning_groups(self.store.as_ref(), id).await?
         };
         let ops = container_ops(&plans, &groups, now, &self.rules);
         if ops.is_empty() {
