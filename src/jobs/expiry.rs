@@ -800,7 +800,7 @@ pub async fn owning_groups(
 ) -> Result<Vec<GroupId>, StoreError> {
     let groups = linked_groups(store, container).await?;
     if groups.len() > 1 {
-        live_groups(store, groups).await
+        super::existing_groups(store, groups).await
     } else {
         Ok(groups)
     }
@@ -828,20 +828,6 @@ async fn linked_groups(
     groups.sort();
     groups.dedup();
     Ok(groups)
-}
-
-/// Of `groups`, those whose Group item exists (strongly consistent reads,
-/// all at once so that they share a request).
-async fn live_groups(store: &dyn Store, groups: Vec<GroupId>) -> Result<Vec<GroupId>, StoreError> {
-    let checks = groups.into_iter().map(|g| async move {
-        let found = store.get(&ItemKey::Group(g).to_attributes(), true).await?;
-        Ok::<_, StoreError>(found.map(|_| g))
-    });
-    Ok(futures::future::try_join_all(checks)
-        .await?
-        .into_iter()
-        .flatten()
-        .collect())
 }
 
 /// A container as stored now (strongly consistent), `Ok(None)` when gone,
@@ -974,7 +960,7 @@ impl ExpiryHandler {
             // The flags in a removed group are its cascade's (the service
             // deletes a group's containers with it): only live groups here.
             let linked = linked_groups(self.store.as_ref(), id).await?;
-            live_groups(self.store.as_ref(), linked).await?
+            super::existing_groups(self.store.as_ref(), linked).await?
         } else {
             owning_groups(self.store.as_ref(), id).await?
         };

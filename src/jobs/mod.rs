@@ -13,8 +13,9 @@ pub mod relationships;
 use std::sync::Arc;
 
 use crate::config::{Clock, Config};
+use crate::keys::{GroupId, ItemKey};
 use crate::schedule::ScheduledJob;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::worker::ChangeHandler;
 
 /// What every job is built from.
@@ -48,4 +49,23 @@ pub fn scheduled(deps: &JobDeps) -> Vec<Arc<dyn ScheduledJob>> {
         Arc::new(expiry::BackfillJob::new(deps)),
     ];
     jobs
+}
+
+/// Of `groups`, those whose Group item exists (strongly consistent reads,
+/// all at once so that a coalescing store sends them in one request). The
+/// stream handlers use it to leave a removed group's dependents to that
+/// group's cascade.
+pub(crate) async fn existing_groups(
+    store: &dyn Store,
+    groups: Vec<GroupId>,
+) -> Result<Vec<GroupId>, StoreError> {
+    let checks = groups.into_iter().map(|g| async move {
+        let found = store.get(&ItemKey::Group(g).to_attributes(), true).await?;
+        Ok::<_, StoreError>(found.map(|_| g))
+    });
+    Ok(futures::future::try_join_all(checks)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
 }

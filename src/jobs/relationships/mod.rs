@@ -276,16 +276,10 @@ impl<'a> Io<'a> {
         Ok(live.into_iter().filter(|l| *l).count())
     }
 
-    /// Of `groups`, those whose Group item exists (consistent reads, at once).
+    /// Of `groups`, those whose Group item exists ([`super::existing_groups`]).
     async fn live_groups(&self, groups: Vec<GroupId>) -> Result<Vec<GroupId>, StoreError> {
-        let checks = groups.into_iter().map(|g| async move {
-            Ok::<_, StoreError>(self.exists(&ItemKey::Group(g)).await?.then_some(g))
-        });
-        Ok(futures::future::try_join_all(checks)
-            .await?
-            .into_iter()
-            .flatten()
-            .collect())
+        self.gets.fetch_add(groups.len() as u64, Ordering::Relaxed);
+        super::existing_groups(self.store, groups).await
     }
 
     /// Members of `group` whose membership and user are live (stops at `enough`).
