@@ -176,6 +176,12 @@ pub struct Replayed {
     pub time: Duration,
 }
 
+/// The identity of an item's key: its key attributes' values (a map's own
+/// `Debug` text is not, its order varies).
+fn key_id(item: &Item, (pk, sk): (&str, &str)) -> String {
+    format!("{:?}\u{1f}{:?}", item.get(pk), item.get(sk))
+}
+
 /// Send the reads of `log` to `store`, each distinct key and partition
 /// once, as few requests as the API allows, one after the other.
 pub async fn replay_reads(store: &DynamoStore, log: &Log) -> Replayed {
@@ -184,7 +190,7 @@ pub async fn replay_reads(store: &DynamoStore, log: &Log) -> Replayed {
     let mut gets: BTreeMap<bool, Vec<Key>> = BTreeMap::new();
     let mut seen = HashSet::new();
     for (key, consistent) in &log.gets {
-        if seen.insert((format!("{key:?}"), *consistent)) {
+        if seen.insert((key_id(key, store.key_attributes()), *consistent)) {
             gets.entry(*consistent).or_default().push(key.clone());
         }
     }
@@ -238,8 +244,8 @@ pub async fn replay_writes(store: &DynamoStore, log: &Log) -> Replayed {
     let mut chunks = Vec::new();
     for op in &log.batch_ops {
         let key = match op {
-            WriteOp::Put(item) => format!("{:?}{:?}", item.get(keys.0), item.get(keys.1)),
-            WriteOp::Delete(k) => format!("{:?}{:?}", k.get(keys.0), k.get(keys.1)),
+            WriteOp::Put(item) => key_id(item, keys),
+            WriteOp::Delete(k) => key_id(k, keys),
         };
         if chunk.len() == 25 || in_chunk.contains(&key) {
             chunks.push(std::mem::take(&mut chunk));
