@@ -51,8 +51,12 @@
 //!   Because the dates depend on the expiry only, removing a food deletes
 //!   exactly its reminders without reading anything: only the *enters
 //!   window* date while the food is still far (the *expires* reminder
-//!   cannot exist yet), both dates otherwise
-//!   ([`ExpiryRules::reminder_dates_at`]).
+//!   cannot exist yet), both dates otherwise, and of those only the ones
+//!   dated today or later ([`ExpiryRules::reminder_dates_at`]). A reminder
+//!   dated before today is the tick's: the tick covers every date from its
+//!   checkpoint on, so it has consumed that reminder already or will on its
+//!   catch-up, where it re-reads the container, finds the food gone or
+//!   changed, and deletes the reminder itself ([`plan_reminder`]).
 //! - **Checkpoints** `WorkerCheckpoint`/`flag-expiring` (`NextDate`, pending
 //!   events) and `WorkerCheckpoint`/`backfill` (scan position, counters).
 //!
@@ -320,19 +324,26 @@ impl ExpiryRules {
         v
     }
 
-    /// The reminder dates a food with this expiry can have at `now`: while
-    /// it is far, only its *enters window* date (the *expires* reminder is
-    /// written once the food is inside the window, and time only moves on);
-    /// otherwise both ([`Self::reminder_dates`]: a processed *enters
-    /// window* reminder may still wait for a late tick).
+    /// The reminder dates of a food with this expiry that a change at `now`
+    /// deletes: while it is far, only its *enters window* date (the
+    /// *expires* reminder is written once the food is inside the window,
+    /// and time only moves on); otherwise both ([`Self::reminder_dates`]),
+    /// but only those dated today or later. A reminder dated before today
+    /// is left to the tick, which has consumed it already (in a table the
+    /// worker serves, nearly always: deleting it would be a write that
+    /// changes nothing) or will on its catch-up, re-reading the container
+    /// and deleting the reminder of a food that is gone ([`plan_reminder`]).
     pub fn reminder_dates_at(&self, expiry: DateTime<Utc>, now: DateTime<Utc>) -> Vec<NaiveDate> {
-        match self.classify(expiry, now) {
+        let mut dates = match self.classify(expiry, now) {
             Window::Far { enters_on } => Some(enters_on)
                 .filter(|d| reminder_date_ok(*d))
                 .into_iter()
                 .collect(),
             _ => self.reminder_dates(expiry),
-        }
+        };
+        let today = self.today(now);
+        dates.retain(|d| *d >= today);
+        dates
     }
 
     /// Epoch seconds after which the flag may vanish (TTL).
@@ -1959,18 +1970,31 @@ mod tests {
             r.reminder_dates_at(expiry, t("2024-03-24T23:59:59Z")),
             vec![d("2024-03-25")]
         );
-        // From the day it enters the window on, both.
-        for now in [
-            "2024-03-25T00:00:00Z",
-            "2024-03-28T12:00:00Z",
-            "2024-05-01T00:00:00Z",
-        ] {
-            assert_eq!(
-                r.reminder_dates_at(expiry, t(now)),
-                r.reminder_dates(expiry)
-            );
-        }
-        // Removing a far food deletes one reminder, a nearing food two.
+        // On the day it enters the window, both.
+        assert_eq!(
+            r.reminder_dates_at(expiry, t("2024-03-25T00:00:00Z")),
+            r.reminder_dates(expiry)
+        );
+        assert_eq!(
+            r.reminder_dates(expiry),
+            vec![d("2024-03-25"), d("2024-03-29")]
+        );
+        // Later, only the dates not behind today: the tick has consumed (or
+        // will, on its catch-up) a reminder dated before today.
+        assert_eq!(
+            r.reminder_dates_at(expiry, t("2024-03-28T12:00:00Z")),
+            vec![d("2024-03-29")]
+        );
+        assert_eq!(
+            r.reminder_dates_at(expiry, t("2024-03-29T08:00:00Z")),
+            vec![d("2024-03-29")]
+        );
+        assert!(
+            r.reminder_dates_at(expiry, t("2024-05-01T00:00:00Z"))
+                .is_empty()
+        );
+        // Removing a far food deletes one reminder, a food entering the
+        // window today two.
         let milk = || food(1, "milk", Some("2024-03-28T10:00:00Z"));
         let far = plan_container_change(
             cid(),
@@ -1984,7 +2008,7 @@ mod tests {
             cid(),
             Some(&container(vec![milk()])),
             Some(&container(vec![])),
-            t("2024-03-26T00:00:00Z"),
+            t("2024-03-25T06:00:00Z"),
             &r,
         );
         assert_eq!(nearing[0].delete_reminders, r.reminder_dates(expiry));
@@ -2044,12 +2068,10 @@ mod tests {
         ]);
         let plans = plan_container_change(cid(), Some(&old), Some(&new), now, &r);
         assert_eq!(plans.len(), 3);
-        // Milk removed: flag and both reminders.
+        // Milk removed: flag and its expires reminder; its enters-window
+        // reminder (2024-03-24) is behind today, the tick's to consume.
         assert_eq!(plans[0].flag, FlagAction::Delete);
-        assert_eq!(
-            plans[0].delete_reminders,
-            vec![d("2024-03-24"), d("2024-03-28")]
-        );
+        assert_eq!(plans[0].delete_reminders, vec![d("2024-03-28")]);
         // Rice moved further: it was far, so no flag to delete and no
         // expires reminder yet; the enters-window reminder moves.
         assert_eq!(plans[1].flag, FlagAction::Keep);
@@ -2096,14 +2118,12 @@ mod tests {
         assert_eq!(plans[0].put_reminder.unwrap().date, d("2024-04-27"));
         // Far, so its only possible reminder is the one it keeps.
         assert!(plans[0].delete_reminders.is_empty());
-        // Nearing: the old expires reminder goes, the new one is put.
+        // Nearing: the old expires reminder goes, the new one is put (the
+        // enters-window reminder, 2024-04-27, is behind today: the tick's).
         let now = t("2024-04-28T10:00:00Z");
         let plans = plan_container_change(cid(), Some(&old), Some(&new), now, &r);
         assert_eq!(plans[0].put_reminder.unwrap().date, d("2024-05-01"));
-        assert_eq!(
-            plans[0].delete_reminders,
-            vec![d("2024-04-27"), d("2024-04-30")]
-        );
+        assert_eq!(plans[0].delete_reminders, vec![d("2024-04-30")]);
     }
 
     #[test]
@@ -2351,7 +2371,9 @@ mod tests {
         }
 
         /// Whatever reminder the stream or a tick wrote for a food at `t0`,
-        /// a removal planned at any later `t1` deletes it.
+        /// a removal planned at any later `t1` deletes it, or, when it is
+        /// dated before the day of `t1`, leaves it to the tick, whose plan
+        /// for a food that is gone deletes it and writes nothing else.
         #[test]
         fn a_removal_deletes_every_reminder_written_before_it(
             food in arb_food(),
@@ -2371,10 +2393,18 @@ mod tests {
             written.extend(tick.put_reminder.map(|r| r.date));
             let removal = plan_container_change(cid(), Some(&c), None, t1, &r);
             for date in written {
-                prop_assert!(
-                    removal.iter().any(|p| p.delete_reminders.contains(&date)),
-                    "reminder {} written at {} survives a removal at {}", date, t0, t1
-                );
+                if date >= r.today(t1) {
+                    prop_assert!(
+                        removal.iter().any(|p| p.delete_reminders.contains(&date)),
+                        "reminder {} written at {} survives a removal at {}", date, t0, t1
+                    );
+                } else {
+                    prop_assert!(removal.iter().all(|p| !p.delete_reminders.contains(&date)));
+                    let late_tick = plan_reminder(date, cid(), food.food_id, None, t1, &r);
+                    prop_assert_eq!(late_tick.delete_reminders, vec![date]);
+                    prop_assert!(late_tick.put_reminder.is_none());
+                    prop_assert!(!matches!(late_tick.flag, FlagAction::Put(_)));
+                }
             }
         }
 
