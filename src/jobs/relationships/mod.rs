@@ -36,9 +36,12 @@
 //!   a removed group's links are its own cascade's). Its flags and reminders
 //!   are removed by the expiry job on the same record; the audit repairs any
 //!   it misses.
-//! - **Membership REMOVE** → if the membership is still gone, the group still
-//!   exists and the index shows no other membership, record an `EmptyGroup`
-//!   suspect (first seen now) for the audit. Never deletes a group.
+//! - **Membership REMOVE** → if the group still exists (consistent GetItem),
+//!   the index shows no membership of it, and the membership is still gone
+//!   (consistent GetItem; the index may lag), record an `EmptyGroup` suspect
+//!   (first seen now) for the audit. Never deletes a group. The reads go in
+//!   that order and stop at the first that decides: a group deletion's
+//!   memberships end at the first, an ordinary leave at the second.
 //! - INSERT/MODIFY are never acted on: the service writes parents and
 //!   children with separate unordered calls, so a missing parent may simply
 //!   not be written yet. Bulk deletes go through BatchWriteItem. Replaying a
@@ -492,9 +495,9 @@ impl RelationshipHandler {
         group: GroupId,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, StoreError> {
-        if io.exists(&ItemKey::Membership { user, group }).await? {
-            return Ok(HandlerOutcome::Nothing("membership exists again".into()));
-        }
+        // Cheapest decisive read first: a group deletion removes every
+        // membership (each comes back here), so most removals end at the
+        // group read, and most of the rest at the index.
         if !io.exists(&ItemKey::Group(group)).await? {
             return Ok(HandlerOutcome::Nothing(
                 "group gone: its own removal cascades".into(),
@@ -502,6 +505,10 @@ impl RelationshipHandler {
         }
         if !io.memberships_of(group).await?.is_empty() {
             return Ok(HandlerOutcome::Nothing("group still has members".into()));
+        }
+        // The index may lag behind a membership written again.
+        if io.exists(&ItemKey::Membership { user, group }).await? {
+            return Ok(HandlerOutcome::Nothing("membership exists again".into()));
         }
         let found = Found::new(Violation::EmptyGroup, ItemKey::Group(group));
         let note = Suspect::new(&found, now).to_item();
