@@ -17,9 +17,10 @@
 //!    mapping does (`infra/template.yaml`): records its `FilterCriteria`
 //!    drops (the worker's own flags, reminders, suspects, checkpoints) never
 //!    reach the function, the rest go to `App::handle_stream` in batches of
-//!    its `BatchSize` (or `--batch-size`), retrying from the first reported
-//!    failure, until a read of the stream returns nothing (the worker's own
-//!    writes produce records too). Before timing, one request of each read
+//!    its `BatchSize` (or `--batch-size`) and of at most Lambda's 6 MiB
+//!    payload, retrying from the first reported failure, until a read of
+//!    the stream returns nothing (the worker's own writes produce records
+//!    too). Before timing, one request of each read
 //!    kind warms DynamoDB Local up ([`warm_up`]);
 //! 5. snapshots A (*after*) and diffs it against *before*: the keys the
 //!    worker deleted and the items it put — the minimal set of writes that
@@ -332,6 +333,43 @@ struct DrainStats {
     /// Records the event source's filter keeps from the function (the
     /// worker's own flags, reminders, suspects and checkpoints).
     filtered: usize,
+    /// The largest event handed to `handle_stream`, in bytes of JSON.
+    max_payload: usize,
+}
+
+/// Lambda's limit on an invocation's payload: the event source mapping
+/// cuts a batch before it would exceed it, whatever its `BatchSize`.
+const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
+
+/// The bytes of `{"Records":[]}` around the records of an event.
+const EVENT_ENVELOPE_BYTES: usize = r#"{"Records":[]}"#.len();
+
+fn json_len(event: &serde_json::Value) -> usize {
+    serde_json::to_vec(event)
+        .expect("an event serializes")
+        .len()
+}
+
+/// Cut `changes` into Lambda batches like the event source mapping: at
+/// most `batch_size` records and at most [`MAX_PAYLOAD_BYTES`] of event
+/// JSON each.
+fn lambda_batches(changes: &[StreamChange], batch_size: usize) -> Vec<&[StreamChange]> {
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0, EVENT_ENVELOPE_BYTES);
+    for (i, c) in changes.iter().enumerate() {
+        // The record's JSON and the comma before it.
+        let size =
+            json_len(&encode_event(std::slice::from_ref(c), None)) - EVENT_ENVELOPE_BYTES + 1;
+        if i > start && (i - start == batch_size || bytes + size > MAX_PAYLOAD_BYTES) {
+            batches.push(&changes[start..i]);
+            (start, bytes) = (i, EVENT_ENVELOPE_BYTES);
+        }
+        bytes += size;
+    }
+    if start < changes.len() {
+        batches.push(&changes[start..]);
+    }
+    batches
 }
 
 /// A record as Lambda's event filtering sees it (the patterns look at the
@@ -366,6 +404,7 @@ async fn drain(
         latencies: Vec::new(),
         worker: Duration::ZERO,
         reads: 0,
+        max_payload: 0,
     };
     // Quiet: two consecutive empty reads (DynamoDB Local publishes a write's
     // record with the write, but be safe).
@@ -395,11 +434,17 @@ async fn drain(
         }
         empty = 0;
         s.records += changes.len();
-        for chunk in changes.chunks(batch_size) {
+        for chunk in lambda_batches(&changes, batch_size) {
             let mut pending = chunk.to_vec();
             for attempt in 0.. {
                 assert!(attempt < 5, "a batch kept failing after 5 attempts");
                 let event = encode_event(&pending, None);
+                let payload = json_len(&event);
+                assert!(
+                    payload <= MAX_PAYLOAD_BYTES,
+                    "a batch over Lambda's payload limit"
+                );
+                s.max_payload = s.max_payload.max(payload);
                 let cpu_at_start = cpu_secs(engine);
                 let started = Instant::now();
                 let report = app.handle_stream(&event, None).await.expect("stream event");
@@ -726,6 +771,27 @@ async fn main() {
         .collect::<Vec<_>>()
         .join(", ");
 
+    // The worker's reads by what they read: point reads by item kind,
+    // whole-partition reads by index (`table` for a PK partition).
+    let mut read_mix: BTreeMap<String, usize> = BTreeMap::new();
+    for (key, _) in &asked.gets {
+        let kind = ItemKey::from_attributes(key)
+            .map(|k| format!("{:?}", k.kind()))
+            .unwrap_or_else(|_| "?".into());
+        *read_mix.entry(format!("get {kind}")).or_default() += 1;
+    }
+    for (index, attribute, _, _) in &asked.partitions {
+        let on = index.as_deref().unwrap_or("table");
+        *read_mix
+            .entry(format!("partition {on} by {attribute}"))
+            .or_default() += 1;
+    }
+    let read_mix_text = read_mix
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+
     // 7. The oracle: the worker's own reads and writes (as recorded), each
     // sent once with perfect batching, one request after the other, on a
     // table seeded with *before* on a DynamoDB Local of its own.
@@ -791,6 +857,10 @@ async fn main() {
         ),
         ("batch size (template BatchSize)", batch_size.to_string()),
         ("handle_stream invocations", stats.invocations.to_string()),
+        (
+            "largest event (limit 6 MiB)",
+            format!("{:.2} MiB", stats.max_payload as f64 / (1024.0 * 1024.0)),
+        ),
         (
             "worker time (sum of handle_stream)",
             format!("{worker_secs:.3} s"),
@@ -869,6 +939,7 @@ async fn main() {
             format!("{} / {noop_writes}", asked.batch_ops.len()),
         ),
         ("  by kind and effect", write_effects_text),
+        ("worker's reads (as asked) by kind", read_mix_text),
         (
             "oracle: worker's reads, batched once",
             format!(
@@ -929,6 +1000,7 @@ async fn main() {
         "filtered_records": stats.filtered,
         "batch_size": batch_size,
         "invocations": stats.invocations,
+        "max_payload_bytes": stats.max_payload,
         "worker_secs": worker_secs,
         "worker_rps": worker_rps,
         "requests_per_record": requests(&d) as f64 / records,
@@ -957,6 +1029,7 @@ async fn main() {
     });
     // Apart: one json! call this size exceeds the macro recursion limit.
     let extra = serde_json::json!({
+        "reads_by_kind": read_mix,
         "batch_writes": {
             "items": asked.batch_ops.len(),
             "noops": noop_writes,
