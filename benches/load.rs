@@ -87,7 +87,7 @@
 //!
 //! Options: `--users N` (default 300), `--seed S` (default 7),
 //! `--operations N` (default: one per user), `--leftover-rate F` (default
-//! 0.1), `--concurrency N` (the worker's `STREAM_CONCURRENCY`, default 64;
+//! 0.1), `--concurrency N` (the worker's `STREAM_CONCURRENCY`, default 1000;
 //! `1` handles each batch strictly in order), `--batch-size N` (default: the
 //! template's `BatchSize`), `--no-backfill` (a table the worker never
 //! served). `LOAD_TRACE=1` prints each batch's size, record kinds and time;

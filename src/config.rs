@@ -6,7 +6,7 @@
 //! | `TABLE_NAME` | (required) | the Nishiki table, e.g. `nishiki-table-prod-db` |
 //! | `DYNAMODB_ENDPOINT_URL` | AWS | another endpoint, e.g. DynamoDB Local |
 //! | `DEADLINE_MARGIN_MS` | `2000` | stop this long before the Lambda deadline |
-//! | `STREAM_CONCURRENCY` | `64` | items of a stream batch handled at once (`1`: strictly in order) |
+//! | `STREAM_CONCURRENCY` | `1000` | items of a stream batch handled at once (`1`: strictly in order) |
 //! | `AUDIT_GRACE_SECS` | `3600` | a violation must persist this long before it is repaired |
 //! | `EMPTY_GROUP_GRACE_SECS` | `86400` | the same, for groups without members |
 //! | `EMPTY_GROUP_POLICY` | `delete` | `delete` or `report` empty groups |
@@ -70,6 +70,10 @@ impl EnvVar {
         })
     }
 }
+
+/// The largest `STREAM_CONCURRENCY` (a larger value is clamped): the
+/// event source mapping's largest `BatchSize` for a DynamoDB stream.
+pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
 
 /// Every environment variable the worker's code reads (the table above).
 pub const ENV_VARS: &[EnvVar] = &[
@@ -272,7 +276,7 @@ impl Config {
             c.deadline_margin = Duration::from_millis(v);
         }
         if let Some(v) = parse("STREAM_CONCURRENCY")? {
-            c.stream_concurrency = v.clamp(1, 256) as usize;
+            c.stream_concurrency = v.clamp(1, MAX_STREAM_CONCURRENCY as u64) as usize;
         }
         if let Some(v) = parse("AUDIT_GRACE_SECS")? {
             c.audit_grace = Duration::from_secs(v);

@@ -59,7 +59,7 @@ pub struct DevArgs {
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// Most records per invocation (Lambda BatchSize).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: u32,
     /// Seconds to gather records before invoking with less than a full
     /// batch (Lambda MaximumBatchingWindowInSeconds).

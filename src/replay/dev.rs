@@ -81,7 +81,8 @@ impl RecordSource for StreamTail {
 /// The event source mapping settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MappingConfig {
-    /// Most records per invocation (Lambda: `BatchSize`, default 100).
+    /// Most records per invocation (Lambda: `BatchSize`; the deployed
+    /// mapping uses 1,000).
     pub batch_size: usize,
     /// How long to gather records before invoking with less than a full
     /// batch (Lambda: `MaximumBatchingWindowInSeconds`, default 0).

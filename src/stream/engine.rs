@@ -123,8 +123,12 @@ pub struct EngineConfig {
     pub concurrency: usize,
 }
 
-/// Items handled at once within a batch, unless configured.
-pub const DEFAULT_CONCURRENCY: usize = 64;
+/// Items handled at once within a batch, unless configured: every item of
+/// a batch of 1,000 records, so that the reads of all of them go out in the
+/// same rounds (a store that shares requests between concurrent callers
+/// then sends one request per kind of read and round, not one per group of
+/// items that happened to run together).
+pub const DEFAULT_CONCURRENCY: usize = 1000;
 
 impl Default for EngineConfig {
     fn default() -> Self {
