@@ -153,10 +153,12 @@ impl App {
         };
         let lags = metrics::stream_lags_ms(&records, self.deps.clock.now());
         let (writes, requests) = self.counters();
-        // One poll pass of the batch's lanes, one shared request per kind.
+        // The batch's records know of each other (BatchFacts); one poll pass
+        // of the batch's lanes, one shared request per kind.
+        let router = self.router.for_batch(&records);
         let report = self
             .coalescing
-            .gathered(engine::run_batch(records, &self.router, &config))
+            .gathered(engine::run_batch(records, &router, &config))
             .await;
         if let Some(emitter) = &self.observe.emitter {
             let store = self.store_delta(requests);

@@ -44,7 +44,7 @@ use crate::schedule::JobReport;
 use crate::store::MetricsSnapshot;
 use crate::stream::decode::{RecordError, StreamChange};
 use crate::stream::engine::BatchReport;
-use crate::worker::{Change, ChangeHandler, HandlerOutcome};
+use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "NishikiWorker";
@@ -417,12 +417,13 @@ impl ChangeHandler for CountedHandler {
         self.inner.wants(kind)
     }
 
-    async fn handle(
+    async fn handle_in_batch(
         &self,
         change: &Change,
         now: DateTime<Utc>,
+        batch: &BatchFacts,
     ) -> Result<HandlerOutcome, HandlerError> {
-        let outcome = self.inner.handle(change, now).await?;
+        let outcome = self.inner.handle_in_batch(change, now, batch).await?;
         if let HandlerOutcome::Wrote { writes, .. } = &outcome {
             self.counter.add(self.inner.name(), *writes);
         }

@@ -1,8 +1,9 @@
 //! Nishiki's side of the stream engine: a raw stream change becomes a typed
 //! [`Change`] (decoded key, typed old/new images), worker-owned items are
 //! ignored (loop guard), and the change goes to every [`ChangeHandler`]
-//! registered for its item kind.
+//! registered for its item kind, with the [`BatchFacts`] of its batch.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -11,8 +12,8 @@ use chrono::{DateTime, Utc};
 use crate::config::Clock;
 pub use crate::error::HandlerError;
 use crate::items::{Entity, ItemError, redact_quoted};
-use crate::keys::{ItemKey, ItemKind, PK, SK};
-use crate::stream::decode::{ChangeKind, StreamChange};
+use crate::keys::{ContainerId, ItemKey, ItemKind, PK, SK};
+use crate::stream::decode::{ChangeKind, RecordError, StreamChange};
 use crate::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
 /// A stream record of the Nishiki table, typed.
@@ -79,6 +80,42 @@ impl Change {
     }
 }
 
+/// What the records of one stream batch tell about each other, for a
+/// handler that can leave part of its work to another record of the same
+/// batch. A record of the batch that does not finish is delivered again
+/// with every record after it (Lambda retries from the reported sequence
+/// number), so work left to a record of the batch is done once that record
+/// is handled, whichever of the two is handled first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BatchFacts {
+    /// Containers a ContainerLink INSERT of the batch links (only records
+    /// that decode: a malformed one is skipped and does nothing).
+    linked: HashSet<ContainerId>,
+}
+
+impl BatchFacts {
+    /// The facts of a decoded batch.
+    pub fn of(records: &[Result<StreamChange, RecordError>]) -> Self {
+        let linked = records
+            .iter()
+            .filter_map(|r| r.as_ref().ok())
+            .filter(|raw| raw.kind == ChangeKind::Insert)
+            .filter_map(|raw| match ItemKey::from_attributes(&raw.keys) {
+                Ok(ItemKey::ContainerLink { container, .. }) => Some((raw, container)),
+                _ => None,
+            })
+            .filter(|(raw, _)| Change::from_stream(raw).is_ok())
+            .map(|(_, container)| container)
+            .collect();
+        BatchFacts { linked }
+    }
+
+    /// Whether a ContainerLink INSERT of this batch links `container`.
+    pub fn link_inserted(&self, container: ContainerId) -> bool {
+        self.linked.contains(&container)
+    }
+}
+
 /// What a handler did with a change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandlerOutcome {
@@ -96,12 +133,24 @@ pub trait ChangeHandler: Send + Sync {
     fn name(&self) -> &'static str;
     /// Whether this handler wants changes of this kind of item.
     fn wants(&self, kind: ItemKind) -> bool;
-    /// React to one change; `now` comes from the injected clock.
+    /// React to one change of a batch whose [`BatchFacts`] are `batch`;
+    /// `now` comes from the injected clock. (A decorator forwards this, so
+    /// the facts reach the handler it wraps.)
+    async fn handle_in_batch(
+        &self,
+        change: &Change,
+        now: DateTime<Utc>,
+        batch: &BatchFacts,
+    ) -> Result<HandlerOutcome, HandlerError>;
+    /// React to one change as if it were alone in its batch.
     async fn handle(
         &self,
         change: &Change,
         now: DateTime<Utc>,
-    ) -> Result<HandlerOutcome, HandlerError>;
+    ) -> Result<HandlerOutcome, HandlerError> {
+        self.handle_in_batch(change, now, &BatchFacts::default())
+            .await
+    }
 }
 
 /// Routes typed changes to the handlers registered for their item kind.
@@ -127,11 +176,22 @@ impl Router {
     pub fn handler_names(&self) -> Vec<&'static str> {
         self.handlers.iter().map(|h| h.name()).collect()
     }
-}
 
-#[async_trait]
-impl RecordProcessor for Router {
-    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    /// This router for the records of one batch: its handlers get the
+    /// batch's [`BatchFacts`]. (The router itself processes each record as
+    /// if it were alone in its batch.)
+    pub fn for_batch(&self, records: &[Result<StreamChange, RecordError>]) -> InBatch<'_> {
+        InBatch {
+            router: self,
+            facts: BatchFacts::of(records),
+        }
+    }
+
+    async fn process_in(
+        &self,
+        raw: &StreamChange,
+        batch: &BatchFacts,
+    ) -> Result<RecordOutcome, ProcessError> {
         let change = Change::from_stream(raw).map_err(|e| {
             let reason = e.to_string();
             ProcessError::Permanent {
@@ -153,7 +213,7 @@ impl RecordProcessor for Router {
         let now = self.clock.now();
         let mut done = Vec::new();
         for h in self.handlers.iter().filter(|h| h.wants(kind)) {
-            match h.handle(&change, now).await {
+            match h.handle_in_batch(&change, now, batch).await {
                 Ok(HandlerOutcome::Wrote { writes, detail }) => {
                     done.push(format!("{}: {detail} ({writes} writes)", h.name()))
                 }
@@ -178,5 +238,100 @@ impl RecordProcessor for Router {
         Ok(RecordOutcome::Handled {
             detail: done.join("; "),
         })
+    }
+}
+
+#[async_trait]
+impl RecordProcessor for Router {
+    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        self.process_in(raw, &BatchFacts::default()).await
+    }
+}
+
+/// A [`Router`] bound to the [`BatchFacts`] of one batch ([`Router::for_batch`]).
+pub struct InBatch<'a> {
+    router: &'a Router,
+    facts: BatchFacts,
+}
+
+#[async_trait]
+impl RecordProcessor for InBatch<'_> {
+    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        self.router.process_in(raw, &self.facts).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::items::{ContainerLink, Item};
+    use crate::keys::GroupId;
+
+    fn record(kind: ChangeKind, key: &ItemKey, image: Option<Item>) -> StreamChange {
+        let (old_image, new_image) = if kind.is_removal() {
+            (image, None)
+        } else {
+            (None, image)
+        };
+        StreamChange {
+            event_id: "e".into(),
+            kind,
+            sequence_number: None,
+            approximate_creation: None,
+            keys: key.to_attributes(),
+            old_image,
+            new_image,
+            event_source_arn: None,
+            size_bytes: None,
+        }
+    }
+
+    fn link_image(group: GroupId, container: ContainerId) -> Item {
+        Entity::ContainerLink(ContainerLink {
+            group,
+            container,
+            extra: Item::new(),
+        })
+        .to_item()
+    }
+
+    #[test]
+    fn batch_facts_name_the_containers_a_decodable_link_insert_links() {
+        let g = GroupId::random();
+        let [linked, unlinked, malformed, alone] = [(); 4].map(|_| ContainerId::random());
+        let link = |c| ItemKey::ContainerLink {
+            group: g,
+            container: c,
+        };
+        let mut other_key = link_image(g, malformed);
+        other_key.insert(SK.into(), link(alone).to_attributes()[SK].clone());
+        let records = vec![
+            Ok(record(
+                ChangeKind::Insert,
+                &link(linked),
+                Some(link_image(g, linked)),
+            )),
+            // A removal links nothing.
+            Ok(record(
+                ChangeKind::Remove,
+                &link(unlinked),
+                Some(link_image(g, unlinked)),
+            )),
+            // An INSERT whose image is not its key's is skipped by the
+            // router (malformed), so it places no flags.
+            Ok(record(
+                ChangeKind::Insert,
+                &link(malformed),
+                Some(other_key),
+            )),
+            // A container's own record is no link.
+            Ok(record(ChangeKind::Insert, &ItemKey::Container(alone), None)),
+        ];
+        let facts = BatchFacts::of(&records);
+        assert!(facts.link_inserted(linked));
+        for c in [unlinked, malformed, alone] {
+            assert!(!facts.link_inserted(c));
+        }
+        assert_eq!(BatchFacts::of(&[]), BatchFacts::default());
     }
 }

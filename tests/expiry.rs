@@ -24,6 +24,7 @@ use nishiki_worker::notify::RecordingPublisher;
 use nishiki_worker::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use nishiki_worker::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
+use nishiki_worker::stream::engine::RecordStatus;
 use support::{Drain, TestTable};
 
 fn t(s: &str) -> DateTime<Utc> {
@@ -1024,4 +1025,90 @@ async fn replaying_a_batch_leaves_the_same_table() {
     assert_eq!(fx.flags(g).await.len(), 2);
     fx.drain().await; // the worker's own records are skipped; the stream settles
     assert_eq!(fx.table.snapshot().await, once);
+}
+
+/// The service writes a container and its link at once, so their records
+/// usually share a batch: the link's record places the flags and the
+/// container's writes only its reminders, without an index read, so no
+/// flag is put twice. The two records in one batch in either order, or in
+/// two batches in either order, end in the same table.
+#[tokio::test]
+async fn a_container_and_its_link_in_one_batch_place_each_flag_once() {
+    let mut fx = Fx::new("2024-03-25T10:00:00Z").await;
+    let g = fx.group().await;
+    fx.drain().await;
+    let milk = food("Milk", Some("2024-03-27T00:00:00Z"));
+    let rice = food("Rice", Some("2024-06-01T00:00:00Z"));
+    let c = fx.container(g, &[milk.clone(), rice.clone()]).await;
+    let changes = fx.drain.read().await;
+    assert_eq!(changes.len(), 2, "the container's INSERT and its link's");
+    let (container_first, link_first) = (
+        changes.clone(),
+        vec![changes[1].clone(), changes[0].clone()],
+    );
+
+    let metrics = fx.table.store.metrics().snapshot();
+    fx.drain.run_batch(&fx.app, &container_first).await;
+    let asked = fx.table.store.metrics().snapshot().since(&metrics);
+    assert_eq!(
+        asked.execute_statement + asked.query,
+        0,
+        "no index read: {asked:?}"
+    );
+    let report = fx.drain.batches.last().unwrap().clone();
+    let detail = |i: usize| match &report.records[i].status {
+        RecordStatus::Handled { detail } => detail.clone(),
+        other => panic!("record {i}: {other:?}"),
+    };
+    assert!(
+        detail(0).contains("its link's INSERT in this batch places them")
+            && detail(0).contains("(2 writes)"),
+        "the container's record writes its two reminders only: {}",
+        detail(0)
+    );
+    assert!(
+        detail(1).contains(&format!(
+            "placed the flags of container {c} in group {g} (1 writes)"
+        )),
+        "{}",
+        detail(1)
+    );
+    let flags = fx.flags(g).await;
+    assert_eq!(
+        flags.keys().copied().collect::<Vec<_>>(),
+        vec![milk.food_id]
+    );
+    assert_eq!(status(&flags[&milk.food_id]), sn("nearing", 2));
+    let mut expected = vec![
+        (d("2024-03-27"), milk.food_id),
+        (d("2024-05-29"), rice.food_id),
+    ];
+    expected.sort();
+    assert_eq!(
+        fx.reminders().await,
+        expected,
+        "no retry reminder for today"
+    );
+    let served = fx.worker_items().await;
+
+    // Every other arrangement, from the table before the worker, ends the same.
+    let arrangements: [Vec<Vec<_>>; 3] = [
+        vec![link_first.clone()],
+        vec![container_first[..1].to_vec(), container_first[1..].to_vec()],
+        vec![link_first[..1].to_vec(), link_first[1..].to_vec()],
+    ];
+    for batches in arrangements {
+        for item in fx.worker_items().await {
+            fx.delete(ItemKey::from_attributes(&item).unwrap()).await;
+        }
+        for batch in &batches {
+            fx.drain.run_batch(&fx.app, batch).await;
+        }
+        assert_eq!(
+            fx.worker_items().await,
+            served,
+            "{} batch(es)",
+            batches.len()
+        );
+    }
 }

@@ -23,7 +23,7 @@ use nishiki_worker::store::{
 };
 use nishiki_worker::stream::decode::{ChangeKind, decode_event, encode_event};
 use nishiki_worker::stream::engine::{EngineConfig, RecordStatus, run_batch};
-use nishiki_worker::worker::{Change, ChangeHandler, HandlerOutcome, Router};
+use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome, Router};
 use support::{Drain, TestTable, key_of};
 
 fn now() -> DateTime<Utc> {
@@ -244,10 +244,11 @@ impl ChangeHandler for Touch {
     fn wants(&self, kind: ItemKind) -> bool {
         !kind.is_worker_owned()
     }
-    async fn handle(
+    async fn handle_in_batch(
         &self,
         change: &Change,
         _now: DateTime<Utc>,
+        _batch: &BatchFacts,
     ) -> Result<HandlerOutcome, HandlerError> {
         self.store.get(&change.key.to_attributes(), true).await?;
         self.seen.lock().unwrap().push(change.key.clone());

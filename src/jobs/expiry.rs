@@ -86,6 +86,13 @@
 //!   puts the flags of its foods inside the window in that group. As a
 //!   second line (index lag), a container whose in-window foods found no link
 //!   also gets a reminder for *today*, so the next tick retries.
+//! - **Container INSERT with its link's INSERT in the same batch** (the
+//!   usual case: the service writes both at once): the link's record places
+//!   the flags (the container exists when it reads it, its INSERT being in
+//!   the batch), so the container's record writes only the reminders, with
+//!   no index read ([`leave_flags_to_link`], [`BatchFacts`]). If either
+//!   record does not finish, Lambda delivers it again with every later
+//!   record of the batch.
 //! - **ContainerLink REMOVE** (the service deletes the container, then its
 //!   link): one consistent read of the group partition; unless it holds the
 //!   link again, every flag of that container in it is deleted. A
@@ -141,6 +148,11 @@
 //!
 //! ## Races, knowingly accepted
 //!
+//! A new container that two groups link (the service never does this; the
+//! audit reports it), one link's record handled in an earlier batch before
+//! the container was written and the other's in the container's batch: the
+//! first group's flags wait for the food's next reminder.
+//!
 //! The tick or the backfill may put a flag from a container read just
 //! before the service removes the food; a nearing flag written that way
 //! comes with an *expires* reminder, whose tick re-reads the container and
@@ -166,7 +178,7 @@ use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use crate::schema::GROUP_AND_CONTAINER_INDEX;
 use crate::store::{Expr, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp, WriteOutcome};
 use crate::stream::decode::ChangeKind;
-use crate::worker::{Change, ChangeHandler, HandlerOutcome};
+use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 
 use super::JobDeps;
 
@@ -754,6 +766,24 @@ pub fn container_ops(
     ops
 }
 
+/// The plans of a new container whose link's INSERT is in the same batch:
+/// the link's record reads the container (strongly consistent; it exists,
+/// its INSERT being in the batch) and puts the flags of its foods inside
+/// the window, so the container's own record keeps only the reminders. It
+/// then needs no index read for its group, and no flag is put twice.
+pub fn leave_flags_to_link(plans: Vec<FoodPlan>) -> Vec<FoodPlan> {
+    plans
+        .into_iter()
+        .map(|mut p| {
+            if matches!(p.flag, FlagAction::Put(_)) {
+                p.flag = FlagAction::Keep;
+            }
+            p
+        })
+        .filter(|p| !p.is_empty())
+        .collect()
+}
+
 /// The notification entries: one per group (split every
 /// [`MAX_FOODS_PER_EVENT`] foods), foods sorted by container and food id.
 pub fn notification_entries(
@@ -1097,12 +1127,44 @@ impl ChangeHandler for ExpiryHandler {
         matches!(kind, ItemKind::Container | ItemKind::ContainerLink)
     }
 
-    async fn handle(
+    async fn handle_in_batch(
         &self,
         change: &Change,
         now: DateTime<Utc>,
+        batch: &BatchFacts,
     ) -> Result<HandlerOutcome, HandlerError> {
-        match plan_stream_change(change, now, &self.rules) {
+        let plan = plan_stream_change(change, now, &self.rules);
+        match plan {
+            StreamPlan::Container { id, removal, plans }
+                if change.kind == ChangeKind::Insert && batch.link_inserted(id) =>
+            {
+                let plans = leave_flags_to_link(plans);
+                let outcome = self.container_changed(id, removal, plans, now).await?;
+                Ok(match outcome {
+                    HandlerOutcome::Wrote { writes, detail } => HandlerOutcome::Wrote {
+                        writes,
+                        detail: format!("{detail}; {FLAGS_LEFT_TO_LINK}"),
+                    },
+                    HandlerOutcome::Nothing(why) => {
+                        HandlerOutcome::Nothing(format!("{why}; {FLAGS_LEFT_TO_LINK}"))
+                    }
+                })
+            }
+            plan => self.handle_plan(plan, now).await,
+        }
+    }
+}
+
+/// Said of a new container whose link's INSERT is in the same batch.
+const FLAGS_LEFT_TO_LINK: &str = "flags: its link's INSERT in this batch places them";
+
+impl ExpiryHandler {
+    async fn handle_plan(
+        &self,
+        plan: StreamPlan,
+        now: DateTime<Utc>,
+    ) -> Result<HandlerOutcome, HandlerError> {
+        match plan {
             StreamPlan::Container { id, removal, plans } => {
                 self.container_changed(id, removal, plans, now).await
             }
@@ -2105,6 +2167,34 @@ mod tests {
         };
         assert_eq!(f.name, "Oat milk");
         assert!(plans[0].delete_reminders.is_empty() && plans[0].put_reminder.is_none());
+    }
+
+    #[test]
+    fn a_new_container_whose_link_is_in_its_batch_keeps_only_its_reminders() {
+        let r = utc();
+        let now = t("2024-03-25T10:00:00Z");
+        let c = container(vec![
+            food(1, "Milk", Some("2024-03-27T00:00:00Z")),
+            food(2, "Rice", Some("2024-04-30T00:00:00Z")),
+            food(3, "Ham", Some("2024-03-24T00:00:00Z")),
+        ]);
+        let plans = plan_container_change(cid(), None, Some(&c), now, &r);
+        assert_eq!(plans.len(), 3);
+        let left = leave_flags_to_link(plans.clone());
+        // Milk keeps its expires reminder, Rice its enters-window one; Ham,
+        // expired, had only its flag to write.
+        assert_eq!(left.len(), 2);
+        assert!(left.iter().all(|p| p.flag == FlagAction::Keep));
+        assert_eq!(
+            left.iter().map(|p| p.put_reminder).collect::<Vec<_>>(),
+            vec![plans[0].put_reminder, plans[1].put_reminder]
+        );
+        // Without a group, nothing but those reminders is written: no flag,
+        // no retry reminder for today.
+        let ops = container_ops(&left, &[], now, &r);
+        assert_eq!(ops.len(), 2);
+        assert!(ops.iter().all(|op| matches!(op, WriteOp::Put(item)
+            if matches!(ItemKey::from_attributes(item), Ok(ItemKey::ExpiryReminder { date, .. }) if date > r.today(now)))));
     }
 
     #[test]

@@ -85,7 +85,7 @@ use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use crate::schema::INVITATION_EXPIRY_INDEX;
 use crate::store::{Expr, Key, Page, QuerySpec, ScanSpec, Store, StoreError, WriteOutcome};
 use crate::stream::decode::ChangeKind;
-use crate::worker::{Change, ChangeHandler, HandlerOutcome};
+use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 
 use super::JobDeps;
 
@@ -689,10 +689,11 @@ impl ChangeHandler for InvitationTtl {
         kind == ItemKind::InvitationLink
     }
 
-    async fn handle(
+    async fn handle_in_batch(
         &self,
         change: &Change,
         _now: DateTime<Utc>,
+        _batch: &BatchFacts,
     ) -> Result<HandlerOutcome, HandlerError> {
         match change.kind {
             ChangeKind::TtlRemove => {

@@ -122,7 +122,7 @@ use crate::items::{Item, attr};
 use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, PK, UserId, Violation};
 use crate::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use crate::store::{Expr, QuerySpec, Store, StoreError, WriteOp, WriteOutcome};
-use crate::worker::{Change, ChangeHandler, HandlerOutcome};
+use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 
 /// What a cascade deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -542,10 +542,11 @@ impl ChangeHandler for RelationshipHandler {
         )
     }
 
-    async fn handle(
+    async fn handle_in_batch(
         &self,
         change: &Change,
         now: DateTime<Utc>,
+        _batch: &BatchFacts,
     ) -> Result<HandlerOutcome, HandlerError> {
         let cascade = plan_stream_change(change);
         if cascade == StreamCascade::LeftToAudit {
