@@ -23,7 +23,7 @@ use nishiki_worker::jobs::{self, JobDeps};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, UserId};
 use nishiki_worker::store::{self, DynamoStore};
 use nishiki_worker::stream::decode::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
-use nishiki_worker::worker::{Change, ChangeHandler};
+use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler};
 use uuid::Uuid;
 
 const FOODS: usize = 20;
@@ -376,7 +376,9 @@ impl Fixture {
     }
 
     fn expiry(&self, change: &Change, s: &mut Summary) {
-        match expiry::plan_stream_change(change, self.now, &self.rules) {
+        // Each record as if alone in its batch (BatchFacts::default()): the
+        // fixture's checked counts are the per-record decisions.
+        match expiry::plan_stream_change(change, self.now, &self.rules, &BatchFacts::default()) {
             StreamPlan::Container { id, plans, .. } => {
                 if plans.is_empty() {
                     s.containers_unchanged += 1;

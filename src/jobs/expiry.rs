@@ -905,11 +905,14 @@ fn container_of(entity: &Option<Entity>) -> Option<&Container> {
 pub enum StreamPlan {
     /// A container changed: its foods' plans (empty: nothing to write).
     /// On a removal the handler first checks that the container does not
-    /// exist again.
+    /// exist again. `flags_by_link`: a new container whose link's INSERT is
+    /// in the same batch; its plans keep only the reminders
+    /// ([`leave_flags_to_link`]) and it needs no group.
     Container {
         id: ContainerId,
         removal: bool,
         plans: Vec<FoodPlan>,
+        flags_by_link: bool,
     },
     /// A container link was inserted: place the container's flags in the
     /// group (after reading the container).
@@ -927,8 +930,14 @@ pub enum StreamPlan {
     Nothing(&'static str),
 }
 
-/// Decide what a stream change asks of the expiry job, at `now`.
-pub fn plan_stream_change(change: &Change, now: DateTime<Utc>, rules: &ExpiryRules) -> StreamPlan {
+/// Decide what a stream change of a batch with these facts asks of the
+/// expiry job, at `now`.
+pub fn plan_stream_change(
+    change: &Change,
+    now: DateTime<Utc>,
+    rules: &ExpiryRules,
+    batch: &BatchFacts,
+) -> StreamPlan {
     match change.key {
         ItemKey::Container(id) => {
             let removal = change.is_removal();
@@ -938,10 +947,17 @@ pub fn plan_stream_change(change: &Change, now: DateTime<Utc>, rules: &ExpiryRul
             } else {
                 container_of(&change.new)
             };
+            let plans = plan_container_change(id, old, new, now, rules);
+            let flags_by_link = change.kind == ChangeKind::Insert && batch.link_inserted(id);
             StreamPlan::Container {
                 id,
                 removal,
-                plans: plan_container_change(id, old, new, now, rules),
+                plans: if flags_by_link {
+                    leave_flags_to_link(plans)
+                } else {
+                    plans
+                },
+                flags_by_link,
             }
         }
         ItemKey::ContainerLink { group, container } => match change.kind {
@@ -978,8 +994,10 @@ impl ExpiryHandler {
         id: ContainerId,
         removal: bool,
         plans: Vec<FoodPlan>,
+        flags_by_link: bool,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
+        const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
         if removal {
             // A replayed or stale removal: if the container exists again,
             // its flags are its current foods' and its own records keep them.
@@ -990,9 +1008,11 @@ impl ExpiryHandler {
             }
         }
         if plans.is_empty() {
-            return Ok(HandlerOutcome::Nothing(
-                "no food added, removed, or with a changed expiry or name".into(),
-            ));
+            return Ok(HandlerOutcome::Nothing(if flags_by_link {
+                format!("container {id}: no reminder to write; {BY_LINK}")
+            } else {
+                "no food added, removed, or with a changed expiry or name".into()
+            }));
         }
         let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
         let groups = if !needs_group {
@@ -1022,18 +1042,22 @@ impl ExpiryHandler {
                 ),
             });
         }
-        let unlinked = if needs_group && groups.is_empty() {
-            " (no group link yet: flags wait for the link)"
+        let n = plans.len();
+        let detail = if flags_by_link {
+            format!("container {id}: reminders of {n} food(s) written; {BY_LINK}")
+        } else if needs_group && groups.is_empty() {
+            format!(
+                "container {id}: {n} food(s) replanned in 0 group(s) (no group link yet: flags wait for the link)"
+            )
         } else {
-            ""
+            format!(
+                "container {id}: {n} food(s) replanned in {} group(s)",
+                groups.len()
+            )
         };
         Ok(HandlerOutcome::Wrote {
             writes: report.items,
-            detail: format!(
-                "container {id}: {} food(s) replanned in {} group(s){unlinked}",
-                plans.len(),
-                groups.len()
-            ),
+            detail,
         })
     }
 
@@ -1133,40 +1157,15 @@ impl ChangeHandler for ExpiryHandler {
         now: DateTime<Utc>,
         batch: &BatchFacts,
     ) -> Result<HandlerOutcome, HandlerError> {
-        let plan = plan_stream_change(change, now, &self.rules);
-        match plan {
-            StreamPlan::Container { id, removal, plans }
-                if change.kind == ChangeKind::Insert && batch.link_inserted(id) =>
-            {
-                let plans = leave_flags_to_link(plans);
-                let outcome = self.container_changed(id, removal, plans, now).await?;
-                Ok(match outcome {
-                    HandlerOutcome::Wrote { writes, detail } => HandlerOutcome::Wrote {
-                        writes,
-                        detail: format!("{detail}; {FLAGS_LEFT_TO_LINK}"),
-                    },
-                    HandlerOutcome::Nothing(why) => {
-                        HandlerOutcome::Nothing(format!("{why}; {FLAGS_LEFT_TO_LINK}"))
-                    }
-                })
-            }
-            plan => self.handle_plan(plan, now).await,
-        }
-    }
-}
-
-/// Said of a new container whose link's INSERT is in the same batch.
-const FLAGS_LEFT_TO_LINK: &str = "flags: its link's INSERT in this batch places them";
-
-impl ExpiryHandler {
-    async fn handle_plan(
-        &self,
-        plan: StreamPlan,
-        now: DateTime<Utc>,
-    ) -> Result<HandlerOutcome, HandlerError> {
-        match plan {
-            StreamPlan::Container { id, removal, plans } => {
-                self.container_changed(id, removal, plans, now).await
+        match plan_stream_change(change, now, &self.rules, batch) {
+            StreamPlan::Container {
+                id,
+                removal,
+                plans,
+                flags_by_link,
+            } => {
+                self.container_changed(id, removal, plans, flags_by_link, now)
+                    .await
             }
             StreamPlan::PlaceFlags { group, container } => {
                 self.link_inserted(group, container, now).await
