@@ -1,7 +1,11 @@
 //! Nishiki's side of the stream engine: a raw stream change becomes a typed
 //! [`Change`] (decoded key, typed old/new images), worker-owned items are
 //! ignored (loop guard), and the change goes to every [`ChangeHandler`]
-//! registered for its item kind, with the [`BatchFacts`] of its batch.
+//! registered for its item kind, with the [`BatchFacts`] of its batch. The
+//! handlers of a record run at once (a Container REMOVE concerns both the
+//! relationship and the expiry job, and both check the same container and
+//! links: at once, a sharing store reads each of those once). A transient
+//! failure of any of them has the record retried.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -127,6 +131,8 @@ pub enum HandlerOutcome {
 
 /// One job's reaction to stream changes. Must be idempotent: the same change
 /// may arrive twice, and changes of different items arrive in any order.
+/// The handlers of one record run at once, so none may count on another
+/// having run first.
 #[async_trait]
 pub trait ChangeHandler: Send + Sync {
     /// Short name for reports (`relationships`, `invitations`, `expiry`).
@@ -211,24 +217,43 @@ impl Router {
             });
         }
         let now = self.clock.now();
+        // The handlers of one record run at once: they are separate jobs,
+        // each idempotent and correct whatever the other has done, so their
+        // order does not matter; at once, their reads of the same item go
+        // out in the same round and a sharing store reads it once.
+        let wanted: Vec<&Arc<dyn ChangeHandler>> =
+            self.handlers.iter().filter(|h| h.wants(kind)).collect();
+        let outcomes = futures::future::join_all(
+            wanted
+                .iter()
+                .map(|h| h.handle_in_batch(&change, now, batch)),
+        )
+        .await;
         let mut done = Vec::new();
-        for h in self.handlers.iter().filter(|h| h.wants(kind)) {
-            match h.handle_in_batch(&change, now, batch).await {
+        let (mut transient, mut permanent) = (Vec::new(), Vec::new());
+        for (h, outcome) in wanted.iter().zip(outcomes) {
+            match outcome {
                 Ok(HandlerOutcome::Wrote { writes, detail }) => {
                     done.push(format!("{}: {detail} ({writes} writes)", h.name()))
                 }
                 Ok(HandlerOutcome::Nothing(why)) => done.push(format!("{}: {why}", h.name())),
-                Err(e) if e.is_retryable() => {
-                    return Err(ProcessError::Transient {
-                        reason: format!("{}: {e}", h.name()),
-                    });
-                }
-                Err(e) => {
-                    return Err(ProcessError::Permanent {
-                        reason: format!("{}: {e}", h.name()),
-                    });
-                }
+                Err(e) if e.is_retryable() => transient.push(format!("{}: {e}", h.name())),
+                Err(e) => permanent.push(format!("{}: {e}", h.name())),
             }
+        }
+        // One handler failing transiently makes the whole record retried
+        // (the others' work is idempotent), even when another one failed
+        // for good: the retry lets the transient one finish.
+        if !transient.is_empty() {
+            transient.extend(permanent);
+            return Err(ProcessError::Transient {
+                reason: transient.join("; "),
+            });
+        }
+        if !permanent.is_empty() {
+            return Err(ProcessError::Permanent {
+                reason: permanent.join("; "),
+            });
         }
         if done.is_empty() {
             return Ok(RecordOutcome::Skipped {
@@ -293,6 +318,118 @@ mod tests {
             extra: Item::new(),
         })
         .to_item()
+    }
+
+    /// A handler of Container changes that meets the other one at a
+    /// barrier (both must be running at once) and then answers `answer`.
+    struct Meeting {
+        name: &'static str,
+        barrier: Arc<tokio::sync::Barrier>,
+        answer: fn() -> Result<HandlerOutcome, HandlerError>,
+    }
+
+    #[async_trait]
+    impl ChangeHandler for Meeting {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn wants(&self, kind: ItemKind) -> bool {
+            kind == ItemKind::Container
+        }
+        async fn handle_in_batch(
+            &self,
+            _: &Change,
+            _: DateTime<Utc>,
+            _: &BatchFacts,
+        ) -> Result<HandlerOutcome, HandlerError> {
+            self.barrier.wait().await;
+            (self.answer)()
+        }
+    }
+
+    async fn process_with(
+        first: fn() -> Result<HandlerOutcome, HandlerError>,
+        second: fn() -> Result<HandlerOutcome, HandlerError>,
+    ) -> Result<RecordOutcome, ProcessError> {
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let router = Router::new(Arc::new(crate::config::ManualClock::new(Utc::now())))
+            .with(Arc::new(Meeting {
+                name: "first",
+                barrier: barrier.clone(),
+                answer: first,
+            }))
+            .with(Arc::new(Meeting {
+                name: "second",
+                barrier,
+                answer: second,
+            }));
+        let c = ContainerId::random();
+        let raw = record(
+            ChangeKind::Insert,
+            &ItemKey::Container(c),
+            Some(
+                Entity::Container(crate::items::Container {
+                    id: c,
+                    container_name: "shelf".into(),
+                    foods: Vec::new(),
+                    extra: Item::new(),
+                })
+                .to_item(),
+            ),
+        );
+        // Handlers run one after the other would wait at the barrier forever.
+        tokio::time::timeout(std::time::Duration::from_secs(5), router.process(&raw))
+            .await
+            .expect("the handlers of a record run at once")
+    }
+
+    fn wrote() -> Result<HandlerOutcome, HandlerError> {
+        Ok(HandlerOutcome::Wrote {
+            writes: 2,
+            detail: "did it".into(),
+        })
+    }
+
+    fn throttled() -> Result<HandlerOutcome, HandlerError> {
+        Err(HandlerError::Store(crate::store::StoreError::Transient {
+            operation: "BatchGetItem",
+            code: "ThrottlingException".into(),
+            message: "slow down".into(),
+        }))
+    }
+
+    fn invalid() -> Result<HandlerOutcome, HandlerError> {
+        Err(HandlerError::Invalid("bad food".into()))
+    }
+
+    #[tokio::test]
+    async fn a_records_handlers_run_at_once_and_report_in_their_order() {
+        let outcome = process_with(wrote, || Ok(HandlerOutcome::Nothing("why".into()))).await;
+        assert_eq!(
+            outcome.unwrap(),
+            RecordOutcome::Handled {
+                detail: "first: did it (2 writes); second: why".into()
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn one_handler_failing_transiently_has_the_record_retried() {
+        // Even when the other failed for good: the retry lets the first
+        // finish, and the record is reported permanent only then.
+        let outcome = process_with(invalid, throttled).await;
+        match outcome {
+            Err(ProcessError::Transient { reason }) => {
+                assert!(reason.starts_with("second: "), "{reason}");
+                assert!(reason.contains("first: bad food"), "{reason}");
+            }
+            other => panic!("not transient: {other:?}"),
+        }
+        let outcome = process_with(wrote, invalid).await;
+        assert!(
+            matches!(&outcome, Err(ProcessError::Permanent { reason }) if reason == "second: bad food"),
+            "{outcome:?}"
+        );
     }
 
     #[test]

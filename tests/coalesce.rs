@@ -78,6 +78,68 @@ async fn concurrent_point_reads_share_batch_get_item_requests() {
     );
 }
 
+/// Callers waiting for the same key or the same partition in one round
+/// share one read of it: 100 keys asked for twice each fit one
+/// BatchGetItem (200 separate keys would need two), 50 partitions asked for
+/// twice each one PartiQL SELECT; every caller gets the item or items.
+#[tokio::test]
+async fn callers_asking_for_the_same_key_or_partition_share_one_read() {
+    let t = TestTable::new().await;
+    let (groups, containers) = seeded(&t).await;
+    let c = coalescing(&t);
+    let mut keys: Vec<ItemKey> = groups
+        .iter()
+        .zip(&containers)
+        .map(|(g, c)| ItemKey::ContainerLink {
+            group: *g,
+            container: *c,
+        })
+        .collect();
+    keys.extend(containers.iter().map(|c| ItemKey::Container(*c)));
+    keys.extend((0..20).map(|_| ItemKey::User(UserId::random())));
+    assert_eq!(keys.len(), 100);
+    let twice: Vec<ItemKey> = keys.iter().chain(&keys).cloned().collect();
+    let before = t.store.metrics().snapshot();
+    let answers = c
+        .gathered(futures::future::join_all(
+            raw(&twice).iter().map(|k| c.get(k, true)),
+        ))
+        .await;
+    let used = t.store.metrics().snapshot().since(&before);
+    for (k, answer) in twice.iter().zip(answers) {
+        let direct = t.store.get(&k.to_attributes(), true).await.unwrap();
+        assert_eq!(answer.unwrap(), direct, "{k:?}");
+    }
+    assert_eq!(used.batch_get_item, 1, "200 reads of 100 keys");
+    assert_eq!(used.get_item, 0);
+
+    let mut specs: Vec<QuerySpec> = groups
+        .iter()
+        .map(|g| {
+            QuerySpec::partition(attr::GROUP_ID, &g.to_string()).on_index(USER_AND_GROUP_INDEX)
+        })
+        .chain((0..10).map(|_| {
+            QuerySpec::partition(attr::GROUP_ID, &GroupId::random().to_string())
+                .on_index(USER_AND_GROUP_INDEX)
+        }))
+        .collect();
+    assert_eq!(specs.len(), 50);
+    specs.extend(specs.clone());
+    let before = t.store.metrics().snapshot();
+    let pages = c
+        .gathered(futures::future::join_all(
+            specs.iter().map(|s| c.query_page(s, None)),
+        ))
+        .await;
+    let used = t.store.metrics().snapshot().since(&before);
+    for (spec, page) in specs.iter().zip(pages) {
+        let direct = t.store.query_all(spec).await.unwrap();
+        assert_eq!(keys_of(&page.unwrap().items), keys_of(&direct), "{spec:?}");
+    }
+    assert_eq!(used.execute_statement, 1, "100 queries of 50 partitions");
+    assert_eq!(used.query, 0);
+}
+
 #[tokio::test]
 async fn concurrent_partition_queries_share_partiql_requests() {
     let t = TestTable::new().await;

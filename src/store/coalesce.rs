@@ -6,12 +6,13 @@
 //! - point reads ([`ItemReader::get`]) waiting at the same moment go out as
 //!   one BatchGetItem (up to 100 keys, strongly consistent reads apart from
 //!   eventually consistent ones). A BatchGetItem with `ConsistentRead`
-//!   answers exactly what the same GetItems would;
+//!   answers exactly what the same GetItems would. A key that several
+//!   callers wait for is read once and each gets the item;
 //! - whole-partition queries ([`QuerySpec::partition`], on the table or an
 //!   index) waiting at the same moment go out as one
 //!   [`QueryStore::query_partitions`] (a PartiQL `SELECT ... WHERE key IN
-//!   [..]`, up to 50 partitions): the same items, one request. Partitions
-//!   asked for twice are read once;
+//!   [..]`, up to 50 partitions): the same items, one request. A partition
+//!   that several callers wait for is read once;
 //! - unconditional batch writes ([`BatchWriter::batch_write`]) waiting at the
 //!   same moment go out in shared BatchWriteItem requests (25 items, never
 //!   two on one key). A caller's own writes keep their order: its chunk
@@ -44,6 +45,8 @@
 //!
 //! Free of table specifics: the key attribute names are given.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -85,13 +88,33 @@ pub struct Coalescing {
     writes: Arc<Queue<WriteJob>>,
 }
 
-/// One caller's whole-partition query.
+/// One whole-partition query, and every caller waiting for it.
 struct PartitionJob {
     index: Option<String>,
     attribute: String,
     value: AttributeValue,
     consistent: bool,
-    reply: oneshot::Sender<Result<Page, StoreError>>,
+    replies: Vec<oneshot::Sender<Result<Page, StoreError>>>,
+}
+
+impl PartitionJob {
+    /// What makes two queries the same query.
+    fn same(&self) -> String {
+        format!(
+            "{:?}\u{1f}{}\u{1f}{}\u{1f}{:?}",
+            self.index, self.attribute, self.consistent, self.value
+        )
+    }
+
+    /// Answer every caller: each gets its share of the consumed capacity.
+    fn answer(self, answer: Result<Page, StoreError>) {
+        let n = self.replies.len() as f64;
+        let answer = answer.map(|mut page| {
+            page.consumed_capacity /= n;
+            page
+        });
+        answer_all(self.replies, answer);
+    }
 }
 
 /// A queue's flusher: sends what is queued until the queue stays empty.
@@ -191,11 +214,52 @@ impl<F> Drop for Gathered<F> {
     }
 }
 
-/// One caller's point read.
+/// One point read, and every caller waiting for it.
 struct GetJob {
     key: Key,
     consistent: bool,
-    reply: oneshot::Sender<Result<Option<Item>, StoreError>>,
+    replies: Vec<oneshot::Sender<Result<Option<Item>, StoreError>>>,
+}
+
+impl GetJob {
+    /// What makes two reads the same read.
+    fn same(&self) -> String {
+        let mut key: Vec<_> = self.key.iter().collect();
+        key.sort_by(|a, b| a.0.cmp(b.0));
+        format!("{}\u{1f}{key:?}", self.consistent)
+    }
+}
+
+/// Send every caller the same answer.
+fn answer_all<T: Clone>(replies: Vec<oneshot::Sender<T>>, answer: T) {
+    for reply in replies {
+        let _ = reply.send(answer.clone());
+    }
+}
+
+/// Merge the jobs that ask the same (`same`) into one, their callers
+/// together, first come first: a key or a partition that several callers
+/// want in one round is read once.
+fn merge<J, T>(
+    jobs: Vec<J>,
+    same: impl Fn(&J) -> String,
+    replies: impl Fn(&mut J) -> &mut Vec<oneshot::Sender<T>>,
+) -> Vec<J> {
+    let mut out: Vec<J> = Vec::with_capacity(jobs.len());
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for mut job in jobs {
+        match at.entry(same(&job)) {
+            Entry::Occupied(e) => {
+                let more = std::mem::take(replies(&mut job));
+                replies(&mut out[*e.get()]).extend(more);
+            }
+            Entry::Vacant(e) => {
+                e.insert(out.len());
+                out.push(job);
+            }
+        }
+    }
+    out
 }
 
 /// One caller's chunk of writes: at most 25, on distinct keys.
@@ -327,6 +391,7 @@ async fn flush_gets(
     max_in_flight: usize,
 ) {
     while let Some(jobs) = gather(&queue, &gate).await {
+        let jobs = merge(jobs, GetJob::same, |j| &mut j.replies);
         let (consistent, eventual): (Vec<GetJob>, Vec<GetJob>) =
             jobs.into_iter().partition(|j| j.consistent);
         let mut requests: Vec<(bool, Vec<GetJob>)> = Vec::new();
@@ -347,11 +412,12 @@ async fn flush_gets(
                     match answer {
                         Ok(items) => {
                             for (job, item) in jobs.into_iter().zip(items) {
-                                let _ = job.reply.send(Ok(item));
+                                answer_all(job.replies, Ok(item));
                             }
                         }
                         Err(e) if jobs.len() == 1 => {
-                            let _ = jobs.into_iter().next().map(|j| j.reply.send(Err(e)));
+                            let job = jobs.into_iter().next().expect("one job");
+                            answer_all(job.replies, Err(e));
                         }
                         Err(_) => {
                             for job in jobs {
@@ -359,7 +425,7 @@ async fn flush_gets(
                                     .get_many(std::slice::from_ref(&job.key), consistent)
                                     .await
                                     .map(|mut items| items.pop().flatten());
-                                let _ = job.reply.send(alone);
+                                answer_all(job.replies, alone);
                             }
                         }
                     }
@@ -387,7 +453,8 @@ async fn flush_partitions(
     max_in_flight: usize,
 ) {
     while let Some(jobs) = gather(&queue, &gate).await {
-        // One request per (index, attribute, consistency), 50 callers each.
+        let jobs = merge(jobs, PartitionJob::same, |j| &mut j.replies);
+        // One request per (index, attribute, consistency), 50 partitions each.
         let mut groups: Vec<Vec<PartitionJob>> = Vec::new();
         for job in jobs {
             let open = groups.iter().position(|g| {
@@ -423,11 +490,11 @@ async fn flush_partitions(
                         Ok(found) => {
                             let share = found.consumed_capacity / jobs.len() as f64;
                             for (job, items) in jobs.into_iter().zip(found.items) {
-                                let _ = job.reply.send(Ok(whole_partition(items, share)));
+                                job.answer(Ok(whole_partition(items, share)));
                             }
                         }
                         Err(e) if jobs.len() == 1 => {
-                            let _ = jobs.into_iter().next().map(|j| j.reply.send(Err(e)));
+                            jobs.into_iter().next().expect("one job").answer(Err(e));
                         }
                         Err(_) => {
                             for job in jobs {
@@ -444,7 +511,7 @@ async fn flush_partitions(
                                             found.items.into_iter().next().unwrap_or_default();
                                         whole_partition(items, found.consumed_capacity)
                                     });
-                                let _ = job.reply.send(alone);
+                                job.answer(alone);
                             }
                         }
                     }
@@ -533,7 +600,7 @@ impl ItemReader for Coalescing {
         let job = GetJob {
             key: key.clone(),
             consistent,
-            reply,
+            replies: vec![reply],
         };
         self.enqueue(&self.gets, job, flush_gets);
         answer.await.map_err(|_| lost("BatchGetItem"))?
@@ -560,7 +627,7 @@ impl QueryStore for Coalescing {
             attribute: attribute.to_owned(),
             value: value.clone(),
             consistent: spec.consistent,
-            reply,
+            replies: vec![reply],
         };
         self.enqueue(&self.partitions, job, flush_partitions);
         answer.await.map_err(|_| lost("ExecuteStatement"))?
