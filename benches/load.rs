@@ -29,7 +29,17 @@
 //!    own, creates table B there, seeds it with *before*, issues exactly the
 //!    minimal set with the raw `aws_sdk_dynamodb::Client` (BatchWriteItem in
 //!    chunks of 25, one request after the other, retrying unprocessed
-//!    items), and checks that B now equals A. The median run counts. Each
+//!    items), and checks that B now equals A. The median run counts.
+//!    Before it is timed, the fresh instance puts and deletes 2,000 scratch
+//!    items ([`warm_writes`]), as the worker's instance has written and
+//!    deleted before its drain. Its
+//!    requests ask for the consumed capacity (`ReturnConsumedCapacity:
+//!    TOTAL`), as every request of the worker's store does: AWS computes it
+//!    anyway, but DynamoDB Local charges 17-51% more CPU per written item
+//!    and up to twice the wall time per BatchWriteItem for it (`cargo
+//!    bench --bench local_costs`), so a baseline without it would count a
+//!    cost of the emulator as the worker's. Interleaved with
+//!    those runs, as many *plain* runs leave it out (`ratio_plain`). Each
 //!    run has an instance of its own because DynamoDB Local slows writes
 //!    down on every further table with a stream (`cargo bench --bench
 //!    local_tables`): on A's instance, B would be the second such table and
@@ -37,7 +47,7 @@
 //! 7. **oracle**: the worker's store is wrapped in a recorder
 //!    (`tests/support/recorded.rs`) that notes every read and write the
 //!    worker sent; on a DynamoDB Local of its own, seeded with *before* and
-//!    warmed up, the recorded reads (each distinct key and partition once,
+//!    warmed up (scratch writes, one read of each kind), the recorded reads (each distinct key and partition once,
 //!    BatchGetItem of 100, PartiQL of 50) and then the recorded writes
 //!    (BatchWriteItem of 25, single writes as sent) go out one request after
 //!    the other. That is what the worker's own reads and writes cost by
@@ -70,12 +80,18 @@
 //! - `worker_engine_cpu_secs`, `baseline_engine_cpu_secs`: CPU seconds
 //!   DynamoDB Local's JVM used during the `handle_stream` calls and during
 //!   the median baseline run (where the time goes: the engine, not the
-//!   worker's process);
+//!   worker's process); `worker_own_cpu_secs`: CPU seconds of the
+//!   bench's own process (the worker) during the `handle_stream` calls;
 //! - `baseline_secs`: wall time of the median baseline run's BatchWriteItem
 //!   requests (`baseline_runs_secs`: every run);
 //!   `baseline_rps = records / baseline_secs` (the same records, handled by
 //!   writing only their minimal effect); **`ratio = worker_rps /
 //!   baseline_rps = baseline_secs / worker_secs`** (goal >= 0.8);
+//!   `baseline_wcu_per_record`: the baseline's consumed write capacity
+//!   per record (the least the records can cost);
+//! - `plain_baseline_secs` (`plain_baseline_runs_secs`,
+//!   `plain_baseline_engine_cpu_secs`): the median plain baseline run, and
+//!   `ratio_plain = plain_baseline_secs / worker_secs`;
 //! - `batch_writes`: the items the worker wrote with BatchWriteItem,
 //!   applied in order to *before*, by item kind and effect (`put new`,
 //!   `put changed`, `put as stored`, `delete existing`, `delete missing`);
@@ -108,7 +124,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, PutRequest, ReturnConsumedCapacity, WriteRequest,
+};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
@@ -330,6 +348,8 @@ struct DrainStats {
     reads: usize,
     /// DynamoDB Local's CPU seconds during the `handle_stream` calls.
     engine_cpu: f64,
+    /// CPU of the bench's own process (the worker) in `handle_stream`.
+    own_cpu: f64,
     /// Records the event source's filter keeps from the function (the
     /// worker's own flags, reminders, suspects and checkpoints).
     filtered: usize,
@@ -398,6 +418,7 @@ async fn drain(
 ) -> DrainStats {
     let mut s = DrainStats {
         engine_cpu: 0.0,
+        own_cpu: 0.0,
         filtered: 0,
         records: 0,
         invocations: 0,
@@ -446,10 +467,12 @@ async fn drain(
                 );
                 s.max_payload = s.max_payload.max(payload);
                 let cpu_at_start = cpu_secs(engine);
+                let own_at_start = cpu_secs(Some(std::process::id()));
                 let started = Instant::now();
                 let report = app.handle_stream(&event, None).await.expect("stream event");
                 let took = started.elapsed();
                 s.engine_cpu += cpu_secs(engine) - cpu_at_start;
+                s.own_cpu += cpu_secs(Some(std::process::id())) - own_at_start;
                 if std::env::var_os("LOAD_TRACE").is_some() {
                     let kinds = pending.iter().fold(BTreeMap::new(), |mut m, c| {
                         let item = ItemKey::from_attributes(&c.keys)
@@ -484,6 +507,27 @@ async fn drain(
 /// takes ~1 s), a one-off cost of the emulator that neither the service nor
 /// the baseline's BatchWriteItem (warmed by the seeding) pays in the timed
 /// part.
+/// Scratch items a fresh instance writes and deletes before it is timed
+/// ([`warm_writes`]).
+const WARM_WRITES: usize = 2_000;
+
+/// Put [`WARM_WRITES`] scratch items and delete them again, so a fresh
+/// DynamoDB Local has compiled its write paths before it is timed (the
+/// first 2,000 deletes of a fresh instance cost it about twice the CPU of
+/// later ones). The worker's instance needs none: the seeding, the backfill
+/// and the service's calls have put and deleted items there already.
+async fn warm_writes(store: &DynamoStore, table: &str, capacity: Option<ReturnConsumedCapacity>) {
+    let sks: Vec<String> = (0..WARM_WRITES).map(|n| format!("scratch#{n}")).collect();
+    for ops in [
+        sks.iter()
+            .map(|sk| engine::put("warm-up", sk))
+            .collect::<Vec<_>>(),
+        sks.iter().map(|sk| engine::delete("warm-up", sk)).collect(),
+    ] {
+        support::raw_batch_write_with(store.client(), table, ops, capacity.clone()).await;
+    }
+}
+
 async fn warm_up(store: &DynamoStore) {
     let absent = AttributeValue::S("warm-up".into());
     let key: nishiki_worker::store::Key = [
@@ -710,11 +754,16 @@ async fn main() {
         .collect::<Vec<_>>()
         .join(", ");
 
-    // 6. The baseline on B.
+    // 6. The baseline on B: its requests ask for the consumed capacity as
+    // the worker's store does (DynamoDB Local charges for computing it,
+    // AWS does not); the plain runs leave it out.
     let mut base_times = Vec::new();
+    let mut plain_times = Vec::new();
     let mut base_requests = 0;
+    let mut base_wcu = 0.0;
     let mut identical = true;
-    for _ in 0..BASELINE_RUNS {
+    for run in 0..2 * BASELINE_RUNS {
+        let like_worker = run % 2 == 0;
         // A DynamoDB Local of its own: there a write to the k-th table with
         // a stream slows down with k (see `benches/local_tables.rs`), and
         // A is the first table of the worker's instance.
@@ -723,16 +772,28 @@ async fn main() {
             .expect("DynamoDB Local for the baseline");
         let store = create(&local.endpoint_url(), "load-baseline").await;
         support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
+        let capacity = like_worker.then_some(ReturnConsumedCapacity::Total);
+        warm_writes(&store, "load-baseline", capacity.clone()).await;
         let cpu_at_start = cpu_secs(local.pid());
-        let (requests, time) =
-            support::raw_batch_write(store.client(), "load-baseline", ops.clone()).await;
-        base_requests = requests;
-        base_times.push((time, cpu_secs(local.pid()) - cpu_at_start));
+        let sent =
+            support::raw_batch_write_with(store.client(), "load-baseline", ops.clone(), capacity)
+                .await;
+        let took = (sent.time, cpu_secs(local.pid()) - cpu_at_start);
+        if like_worker {
+            base_requests = sent.requests;
+            base_wcu = sent.consumed_capacity;
+            base_times.push(took);
+        } else {
+            plain_times.push(took);
+        }
         identical &= snapshot(&store).await == after;
     }
     let base_runs: Vec<f64> = base_times.iter().map(|(t, _)| t.as_secs_f64()).collect();
+    let plain_runs: Vec<f64> = plain_times.iter().map(|(t, _)| t.as_secs_f64()).collect();
     base_times.sort_by_key(|(t, _)| *t);
+    plain_times.sort_by_key(|(t, _)| *t);
     let (base_time, base_engine_cpu) = base_times[base_times.len() / 2];
+    let (plain_time, plain_engine_cpu) = plain_times[plain_times.len() / 2];
 
     // The worker's batch-written items by effect, applied in order to
     // *before*: a delete of a missing key or a put of the item as stored
@@ -801,6 +862,7 @@ async fn main() {
             .expect("DynamoDB Local for the oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
         support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
+        warm_writes(&store, "load-oracle", Some(ReturnConsumedCapacity::Total)).await;
         warm_up(&store).await;
         let cpu = cpu_secs(local.pid());
         let reads = support::recorded::replay_reads(&store, &asked).await;
@@ -838,6 +900,8 @@ async fn main() {
     let baseline_secs = base_time.as_secs_f64();
     let baseline_rps = stats.records as f64 / baseline_secs;
     let ratio = worker_rps / baseline_rps;
+    let plain_secs = plain_time.as_secs_f64();
+    let ratio_plain = plain_secs / worker_secs;
     let mut lat = stats.latencies.clone();
     lat.sort();
     let p50 = percentile(&lat, 50.0).as_secs_f64() * 1000.0;
@@ -868,6 +932,10 @@ async fn main() {
         (
             "DynamoDB Local CPU in handle_stream",
             format!("{:.3} s", stats.engine_cpu),
+        ),
+        (
+            "the worker's own CPU in handle_stream",
+            format!("{:.3} s", stats.own_cpu),
         ),
         (
             "drain wall time (incl. stream reads)",
@@ -932,8 +1000,23 @@ async fn main() {
             "DynamoDB Local CPU in the baseline",
             format!("{base_engine_cpu:.3} s"),
         ),
+        (
+            "baseline WCU / record",
+            format!("{:.3}", base_wcu / records),
+        ),
         ("baseline records/s", format!("{baseline_rps:.1}")),
         ("ratio worker/baseline (goal >= 0.8)", format!("{ratio:.3}")),
+        (
+            "plain baseline (no ReturnConsumedCapacity)",
+            format!(
+                "{plain_secs:.3} s (runs: {}), engine CPU {plain_engine_cpu:.3} s, ratio {ratio_plain:.3}",
+                plain_runs
+                    .iter()
+                    .map(|t| format!("{t:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ),
         (
             "worker's batch-written items / of them no-ops",
             format!("{} / {noop_writes}", asked.batch_ops.len()),
@@ -1016,6 +1099,7 @@ async fn main() {
         "baseline_runs_secs": base_runs,
         "baseline_engine_cpu_secs": base_engine_cpu,
         "worker_engine_cpu_secs": stats.engine_cpu,
+        "worker_own_cpu_secs": stats.own_cpu,
         "backfilled": !o.no_backfill,
         "baseline_secs": baseline_secs,
         "baseline_rps": baseline_rps,
@@ -1029,6 +1113,11 @@ async fn main() {
     });
     // Apart: one json! call this size exceeds the macro recursion limit.
     let extra = serde_json::json!({
+        "baseline_wcu_per_record": base_wcu / records,
+        "plain_baseline_secs": plain_secs,
+        "plain_baseline_runs_secs": plain_runs,
+        "plain_baseline_engine_cpu_secs": plain_engine_cpu,
+        "ratio_plain": ratio_plain,
         "reads_by_kind": read_mix,
         "batch_writes": {
             "items": asked.batch_ops.len(),

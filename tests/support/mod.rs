@@ -272,8 +272,30 @@ pub async fn raw_batch_write(
     table: &str,
     ops: Vec<aws_sdk_dynamodb::types::WriteRequest>,
 ) -> (usize, std::time::Duration) {
+    let sent = raw_batch_write_with(client, table, ops, None).await;
+    (sent.requests, sent.time)
+}
+
+/// What [`raw_batch_write_with`] sent.
+#[derive(Debug, Clone, Copy)]
+pub struct RawWrites {
+    pub requests: usize,
+    pub time: std::time::Duration,
+    /// Write capacity DynamoDB reported (0 unless it was asked for).
+    pub consumed_capacity: f64,
+}
+
+/// [`raw_batch_write`], each request asking for `capacity`
+/// (`ReturnConsumedCapacity`; `None` leaves it out, as `NONE`).
+pub async fn raw_batch_write_with(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    ops: Vec<aws_sdk_dynamodb::types::WriteRequest>,
+    capacity: Option<aws_sdk_dynamodb::types::ReturnConsumedCapacity>,
+) -> RawWrites {
     let started = std::time::Instant::now();
     let mut requests = 0;
+    let mut consumed_capacity = 0.0;
     for chunk in ops.chunks(25) {
         let mut pending = chunk.to_vec();
         while !pending.is_empty() {
@@ -281,9 +303,15 @@ pub async fn raw_batch_write(
             let out = client
                 .batch_write_item()
                 .request_items(table, pending)
+                .set_return_consumed_capacity(capacity.clone())
                 .send()
                 .await
                 .expect("BatchWriteItem");
+            consumed_capacity += out
+                .consumed_capacity()
+                .iter()
+                .filter_map(|c| c.capacity_units())
+                .sum::<f64>();
             pending = out
                 .unprocessed_items()
                 .and_then(|m| m.get(table))
@@ -291,5 +319,9 @@ pub async fn raw_batch_write(
                 .unwrap_or_default();
         }
     }
-    (requests, started.elapsed())
+    RawWrites {
+        requests,
+        time: started.elapsed(),
+        consumed_capacity,
+    }
 }
