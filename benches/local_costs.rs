@@ -214,31 +214,21 @@ async fn main() {
     );
     // Seeded items `s6`..`s15` are deleted here, 400 per sort key.
     let mut deleted = 0;
-    measure!("BatchWriteItem: 25 deletes of existing items", 25, {
+    // The next 25 seeded items to delete.
+    let mut next_deletes = || {
         let first = deleted;
         deleted += 25;
-        batch_write(
-            &client,
-            (first..deleted)
-                .map(|d| delete(&pk(d), &sk(6 + d / PARTITIONS)))
-                .collect(),
-        )
-        .await
+        (first..deleted)
+            .map(|d| delete(&pk(d), &sk(6 + d / PARTITIONS)))
+            .collect::<Vec<_>>()
+    };
+    measure!("BatchWriteItem: 25 deletes of existing items", 25, {
+        batch_write(&client, next_deletes()).await
     });
     measure!(
         "BatchWriteItem: 25 deletes of existing items, capacity TOTAL",
         25,
-        {
-            let first = deleted;
-            deleted += 25;
-            batch_write_total(
-                &client,
-                (first..deleted)
-                    .map(|d| delete(&pk(d), &sk(6 + d / PARTITIONS)))
-                    .collect(),
-            )
-            .await
-        }
+        batch_write_total(&client, next_deletes()).await
     );
     assert!(
         deleted <= PARTITIONS * (PER_PARTITION - 6),

@@ -47,21 +47,27 @@ async fn seeded(t: &TestTable) -> (Vec<GroupId>, Vec<ContainerId>) {
     (groups, containers)
 }
 
-#[tokio::test]
-async fn concurrent_point_reads_share_batch_get_item_requests() {
-    let t = TestTable::new().await;
-    let (groups, containers) = seeded(&t).await;
-    let c = coalescing(&t);
-    // 80 reads (40 present, 40 absent, some keys twice), all at once.
+/// The seeded links (present) and the containers they link (absent).
+fn links_and_containers(groups: &[GroupId], containers: &[ContainerId]) -> Vec<ItemKey> {
     let mut keys: Vec<ItemKey> = groups
         .iter()
-        .zip(&containers)
+        .zip(containers)
         .map(|(g, c)| ItemKey::ContainerLink {
             group: *g,
             container: *c,
         })
         .collect();
     keys.extend(containers.iter().map(|c| ItemKey::Container(*c)));
+    keys
+}
+
+#[tokio::test]
+async fn concurrent_point_reads_share_batch_get_item_requests() {
+    let t = TestTable::new().await;
+    let (groups, containers) = seeded(&t).await;
+    let c = coalescing(&t);
+    // 80 reads (40 present, 40 absent, some keys twice), all at once.
+    let mut keys = links_and_containers(&groups, &containers);
     keys.extend(keys[..10].to_vec());
     let before = t.store.metrics().snapshot();
     let answers = futures::future::join_all(raw(&keys).iter().map(|k| c.get(k, true))).await;
@@ -87,15 +93,7 @@ async fn callers_asking_for_the_same_key_or_partition_share_one_read() {
     let t = TestTable::new().await;
     let (groups, containers) = seeded(&t).await;
     let c = coalescing(&t);
-    let mut keys: Vec<ItemKey> = groups
-        .iter()
-        .zip(&containers)
-        .map(|(g, c)| ItemKey::ContainerLink {
-            group: *g,
-            container: *c,
-        })
-        .collect();
-    keys.extend(containers.iter().map(|c| ItemKey::Container(*c)));
+    let mut keys = links_and_containers(&groups, &containers);
     keys.extend((0..20).map(|_| ItemKey::User(UserId::random())));
     assert_eq!(keys.len(), 100);
     let twice: Vec<ItemKey> = keys.iter().chain(&keys).cloned().collect();
