@@ -280,9 +280,10 @@ fn options() -> Options {
 // ---------------------------------------------------------------------------
 // Table helpers
 
-/// Baseline runs, each on a DynamoDB Local and a copy of B of its own; the
-/// median counts.
-const BASELINE_RUNS: usize = 3;
+/// Baseline runs of each kind (with and without the consumed capacity),
+/// each on a DynamoDB Local and a copy of B of its own; the median counts.
+/// A single run varies by up to 45% from the next (fresh JVMs), so five.
+const BASELINE_RUNS: usize = 5;
 
 /// Concurrent BatchWriteItem tasks while seeding.
 const SEED_TASKS: usize = 8;
