@@ -246,24 +246,19 @@ async fn main() {
         let s = next() + 100_000;
         batch_write(&client, vec![delete(&pk(1), &sk(s))]).await
     });
+    // 100 seeded keys from partition `p` on.
+    let hundred_keys = |p: usize| -> Vec<HashMap<String, AttributeValue>> {
+        (0..100)
+            .map(|i| key(&pk(p + i * 3), &sk(1 + i % 3)))
+            .collect()
+    };
     measure!("BatchGetItem: 100 keys", 100, {
-        let p = next();
-        batch_get(
-            &client,
-            (0..100)
-                .map(|i| key(&pk(p + i * 3), &sk(1 + i % 3)))
-                .collect(),
-            None,
-        )
-        .await
+        batch_get(&client, hundred_keys(next()), None).await
     });
     measure!("BatchGetItem: 100 keys, capacity TOTAL", 100, {
-        let p = next();
         batch_get(
             &client,
-            (0..100)
-                .map(|i| key(&pk(p + i * 3), &sk(1 + i % 3)))
-                .collect(),
+            hundred_keys(next()),
             Some(ReturnConsumedCapacity::Total),
         )
         .await

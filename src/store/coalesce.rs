@@ -62,7 +62,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{
     BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
-    ScanSpec, Store, StoreError, WriteOp, WriteOutcome, dedupe_by_key,
+    ScanSpec, Store, StoreError, WriteOp, WriteOutcome, dedupe_by_key, key_id,
 };
 use crate::items::Item;
 
@@ -217,6 +217,8 @@ impl<F> Drop for Gathered<F> {
 /// One point read, and every caller waiting for it.
 struct GetJob {
     key: Key,
+    /// The key's identity ([`super::key_id`]).
+    id: String,
     consistent: bool,
     replies: Vec<oneshot::Sender<Result<Option<Item>, StoreError>>>,
 }
@@ -224,9 +226,7 @@ struct GetJob {
 impl GetJob {
     /// What makes two reads the same read.
     fn same(&self) -> String {
-        let mut key: Vec<_> = self.key.iter().collect();
-        key.sort_by(|a, b| a.0.cmp(b.0));
-        format!("{}\u{1f}{key:?}", self.consistent)
+        format!("{}\u{1f}{}", self.consistent, self.id)
     }
 }
 
@@ -599,6 +599,7 @@ impl ItemReader for Coalescing {
         let (reply, answer) = oneshot::channel();
         let job = GetJob {
             key: key.clone(),
+            id: key_id(key, self.keys()),
             consistent,
             replies: vec![reply],
         };
