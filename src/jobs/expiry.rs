@@ -52,11 +52,13 @@
 //!   exactly its reminders without reading anything: only the *enters
 //!   window* date while the food is still far (the *expires* reminder
 //!   cannot exist yet), both dates otherwise, and of those only the ones
-//!   dated today or later ([`ExpiryRules::reminder_dates_at`]). A reminder
-//!   dated before today is the tick's: the tick covers every date from its
-//!   checkpoint on, so it has consumed that reminder already or will on its
-//!   catch-up, where it re-reads the container, finds the food gone or
-//!   changed, and deletes the reminder itself ([`plan_reminder`]).
+//!   dated after today ([`ExpiryRules::reminder_dates_at`]). A reminder
+//!   dated today or before is the tick's: the stream writes reminders for
+//!   later days only, the tick runs just after local midnight and covers
+//!   every date from its checkpoint (today included, again on the next
+//!   run), so it has consumed that reminder already or will, re-reading the
+//!   container, finding the food gone or changed, and deleting the reminder
+//!   itself ([`plan_reminder`]).
 //! - **Checkpoints** `WorkerCheckpoint`/`flag-expiring` (`NextDate`, pending
 //!   events) and `WorkerCheckpoint`/`backfill` (scan position, counters).
 //!
@@ -340,11 +342,14 @@ impl ExpiryRules {
     /// deletes: while it is far, only its *enters window* date (the
     /// *expires* reminder is written once the food is inside the window,
     /// and time only moves on); otherwise both ([`Self::reminder_dates`]),
-    /// but only those dated today or later. A reminder dated before today
-    /// is left to the tick, which has consumed it already (in a table the
-    /// worker serves, nearly always: deleting it would be a write that
-    /// changes nothing) or will on its catch-up, re-reading the container
-    /// and deleting the reminder of a food that is gone ([`plan_reminder`]).
+    /// but only those dated after today. A reminder dated today or before
+    /// is left to the tick. The stream only ever writes reminders for later
+    /// days, and the tick runs just after local midnight, so by the time a
+    /// change arrives the tick has nearly always consumed it (deleting it
+    /// would be a write that changes nothing); otherwise the tick still
+    /// will, since it reads today's date on this run and the next, re-reading
+    /// the container and deleting the reminder of a food that is gone or
+    /// changed ([`plan_reminder`]).
     pub fn reminder_dates_at(&self, expiry: DateTime<Utc>, now: DateTime<Utc>) -> Vec<NaiveDate> {
         let mut dates = match self.classify(expiry, now) {
             Window::Far { enters_on } => Some(enters_on)
@@ -354,7 +359,7 @@ impl ExpiryRules {
             _ => self.reminder_dates(expiry),
         };
         let today = self.today(now);
-        dates.retain(|d| *d >= today);
+        dates.retain(|d| *d > today);
         dates
     }
 
@@ -2031,31 +2036,32 @@ mod tests {
             r.reminder_dates_at(expiry, t("2024-03-24T23:59:59Z")),
             vec![d("2024-03-25")]
         );
-        // On the day it enters the window, both.
-        assert_eq!(
-            r.reminder_dates_at(expiry, t("2024-03-25T00:00:00Z")),
-            r.reminder_dates(expiry)
-        );
         assert_eq!(
             r.reminder_dates(expiry),
             vec![d("2024-03-25"), d("2024-03-29")]
         );
-        // Later, only the dates not behind today: the tick has consumed (or
-        // will, on its catch-up) a reminder dated before today.
+        // From the day it enters the window, only the dates after today: a
+        // reminder dated today or before is the tick's, which runs just
+        // after midnight and has consumed it (or will, re-reading today's
+        // date on its next run).
+        assert_eq!(
+            r.reminder_dates_at(expiry, t("2024-03-25T00:00:00Z")),
+            vec![d("2024-03-29")]
+        );
         assert_eq!(
             r.reminder_dates_at(expiry, t("2024-03-28T12:00:00Z")),
             vec![d("2024-03-29")]
         );
-        assert_eq!(
-            r.reminder_dates_at(expiry, t("2024-03-29T08:00:00Z")),
-            vec![d("2024-03-29")]
+        assert!(
+            r.reminder_dates_at(expiry, t("2024-03-29T08:00:00Z"))
+                .is_empty()
         );
         assert!(
             r.reminder_dates_at(expiry, t("2024-05-01T00:00:00Z"))
                 .is_empty()
         );
-        // Removing a far food deletes one reminder, a food entering the
-        // window today two.
+        // Removing a far food deletes its enters-window reminder; a food
+        // that entered the window today, its expires reminder.
         let milk = || food(1, "milk", Some("2024-03-28T10:00:00Z"));
         let far = plan_container_change(
             cid(),
@@ -2072,7 +2078,7 @@ mod tests {
             t("2024-03-25T06:00:00Z"),
             &r,
         );
-        assert_eq!(nearing[0].delete_reminders, r.reminder_dates(expiry));
+        assert_eq!(nearing[0].delete_reminders, vec![d("2024-03-29")]);
     }
 
     #[test]
@@ -2461,8 +2467,8 @@ mod tests {
 
         /// Whatever reminder the stream or a tick wrote for a food at `t0`,
         /// a removal planned at any later `t1` deletes it, or, when it is
-        /// dated before the day of `t1`, leaves it to the tick, whose plan
-        /// for a food that is gone deletes it and writes nothing else.
+        /// dated on or before the day of `t1`, leaves it to the tick, whose
+        /// plan for a food that is gone deletes it and writes nothing else.
         #[test]
         fn a_removal_deletes_every_reminder_written_before_it(
             food in arb_food(),
@@ -2482,7 +2488,7 @@ mod tests {
             written.extend(tick.put_reminder.map(|r| r.date));
             let removal = plan_container_change(cid(), Some(&c), None, t1, &r);
             for date in written {
-                if date >= r.today(t1) {
+                if date > r.today(t1) {
                     prop_assert!(
                         removal.iter().any(|p| p.delete_reminders.contains(&date)),
                         "reminder {} written at {} survives a removal at {}", date, t0, t1
