@@ -24,7 +24,14 @@
 //!    kind warms DynamoDB Local up ([`warm_up`]);
 //! 5. snapshots A (*after*) and diffs it against *before*: the keys the
 //!    worker deleted and the items it put — the minimal set of writes that
-//!    takes the table from *before* to *after*;
+//!    takes the table from *before* to *after*.
+//!    Steps 1 to 4 run [`WORKER_RUNS`] times, each on a DynamoDB Local of
+//!    its own, spread between the baseline runs of step 6
+//!    ([`worker_turn`]); every run must start from and end in the same
+//!    tables but for the keys an operation of the service both puts and
+//!    deletes at once ([`raced_keys`]: which call lands last varies), and
+//!    the median run by records per second gives every figure of the
+//!    drain (one drain on a fresh JVM varied by 25% from the next);
 //! 6. **baseline**, [`BASELINE_RUNS`] times: starts a DynamoDB Local of its
 //!    own, creates table B there, seeds it with *before*, issues exactly the
 //!    minimal set with the raw `aws_sdk_dynamodb::Client` (BatchWriteItem in
@@ -55,8 +62,9 @@
 //!    best any scheduling of the same requests could do;
 //! 8. **bulk deletes**: seeds a group with 60 members, 4 containers and an
 //!    invitation link, removes the Group item and runs the group cascade
-//!    (`jobs::relationships::cascade_group`) on a store of its own; asserts
-//!    that the cascade's BatchWriteItem requests are at most `ceil(n / 25)`,
+//!    (`jobs::relationships::cascade_group`) on a DynamoDB Local of its
+//!    own; asserts that the cascade's BatchWriteItem requests are at most
+//!    `ceil(n / 25)`,
 //!    `n` the items it deleted (its conditional single deletes, e.g. the
 //!    invitation link, are counted apart).
 //!
@@ -67,7 +75,8 @@
 //!   filter kept from it;
 //! - `worker_secs`: the sum of the wall time of every `handle_stream` call
 //!   (what Lambda bills; reading the stream is the event source mapping's
-//!   part and is not included); `worker_rps = records / worker_secs`;
+//!   part and is not included) in the median worker run
+//!   (`worker_runs_secs`: every run); `worker_rps = records / worker_secs`;
 //! - `requests_per_record`, `rcu_per_record`, `wcu_per_record`: the worker
 //!   store's `StoreMetrics` (every DynamoDB request the worker made, and the
 //!   consumed capacity DynamoDB Local reports) divided by `records`;
@@ -84,14 +93,16 @@
 //!   bench's own process (the worker) during the `handle_stream` calls;
 //! - `baseline_secs`: wall time of the median baseline run's BatchWriteItem
 //!   requests (`baseline_runs_secs`: every run);
-//!   `baseline_rps = records / baseline_secs` (the same records, handled by
-//!   writing only their minimal effect); **`ratio = worker_rps /
-//!   baseline_rps = baseline_secs / worker_secs`** (goal >= 0.8);
+//!   `baseline_rps = records / baseline_secs` (the first worker run's
+//!   records, whose table gave the baseline its writes, handled by writing
+//!   only their minimal effect); **`ratio = worker_rps / baseline_rps`**
+//!   (goal >= 0.8), i.e. `baseline_secs / worker_secs` up to the few
+//!   records by which the runs' races differ;
 //!   `baseline_wcu_per_record`: the baseline's consumed write capacity
 //!   per record (the least the records can cost);
 //! - `plain_baseline_secs` (`plain_baseline_runs_secs`,
 //!   `plain_baseline_engine_cpu_secs`): the median plain baseline run, and
-//!   `ratio_plain = plain_baseline_secs / worker_secs`;
+//!   `ratio_plain` the same ratio against it;
 //! - `batch_writes`: the items the worker wrote with BatchWriteItem,
 //!   applied in order to *before*, by item kind and effect (`put new`,
 //!   `put changed`, `put as stored`, `delete existing`, `delete missing`);
@@ -284,6 +295,11 @@ fn options() -> Options {
 /// each on a DynamoDB Local and a copy of B of its own; the median counts.
 /// A single run varies by up to 45% from the next (fresh JVMs), so five.
 const BASELINE_RUNS: usize = 5;
+
+/// Worker runs (steps 1 to 4), each on a DynamoDB Local of its own, spread
+/// between the baseline runs ([`worker_turn`]); the median counts. One
+/// drain of the same records varied by 25% from the next on a fresh JVM.
+const WORKER_RUNS: usize = 3;
 
 /// Concurrent BatchWriteItem tasks while seeding.
 const SEED_TASKS: usize = 8;
@@ -577,38 +593,39 @@ fn requests(d: &MetricsSnapshot) -> u64 {
 
 // ---------------------------------------------------------------------------
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    let o = options();
-    if std::env::var("LOAD_TRACE").as_deref() == Ok("2") {
-        tracing_subscriber::fmt()
-            .with_env_filter("aws_sdk_dynamodb=debug,off")
-            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-            .with_writer(std::io::stderr)
-            .init();
-    }
-    let mut spec = WorkloadSpec::sized(o.seed, o.users);
-    if let Some(n) = o.operations {
-        spec.operations = n;
-    }
-    if let Some(r) = o.leftover_rate {
-        spec.leftover_rate = r;
-    }
-    let generated_at = Instant::now();
-    let w = workload::generate(&spec);
-    let generate_ms = generated_at.elapsed().as_secs_f64() * 1000.0;
-    let leftovers = w.operations.iter().filter(|op| op.leftover).count();
-    eprintln!(
-        "workload seed {}: {} users, {} groups, population {} items, {} operations ({} with leftovers), {} calls (generated in {generate_ms:.0} ms)",
-        spec.seed,
-        spec.users,
-        spec.groups,
-        w.population.len(),
-        w.operations.len(),
-        leftovers,
-        w.calls.len()
-    );
+// ---------------------------------------------------------------------------
+// One worker run
 
+/// What every worker run is given.
+struct Setup<'a> {
+    o: &'a Options,
+    spec: &'a WorkloadSpec,
+    w: &'a workload::Workload,
+    patterns: &'a [serde_json::Value],
+    batch_size: usize,
+}
+
+type Table = BTreeMap<(String, String), Item>;
+
+/// One worker run (steps 1 to 4, and the *after* snapshot of step 5).
+struct WorkerRun {
+    before: Table,
+    after: Table,
+    stats: DrainStats,
+    /// The worker store's metrics over the drain.
+    d: MetricsSnapshot,
+    /// Every read and write the worker asked for.
+    asked: support::recorded::Log,
+    drain_wall: Duration,
+    heap_at_start: usize,
+    peak_heap: usize,
+}
+
+/// Steps 1 to 4 on a DynamoDB Local of its own: table A seeded and
+/// backfilled, the service's calls applied, *before* snapshotted, the
+/// stream drained through the worker, *after* snapshotted.
+async fn worker_run(s: &Setup<'_>) -> WorkerRun {
+    let (o, spec, w) = (s.o, s.spec, s.w);
     let local = nishiki_worker::local::start()
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
@@ -654,7 +671,7 @@ async fn main() {
 
     // 2. The service's calls.
     let started = Instant::now();
-    apply(&service, &w).await;
+    apply(&service, w).await;
     eprintln!(
         "applied {} service calls in {:.1} s",
         w.calls.len(),
@@ -679,6 +696,106 @@ async fn main() {
         config,
         Arc::new(ManualClock::new(spec.now)),
     );
+    warm_up(&worker_store).await;
+    let m0 = worker_store.metrics().snapshot();
+    let heap_at_start = HEAP.load(Ordering::Relaxed);
+    PEAK.store(heap_at_start, Ordering::Relaxed);
+    let wall = Instant::now();
+    let stats = drain(&app, &mut tail, s.patterns, s.batch_size, local.pid()).await;
+    let drain_wall = wall.elapsed();
+    let peak_heap = PEAK.load(Ordering::Relaxed);
+    let d = worker_store.metrics().snapshot().since(&m0);
+    drop(app);
+    let asked = recording.take();
+    let after = snapshot(&service).await;
+    eprintln!(
+        "worker run: {} records in {:.3} s",
+        stats.records,
+        stats.worker.as_secs_f64()
+    );
+    WorkerRun {
+        before,
+        after,
+        stats,
+        d,
+        asked,
+        drain_wall,
+        heap_at_start,
+        peak_heap,
+    }
+}
+
+impl WorkerRun {
+    /// Records handled per second of `handle_stream`.
+    fn rps(&self) -> f64 {
+        self.stats.records as f64 / self.stats.worker.as_secs_f64()
+    }
+}
+
+/// The keys one operation of the service both puts and deletes, its calls
+/// going out at once: which call lands last differs from run to run, and
+/// with it the table and a few stream records.
+fn raced_keys(w: &workload::Workload) -> std::collections::BTreeSet<(String, String)> {
+    let mut raced = std::collections::BTreeSet::new();
+    for op in &w.operations {
+        let calls = w.calls_of(op);
+        let deleted: Vec<(String, String)> = calls
+            .iter()
+            .filter_map(|c| match c {
+                ServiceCall::Delete(key) => Some(key_of(&key.to_attributes())),
+                ServiceCall::Put(_) => None,
+            })
+            .collect();
+        for c in calls {
+            if let ServiceCall::Put(item) = c
+                && deleted.contains(&key_of(item))
+            {
+                raced.insert(key_of(item));
+            }
+        }
+    }
+    raced
+}
+
+/// Whether a worker run goes before baseline pair `i`: [`WORKER_RUNS`]
+/// spread evenly over the [`BASELINE_RUNS`] pairs, the first before pair 0
+/// (its table gives the baseline its writes).
+fn worker_turn(i: usize) -> bool {
+    i * WORKER_RUNS % BASELINE_RUNS < WORKER_RUNS
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let o = options();
+    if std::env::var("LOAD_TRACE").as_deref() == Ok("2") {
+        tracing_subscriber::fmt()
+            .with_env_filter("aws_sdk_dynamodb=debug,off")
+            .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let mut spec = WorkloadSpec::sized(o.seed, o.users);
+    if let Some(n) = o.operations {
+        spec.operations = n;
+    }
+    if let Some(r) = o.leftover_rate {
+        spec.leftover_rate = r;
+    }
+    let generated_at = Instant::now();
+    let w = workload::generate(&spec);
+    let generate_ms = generated_at.elapsed().as_secs_f64() * 1000.0;
+    let leftovers = w.operations.iter().filter(|op| op.leftover).count();
+    eprintln!(
+        "workload seed {}: {} users, {} groups, population {} items, {} operations ({} with leftovers), {} calls (generated in {generate_ms:.0} ms)",
+        spec.seed,
+        spec.users,
+        spec.groups,
+        w.population.len(),
+        w.operations.len(),
+        leftovers,
+        w.calls.len()
+    );
+
     let template = support::template::template();
     let source = support::template::stream_event_source(&template);
     let patterns = support::template::filter_patterns(source);
@@ -687,20 +804,22 @@ async fn main() {
             .as_u64()
             .expect("the stream event source sets BatchSize") as usize
     });
-    warm_up(&worker_store).await;
-    let m0 = worker_store.metrics().snapshot();
-    let heap_at_start = HEAP.load(Ordering::Relaxed);
-    PEAK.store(heap_at_start, Ordering::Relaxed);
-    let wall = Instant::now();
-    let stats = drain(&app, &mut tail, &patterns, batch_size.max(1), local.pid()).await;
-    let drain_wall = wall.elapsed();
-    let peak_heap = PEAK.load(Ordering::Relaxed);
-    let d = worker_store.metrics().snapshot().since(&m0);
-    drop(app);
-    let asked = recording.take();
+    let setup = Setup {
+        o: &o,
+        spec: &spec,
+        w: &w,
+        patterns: &patterns,
+        batch_size: batch_size.max(1),
+    };
+
+    // 1-4. The first worker run: its table gives the minimal set of writes.
+    let mut worker_runs = vec![worker_run(&setup).await];
+    let raced = raced_keys(&w);
+    let before = worker_runs[0].before.clone();
+    let after_first = worker_runs[0].after.clone();
 
     // 5. What the worker changed.
-    let after = snapshot(&service).await;
+    let after = after_first;
     let deleted: Vec<&(String, String)> =
         before.keys().filter(|k| !after.contains_key(*k)).collect();
     let put: Vec<&Item> = after
@@ -765,6 +884,29 @@ async fn main() {
     let mut identical = true;
     for run in 0..2 * BASELINE_RUNS {
         let like_worker = run % 2 == 0;
+        if like_worker && run > 0 && worker_turn(run / 2) {
+            let again = worker_run(&setup).await;
+            for (name, first, this) in [
+                ("before", &before, &again.before),
+                ("after", &after, &again.after),
+            ] {
+                let differ: Vec<_> = first
+                    .iter()
+                    .filter(|(k, v)| this.get(*k) != Some(*v))
+                    .map(|(k, _)| k)
+                    .chain(this.keys().filter(|k| !first.contains_key(*k)))
+                    .filter(|k| !raced.contains(*k))
+                    .take(5)
+                    .collect();
+                assert!(
+                    differ.is_empty(),
+                    "every worker run must start from and end in the same table \
+                     (but for keys the service both puts and deletes at once); \
+                     {name} differs at {differ:?}"
+                );
+            }
+            worker_runs.push(again);
+        }
         // A DynamoDB Local of its own: there a write to the k-th table with
         // a stream slows down with k (see `benches/local_tables.rs`), and
         // A is the first table of the worker's instance.
@@ -795,6 +937,23 @@ async fn main() {
     plain_times.sort_by_key(|(t, _)| *t);
     let (base_time, base_engine_cpu) = base_times[base_times.len() / 2];
     let (plain_time, plain_engine_cpu) = plain_times[plain_times.len() / 2];
+    // The median worker run counts, for every figure of the drain.
+    let worker_runs_secs: Vec<f64> = worker_runs
+        .iter()
+        .map(|r| r.stats.worker.as_secs_f64())
+        .collect();
+    let baseline_records = worker_runs[0].stats.records;
+    worker_runs.sort_by(|a, b| a.rps().total_cmp(&b.rps()));
+    let WorkerRun {
+        stats,
+        d,
+        asked,
+        drain_wall,
+        heap_at_start,
+        peak_heap,
+        ..
+    } = worker_runs.swap_remove(worker_runs.len() / 2);
+    drop(worker_runs);
 
     // The worker's batch-written items by effect, applied in order to
     // *before*: a delete of a missing key or a put of the item as stored
@@ -876,7 +1035,12 @@ async fn main() {
     let (oracle_reads, oracle_reads_cpu, oracle_writes, oracle_writes_cpu) = oracle;
     let oracle_secs = (oracle_reads.time + oracle_writes.time).as_secs_f64();
 
-    // 8. Bulk deletes of one group cascade.
+    // 8. Bulk deletes of one group cascade, on a DynamoDB Local of its own.
+    let local = nishiki_worker::local::start()
+        .await
+        .expect("DynamoDB Local for the group cascade");
+    let endpoint = local.endpoint_url();
+    let service = create(&endpoint, "load-worker").await;
     let big = workload::big_group(o.seed ^ 0x5eed, 60, 4, spec.now);
     support::seed_concurrently(&service, big.items.clone(), SEED_TASKS).await;
     service
@@ -899,10 +1063,10 @@ async fn main() {
     let worker_secs = stats.worker.as_secs_f64();
     let worker_rps = stats.records as f64 / worker_secs;
     let baseline_secs = base_time.as_secs_f64();
-    let baseline_rps = stats.records as f64 / baseline_secs;
+    let baseline_rps = baseline_records as f64 / baseline_secs;
     let ratio = worker_rps / baseline_rps;
     let plain_secs = plain_time.as_secs_f64();
-    let ratio_plain = plain_secs / worker_secs;
+    let ratio_plain = worker_rps / (baseline_records as f64 / plain_secs);
     let mut lat = stats.latencies.clone();
     lat.sort();
     let p50 = percentile(&lat, 50.0).as_secs_f64() * 1000.0;
@@ -928,7 +1092,14 @@ async fn main() {
         ),
         (
             "worker time (sum of handle_stream)",
-            format!("{worker_secs:.3} s"),
+            format!(
+                "{worker_secs:.3} s (median of runs: {})",
+                worker_runs_secs
+                    .iter()
+                    .map(|t| format!("{t:.3}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         ),
         (
             "DynamoDB Local CPU in handle_stream",
@@ -1086,6 +1257,7 @@ async fn main() {
         "invocations": stats.invocations,
         "max_payload_bytes": stats.max_payload,
         "worker_secs": worker_secs,
+        "worker_runs_secs": worker_runs_secs,
         "worker_rps": worker_rps,
         "requests_per_record": requests(&d) as f64 / records,
         "rcu_per_record": d.read_capacity / records,
