@@ -106,7 +106,9 @@
 //! - `batch_writes`: the items the worker wrote with BatchWriteItem,
 //!   applied in order to *before*, by item kind and effect (`put new`,
 //!   `put changed`, `put as stored`, `delete existing`, `delete missing`);
-//!   `noops` counts the last two, which change nothing;
+//!   `noops` counts the last two, which change nothing; `rewritten_keys`
+//!   the keys written more than once, by kind and sequence (`PD`: put,
+//!   then deleted by a later record);
 //! - `oracle`: the oracle's requests, items, wall time and DynamoDB Local
 //!   CPU for reads and for writes, and `oracle.ratio = baseline_secs /
 //!   (oracle read secs + oracle write secs)`: the ratio a worker sending
@@ -986,6 +988,32 @@ async fn main() {
             *write_effects.entry(format!("{kind} {effect}")).or_default() += 1;
         }
     }
+    // Keys the worker batch-wrote more than once in the drain, by kind and
+    // sequence of writes (`D` delete, `P` put): `ExpiryReminder PD` is a
+    // reminder put by one record and deleted by a later one.
+    let mut rewrites: BTreeMap<String, usize> = BTreeMap::new();
+    {
+        let mut seq: BTreeMap<(String, String), String> = BTreeMap::new();
+        for op in &asked.batch_ops {
+            let (k, c) = match op {
+                store::WriteOp::Put(item) => (key_of(item), 'P'),
+                store::WriteOp::Delete(key) => (key_of(key), 'D'),
+            };
+            seq.entry(k).or_default().push(c);
+        }
+        for ((pk, sk), s) in seq {
+            if s.len() > 1 {
+                *rewrites
+                    .entry(format!("{} {s}", kind_of(&pk, &sk)))
+                    .or_default() += 1;
+            }
+        }
+    }
+    let rewrites_text = rewrites
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
     let write_effects_text = write_effects
         .iter()
         .map(|(k, n)| format!("{k} {n}"))
@@ -1194,6 +1222,7 @@ async fn main() {
             format!("{} / {noop_writes}", asked.batch_ops.len()),
         ),
         ("  by kind and effect", write_effects_text),
+        ("  keys written more than once", rewrites_text),
         ("worker's reads (as asked) by kind", read_mix_text),
         (
             "oracle: worker's reads, batched once",
@@ -1296,6 +1325,7 @@ async fn main() {
             "items": asked.batch_ops.len(),
             "noops": noop_writes,
             "by_effect": write_effects,
+            "rewritten_keys": rewrites,
         },
         "oracle": {
             "read_requests": oracle_reads.requests,
