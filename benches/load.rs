@@ -759,6 +759,23 @@ fn raced_keys(w: &workload::Workload) -> std::collections::BTreeSet<(String, Str
     raced
 }
 
+/// `a, b, ...` of times in seconds, to the millisecond.
+fn secs_text(secs: &[f64]) -> String {
+    secs.iter()
+        .map(|t| format!("{t:.3}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `kind n, kind n, ...` of counts by kind.
+fn counts_text(counts: &BTreeMap<String, usize>) -> String {
+    counts
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Whether a worker run goes before baseline pair `i`: [`WORKER_RUNS`]
 /// spread evenly over the [`BASELINE_RUNS`] pairs, the first before pair 0
 /// (its table gives the baseline its writes).
@@ -1016,16 +1033,8 @@ async fn main() {
             }
         }
     }
-    let rewrites_text = rewrites
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    let write_effects_text = write_effects
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let rewrites_text = counts_text(&rewrites);
+    let write_effects_text = counts_text(&write_effects);
 
     // The worker's reads by what they read: point reads by item kind,
     // whole-partition reads by index (`table` for a PK partition).
@@ -1042,11 +1051,7 @@ async fn main() {
             .entry(format!("partition {on} by {attribute}"))
             .or_default() += 1;
     }
-    let read_mix_text = read_mix
-        .iter()
-        .map(|(k, n)| format!("{k} {n}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let read_mix_text = counts_text(&read_mix);
 
     // 7. The oracle: the worker's own reads and writes (as recorded), each
     // sent once with perfect batching, one request after the other, on a
@@ -1129,11 +1134,7 @@ async fn main() {
             "worker time (sum of handle_stream)",
             format!(
                 "{worker_secs:.3} s (median of runs: {})",
-                worker_runs_secs
-                    .iter()
-                    .map(|t| format!("{t:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                secs_text(&worker_runs_secs)
             ),
         ),
         (
@@ -1194,14 +1195,7 @@ async fn main() {
         ),
         (
             "baseline time (median of runs)",
-            format!(
-                "{baseline_secs:.3} s (runs: {})",
-                base_runs
-                    .iter()
-                    .map(|t| format!("{t:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+            format!("{baseline_secs:.3} s (runs: {})", secs_text(&base_runs)),
         ),
         (
             "DynamoDB Local CPU in the baseline",
@@ -1217,11 +1211,7 @@ async fn main() {
             "plain baseline (no ReturnConsumedCapacity)",
             format!(
                 "{plain_secs:.3} s (runs: {}), engine CPU {plain_engine_cpu:.3} s, ratio {ratio_plain:.3}",
-                plain_runs
-                    .iter()
-                    .map(|t| format!("{t:.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                secs_text(&plain_runs)
             ),
         ),
         (
