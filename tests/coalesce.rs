@@ -14,7 +14,7 @@ use nishiki_worker::keys::{ContainerId, GroupId, ItemKey, PK, SK, UserId};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use nishiki_worker::store::coalesce::Coalescing;
 use nishiki_worker::store::{
-    BatchWriter, ItemReader, QuerySpec, QueryStore, Store, StoreError, WriteOp,
+    BatchWriter, ItemReader, MetricsSnapshot, QuerySpec, QueryStore, Store, StoreError, WriteOp,
 };
 use nishiki_worker::workload::{link, membership};
 use support::{TestTable, key_of};
@@ -29,6 +29,25 @@ fn raw(keys: &[ItemKey]) -> Vec<nishiki_worker::store::Key> {
 
 fn keys_of(items: &[Item]) -> BTreeSet<(String, String)> {
     items.iter().map(key_of).collect()
+}
+
+/// What `run` returns, and the requests it made of the table's store.
+async fn measured<T>(t: &TestTable, run: impl Future<Output = T>) -> (T, MetricsSnapshot) {
+    let before = t.store.metrics().snapshot();
+    let out = run.await;
+    (out, t.store.metrics().snapshot().since(&before))
+}
+
+/// Every answer is what a direct GetItem of its key returns.
+async fn assert_gets_as_direct(
+    t: &TestTable,
+    keys: &[ItemKey],
+    answers: Vec<Result<Option<Item>, StoreError>>,
+) {
+    for (k, answer) in keys.iter().zip(answers) {
+        let direct = t.store.get(&k.to_attributes(), true).await.unwrap();
+        assert_eq!(answer.unwrap(), direct, "{k:?}");
+    }
 }
 
 /// 40 groups with 3 members each and 40 containers linked from one group
@@ -69,13 +88,12 @@ async fn concurrent_point_reads_share_batch_get_item_requests() {
     // 80 reads (40 present, 40 absent, some keys twice), all at once.
     let mut keys = links_and_containers(&groups, &containers);
     keys.extend(keys[..10].to_vec());
-    let before = t.store.metrics().snapshot();
-    let answers = futures::future::join_all(raw(&keys).iter().map(|k| c.get(k, true))).await;
-    let used = t.store.metrics().snapshot().since(&before);
-    for (k, answer) in keys.iter().zip(answers) {
-        let direct = t.store.get(&k.to_attributes(), true).await.unwrap();
-        assert_eq!(answer.unwrap(), direct, "{k:?}");
-    }
+    let (answers, used) = measured(
+        &t,
+        futures::future::join_all(raw(&keys).iter().map(|k| c.get(k, true))),
+    )
+    .await;
+    assert_gets_as_direct(&t, &keys, answers).await;
     assert_eq!(used.get_item, 0, "no single GetItem");
     assert!(
         (1..=2).contains(&used.batch_get_item),
@@ -97,17 +115,14 @@ async fn callers_asking_for_the_same_key_or_partition_share_one_read() {
     keys.extend((0..20).map(|_| ItemKey::User(UserId::random())));
     assert_eq!(keys.len(), 100);
     let twice: Vec<ItemKey> = keys.iter().chain(&keys).cloned().collect();
-    let before = t.store.metrics().snapshot();
-    let answers = c
-        .gathered(futures::future::join_all(
+    let (answers, used) = measured(
+        &t,
+        c.gathered(futures::future::join_all(
             raw(&twice).iter().map(|k| c.get(k, true)),
-        ))
-        .await;
-    let used = t.store.metrics().snapshot().since(&before);
-    for (k, answer) in twice.iter().zip(answers) {
-        let direct = t.store.get(&k.to_attributes(), true).await.unwrap();
-        assert_eq!(answer.unwrap(), direct, "{k:?}");
-    }
+        )),
+    )
+    .await;
+    assert_gets_as_direct(&t, &twice, answers).await;
     assert_eq!(used.batch_get_item, 1, "200 reads of 100 keys");
     assert_eq!(used.get_item, 0);
 
@@ -123,13 +138,13 @@ async fn callers_asking_for_the_same_key_or_partition_share_one_read() {
         .collect();
     assert_eq!(specs.len(), 50);
     specs.extend(specs.clone());
-    let before = t.store.metrics().snapshot();
-    let pages = c
-        .gathered(futures::future::join_all(
+    let (pages, used) = measured(
+        &t,
+        c.gathered(futures::future::join_all(
             specs.iter().map(|s| c.query_page(s, None)),
-        ))
-        .await;
-    let used = t.store.metrics().snapshot().since(&before);
+        )),
+    )
+    .await;
     for (spec, page) in specs.iter().zip(pages) {
         let direct = t.store.query_all(spec).await.unwrap();
         assert_eq!(keys_of(&page.unwrap().items), keys_of(&direct), "{spec:?}");
@@ -175,9 +190,11 @@ async fn concurrent_partition_queries_share_partiql_requests() {
         .chain(link_specs)
         .chain(partition_specs)
         .collect();
-    let before = t.store.metrics().snapshot();
-    let pages = futures::future::join_all(specs.iter().map(|s| c.query_page(s, None))).await;
-    let used = t.store.metrics().snapshot().since(&before);
+    let (pages, used) = measured(
+        &t,
+        futures::future::join_all(specs.iter().map(|s| c.query_page(s, None))),
+    )
+    .await;
     for (spec, page) in specs.iter().zip(pages) {
         let page = page.unwrap();
         assert!(page.last_evaluated_key.is_none());
@@ -211,18 +228,17 @@ async fn query_partitions_matches_queries_beyond_fifty_values() {
     }
     support::seed_concurrently(&t.store, items, 4).await;
     values.push(AttributeValue::S("no-such-container".into()));
-    let before = t.store.metrics().snapshot();
-    let found = t
-        .store
-        .query_partitions(
+    let (found, used) = measured(
+        &t,
+        t.store.query_partitions(
             Some(GROUP_AND_CONTAINER_INDEX),
             attr::CONTAINER_ID,
             &values,
             false,
-        )
-        .await
-        .unwrap();
-    let used = t.store.metrics().snapshot().since(&before);
+        ),
+    )
+    .await;
+    let found = found.unwrap();
     assert_eq!(found.items.len(), 121);
     assert!(found.items[120].is_empty());
     for (value, items) in values.iter().zip(&found.items).take(120) {
@@ -254,10 +270,11 @@ async fn concurrent_batch_writes_share_requests_and_keep_keys_apart() {
         .collect();
     calls[0].push(WriteOp::Put(shared.to_attributes()));
     calls[1].push(WriteOp::Delete(shared.to_attributes()));
-    let before = t.store.metrics().snapshot();
-    let reports =
-        futures::future::join_all(calls.iter().map(|ops| c.batch_write(ops.clone()))).await;
-    let used = t.store.metrics().snapshot().since(&before);
+    let (reports, used) = measured(
+        &t,
+        futures::future::join_all(calls.iter().map(|ops| c.batch_write(ops.clone()))),
+    )
+    .await;
     for (ops, report) in calls.iter().zip(reports) {
         assert_eq!(report.unwrap().items, ops.len());
     }
