@@ -37,15 +37,15 @@
 //!    minimal set with the raw `aws_sdk_dynamodb::Client` (BatchWriteItem in
 //!    chunks of 25, one request after the other, retrying unprocessed
 //!    items), and checks that B now equals A. The median run counts.
-//!    Before it is timed, the fresh instance puts and deletes 2,000 scratch
-//!    items ([`warm_writes`]), as the worker's instance has written and
-//!    deleted before its drain. Its
-//!    requests ask for the consumed capacity (`ReturnConsumedCapacity:
-//!    TOTAL`), as every request of the worker's store does: AWS computes it
-//!    anyway, but DynamoDB Local charges 17-51% more CPU per written item
-//!    and up to twice the wall time per BatchWriteItem for it (`cargo
-//!    bench --bench local_costs`), so a baseline without it would count a
-//!    cost of the emulator as the worker's. Interleaved with
+//!    Before it is timed, the fresh instance puts and deletes 2,000
+//!    scratch items ([`engine::warm_writes`]), as the worker's instance
+//!    has written and deleted before its drain. Its requests ask for the
+//!    consumed capacity (`ReturnConsumedCapacity: TOTAL`), as every
+//!    request of the worker's store does: AWS computes it anyway, but
+//!    DynamoDB Local charges 17-51% more CPU per written item and up to
+//!    twice the wall time per BatchWriteItem for it (`cargo bench --bench
+//!    local_costs`), so a baseline without it would count a cost of the
+//!    emulator as the worker's. Interleaved with
 //!    those runs, as many *plain* runs leave it out (`ratio_plain`). Each
 //!    run has an instance of its own because DynamoDB Local slows writes
 //!    down on every further table with a stream (`cargo bench --bench
@@ -54,8 +54,9 @@
 //! 7. **oracle**: the worker's store is wrapped in a recorder
 //!    (`tests/support/recorded.rs`) that notes every read and write the
 //!    worker sent; on a DynamoDB Local of its own, seeded with *before* and
-//!    warmed up (scratch writes, one read of each kind), the recorded reads (each distinct key and partition once,
-//!    BatchGetItem of 100, PartiQL of 50) and then the recorded writes
+//!    warmed up (scratch writes, one read of each kind), the recorded
+//!    reads (each distinct key and partition once, BatchGetItem of 100,
+//!    PartiQL of 50) and then the recorded writes
 //!    (BatchWriteItem of 25, single writes as sent) go out one request after
 //!    the other. That is what the worker's own reads and writes cost by
 //!    themselves, whatever the order and sharing the worker gave them: the
@@ -64,9 +65,8 @@
 //!    invitation link, removes the Group item and runs the group cascade
 //!    (`jobs::relationships::cascade_group`) on a DynamoDB Local of its
 //!    own; asserts that the cascade's BatchWriteItem requests are at most
-//!    `ceil(n / 25)`,
-//!    `n` the items it deleted (its conditional single deletes, e.g. the
-//!    invitation link, are counted apart).
+//!    `ceil(n / 25)`, `n` the items it deleted (its conditional single
+//!    deletes, e.g. the invitation link, are counted apart).
 //!
 //! # Figures (printed as a table and as one JSON line for BENCHMARKS.md)
 //!
@@ -526,27 +526,6 @@ async fn drain(
 /// takes ~1 s), a one-off cost of the emulator that neither the service nor
 /// the baseline's BatchWriteItem (warmed by the seeding) pays in the timed
 /// part.
-/// Scratch items a fresh instance writes and deletes before it is timed
-/// ([`warm_writes`]).
-const WARM_WRITES: usize = 2_000;
-
-/// Put [`WARM_WRITES`] scratch items and delete them again, so a fresh
-/// DynamoDB Local has compiled its write paths before it is timed (the
-/// first 2,000 deletes of a fresh instance cost it about twice the CPU of
-/// later ones). The worker's instance needs none: the seeding, the backfill
-/// and the service's calls have put and deleted items there already.
-async fn warm_writes(store: &DynamoStore, table: &str, capacity: Option<ReturnConsumedCapacity>) {
-    let sks: Vec<String> = (0..WARM_WRITES).map(|n| format!("scratch#{n}")).collect();
-    for ops in [
-        sks.iter()
-            .map(|sk| engine::put("warm-up", sk))
-            .collect::<Vec<_>>(),
-        sks.iter().map(|sk| engine::delete("warm-up", sk)).collect(),
-    ] {
-        support::raw_batch_write_with(store.client(), table, ops, capacity.clone()).await;
-    }
-}
-
 async fn warm_up(store: &DynamoStore) {
     let absent = AttributeValue::S("warm-up".into());
     let key: nishiki_worker::store::Key = [
@@ -835,10 +814,9 @@ async fn main() {
     let mut worker_runs = vec![worker_run(&setup).await];
     let raced = raced_keys(&w);
     let before = std::mem::take(&mut worker_runs[0].before);
-    let after_first = std::mem::take(&mut worker_runs[0].after);
+    let after = std::mem::take(&mut worker_runs[0].after);
 
     // 5. What the worker changed.
-    let after = after_first;
     let deleted: Vec<&(String, String)> =
         before.keys().filter(|k| !after.contains_key(*k)).collect();
     let put: Vec<&Item> = after
@@ -942,7 +920,7 @@ async fn main() {
         let store = create(&local.endpoint_url(), "load-baseline").await;
         support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
         let capacity = like_worker.then_some(ReturnConsumedCapacity::Total);
-        warm_writes(&store, "load-baseline", capacity.clone()).await;
+        engine::warm_writes(store.client(), "load-baseline", capacity.clone()).await;
         let cpu_at_start = cpu_secs(local.pid());
         let sent =
             support::raw_batch_write_with(store.client(), "load-baseline", ops.clone(), capacity)
@@ -1062,7 +1040,12 @@ async fn main() {
             .expect("DynamoDB Local for the oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
         support::seed_concurrently(&store, before.values().cloned().collect(), SEED_TASKS).await;
-        warm_writes(&store, "load-oracle", Some(ReturnConsumedCapacity::Total)).await;
+        engine::warm_writes(
+            store.client(),
+            "load-oracle",
+            Some(ReturnConsumedCapacity::Total),
+        )
+        .await;
         warm_up(&store).await;
         let cpu = cpu_secs(local.pid());
         let reads = support::recorded::replay_reads(&store, &asked).await;

@@ -6,9 +6,10 @@
 //! synthetic 200-byte items, checks that the idle engine uses no CPU, puts
 //! and deletes 2,000 scratch items (a fresh engine compiles its write paths
 //! on its first writes), then sends [`REPS`] requests of each kind one
-//! after the other (after 5 untimed ones) and prints, per request kind, the engine's CPU time per request and
-//! per item (from `/proc/<pid>/stat`, 10 ms resolution, hence the
-//! repetitions) and the wall time per request.
+//! after the other (after 5 untimed ones) and prints, per request kind,
+//! the engine's CPU time per request and per item (from
+//! `/proc/<pid>/stat`, 10 ms resolution, hence the repetitions) and the
+//! wall time per request.
 //!
 //! It tells where a drain's time can go: a fixed cost per request, and a
 //! cost per item written that is several times the cost per item read,
@@ -150,25 +151,9 @@ async fn main() {
     let idle = cpu_secs(pid) - idle_from;
     println!("DynamoDB Local idle for 3 s: {idle:.2} s CPU");
 
-    // A fresh instance compiles its write paths on the first thousands of
-    // writes: put and delete 2,000 scratch items first, so the first
-    // measures are not charged for it.
-    for round in 0..2 {
-        for chunk in (0..2_000).collect::<Vec<usize>>().chunks(25) {
-            let requests = chunk
-                .iter()
-                .map(|n| {
-                    let sk = format!("scratch{n}");
-                    if round == 0 {
-                        put("warm-up", &sk)
-                    } else {
-                        delete("warm-up", &sk)
-                    }
-                })
-                .collect();
-            batch_write(&client, requests).await;
-        }
-    }
+    // A fresh instance compiles its write paths on its first thousands of
+    // writes: warm them up, so the first measures are not charged for it.
+    engine::warm_writes(&client, TABLE, None).await;
 
     let mut costs: Vec<Cost> = Vec::new();
     // `$body` sends one request; run it 5 times untimed, then REPS times.

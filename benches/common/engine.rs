@@ -1,13 +1,17 @@
 //! Shared by the benches that look at DynamoDB Local itself
 //! (`benches/load.rs`, `benches/local_tables.rs`, `benches/local_costs.rs`;
-//! included with `#[path]`): the engine process's CPU time and the items of
-//! a synthetic table (keys `PK`/`SK`, a 200-byte `Data` attribute; no
-//! Nishiki item, so no key encoding is involved).
+//! included with `#[path]`, beside `tests/support` as `support`): the
+//! engine process's CPU time, the items of a synthetic table (keys
+//! `PK`/`SK`, a 200-byte `Data` attribute; no Nishiki item, so no key
+//! encoding is involved) and the warm-up of a fresh instance's writes.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 
-use aws_sdk_dynamodb::types::{AttributeValue, DeleteRequest, PutRequest, WriteRequest};
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, DeleteRequest, PutRequest, ReturnConsumedCapacity, WriteRequest,
+};
 
 /// `sysconf(_SC_CLK_TCK)` on Linux.
 const CLOCK_TICKS_PER_SEC: f64 = 100.0;
@@ -72,4 +76,22 @@ pub fn delete(pk: &str, sk: &str) -> WriteRequest {
                 .expect("key set"),
         )
         .build()
+}
+
+/// Scratch items a fresh instance writes and deletes before it is timed
+/// ([`warm_writes`]).
+pub const WARM_WRITES: usize = 2_000;
+
+/// Put [`WARM_WRITES`] scratch items into `table` and delete them again, each
+/// request asking for `capacity`, so a fresh DynamoDB Local has compiled its
+/// write paths before it is timed (the first 2,000 deletes of a fresh
+/// instance cost it about twice the CPU of later ones).
+pub async fn warm_writes(client: &Client, table: &str, capacity: Option<ReturnConsumedCapacity>) {
+    let sks: Vec<String> = (0..WARM_WRITES).map(|n| format!("scratch#{n}")).collect();
+    for ops in [
+        sks.iter().map(|sk| put("warm-up", sk)).collect::<Vec<_>>(),
+        sks.iter().map(|sk| delete("warm-up", sk)).collect(),
+    ] {
+        crate::support::raw_batch_write_with(client, table, ops, capacity.clone()).await;
+    }
 }
