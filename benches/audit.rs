@@ -29,10 +29,9 @@ use nishiki_worker::jobs::JobDeps;
 use nishiki_worker::jobs::relationships::{AuditJob, AuditReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobRun, Tick, TickSource};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{BatchWriter, Store, WriteOp};
 use service::*;
 use support::TestTable;
+use worker_engine::store::{BatchWriter, Store, WriteOp};
 
 /// One family in this many carries a drift case (cycling through 7 kinds).
 const DRIFT_EVERY: usize = 100;
@@ -193,10 +192,7 @@ async fn audit(table: &TestTable, job: &AuditJob, label: &str, now: DateTime<Utc
 async fn bench(target: usize) {
     // No stream: the audit does not read it, and DynamoDB Local slows down
     // badly when 100,000 writes also fill a stream.
-    let schema = TableSchema {
-        stream: false,
-        ..TableSchema::nishiki()
-    };
+    let schema = nishiki_worker::schema::nishiki().without_stream();
     let table = TestTable::with_schema(&schema).await;
     let started = Instant::now();
     let (n, expected) = seed(&table, target).await;

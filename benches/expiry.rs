@@ -40,8 +40,8 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::{Container, ContainerLink, Entity, Food, Group, Item};
 use nishiki_worker::jobs::expiry::{ExpiryRules, container_ops, plan_container_change};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, Job};
-use nishiki_worker::store::{BatchWriter, ItemWriter, MetricsSnapshot, WriteOp};
 use support::{Drain, TestTable};
+use worker_engine::store::{BatchWriter, ItemWriter, MetricsSnapshot, WriteOp};
 
 const DUE: usize = 200;
 const CONTAINERS_PER_GROUP: usize = 10;

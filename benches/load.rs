@@ -145,13 +145,12 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::jobs::relationships::cascade_group;
 use nishiki_worker::keys::{ItemKey, Job, PK, SK};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{
+use nishiki_worker::workload::{self, ServiceCall, WorkloadSpec};
+use worker_engine::store::{
     self, DynamoStore, ItemReader, ItemWriter, MetricsSnapshot, QueryStore, ScanSpec, WriteOutcome,
 };
-use nishiki_worker::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use nishiki_worker::stream_reader::{self, StartAt, StreamTail};
-use nishiki_worker::workload::{self, ServiceCall, WorkloadSpec};
+use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream_reader::{self, StartAt, StreamTail};
 
 // ---------------------------------------------------------------------------
 // Peak heap: a counting allocator
@@ -309,7 +308,7 @@ const SEED_TASKS: usize = 8;
 async fn create(endpoint: &str, name: &str) -> Arc<DynamoStore> {
     let store = DynamoStore::new(store::local_client(endpoint), name);
     store
-        .create_table(&TableSchema::nishiki())
+        .create_table(&nishiki_worker::schema::nishiki())
         .await
         .expect("create table");
     Arc::new(store)
@@ -528,7 +527,7 @@ async fn drain(
 /// part.
 async fn warm_up(store: &DynamoStore) {
     let absent = AttributeValue::S("warm-up".into());
-    let key: nishiki_worker::store::Key = [
+    let key: worker_engine::store::Key = [
         (PK.to_owned(), absent.clone()),
         (SK.to_owned(), absent.clone()),
     ]
@@ -607,7 +606,7 @@ struct WorkerRun {
 /// stream drained through the worker, *after* snapshotted.
 async fn worker_run(s: &Setup<'_>) -> WorkerRun {
     let (o, spec, w) = (s.o, s.spec, s.w);
-    let local = nishiki_worker::local::start()
+    let local = worker_engine::local::start()
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let endpoint = local.endpoint_url();
@@ -914,7 +913,7 @@ async fn main() {
         // A DynamoDB Local of its own: there a write to the k-th table with
         // a stream slows down with k (see `benches/local_tables.rs`), and
         // A is the first table of the worker's instance.
-        let local = nishiki_worker::local::start()
+        let local = worker_engine::local::start()
             .await
             .expect("DynamoDB Local for the baseline");
         let store = create(&local.endpoint_url(), "load-baseline").await;
@@ -1035,7 +1034,7 @@ async fn main() {
     // sent once with perfect batching, one request after the other, on a
     // table seeded with *before* on a DynamoDB Local of its own.
     let oracle = {
-        let local = nishiki_worker::local::start()
+        let local = worker_engine::local::start()
             .await
             .expect("DynamoDB Local for the oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
@@ -1059,7 +1058,7 @@ async fn main() {
     let oracle_secs = (oracle_reads.time + oracle_writes.time).as_secs_f64();
 
     // 8. Bulk deletes of one group cascade, on a DynamoDB Local of its own.
-    let local = nishiki_worker::local::start()
+    let local = worker_engine::local::start()
         .await
         .expect("DynamoDB Local for the group cascade");
     let endpoint = local.endpoint_url();

@@ -30,8 +30,7 @@ use aws_sdk_dynamodb::types::{
     AttributeValue, KeysAndAttributes, ReturnConsumedCapacity, WriteRequest,
 };
 use engine::{cpu_secs, delete, key, put};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{self, DynamoStore};
+use worker_engine::store::{self, DynamoStore};
 
 const TABLE: &str = "local-costs";
 const PARTITIONS: usize = 400;
@@ -132,13 +131,13 @@ struct Cost {
 
 #[tokio::main]
 async fn main() {
-    let local = nishiki_worker::local::start()
+    let local = worker_engine::local::start()
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let pid = local.pid();
     let client = store::local_client(&local.endpoint_url());
     DynamoStore::new(client.clone(), TABLE)
-        .create_table(&TableSchema::nishiki())
+        .create_table(&nishiki_worker::schema::nishiki())
         .await
         .expect("create table");
     let seed = (0..PARTITIONS)

@@ -22,8 +22,7 @@ mod engine;
 mod support;
 
 use aws_sdk_dynamodb::types::WriteRequest;
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{self, DynamoStore};
+use worker_engine::store::{self, DynamoStore};
 
 const TABLES: usize = 4;
 const SEED: usize = 2000;
@@ -49,12 +48,16 @@ async fn write(client: &aws_sdk_dynamodb::Client, table: &str, requests: Vec<Wri
 #[tokio::main]
 async fn main() {
     let stream = !std::env::args().any(|a| a == "--no-stream");
-    let local = nishiki_worker::local::start()
+    let local = worker_engine::local::start()
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let client = store::local_client(&local.endpoint_url());
-    let mut schema = TableSchema::nishiki();
-    schema.stream = stream;
+    let schema = nishiki_worker::schema::nishiki();
+    let schema = if stream {
+        schema
+    } else {
+        schema.without_stream()
+    };
     let names: Vec<String> = (1..=TABLES).map(|n| format!("position-{n}")).collect();
     for name in &names {
         DynamoStore::new(client.clone(), name)

@@ -16,9 +16,9 @@ use nishiki_worker::cli::replay::{ReplayArgs, replay};
 use nishiki_worker::cli::target::{KEYS, TableOpts, Target};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
-use nishiki_worker::replay::diff::diff_tables;
-use nishiki_worker::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 use support::TestTable;
+use worker_engine::replay::diff::diff_tables;
+use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 
 fn filler(n: usize) -> Vec<Item> {
     (0..n)

@@ -38,9 +38,9 @@ use nishiki_worker::jobs::invitations::{SweepInvitations, SweepReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobRun, Tick, TickSource};
 use nishiki_worker::schema::INVITATION_EXPIRY_INDEX;
-use nishiki_worker::store::DynamoStore;
 use support::TestTable;
 use uuid::Uuid;
+use worker_engine::store::DynamoStore;
 
 const LINKS: usize = 1_000;
 const EXPIRED: usize = 100;

@@ -10,17 +10,17 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::config::{Clock, Config, SystemClock};
-use crate::error::HandlerError;
 use crate::jobs::{self, JobDeps};
 use crate::keys::Job;
 use crate::keys::{PK, SK};
 use crate::metrics::{self, CountedHandler, Emitter, WriteCounter};
 use crate::schedule::{self, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
-use crate::store::coalesce::Coalescing;
-use crate::store::{self, DynamoStore, Store};
-use crate::stream::decode::{self, EnvelopeError};
-use crate::stream::engine::{self, BatchReport, EngineConfig};
 use crate::worker::Router;
+use worker_engine::error::HandlerError;
+use worker_engine::store::coalesce::Coalescing;
+use worker_engine::store::{self, DynamoStore, Store};
+use worker_engine::stream::decode::{self, EnvelopeError};
+use worker_engine::stream::engine::{self, BatchReport, EngineConfig};
 
 /// Why an event could not be run at all.
 #[derive(Debug, thiserror::Error)]
@@ -277,4 +277,22 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
     Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+/// The local event-source loop (`dev`) invokes the worker as Lambda would.
+#[async_trait::async_trait]
+impl worker_engine::replay::dev::EventFunction for App {
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
+        self.handle_stream(event, None)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String> {
+        let report = self
+            .handle_schedule(event, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::to_value(report).map_err(|e| e.to_string())
+    }
 }

@@ -230,7 +230,7 @@ impl Config {
             table_name: table_name.into(),
             endpoint_url: None,
             deadline_margin: Duration::from_millis(2000),
-            stream_concurrency: crate::stream::engine::DEFAULT_CONCURRENCY,
+            stream_concurrency: worker_engine::stream::engine::DEFAULT_CONCURRENCY,
             audit_grace: Duration::from_secs(3600),
             empty_group_grace: Duration::from_secs(86_400),
             empty_group_policy: EmptyGroupPolicy::Delete,

@@ -4,7 +4,7 @@
 //! other permissions. `infra/template.yaml` is checked against this by
 //! `tests/infra.rs`, and this against the code by running every fixture and
 //! job on DynamoDB Local and recording what the store was asked to do
-//! ([`crate::store::StoreMetrics`]).
+//! ([`worker_engine::store::StoreMetrics`]).
 //!
 //! One schedule function per job (same `schedule` bootstrap, pinned with
 //! `WORKER_JOB`): each gets only its job's permissions, its own timeout,
@@ -14,7 +14,7 @@
 use crate::config::{ENV_VARS, ReadBy};
 use crate::keys::Job;
 use crate::schema::{GROUP_AND_CONTAINER_INDEX, INVITATION_EXPIRY_INDEX, USER_AND_GROUP_INDEX};
-use crate::store::Operation;
+use worker_engine::store::Operation;
 
 /// The stream read actions of a DynamoDB event source mapping.
 pub const STREAM_READ_ACTIONS: [&str; 4] = [

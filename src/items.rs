@@ -8,10 +8,8 @@
 //!
 //! `Debug` of items never shows a user name or an e-mail address.
 
-use std::collections::HashMap;
 use std::fmt;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use serde::de::{DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -19,8 +17,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::datetime;
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, KeyError, PK, SK, UserId};
 
-/// A raw DynamoDB item.
-pub type Item = HashMap<String, AttributeValue>;
+pub use worker_engine::item::{Item, redact_quoted};
 
 /// Attribute names the service's indexes are keyed on. Worker-owned items
 /// must never carry any of them.
@@ -62,58 +59,6 @@ impl ItemError {
             reason: redact_quoted(&reason.to_string()),
         }
     }
-}
-
-/// Serde error texts quote the offending value (`invalid type: string
-/// "alice@example.com"`, serde_dynamo's `Failed to parse 'alice@example.com'
-/// as a float`); a value may be personal data, so quoted text is dropped
-/// before an error can reach a log line. A single quote opens a quotation
-/// only at the start of a word (not in `doesn't`) and closes at the last
-/// single quote that ends a word.
-pub fn redact_quoted(msg: &str) -> String {
-    let mut out = String::with_capacity(msg.len());
-    let mut inside = false;
-    let mut rest = msg;
-    while let Some(ch) = rest.chars().next() {
-        rest = &rest[ch.len_utf8()..];
-        if ch == '"' {
-            if inside {
-                out.push_str("…\"");
-            } else {
-                out.push('"');
-            }
-            inside = !inside;
-        } else if inside {
-            continue;
-        } else if ch == '\''
-            && out
-                .chars()
-                .last()
-                .is_none_or(|c| c.is_whitespace() || c == '(')
-            && let Some(end) = closing_single_quote(rest)
-        {
-            out.push_str("'…'");
-            rest = &rest[end + 1..];
-        } else {
-            out.push(ch);
-        }
-    }
-    out
-}
-
-/// The byte offset of the last `'` in `s` that ends a word (followed by the
-/// end, whitespace or punctuation).
-fn closing_single_quote(s: &str) -> Option<usize> {
-    s.char_indices()
-        .filter(|&(i, c)| {
-            c == '\''
-                && s[i + 1..]
-                    .chars()
-                    .next()
-                    .is_none_or(|n| n.is_whitespace() || ",.;:)".contains(n))
-        })
-        .map(|(i, _)| i)
-        .next_back()
 }
 
 /// `User` item: `PK=<userId>`, `SK=User`.
@@ -492,6 +437,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
     use serde_json::json;
 
     const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
@@ -648,17 +594,7 @@ mod tests {
     }
 
     #[test]
-    fn single_quoted_values_are_redacted_too() {
-        assert_eq!(
-            redact_quoted("Failed to parse 'bob@x.io' as a float: invalid float literal"),
-            "Failed to parse '…' as a float: invalid float literal"
-        );
-        assert_eq!(
-            redact_quoted("Failed to parse 'it's bob' as a float"),
-            "Failed to parse '…' as a float"
-        );
-        assert_eq!(redact_quoted("doesn't parse"), "doesn't parse");
-        assert_eq!(redact_quoted("an 'open quote"), "an 'open quote");
+    fn single_quoted_values_are_redacted_in_item_errors() {
         let raw = ddb(container_json(json!({"L": [{"M": {
             "FoodId": {"S": F}, "Name": {"S": "Milk"},
             "Unit": {"NULL": true}, "Quantity": {"N": "carol@example.com"},
@@ -668,14 +604,6 @@ mod tests {
         let msg = Entity::from_item(raw).unwrap_err().to_string();
         assert!(!msg.contains("carol"), "{msg}");
         assert!(msg.contains("attribute Foods: entry #0"), "{msg}");
-    }
-
-    #[test]
-    fn redaction_keeps_structure() {
-        assert_eq!(
-            redact_quoted(r#"invalid type: string "bob@x.io", expected f64"#),
-            r#"invalid type: string "…", expected f64"#
-        );
     }
 
     /// `split` sets apart exactly the attributes a type does not write.

@@ -190,6 +190,13 @@ impl Job {
     }
 }
 
+impl worker_engine::schedule::JobName for Job {
+    const ALL: &'static [Job] = &Job::ALL;
+    fn as_str(self) -> &'static str {
+        Job::as_str(self)
+    }
+}
+
 impl fmt::Display for Job {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -38,13 +38,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value, json};
 
-use crate::error::HandlerError;
 use crate::keys::{ItemKind, Job};
 use crate::schedule::JobReport;
-use crate::store::MetricsSnapshot;
-use crate::stream::decode::{RecordError, StreamChange};
-use crate::stream::engine::BatchReport;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
+use worker_engine::error::HandlerError;
+use worker_engine::store::MetricsSnapshot;
+use worker_engine::stream::decode::{RecordError, StreamChange};
+use worker_engine::stream::engine::BatchReport;
 
 /// The CloudWatch namespace of every metric.
 pub const NAMESPACE: &str = "NishikiWorker";
@@ -434,8 +434,8 @@ impl ChangeHandler for CountedHandler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::decode::ChangeKind;
     use aws_sdk_dynamodb::types::AttributeValue;
+    use worker_engine::stream::decode::ChangeKind;
 
     fn at(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()

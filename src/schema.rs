@@ -1,13 +1,10 @@
 //! The table definition, once, next to the keys: key attributes, the
 //! service's four global secondary indexes, the worker's own sparse index,
-//! and the stream setting. Everything that creates a table (tests, the CLI,
-//! `infra/`) goes through [`TableSchema`].
+//! and the stream setting, as the engine's [`TableSchema`]. Everything that
+//! creates a table (tests, the CLI, `infra/`) goes through [`nishiki`].
 
-use aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, GlobalSecondaryIndex, KeySchemaElement, KeyType, Projection,
-    ProjectionType, ScalarAttributeType, StreamSpecification, StreamViewType,
-};
+use worker_engine::schema::KeySchema;
+pub use worker_engine::schema::{IndexSpec, TableSchema, index};
 
 use crate::items::attr;
 use crate::keys::{PK, SK};
@@ -25,16 +22,6 @@ pub const EMAIL_INDEX: &str = "EMailAndUserIdRelationship";
 /// (always `InvitationLinkHash` for items carrying `LinkExpiryDatetime`),
 /// sort `LinkExpiryDatetime`, projecting `InvitationLinkHash`.
 pub const INVITATION_EXPIRY_INDEX: &str = "InvitationLinkExpiry";
-
-/// One global secondary index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexSpec {
-    pub name: &'static str,
-    pub partition_key: &'static str,
-    pub sort_key: Option<&'static str>,
-    /// `None`: keys only; `Some(attrs)`: INCLUDE those attributes.
-    pub include: Option<&'static [&'static str]>,
-}
 
 /// The service's indexes, exactly as the live table has them.
 pub const SERVICE_INDEXES: [IndexSpec; 4] = [
@@ -73,170 +60,25 @@ pub const INVITATION_EXPIRY: IndexSpec = IndexSpec {
     include: Some(&[attr::INVITATION_LINK_HASH]),
 };
 
-/// The table as the worker expects it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableSchema {
-    pub indexes: Vec<IndexSpec>,
-    /// Stream with NEW_AND_OLD_IMAGES.
-    pub stream: bool,
+/// The full target schema: `PK`/`SK` (strings), the service's indexes,
+/// the worker's invitation-expiry index, and a NEW_AND_OLD_IMAGES stream.
+pub fn nishiki() -> TableSchema {
+    without_invitation_expiry_index().with_index(INVITATION_EXPIRY)
 }
 
-impl Default for TableSchema {
-    fn default() -> Self {
-        TableSchema::nishiki()
-    }
-}
-
-impl TableSchema {
-    /// The full target schema: the service's indexes, the worker's
-    /// invitation-expiry index, and a NEW_AND_OLD_IMAGES stream.
-    pub fn nishiki() -> Self {
-        let mut indexes = SERVICE_INDEXES.to_vec();
-        indexes.push(INVITATION_EXPIRY);
-        TableSchema {
-            indexes,
-            stream: true,
-        }
-    }
-
-    /// The live table before the worker's migration: no invitation-expiry
-    /// index (the sweep falls back to a scan).
-    pub fn without_invitation_expiry_index() -> Self {
-        TableSchema {
-            indexes: SERVICE_INDEXES.to_vec(),
-            stream: true,
-        }
-    }
-
-    pub fn has_index(&self, name: &str) -> bool {
-        self.indexes.iter().any(|i| i.name == name)
-    }
-
-    /// Every attribute used as a key of the table or of an index.
-    pub fn key_attributes(&self) -> Vec<&'static str> {
-        let mut names = vec![PK, SK];
-        for idx in &self.indexes {
-            for name in std::iter::once(idx.partition_key).chain(idx.sort_key) {
-                if !names.contains(&name) {
-                    names.push(name);
-                }
-            }
-        }
-        names
-    }
-
-    /// Fill a CreateTable request (on-demand billing, like the live table).
-    pub fn create_table(&self, req: CreateTableFluentBuilder) -> CreateTableFluentBuilder {
-        let mut req = req
-            .billing_mode(BillingMode::PayPerRequest)
-            .key_schema(key(PK, KeyType::Hash))
-            .key_schema(key(SK, KeyType::Range));
-        for name in self.key_attributes() {
-            req = req.attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name(name)
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .expect("name and type are set"),
-            );
-        }
-        for idx in &self.indexes {
-            req = req.global_secondary_indexes(index(idx));
-        }
-        if self.stream {
-            req = req.stream_specification(
-                StreamSpecification::builder()
-                    .stream_enabled(true)
-                    .stream_view_type(StreamViewType::NewAndOldImages)
-                    .build()
-                    .expect("stream_enabled is set"),
-            );
-        }
-        req
-    }
-}
-
-impl TableSchema {
-    /// The table as a CloudFormation `AWS::DynamoDB::Table` resource
-    /// (the `NishikiTable` resource of `infra/template.yaml` is this, checked
-    /// by `tests/infra.rs`).
-    pub fn to_cloudformation(&self, table_name: serde_json::Value) -> serde_json::Value {
-        use serde_json::json;
-        let key = |name: &str, kind: &str| json!({"AttributeName": name, "KeyType": kind});
-        let indexes: Vec<_> = self
-            .indexes
-            .iter()
-            .map(|i| {
-                let mut keys = vec![key(i.partition_key, "HASH")];
-                if let Some(sk) = i.sort_key {
-                    keys.push(key(sk, "RANGE"));
-                }
-                let projection = match i.include {
-                    None => json!({"ProjectionType": "KEYS_ONLY"}),
-                    Some(attrs) => json!({"ProjectionType": "INCLUDE", "NonKeyAttributes": attrs}),
-                };
-                json!({"IndexName": i.name, "KeySchema": keys, "Projection": projection})
-            })
-            .collect();
-        let attributes: Vec<_> = self
-            .key_attributes()
-            .into_iter()
-            .map(|a| json!({"AttributeName": a, "AttributeType": "S"}))
-            .collect();
-        let mut props = json!({
-            "TableName": table_name,
-            "BillingMode": "PAY_PER_REQUEST",
-            "AttributeDefinitions": attributes,
-            "KeySchema": [key(PK, "HASH"), key(SK, "RANGE")],
-            "GlobalSecondaryIndexes": indexes,
-        });
-        if self.stream {
-            props["StreamSpecification"] = json!({"StreamViewType": "NEW_AND_OLD_IMAGES"});
-        }
-        json!({
-            "Type": "AWS::DynamoDB::Table",
-            "DeletionPolicy": "Retain",
-            "UpdateReplacePolicy": "Retain",
-            "Properties": props,
-        })
-    }
-}
-
-fn key(name: &str, kind: KeyType) -> KeySchemaElement {
-    KeySchemaElement::builder()
-        .attribute_name(name)
-        .key_type(kind)
-        .build()
-        .expect("name and key type are set")
-}
-
-/// The SDK form of one index (also used by the migration that adds it).
-pub fn index(spec: &IndexSpec) -> GlobalSecondaryIndex {
-    let projection = match spec.include {
-        None => Projection::builder()
-            .projection_type(ProjectionType::KeysOnly)
-            .build(),
-        Some(attrs) => {
-            let mut p = Projection::builder().projection_type(ProjectionType::Include);
-            for a in attrs {
-                p = p.non_key_attributes(*a);
-            }
-            p.build()
-        }
-    };
-    let mut gsi = GlobalSecondaryIndex::builder()
-        .index_name(spec.name)
-        .key_schema(key(spec.partition_key, KeyType::Hash))
-        .projection(projection);
-    if let Some(sk) = spec.sort_key {
-        gsi = gsi.key_schema(key(sk, KeyType::Range));
-    }
-    gsi.build().expect("name, keys and projection are set")
+/// The live table before the worker's migration: no invitation-expiry
+/// index (the sweep falls back to a scan).
+pub fn without_invitation_expiry_index() -> TableSchema {
+    SERVICE_INDEXES.into_iter().fold(
+        TableSchema::new(KeySchema::composite(PK, SK)),
+        TableSchema::with_index,
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_dynamodb::types::ProjectionType;
 
     #[test]
     fn service_indexes_match_the_contract() {
@@ -262,7 +104,7 @@ mod tests {
 
     #[test]
     fn key_attributes_are_defined_once() {
-        let s = TableSchema::nishiki();
+        let s = nishiki();
         assert_eq!(
             s.key_attributes(),
             [
@@ -275,7 +117,7 @@ mod tests {
                 "LinkExpiryDatetime"
             ]
         );
-        assert!(!TableSchema::without_invitation_expiry_index().has_index(INVITATION_EXPIRY_INDEX));
+        assert!(!without_invitation_expiry_index().has_index(INVITATION_EXPIRY_INDEX));
     }
 
     #[test]

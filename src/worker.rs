@@ -14,11 +14,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::config::Clock;
-pub use crate::error::HandlerError;
 use crate::items::{Entity, ItemError, redact_quoted};
 use crate::keys::{ContainerId, ItemKey, ItemKind, PK, SK};
-use crate::stream::decode::{ChangeKind, RecordError, StreamChange};
-use crate::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+pub use worker_engine::error::HandlerError;
+use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
+use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
 /// A stream record of the Nishiki table, typed.
 #[derive(Debug, Clone, PartialEq)]
@@ -391,11 +391,13 @@ mod tests {
     }
 
     fn throttled() -> Result<HandlerOutcome, HandlerError> {
-        Err(HandlerError::Store(crate::store::StoreError::Transient {
-            operation: "BatchGetItem",
-            code: "ThrottlingException".into(),
-            message: "slow down".into(),
-        }))
+        Err(HandlerError::Store(
+            worker_engine::store::StoreError::Transient {
+                operation: "BatchGetItem",
+                code: "ThrottlingException".into(),
+                message: "slow down".into(),
+            },
+        ))
     }
 
     fn invalid() -> Result<HandlerOutcome, HandlerError> {

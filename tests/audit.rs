@@ -20,10 +20,10 @@ use nishiki_worker::jobs::relationships::{
 };
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Job, UserId, Violation};
 use nishiki_worker::schedule::{JobRun, Tick, TickSource};
-use nishiki_worker::store::Store;
-use nishiki_worker::store::layers::{DryRunStore, PlannedWrite, RaceBeforeDelete, ServiceWrite};
 use service::*;
 use support::{Drain, TestTable};
+use worker_engine::store::Store;
+use worker_engine::store::layers::{DryRunStore, PlannedWrite, RaceBeforeDelete, ServiceWrite};
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T00:00:00Z".parse().unwrap()

@@ -36,14 +36,14 @@ use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
 use nishiki_worker::schedule::is_schedule_event;
-use nishiki_worker::store::ItemReader;
-use nishiki_worker::stream::decode::{
-    EnvelopeError, decode_event, decode_event_bytes, encode_event,
-};
-use nishiki_worker::stream::engine::{RecordReport, RecordStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use support::TestTable;
+use worker_engine::store::ItemReader;
+use worker_engine::stream::decode::{
+    EnvelopeError, decode_event, decode_event_bytes, encode_event,
+};
+use worker_engine::stream::engine::{RecordReport, RecordStatus};
 
 /// How a case must fail (or not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -255,7 +255,7 @@ impl Write for LogWriter {
 fn capture_logs() {
     let _ = tracing_subscriber::fmt()
         .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("nishiki_worker=debug"))
+        .with_env_filter(tracing_subscriber::EnvFilter::new("nishiki_worker=debug,worker_engine=debug"))
         .with_writer(|| LogWriter)
         .try_init();
 }

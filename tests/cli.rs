@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use nishiki_worker::cli::target::KEYS;
-use nishiki_worker::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 use serde_json::Value;
 use support::TestTable;
+use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 
 const NOW: &str = "2024-03-25T09:00:00Z";
 
@@ -257,7 +257,7 @@ async fn table_create_load_and_snapshot_round_trip() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), expected);
     let store =
-        nishiki_worker::store::DynamoStore::new(nishiki_worker::store::local_client(ep), &name);
+        worker_engine::store::DynamoStore::new(worker_engine::store::local_client(ep), &name);
     store.delete_table().await.unwrap();
 }
 
@@ -454,9 +454,9 @@ async fn dev_until_idle_handles_the_stream() {
     let events_file = events("stream/group-deleted.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
     // The service's writes of the fixture, done on the table.
-    let decoded = nishiki_worker::stream::decode::decode_event(&v).unwrap();
-    let plan = nishiki_worker::replay::apply::plan(&decoded);
-    nishiki_worker::replay::apply::apply(t.store.as_ref(), &plan)
+    let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
+    let plan = worker_engine::replay::apply::plan(&decoded);
+    worker_engine::replay::apply::apply(t.store.as_ref(), &plan)
         .await
         .unwrap();
     let o = run(&[

@@ -12,18 +12,18 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use nishiki_worker::items::{Item, attr};
 use nishiki_worker::keys::{ContainerId, GroupId, ItemKey, PK, SK, UserId};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
-use nishiki_worker::store::coalesce::Coalescing;
-use nishiki_worker::store::{
-    BatchWriter, ItemReader, MetricsSnapshot, QuerySpec, QueryStore, Store, StoreError, WriteOp,
-};
 use nishiki_worker::workload::{link, membership};
 use support::{TestTable, key_of};
+use worker_engine::store::coalesce::Coalescing;
+use worker_engine::store::{
+    BatchWriter, ItemReader, MetricsSnapshot, QuerySpec, QueryStore, Store, StoreError, WriteOp,
+};
 
 fn coalescing(t: &TestTable) -> Coalescing {
     Coalescing::new(t.store.clone() as Arc<dyn Store>, (PK, SK))
 }
 
-fn raw(keys: &[ItemKey]) -> Vec<nishiki_worker::store::Key> {
+fn raw(keys: &[ItemKey]) -> Vec<worker_engine::store::Key> {
     keys.iter().map(ItemKey::to_attributes).collect()
 }
 
@@ -302,7 +302,7 @@ async fn concurrent_batch_writes_share_requests_and_keep_keys_apart() {
 async fn a_failed_shared_request_fails_every_caller() {
     let t = TestTable::new().await;
     // A table that does not exist: every shared request fails.
-    let missing = Arc::new(nishiki_worker::store::DynamoStore::new(
+    let missing = Arc::new(worker_engine::store::DynamoStore::new(
         t.store.client().clone(),
         "no-such-table",
     ));
@@ -324,7 +324,7 @@ async fn a_failed_shared_request_fails_every_caller() {
 
 #[tokio::test]
 async fn one_callers_failure_does_not_fail_the_others_sharing_its_request() {
-    use nishiki_worker::store::layers::{Fault, FaultOp, FaultyStore};
+    use worker_engine::store::layers::{Fault, FaultOp, FaultyStore};
     let t = TestTable::new().await;
     let bad = GroupId::random();
     let faulty = Arc::new(FaultyStore::new(t.store.clone() as Arc<dyn Store>));

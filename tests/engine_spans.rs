@@ -7,11 +7,11 @@
 use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use nishiki_worker::stream::decode::{ChangeKind, RecordError, StreamChange};
-use nishiki_worker::stream::engine::{
+use serde_json::json;
+use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
+use worker_engine::stream::engine::{
     EngineConfig, ProcessError, RecordOutcome, RecordProcessor, run_batch,
 };
-use serde_json::json;
 
 const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
 
@@ -83,7 +83,7 @@ impl std::io::Write for Lines {
 async fn lines_inside_a_record_carry_its_span() {
     let lines = Lines::default();
     let writer = lines.clone();
-    let subscriber = nishiki_worker::telemetry::json_subscriber(
+    let subscriber = worker_engine::telemetry::json_subscriber(
         tracing_subscriber::EnvFilter::new("debug"),
         move || writer.clone(),
     );

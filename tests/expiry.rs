@@ -23,9 +23,9 @@ use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job,
 use nishiki_worker::notify::RecordingPublisher;
 use nishiki_worker::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
-use nishiki_worker::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
-use nishiki_worker::stream::engine::RecordStatus;
 use support::{Drain, TestTable};
+use worker_engine::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
+use worker_engine::stream::engine::RecordStatus;
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().expect("RFC 3339 instant")

@@ -26,14 +26,14 @@ use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::{Container, Entity, Food, Group, InvitationLink, Item, User};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
-use nishiki_worker::store::{
-    DynamoStore, ItemReader, ItemWriter, Store, StoreError, WriteOp, WriteOutcome,
-};
-use nishiki_worker::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use nishiki_worker::stream::engine::{BatchReport, RecordStatus};
 use nishiki_worker::workload::{link, membership};
 use support::fault_proxy::{FaultConfig, FaultKind, FaultPlan, FaultProxy, FaultStats, client_via};
 use support::{Drain, TestTable};
+use worker_engine::store::{
+    DynamoStore, ItemReader, ItemWriter, Store, StoreError, WriteOp, WriteOutcome,
+};
+use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream::engine::{BatchReport, RecordStatus};
 
 /// Invocations of one batch before the test gives up (Lambda's own limit
 /// is configurable up to 10,000).
@@ -200,7 +200,7 @@ async fn drain(app: &App, reader: &mut Drain, log: &mut DrainLog) {
 /// same item (another item's may run).
 #[test]
 fn the_report_check_rejects_wrong_partial_batch_responses() {
-    use nishiki_worker::stream::engine::RecordReport;
+    use worker_engine::stream::engine::RecordReport;
     let of_item = |item: &str, i: usize, status: RecordStatus| RecordReport {
         index: i,
         event_id: Some(format!("e{i}")),
@@ -699,7 +699,7 @@ async fn a_cascade_survives_responses_lost_after_the_write() {
     let clean = run(&scenario, Path::Direct).await;
     assert_eq!(clean.log.batch_failures(), 0);
 
-    let upstream = nishiki_worker::local::shared()
+    let upstream = worker_engine::local::shared()
         .await
         .expect("DynamoDB Local")
         .endpoint_url();
@@ -940,7 +940,7 @@ async fn randomized_scenarios_end_in_the_fault_free_table() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(SCENARIOS);
-    let upstream = nishiki_worker::local::shared()
+    let upstream = worker_engine::local::shared()
         .await
         .expect("DynamoDB Local")
         .endpoint_url();

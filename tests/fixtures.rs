@@ -26,13 +26,12 @@ use nishiki_worker::cli::target::{EndpointOpts, KEYS, TableOpts, Target};
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
-use nishiki_worker::replay::snapshot::{load_items, read_snapshot, snapshot_text, write_snapshot};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{DynamoStore, ItemWriter};
-use nishiki_worker::stream::decode::SequenceNumber;
-use nishiki_worker::stream_reader::{StartAt, StreamTail};
 use serde_json::{Value, json};
 use support::{Drain, TestTable};
+use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text, write_snapshot};
+use worker_engine::store::{DynamoStore, ItemWriter};
+use worker_engine::stream::decode::SequenceNumber;
+use worker_engine::stream_reader::{StartAt, StreamTail};
 
 fn events_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("events")
@@ -505,14 +504,14 @@ fn service_items() -> Vec<Item> {
 /// A table named [`CAPTURE_TABLE`] on the shared DynamoDB Local, created
 /// fresh.
 async fn capture_table() -> TestTable {
-    let local = nishiki_worker::local::shared().await.unwrap();
+    let local = worker_engine::local::shared().await.unwrap();
     let endpoint = local.endpoint_url();
-    let store = DynamoStore::new(
-        nishiki_worker::store::local_client(&endpoint),
-        CAPTURE_TABLE,
-    );
+    let store = DynamoStore::new(worker_engine::store::local_client(&endpoint), CAPTURE_TABLE);
     let _ = store.delete_table().await;
-    store.create_table(&TableSchema::nishiki()).await.unwrap();
+    store
+        .create_table(&nishiki_worker::schema::nishiki())
+        .await
+        .unwrap();
     TestTable {
         store: Arc::new(store),
         name: CAPTURE_TABLE.to_owned(),
@@ -532,7 +531,7 @@ fn app(table: &TestTable, now: &str) -> App {
 /// The last sequence number in the table's stream so far.
 async fn last_sequence(table: &TestTable) -> Option<SequenceNumber> {
     let arn = table.store.stream_arn().await.unwrap().unwrap();
-    let client = nishiki_worker::stream_reader::local_client(&table.endpoint);
+    let client = worker_engine::stream_reader::local_client(&table.endpoint);
     let mut tail = StreamTail::new(client, arn, StartAt::TrimHorizon);
     tail.poll()
         .await

@@ -12,19 +12,19 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::WriteRequest;
 use chrono::{DateTime, Utc};
 use nishiki_worker::config::ManualClock;
-use nishiki_worker::error::HandlerError;
 use nishiki_worker::items::{Entity, Group, Item, Membership, User};
 use nishiki_worker::keys::{GroupId, ItemKey, ItemKind, UserId};
-use nishiki_worker::schema::{TableSchema, USER_AND_GROUP_INDEX};
-use nishiki_worker::store::layers::{Fault, FaultOp, FaultyStore};
-use nishiki_worker::store::{
+use nishiki_worker::schema::USER_AND_GROUP_INDEX;
+use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome, Router};
+use support::{Drain, TestTable, key_of};
+use worker_engine::error::HandlerError;
+use worker_engine::store::layers::{Fault, FaultOp, FaultyStore};
+use worker_engine::store::{
     Backoff, BatchSender, BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, QuerySpec,
     QueryStore, Store, StoreError, WriteOp, WriteOutcome, write_in_batches,
 };
-use nishiki_worker::stream::decode::{ChangeKind, decode_event, encode_event};
-use nishiki_worker::stream::engine::{EngineConfig, RecordStatus, run_batch};
-use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome, Router};
-use support::{Drain, TestTable, key_of};
+use worker_engine::stream::decode::{ChangeKind, decode_event, encode_event};
+use worker_engine::stream::engine::{EngineConfig, RecordStatus, run_batch};
 
 fn now() -> DateTime<Utc> {
     "2024-03-25T09:00:00Z".parse().unwrap()
@@ -256,7 +256,7 @@ impl ChangeHandler for Touch {
     }
 }
 
-async fn seeded_stream(t: &TestTable) -> Vec<nishiki_worker::stream::decode::StreamChange> {
+async fn seeded_stream(t: &TestTable) -> Vec<worker_engine::stream::decode::StreamChange> {
     let g = GroupId::random();
     let u1 = UserId::random();
     let u2 = UserId::random();
@@ -394,7 +394,7 @@ async fn a_malformed_record_is_skipped_and_the_rest_processed() {
 
 #[tokio::test]
 async fn stream_changes_decode_to_typed_images() {
-    let t = TestTable::with_schema(&TableSchema::nishiki()).await;
+    let t = TestTable::with_schema(&nishiki_worker::schema::nishiki()).await;
     let changes = seeded_stream(&t).await;
     let typed: Vec<Change> = changes
         .iter()

@@ -36,16 +36,15 @@ use nishiki_worker::jobs::expiry::TTL_ATTRIBUTE;
 use nishiki_worker::keys::{
     ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId, Violation,
 };
-use nishiki_worker::replay::apply;
-use nishiki_worker::replay::snapshot::{load_items, read_snapshot};
 use nishiki_worker::schedule::parse_tick;
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::ItemWriter;
-use nishiki_worker::store::{self, DynamoStore, Operation};
-use nishiki_worker::stream::decode;
 use serde_json::{Map, Value, json};
 use support::template::{delivered, filter_patterns, matches, template};
 use support::{Drain, TestTable};
+use worker_engine::replay::apply;
+use worker_engine::replay::snapshot::{load_items, read_snapshot};
+use worker_engine::store::ItemWriter;
+use worker_engine::store::{self, DynamoStore, Operation};
+use worker_engine::stream::decode;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -320,7 +319,7 @@ fn the_sandbox_table_is_the_schema_in_code() {
         ttl,
         json!({"AttributeName": TTL_ATTRIBUTE, "Enabled": true})
     );
-    let want = TableSchema::nishiki().to_cloudformation(json!("nishiki-table-dev-db"));
+    let want = nishiki_worker::schema::nishiki().to_cloudformation(json!("nishiki-table-dev-db"));
     assert_eq!(
         props, want["Properties"],
         "infra/template.yaml's table drifted from src/schema.rs"
@@ -1015,8 +1014,8 @@ async fn declared_actions_are_the_ones_the_code_uses() {
     tables.sort();
     for path in &tables {
         for schema in [
-            TableSchema::nishiki(),
-            TableSchema::without_invitation_expiry_index(),
+            nishiki_worker::schema::nishiki(),
+            nishiki_worker::schema::without_invitation_expiry_index(),
         ] {
             let table = TestTable::with_schema(&schema).await;
             load(&table, path).await;

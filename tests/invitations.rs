@@ -21,14 +21,13 @@ use nishiki_worker::jobs::invitations::{
 };
 use nishiki_worker::keys::{GroupId, ItemKey, Job, UserId};
 use nishiki_worker::schedule::{JobReport, JobRun, Tick, TickSource};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
-use nishiki_worker::store::{BatchWriter, ItemReader, ItemWriter, QueryStore, Store, WriteOp};
-use nishiki_worker::stream::decode::{ChangeKind, StreamChange, encode_event};
 use nishiki_worker::worker::{Change, ChangeHandler, HandlerOutcome};
 use serde_json::json;
 use support::{Drain, TestTable, key_of};
 use uuid::Uuid;
+use worker_engine::store::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
+use worker_engine::store::{BatchWriter, ItemReader, ItemWriter, QueryStore, Store, WriteOp};
+use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
 
 const NOW: &str = "2024-03-25T00:00:00.500Z";
 
@@ -285,7 +284,8 @@ async fn a_link_renewed_between_query_and_delete_survives() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_scan_gives_the_same_result_without_the_index() {
     let with_index = TestTable::new().await;
-    let without = TestTable::with_schema(&TableSchema::without_invitation_expiry_index()).await;
+    let without =
+        TestTable::with_schema(&nishiki_worker::schema::without_invitation_expiry_index()).await;
     seed_forms(&with_index).await;
     seed_forms(&without).await;
 
@@ -428,7 +428,8 @@ async fn a_tick_out_of_time_leaves_no_half_state_and_the_next_finishes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_scan_resumes_where_a_tick_ran_out_of_time() {
-    let table = TestTable::with_schema(&TableSchema::without_invitation_expiry_index()).await;
+    let table =
+        TestTable::with_schema(&nishiki_worker::schema::without_invitation_expiry_index()).await;
     let expired = seed_many(&table, 12).await;
     let before = table.snapshot().await;
     let slow: Arc<dyn Store> = Arc::new(BeforeDelete::with_hook(

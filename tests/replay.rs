@@ -16,12 +16,12 @@ use nishiki_worker::cli::target::{EndpointOpts, KEYS, Target};
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
-use nishiki_worker::replay::diff::diff_tables;
-use nishiki_worker::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
-use nishiki_worker::store::ItemWriter;
-use nishiki_worker::stream::decode::{ChangeKind, decode_event};
 use serde_json::Value;
 use support::{Drain, TestTable};
+use worker_engine::replay::diff::diff_tables;
+use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
+use worker_engine::store::ItemWriter;
+use worker_engine::stream::decode::{ChangeKind, decode_event};
 
 const NOW: &str = "2024-03-25T09:00:00Z";
 
@@ -263,11 +263,7 @@ async fn capture_after_a_sequence_number_and_redacted() {
 
 #[tokio::test]
 async fn capture_of_a_table_without_stream_says_so() {
-    let t = TestTable::with_schema(&nishiki_worker::schema::TableSchema {
-        stream: false,
-        ..nishiki_worker::schema::TableSchema::nishiki()
-    })
-    .await;
+    let t = TestTable::with_schema(&nishiki_worker::schema::nishiki().without_stream()).await;
     let target = Target::connect(&t.endpoint, &t.name).await;
     let e = capture(&target, &capture_args(&t, &tmp("none.json")))
         .await

@@ -21,11 +21,11 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::{Entity, Item};
 use nishiki_worker::jobs::relationships::cascade_group;
 use nishiki_worker::keys::{ItemKey, ItemKind};
-use nishiki_worker::store::{
-    BatchWriter, DynamoStore, ItemWriter, Store, WriteOp, WriteOutcome, local_client,
-};
 use nishiki_worker::workload::{self, ServiceCall, Workload, WorkloadSpec};
 use support::{Drain, TestTable};
+use worker_engine::store::{
+    BatchWriter, DynamoStore, ItemWriter, Store, WriteOp, WriteOutcome, local_client,
+};
 
 async fn seed(store: &DynamoStore, items: &[Item]) {
     let ops = items.iter().cloned().map(WriteOp::Put).collect();

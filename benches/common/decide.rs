@@ -21,10 +21,10 @@ use nishiki_worker::jobs::invitations::ttl_to_stamp;
 use nishiki_worker::jobs::relationships::{self, StreamCascade};
 use nishiki_worker::jobs::{self, JobDeps};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, UserId};
-use nishiki_worker::store::{self, DynamoStore};
-use nishiki_worker::stream::decode::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
 use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler};
 use uuid::Uuid;
+use worker_engine::store::{self, DynamoStore};
+use worker_engine::stream::decode::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
 
 const FOODS: usize = 20;
 

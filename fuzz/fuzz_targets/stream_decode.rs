@@ -9,10 +9,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nishiki_worker::stream::decode::{
+use nishiki_worker::worker::Change;
+use worker_engine::stream::decode::{
     DEFAULT_KEY_ATTRIBUTES, decode_event, decode_event_bytes, encode_event, is_stream_event,
 };
-use nishiki_worker::worker::Change;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(records) = decode_event_bytes(data) else {

@@ -5,8 +5,8 @@ use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use nishiki_worker::app::{App, deadline_from_epoch_ms};
 use nishiki_worker::metrics::Emitter;
 use nishiki_worker::schedule::JobReport;
-use nishiki_worker::telemetry::{self, LogFormat};
 use serde_json::Value;
+use worker_engine::telemetry::{self, LogFormat};
 
 #[tokio::main]
 async fn main() -> Result<(), Error> {

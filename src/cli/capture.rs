@@ -14,9 +14,9 @@ use clap::Args;
 use super::target::{EndpointOpts, Target};
 use super::{CliError, parse_now};
 use crate::items::attr;
-use crate::replay::redact::{Placeholder, Redactor};
-use crate::stream::decode::{SequenceNumber, encode_event};
-use crate::stream_reader::{StartAt, StreamTail};
+use worker_engine::replay::redact::{Placeholder, Redactor};
+use worker_engine::stream::decode::{SequenceNumber, encode_event};
+use worker_engine::stream_reader::{StartAt, StreamTail};
 
 /// The attribute holding a user's name (User items).
 const USER_NAME: &str = "UserName";

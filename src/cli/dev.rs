@@ -18,8 +18,8 @@ use super::CliError;
 use super::replay::{load_snapshot, worker};
 use super::target::{TableOpts, Target};
 use crate::keys::Job;
-use crate::replay::dev::{EventFunction, EventSourceLoop, MappingConfig, Schedule, Ticker};
-use crate::stream_reader::{StartAt, StreamTail};
+use worker_engine::replay::dev::{EventFunction, EventSourceLoop, MappingConfig, Schedule, Ticker};
+use worker_engine::stream_reader::{StartAt, StreamTail};
 
 /// The default cron of each job (UTC), as the deployed schedules.
 pub fn default_cron(job: Job) -> &'static str {
@@ -133,7 +133,7 @@ pub async fn run(args: DevArgs) -> Result<ExitCode, CliError> {
     let plan = schedules(&args.cron)?;
     super::replay::worker_config(&args.table.table, &args.env)?;
     if let Some(p) = &args.snapshot {
-        crate::replay::snapshot::read_snapshot(p, super::target::KEYS)?;
+        worker_engine::replay::snapshot::read_snapshot(p, super::target::KEYS)?;
     }
     let target = Target::open(&args.table).await?;
     let arn = target.stream_arn().await?;

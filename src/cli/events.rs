@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::CliError;
 use crate::items::redact_quoted;
 use crate::schedule::{self, TickSource};
-use crate::stream::decode;
+use worker_engine::stream::decode;
 
 /// What an event file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! One module per subcommand, each with its clap `Args` struct and a `run`
 //! function; [`target`] opens the table (an embedded DynamoDB Local by
 //! default), [`events`] reads event files, [`output`] renders shared parts.
-//! The generic machinery lives in [`crate::replay`].
+//! The generic machinery lives in [`worker_engine::replay`].
 
 pub mod capture;
 pub mod dev;
@@ -20,9 +20,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::local::LocalError;
-use crate::replay::snapshot::SnapshotError;
-use crate::store::StoreError;
+use worker_engine::local::LocalError;
+use worker_engine::replay::snapshot::SnapshotError;
+use worker_engine::store::StoreError;
 
 /// Exit status when a command ran but a record or a job failed.
 pub const EXIT_FAILURES: u8 = 3;

@@ -9,10 +9,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::target::KEYS;
-use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
-use crate::replay::diff::TableDiff;
-use crate::store::DynamoStore;
-use crate::store::layers::PlannedWrite;
+use worker_engine::replay::ddbjson::{item_to_json, key_text, readable_attributes};
+use worker_engine::replay::diff::TableDiff;
+use worker_engine::store::DynamoStore;
+use worker_engine::store::layers::PlannedWrite;
 
 /// `PUT PK/SK {attrs} [if cond]`, `DELETE PK/SK [if cond]`,
 /// `UPDATE PK/SK <expr> [if cond]`.
@@ -141,7 +141,7 @@ mod tests {
 
     #[test]
     fn planned_writes_read_well() {
-        let key: crate::store::Key = [
+        let key: worker_engine::store::Key = [
             ("PK".to_owned(), AttributeValue::S("u".into())),
             ("SK".to_owned(), AttributeValue::S("Group#g".into())),
         ]

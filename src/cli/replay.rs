@@ -24,15 +24,15 @@ use super::target::{KEYS, TableOpts, Target};
 use super::{CliError, EXIT_FAILURES, parse_now};
 use crate::app::App;
 use crate::config::{Clock, Config, ManualClock, SystemClock};
-use crate::replay::apply::{self, NotApplied};
-use crate::replay::diff::{TableDiff, diff_tables};
-use crate::replay::report::{RecordLine, record_lines};
-use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 use crate::schedule::JobReport;
-use crate::store::Store;
-use crate::store::layers::{DryRunStore, PlannedWrite};
-use crate::stream::decode::decode_event;
-use crate::stream::engine::BatchReport;
+use worker_engine::replay::apply::{self, NotApplied};
+use worker_engine::replay::diff::{TableDiff, diff_tables};
+use worker_engine::replay::report::{RecordLine, record_lines};
+use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use worker_engine::store::Store;
+use worker_engine::store::layers::{DryRunStore, PlannedWrite};
+use worker_engine::stream::decode::decode_event;
+use worker_engine::stream::engine::BatchReport;
 
 const EXAMPLES: &str = "\
 Examples:

@@ -16,9 +16,9 @@ use super::target::{KEYS, TableOpts, Target};
 use super::{CliError, EXIT_FAILURES, parse_now};
 use crate::jobs::{self, JobDeps};
 use crate::keys::Job;
-use crate::replay::diff::diff_tables;
-use crate::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
-use crate::store::{self, DynamoStore};
+use worker_engine::replay::diff::diff_tables;
+use worker_engine::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
+use worker_engine::store::{self, DynamoStore};
 
 const EXAMPLES: &str = "\
 Examples:

@@ -9,9 +9,8 @@ use clap::{Args, Subcommand};
 use super::CliError;
 use super::output::{bar, counter};
 use super::target::{EndpointOpts, KEYS, Target};
-use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
-use crate::schema::TableSchema;
-use crate::store::StoreError;
+use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use worker_engine::store::StoreError;
 
 /// Options of `table`.
 #[derive(Debug, Clone, Args)]
@@ -76,7 +75,7 @@ pub async fn run(args: TableArgs) -> Result<ExitCode, CliError> {
 
 async fn create(args: CreateArgs) -> Result<ExitCode, CliError> {
     let target = Target::connect(&args.endpoint.endpoint_url, &args.endpoint.table).await;
-    match target.store.create_table(&TableSchema::nishiki()).await {
+    match target.store.create_table(&crate::schema::nishiki()).await {
         Ok(()) => {
             let arn = target.stream_arn().await?;
             println!("created {} (stream {arn})", target.describe());

@@ -8,9 +8,8 @@ use clap::Args;
 
 use super::CliError;
 use crate::keys::{PK, SK};
-use crate::local::{self, DynamoDbLocal};
-use crate::schema::TableSchema;
-use crate::store::{self, DynamoStore, StoreError};
+use worker_engine::local::{self, DynamoDbLocal};
+use worker_engine::store::{self, DynamoStore, StoreError};
 
 /// The table name when none is given.
 pub const DEFAULT_TABLE: &str = "nishiki-table-local-db";
@@ -94,7 +93,7 @@ impl Target {
         let local = local::start().await?;
         let endpoint = local.endpoint_url();
         let store = DynamoStore::new(store::local_client(&endpoint), table);
-        store.create_table(&TableSchema::nishiki()).await?;
+        store.create_table(&crate::schema::nishiki()).await?;
         Ok(Target {
             store: Arc::new(store),
             endpoint,
@@ -171,9 +170,9 @@ impl Target {
     /// A Streams API client for the same endpoint.
     pub async fn streams_client(&self) -> aws_sdk_dynamodbstreams::Client {
         if is_local(&self.endpoint) {
-            crate::stream_reader::local_client(&self.endpoint)
+            worker_engine::stream_reader::local_client(&self.endpoint)
         } else {
-            crate::stream_reader::client(Some(&self.endpoint)).await
+            worker_engine::stream_reader::client(Some(&self.endpoint)).await
         }
     }
 }

@@ -172,15 +172,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::datetime;
-use crate::error::HandlerError;
 use crate::items::{Container, Entity, Food, Item, attr};
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, PK, SK};
 use crate::notify::{EventBridgePublisher, EventEntry, EventPublisher};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use crate::schema::GROUP_AND_CONTAINER_INDEX;
-use crate::store::{Expr, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp, WriteOutcome};
-use crate::stream::decode::ChangeKind;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
+use worker_engine::error::HandlerError;
+use worker_engine::store::{
+    Expr, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
+};
+use worker_engine::stream::decode::ChangeKind;
 
 use super::JobDeps;
 
@@ -1496,7 +1498,7 @@ impl FlagExpiringJob {
 }
 
 #[async_trait]
-impl ScheduledJob for FlagExpiringJob {
+impl ScheduledJob<Job> for FlagExpiringJob {
     fn job(&self) -> Job {
         Job::FlagExpiring
     }
@@ -1745,7 +1747,7 @@ impl BackfillJob {
 }
 
 #[async_trait]
-impl ScheduledJob for BackfillJob {
+impl ScheduledJob<Job> for BackfillJob {
     fn job(&self) -> Job {
         Job::Backfill
     }

@@ -78,14 +78,14 @@ use futures::stream::FuturesUnordered;
 use serde::{Deserialize, Serialize};
 
 use crate::datetime;
-use crate::error::HandlerError;
 use crate::items::{Entity, InvitationLink, Item, attr};
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, SK};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use crate::schema::INVITATION_EXPIRY_INDEX;
-use crate::store::{Expr, Key, Page, QuerySpec, ScanSpec, Store, StoreError, WriteOutcome};
-use crate::stream::decode::ChangeKind;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
+use worker_engine::error::HandlerError;
+use worker_engine::store::{Expr, Key, Page, QuerySpec, ScanSpec, Store, StoreError, WriteOutcome};
+use worker_engine::stream::decode::ChangeKind;
 
 use super::JobDeps;
 
@@ -596,7 +596,7 @@ impl SweepInvitations {
 }
 
 #[async_trait]
-impl ScheduledJob for SweepInvitations {
+impl ScheduledJob<Job> for SweepInvitations {
     fn job(&self) -> Job {
         Job::SweepInvitations
     }

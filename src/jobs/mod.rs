@@ -13,10 +13,10 @@ pub mod relationships;
 use std::sync::Arc;
 
 use crate::config::{Clock, Config};
-use crate::keys::{GroupId, ItemKey};
+use crate::keys::{GroupId, ItemKey, Job};
 use crate::schedule::ScheduledJob;
-use crate::store::{Store, StoreError};
 use crate::worker::ChangeHandler;
+use worker_engine::store::{Store, StoreError};
 
 /// What every job is built from.
 #[derive(Clone)]
@@ -39,9 +39,9 @@ pub fn handlers(deps: &JobDeps) -> Vec<Arc<dyn ChangeHandler>> {
 }
 
 /// Every scheduled job.
-pub fn scheduled(deps: &JobDeps) -> Vec<Arc<dyn ScheduledJob>> {
+pub fn scheduled(deps: &JobDeps) -> Vec<Arc<dyn ScheduledJob<Job>>> {
     let _ = deps;
-    let jobs: Vec<Arc<dyn ScheduledJob>> = vec![
+    let jobs: Vec<Arc<dyn ScheduledJob<Job>>> = vec![
         // registered by each job
         Arc::new(invitations::SweepInvitations::new(deps)),
         Arc::new(relationships::AuditJob::new(deps)),

@@ -11,8 +11,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, NaiveDate, Utc};
 use nishiki_worker::items::{Container, Entity, Food, Group, InvitationLink, Item, User};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
-use nishiki_worker::store::{Store, WriteOutcome};
 use rand::seq::SliceRandom;
+use worker_engine::store::{Store, WriteOutcome};
 
 /// One write call of the service.
 #[derive(Debug, Clone)]

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use aws_sdk_dynamodb::types::AttributeValue;
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{PK, SK};
-use nishiki_worker::schema::TableSchema;
-use nishiki_worker::store::{self, DynamoStore, QueryStore, ScanSpec};
 use serde_json::Value;
+use worker_engine::schema::TableSchema;
+use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
 
 /// A table of its own on the shared DynamoDB Local, deleted on drop.
 pub struct TestTable {
@@ -27,7 +27,7 @@ impl TestTable {
     /// A fresh table with the full schema (service indexes, the worker's
     /// invitation-expiry index, a NEW_AND_OLD_IMAGES stream).
     pub async fn new() -> Self {
-        Self::with_schema(&TableSchema::nishiki()).await
+        Self::with_schema(&nishiki_worker::schema::nishiki()).await
     }
 
     /// A full-schema table on a DynamoDB Local of its own (benchmarks: a
@@ -35,15 +35,15 @@ impl TestTable {
     /// the database, not the worker). Keep the instance alive with the table.
     pub async fn on_own_local(
         name: impl Into<String>,
-    ) -> (nishiki_worker::local::DynamoDbLocal, Self) {
-        let local = nishiki_worker::local::start()
+    ) -> (worker_engine::local::DynamoDbLocal, Self) {
+        let local = worker_engine::local::start()
             .await
             .expect("DynamoDB Local must start (see the error for what to install)");
         let endpoint = local.endpoint_url();
         let name = name.into();
         let store = DynamoStore::new(store::local_client(&endpoint), &name);
         store
-            .create_table(&TableSchema::nishiki())
+            .create_table(&nishiki_worker::schema::nishiki())
             .await
             .expect("create table");
         let table = TestTable {
@@ -55,7 +55,7 @@ impl TestTable {
     }
 
     pub async fn with_schema(schema: &TableSchema) -> Self {
-        let local = nishiki_worker::local::shared()
+        let local = worker_engine::local::shared()
             .await
             .expect("DynamoDB Local must start (see the error for what to install)");
         let endpoint = local.endpoint_url();
@@ -153,7 +153,7 @@ pub fn key_of(item: &Item) -> (String, String) {
 /// Put `items` with `tasks` concurrent BatchWriteItem sequences (seeding
 /// large tables for benchmarks).
 pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks: usize) {
-    use nishiki_worker::store::{BatchWriter, WriteOp};
+    use worker_engine::store::{BatchWriter, WriteOp};
     let chunk = items.len().div_ceil(tasks.max(1)).max(1);
     let mut handles = Vec::new();
     let mut items = items;
@@ -179,8 +179,8 @@ pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks
 /// quiet: the worker's own writes produce records too, and cascades follow
 /// them.
 pub struct Drain {
-    tail: nishiki_worker::stream_reader::StreamTail,
-    pub batches: Vec<nishiki_worker::stream::engine::BatchReport>,
+    tail: worker_engine::stream_reader::StreamTail,
+    pub batches: Vec<worker_engine::stream::engine::BatchReport>,
 }
 
 impl Drain {
@@ -192,12 +192,12 @@ impl Drain {
             .await
             .expect("describe table")
             .expect("the test table has a stream");
-        let client = nishiki_worker::stream_reader::local_client(&table.endpoint);
+        let client = worker_engine::stream_reader::local_client(&table.endpoint);
         Drain {
-            tail: nishiki_worker::stream_reader::StreamTail::new(
+            tail: worker_engine::stream_reader::StreamTail::new(
                 client,
                 arn,
-                nishiki_worker::stream_reader::StartAt::TrimHorizon,
+                worker_engine::stream_reader::StartAt::TrimHorizon,
             ),
             batches: Vec::new(),
         }
@@ -210,7 +210,7 @@ impl Drain {
     }
 
     /// The records written since the last call, without handling them.
-    pub async fn read(&mut self) -> Vec<nishiki_worker::stream::decode::StreamChange> {
+    pub async fn read(&mut self) -> Vec<worker_engine::stream::decode::StreamChange> {
         self.tail
             .poll()
             .await
@@ -242,18 +242,18 @@ impl Drain {
     pub async fn run_batch(
         &mut self,
         app: &nishiki_worker::app::App,
-        chunk: &[nishiki_worker::stream::decode::StreamChange],
+        chunk: &[worker_engine::stream::decode::StreamChange],
     ) {
         let mut pending: Vec<_> = chunk.to_vec();
         for _attempt in 0..5 {
-            let event = nishiki_worker::stream::decode::encode_event(&pending, None);
+            let event = worker_engine::stream::decode::encode_event(&pending, None);
             let report = app.handle_stream(&event, None).await.expect("stream event");
             let failed = report.batch_item_failures.first().cloned();
             self.batches.push(report);
             match failed {
                 None => return,
                 Some(seq) => {
-                    let failed: nishiki_worker::stream::decode::SequenceNumber = seq
+                    let failed: worker_engine::stream::decode::SequenceNumber = seq
                         .parse()
                         .expect("Lambda item identifiers are sequence numbers");
                     pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));

@@ -13,12 +13,12 @@ use super::rules::*;
 use super::{Io, cascade_group_io};
 use crate::config::Config;
 use crate::datetime;
-use crate::error::HandlerError;
 use crate::items::{Item, attr};
 use crate::jobs::JobDeps;
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, PK, SK, Violation};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
-use crate::store::{Expr, ScanSpec, Store, StoreError, WriteOutcome};
+use worker_engine::error::HandlerError;
+use worker_engine::store::{Expr, ScanSpec, Store, StoreError, WriteOutcome};
 
 /// Repaired keys listed in the report (the counts are always complete).
 const MAX_LISTED_REPAIRS: usize = 200;
@@ -549,7 +549,7 @@ async fn observe(io: &Io<'_>, s: &Suspect) -> Result<Observed, StoreError> {
 }
 
 #[async_trait]
-impl ScheduledJob for AuditJob {
+impl ScheduledJob<Job> for AuditJob {
     fn job(&self) -> Job {
         Job::Audit
     }

@@ -117,12 +117,12 @@ pub use audit::{AuditJob, AuditOptions, AuditReport, KindCounts};
 pub use rules::*;
 
 use super::JobDeps;
-use crate::error::HandlerError;
 use crate::items::{Item, attr};
 use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, PK, UserId, Violation};
 use crate::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
-use crate::store::{Expr, QuerySpec, Store, StoreError, WriteOp, WriteOutcome};
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
+use worker_engine::error::HandlerError;
+use worker_engine::store::{Expr, QuerySpec, Store, StoreError, WriteOp, WriteOutcome};
 
 /// What a cascade deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

@@ -13,7 +13,7 @@ use crate::config::{Config, EmptyGroupPolicy};
 use crate::datetime;
 use crate::items::{Item, attr};
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, PK, UserId, Violation};
-use crate::store::{Expr, Key};
+use worker_engine::store::{Expr, Key};
 
 /// Suspect attribute: when the violation was first seen (canonical datetime).
 pub const FIRST_SEEN: &str = "FirstSeen";

@@ -2,7 +2,7 @@
 //! Lambda's event source mapping does: every shard, parents before children,
 //! in order within a shard, remembering the last sequence number read per
 //! shard. Used by `capture`, the `dev` loop and the tests that drain the
-//! stream through the handler. Free of Nishiki specifics.
+//! stream through the handler. Free of any app's specifics.
 
 use std::collections::{HashMap, HashSet};
 
@@ -10,7 +10,7 @@ use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{OperationType, Record, ShardIteratorType};
 use chrono::{DateTime, Utc};
 
-use crate::items::Item;
+use crate::item::Item;
 use crate::store::StoreError;
 use crate::stream::decode::{ChangeKind, SequenceNumber, StreamChange};
 
@@ -25,7 +25,7 @@ pub fn local_client(endpoint_url: &str) -> Client {
             "local",
             None,
             None,
-            "nishiki-local",
+            "worker-local",
         ))
         .endpoint_url(endpoint_url)
         .build();

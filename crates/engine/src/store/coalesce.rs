@@ -64,7 +64,7 @@ use super::{
     BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
     ScanSpec, Store, StoreError, WriteOp, WriteOutcome, dedupe_by_key, key_id,
 };
-use crate::items::Item;
+use crate::item::Item;
 
 /// Partitions per PartiQL `IN` (the DynamoDB limit).
 const PARTITION_BATCH: usize = 50;

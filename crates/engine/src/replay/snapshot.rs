@@ -12,7 +12,7 @@ use indicatif::ProgressBar;
 use serde_json::Value;
 
 use super::ddbjson::{item_from_json, item_to_line, key_text, sort_items};
-use crate::items::{Item, redact_quoted};
+use crate::item::{Item, redact_quoted};
 use crate::store::{BatchWriteReport, BatchWriter, QueryStore, ScanSpec, StoreError, WriteOp};
 
 /// Why a snapshot cannot be read or written.

@@ -6,7 +6,7 @@
 //! [`plan`] is pure (which write each record stands for, and which records
 //! cannot be applied, with the reason); [`apply`] performs a plan.
 
-use crate::items::Item;
+use crate::item::Item;
 use crate::store::{ItemWriter, StoreError, WriteOp};
 use crate::stream::decode::{ChangeKind, RecordError, StreamChange};
 

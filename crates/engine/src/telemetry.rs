@@ -10,8 +10,7 @@
 //! `outcome`); on the schedule path a `job` span (`job`, `source`). No line
 //! carries attribute values: keys are the encoded `PK`/`SK` only (ids), and
 //! e-mail addresses and user names never appear (`tests/observability.rs`).
-//! Metrics are separate: CloudWatch Embedded Metric Format lines on stdout
-//! ([`crate::metrics`]).
+//! Metrics are separate: CloudWatch Embedded Metric Format lines on stdout.
 
 use tracing::Subscriber;
 use tracing_subscriber::EnvFilter;

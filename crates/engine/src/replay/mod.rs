@@ -1,5 +1,5 @@
-//! The generic machinery behind the `nishiki-worker` command line: nothing
-//! here knows the Nishiki item design (only the names of the two key
+//! The generic machinery behind a worker's command line: nothing here
+//! knows an app's item design (only the names of the two key
 //! attributes are passed in).
 //!
 //! - [`ddbjson`]: DynamoDB JSON items (strict reading, stable writing,

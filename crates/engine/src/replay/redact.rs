@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::items::Item;
+use crate::item::Item;
 use crate::stream::decode::StreamChange;
 
 /// The shape of a placeholder.

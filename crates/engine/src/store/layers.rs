@@ -11,7 +11,7 @@ use super::{
     BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
     ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
 };
-use crate::items::Item;
+use crate::item::Item;
 
 /// A write a dry run would have made.
 #[derive(Debug, Clone, PartialEq)]

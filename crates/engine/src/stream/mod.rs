@@ -6,7 +6,7 @@
 //! - [`engine`]: runs a decoded batch through a [`RecordProcessor`] in order
 //!   and computes the partial-batch response (`ReportBatchItemFailures`).
 //!
-//! Nothing here knows the Nishiki key schema: changes carry raw items, and
+//! Nothing here knows an app's key schema: changes carry raw items, and
 //! only the key attribute names (default `PK`/`SK`) are configurable, for
 //! rendering keys in log lines and error texts. Attribute values other than
 //! keys never reach a log line or an error text.

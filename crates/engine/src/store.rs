@@ -1,5 +1,5 @@
 //! The store adapter over `aws-sdk-dynamodb`: the only module that talks to
-//! DynamoDB. Free of Nishiki specifics: it works on raw items and raw keys.
+//! DynamoDB. Free of any app's specifics: it works on raw items and raw keys.
 //!
 //! - one small trait per need ([`ItemReader`], [`ItemWriter`],
 //!   [`QueryStore`], [`BatchWriter`]); [`Store`] is all of them;
@@ -28,8 +28,8 @@ use aws_sdk_dynamodb::types::{
 };
 use serde::Serialize;
 
-use crate::items::Item;
-use crate::schema::TableSchema;
+use crate::item::Item;
+use crate::schema::{DEFAULT_KEY, KeySchema, TableSchema};
 
 pub mod coalesce;
 pub mod layers;
@@ -49,7 +49,7 @@ pub enum StoreError {
     },
     /// The table or an index does not exist.
     #[error(
-        "DynamoDB {operation}: {message} (create it with `nishiki-worker table create`, or check --table / TABLE_NAME)"
+        "DynamoDB {operation}: {message} (create it with the worker's `table create` command, or check --table / TABLE_NAME)"
     )]
     NotFound {
         operation: &'static str,
@@ -747,7 +747,7 @@ pub async fn client(endpoint_url: Option<&str>) -> Client {
                 "local",
                 None,
                 None,
-                "nishiki-local",
+                "worker-local",
             ));
         }
     }
@@ -765,7 +765,7 @@ pub fn local_client(endpoint_url: &str) -> Client {
             "local",
             None,
             None,
-            "nishiki-local",
+            "worker-local",
         ))
         .endpoint_url(endpoint_url)
         .build();
@@ -783,15 +783,22 @@ pub struct DynamoStore {
 }
 
 impl DynamoStore {
-    /// A store for `table`, whose key attributes are `PK`/`SK`.
+    /// A store for `table`, whose key attributes are the single-table
+    /// convention's `PK`/`SK` ([`DEFAULT_KEY`]; see [`Self::with_key`]).
     pub fn new(client: Client, table: impl Into<String>) -> Self {
         DynamoStore {
             client,
             table: table.into(),
-            key_attributes: (crate::keys::PK.to_owned(), crate::keys::SK.to_owned()),
+            key_attributes: key_names(DEFAULT_KEY),
             backoff: Backoff::default(),
             metrics: Arc::default(),
         }
+    }
+
+    /// The table's key attributes, when they are not `PK`/`SK`.
+    pub fn with_key(mut self, key: KeySchema) -> Self {
+        self.key_attributes = key_names(key);
+        self
     }
 
     pub fn with_backoff(mut self, backoff: Backoff) -> Self {
@@ -865,6 +872,11 @@ impl DynamoStore {
             .and_then(|t| t.latest_stream_arn())
             .map(str::to_owned))
     }
+}
+
+fn key_names(key: KeySchema) -> (String, String) {
+    let (pk, sk) = key.names();
+    (pk.to_owned(), sk.to_owned())
 }
 
 fn condition_failed<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> bool {

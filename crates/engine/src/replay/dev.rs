@@ -32,7 +32,6 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::app::App;
 use crate::store::StoreError;
 use crate::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use crate::stream::engine::BatchReport;
@@ -45,23 +44,6 @@ pub trait EventFunction: Send + Sync {
     async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String>;
     /// Invoke with a schedule event; returns the function's report as JSON.
     async fn invoke_schedule(&self, event: &Value) -> Result<Value, String>;
-}
-
-#[async_trait]
-impl EventFunction for App {
-    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
-        self.handle_stream(event, None)
-            .await
-            .map_err(|e| e.to_string())
-    }
-
-    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String> {
-        let report = self
-            .handle_schedule(event, None)
-            .await
-            .map_err(|e| e.to_string())?;
-        serde_json::to_value(report).map_err(|e| e.to_string())
-    }
 }
 
 /// Where stream records come from: `(shard id, change)` pairs, each shard in
