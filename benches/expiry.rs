@@ -153,7 +153,11 @@ struct Figures {
 }
 
 async fn measure(n: usize, plain_writes: usize) -> Figures {
-    let (_local, table) = TestTable::on_own_local(format!("expiry-bench-{n}")).await;
+    let (_local, table) = TestTable::on_own_local(
+        format!("expiry-bench-{n}"),
+        &nishiki_worker::schema::nishiki(),
+    )
+    .await;
     let clock = ManualClock::new(at(day() - Days::new(1), 0, 5));
     let config = Config::for_table(&table.name);
     let rules = ExpiryRules::from_config(&config);

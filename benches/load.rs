@@ -2,7 +2,7 @@
 //!
 //! Against a DynamoDB Local of its own, it
 //!
-//! 1. generates a workload ([`nishiki_worker::workload`]: a population of
+//! 1. generates a workload ([`crate::support::workload`]: a population of
 //!    users, groups, containers with foods and invitation links, and the live
 //!    service's write calls including its leftovers), creates table A (full
 //!    schema, NEW_AND_OLD_IMAGES stream), seeds the population with
@@ -137,6 +137,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::workload::{self, ServiceCall, WorkloadSpec};
 use aws_sdk_dynamodb::types::{
     AttributeValue, DeleteRequest, PutRequest, ReturnConsumedCapacity, WriteRequest,
 };
@@ -145,7 +146,6 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::jobs::relationships::cascade_group;
 use nishiki_worker::keys::{ItemKey, Job, PK, SK};
-use nishiki_worker::workload::{self, ServiceCall, WorkloadSpec};
 use worker_engine::store::{
     self, DynamoStore, ItemReader, ItemWriter, MetricsSnapshot, QueryStore, ScanSpec, WriteOutcome,
 };

@@ -16,7 +16,6 @@ use nishiki_worker::cli::replay::{ReplayArgs, replay};
 use nishiki_worker::cli::target::{KEYS, TableOpts, Target};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
-use support::TestTable;
 use worker_engine::replay::diff::diff_tables;
 use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 
@@ -42,7 +41,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(100_000);
     let events = Path::new(env!("CARGO_MANIFEST_DIR")).join("events");
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let household = read_snapshot(&events.join("tables/household.json"), KEYS).unwrap();
     let mut items = filler(n);
     items.extend(household);

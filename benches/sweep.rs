@@ -284,7 +284,11 @@ async fn main() {
     println!("invitation sweep: {LINKS} links, {EXPIRED} expired, per table (DynamoDB Local)");
     let mut results = Vec::new();
     for &size in &sizes {
-        let (_local, table) = TestTable::on_own_local(format!("sweep-bench-{size}")).await;
+        let (_local, table) = TestTable::on_own_local(
+            format!("sweep-bench-{size}"),
+            &nishiki_worker::schema::nishiki(),
+        )
+        .await;
         let started = Instant::now();
         let seeded = items(size);
         let expired_links: Vec<Item> = seeded

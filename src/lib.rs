@@ -20,4 +20,3 @@ pub mod schedule;
 
 pub mod schema;
 pub mod worker;
-pub mod workload;

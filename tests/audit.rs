@@ -23,7 +23,8 @@ use nishiki_worker::schedule::{JobRun, Tick, TickSource};
 use service::*;
 use support::{Drain, TestTable};
 use worker_engine::store::Store;
-use worker_engine::store::layers::{DryRunStore, PlannedWrite, RaceBeforeDelete, ServiceWrite};
+use worker_engine::store::layers::{DryRunStore, PlannedWrite};
+use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T00:00:00Z".parse().unwrap()
@@ -50,7 +51,7 @@ impl Harness {
     }
 
     async fn with_config(edit: impl FnOnce(&mut Config)) -> Self {
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         let store: Arc<dyn Store> = table.store.clone();
         let clock = ManualClock::new(t0());
         let mut config = Config::for_table(&table.name);

@@ -255,7 +255,9 @@ impl Write for LogWriter {
 fn capture_logs() {
     let _ = tracing_subscriber::fmt()
         .json()
-        .with_env_filter(tracing_subscriber::EnvFilter::new("nishiki_worker=debug,worker_engine=debug"))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "nishiki_worker=debug,worker_engine=debug",
+        ))
         .with_writer(|| LogWriter)
         .try_init();
 }
@@ -366,7 +368,7 @@ async fn every_case_through_the_lambda_path() {
     capture_logs();
     let cases = corpus();
     let private = all_private(&cases);
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let now: DateTime<Utc> = NOW.parse().unwrap();
     let app = App::new(
         table.store.clone(),

@@ -55,7 +55,7 @@ fn write(name: &str, text: &str) -> String {
 }
 
 async fn household_table() -> TestTable {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let items = read_snapshot(Path::new(&events("tables/household.json")), KEYS).unwrap();
     load_items(t.store.clone(), items, 4, None).await.unwrap();
     t
@@ -192,7 +192,7 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
 
 #[tokio::test]
 async fn missing_table_says_how_to_create_it() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let o = run(&[
         "replay",
         "--endpoint-url",
@@ -215,7 +215,7 @@ async fn missing_table_says_how_to_create_it() {
 
 #[tokio::test]
 async fn table_create_load_and_snapshot_round_trip() {
-    let t = TestTable::new().await; // only for the endpoint
+    let t = support::nishiki_table().await; // only for the endpoint
     let name = format!("{}-cli", t.name);
     let ep = t.endpoint.as_str();
     let o = run(&["table", "create", "--endpoint-url", ep, "--table", &name]);

@@ -8,11 +8,11 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::support::workload::{link, membership};
 use aws_sdk_dynamodb::types::AttributeValue;
 use nishiki_worker::items::{Item, attr};
 use nishiki_worker::keys::{ContainerId, GroupId, ItemKey, PK, SK, UserId};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
-use nishiki_worker::workload::{link, membership};
 use support::{TestTable, key_of};
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{
@@ -82,7 +82,7 @@ fn links_and_containers(groups: &[GroupId], containers: &[ContainerId]) -> Vec<I
 
 #[tokio::test]
 async fn concurrent_point_reads_share_batch_get_item_requests() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let (groups, containers) = seeded(&t).await;
     let c = coalescing(&t);
     // 80 reads (40 present, 40 absent, some keys twice), all at once.
@@ -108,7 +108,7 @@ async fn concurrent_point_reads_share_batch_get_item_requests() {
 /// twice each one PartiQL SELECT; every caller gets the item or items.
 #[tokio::test]
 async fn callers_asking_for_the_same_key_or_partition_share_one_read() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let (groups, containers) = seeded(&t).await;
     let c = coalescing(&t);
     let mut keys = links_and_containers(&groups, &containers);
@@ -155,7 +155,7 @@ async fn callers_asking_for_the_same_key_or_partition_share_one_read() {
 
 #[tokio::test]
 async fn concurrent_partition_queries_share_partiql_requests() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let (groups, containers) = seeded(&t).await;
     let c = coalescing(&t);
     let member_specs: Vec<QuerySpec> = groups
@@ -218,7 +218,7 @@ async fn concurrent_partition_queries_share_partiql_requests() {
 
 #[tokio::test]
 async fn query_partitions_matches_queries_beyond_fifty_values() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let mut items = Vec::new();
     let mut values = Vec::new();
     for _ in 0..120 {
@@ -257,7 +257,7 @@ async fn query_partitions_matches_queries_beyond_fifty_values() {
 
 #[tokio::test]
 async fn concurrent_batch_writes_share_requests_and_keep_keys_apart() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let c = coalescing(&t);
     // 30 callers writing 3 items each; callers 0 and 1 write the same key.
     let shared = ItemKey::Group(GroupId::random());
@@ -300,7 +300,7 @@ async fn concurrent_batch_writes_share_requests_and_keep_keys_apart() {
 
 #[tokio::test]
 async fn a_failed_shared_request_fails_every_caller() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     // A table that does not exist: every shared request fails.
     let missing = Arc::new(worker_engine::store::DynamoStore::new(
         t.store.client().clone(),
@@ -324,8 +324,8 @@ async fn a_failed_shared_request_fails_every_caller() {
 
 #[tokio::test]
 async fn one_callers_failure_does_not_fail_the_others_sharing_its_request() {
-    use worker_engine::store::layers::{Fault, FaultOp, FaultyStore};
-    let t = TestTable::new().await;
+    use worker_testkit::layers::{Fault, FaultOp, FaultyStore};
+    let t = support::nishiki_table().await;
     let bad = GroupId::random();
     let faulty = Arc::new(FaultyStore::new(t.store.clone() as Arc<dyn Store>));
     for op in [FaultOp::Write, FaultOp::Read] {
@@ -365,7 +365,7 @@ async fn one_callers_failure_does_not_fail_the_others_sharing_its_request() {
 /// per kind, however the runtime schedules the flusher.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gathered_poll_pass_sends_each_round_once() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let (groups, containers) = seeded(&t).await;
     let c = coalescing(&t);
     for attempt in 0..5 {

@@ -18,9 +18,9 @@ use nishiki_worker::keys::{ContainerId, GroupId, ItemKey};
 use support::TestTable;
 use worker_engine::replay::dev::{Action, EventSourceLoop, Invocation, MappingConfig};
 use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};
-use worker_engine::store::layers::{Fault, FaultOp, FaultyStore};
 use worker_engine::store::{ItemWriter, Store};
 use worker_engine::stream_reader::{StartAt, StreamTail};
+use worker_testkit::layers::{Fault, FaultOp, FaultyStore};
 
 const NOW: &str = "2024-03-25T09:00:00Z";
 const HOME: &str = "9e000000-0000-4000-8000-00000000a001";
@@ -41,7 +41,7 @@ fn app(t: &TestTable, store: Arc<dyn Store>) -> App {
 
 /// The household table and a loop that starts after its existing records.
 async fn setup(config: MappingConfig) -> (TestTable, EventSourceLoop<StreamTail>) {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let items = read_snapshot(&events("tables/household.json"), KEYS).unwrap();
     load_items(t.store.clone(), items, 4, None).await.unwrap();
     let arn = t.store.stream_arn().await.unwrap().unwrap();

@@ -49,7 +49,7 @@ impl Fx {
     }
 
     async fn with_config(now: &str, edit: impl FnOnce(&mut Config)) -> Fx {
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         let drain = Drain::new(&table).await;
         let clock = ManualClock::new(t(now));
         let mut config = Config::for_table(&table.name);

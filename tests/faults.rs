@@ -21,12 +21,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::workload::{link, membership};
 use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::{Container, Entity, Food, Group, InvitationLink, Item, User};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
-use nishiki_worker::workload::{link, membership};
 use support::fault_proxy::{FaultConfig, FaultKind, FaultPlan, FaultProxy, FaultStats, client_via};
 use support::{Drain, TestTable};
 use worker_engine::store::{
@@ -316,7 +316,7 @@ struct Side {
 impl Side {
     /// A fresh table; the worker reaches it directly or through `proxy`.
     async fn new(proxy: Option<&FaultProxy>) -> Side {
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         let reader = Drain::new(&table).await;
         let worker_store: Arc<dyn Store> = match proxy {
             None => table.store.clone(),
@@ -510,7 +510,7 @@ fn invitation(group: GroupId, hash: &str, expiry: DateTime<Utc>) -> Item {
 /// Local.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_injects_each_fault_kind() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let key = |n: u128| ItemKey::Group(GroupId(id(n)));
     let put = |n: u128| group(GroupId(id(n)));
     let proxy = FaultProxy::start(&table.endpoint, FaultConfig::random(1, 0.0))
@@ -606,7 +606,7 @@ async fn the_proxy_injects_each_fault_kind() {
 /// every kind drawn, and keep-alive connections survive canned errors.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_faults_at_the_configured_rate() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let mut config = FaultConfig::random(7, 0.2);
     config.latency_ms = (1, 2);
     let proxy = FaultProxy::start(&table.endpoint, config)
@@ -798,13 +798,13 @@ impl Tally {
     }
 }
 
-/// The workload of `seed` (`nishiki_worker::workload`) as a scenario: the
+/// The workload of `seed` (`crate::support::workload`) as a scenario: the
 /// population, the service's calls (applied one after the other in the
 /// generated order, so both runs see the same stream), and up to two
 /// seeded operation boundaries where the stream is drained (so cascades
 /// also meet later service writes).
 fn workload_scenario(seed: u64) -> Scenario {
-    use nishiki_worker::workload::{ServiceCall, WorkloadSpec, generate};
+    use crate::support::workload::{ServiceCall, WorkloadSpec, generate};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
     // `small`, cut to a third so that 200 scenarios, each run twice,

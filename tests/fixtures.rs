@@ -88,7 +88,7 @@ async fn every_fixture_replays_to_its_golden_twice() {
     assert!(fixtures.len() >= 19, "the manifest lists every fixture");
     let mut problems = Vec::new();
     for f in &fixtures {
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         let target = Target::connect(&table.endpoint, &table.name).await;
         let first = replay(&target, &args_for(f, &table, true))
             .await

@@ -18,13 +18,13 @@ use nishiki_worker::schema::USER_AND_GROUP_INDEX;
 use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome, Router};
 use support::{Drain, TestTable, key_of};
 use worker_engine::error::HandlerError;
-use worker_engine::store::layers::{Fault, FaultOp, FaultyStore};
 use worker_engine::store::{
     Backoff, BatchSender, BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, QuerySpec,
     QueryStore, Store, StoreError, WriteOp, WriteOutcome, write_in_batches,
 };
 use worker_engine::stream::decode::{ChangeKind, decode_event, encode_event};
 use worker_engine::stream::engine::{EngineConfig, RecordStatus, run_batch};
+use worker_testkit::layers::{Fault, FaultOp, FaultyStore};
 
 fn now() -> DateTime<Utc> {
     "2024-03-25T09:00:00Z".parse().unwrap()
@@ -60,7 +60,7 @@ fn membership(user: UserId, group: GroupId) -> Item {
 
 #[tokio::test]
 async fn conditional_writes_are_typed_outcomes() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let g = GroupId::random();
     let key = ItemKey::Group(g).to_attributes();
     let pk = nishiki_worker::keys::PK;
@@ -110,7 +110,7 @@ async fn conditional_writes_are_typed_outcomes() {
 
 #[tokio::test]
 async fn queries_and_scans_follow_pagination() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let g = GroupId::random();
     let users: Vec<UserId> = (0..60).map(|_| UserId::random()).collect();
     let ops = users
@@ -179,7 +179,7 @@ impl BatchSender for Stuck {
 
 #[tokio::test]
 async fn batch_write_retries_unprocessed_items() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let g = GroupId::random();
     let users: Vec<UserId> = (0..30).map(|_| UserId::random()).collect();
     let ops: Vec<WriteOp> = users
@@ -289,7 +289,7 @@ async fn seeded_stream(t: &TestTable) -> Vec<worker_engine::stream::decode::Stre
 
 #[tokio::test]
 async fn a_transient_failure_returns_exactly_that_record_and_stops() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let changes = seeded_stream(&t).await;
     let faulty = Arc::new(FaultyStore::new(t.store.clone()));
     // The third record (the first membership) hits a throttling-like failure.
@@ -347,7 +347,7 @@ async fn a_transient_failure_returns_exactly_that_record_and_stops() {
 
 #[tokio::test]
 async fn a_malformed_record_is_skipped_and_the_rest_processed() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let changes = seeded_stream(&t).await;
     let mut event = encode_event(&changes, None);
     let records = event["Records"].as_array_mut().unwrap();

@@ -978,7 +978,7 @@ async fn declared_actions_are_the_ones_the_code_uses() {
     let mut used: BTreeMap<&'static str, Used> = BTreeMap::new();
 
     for f in &fixtures {
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         load(&table, &events.join(&f.snapshot)).await;
         let now: DateTime<Utc> = f.now.parse().expect("now");
         for file in &f.events {
@@ -1036,7 +1036,7 @@ async fn declared_actions_are_the_ones_the_code_uses() {
     // group's invitation link, flags), read from the table's stream as Lambda
     // would.
     for path in &tables {
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         load(&table, path).await;
         let mut drain = Drain::new(&table).await;
         drain.skip_existing().await;

@@ -25,9 +25,9 @@ use nishiki_worker::worker::{Change, ChangeHandler, HandlerOutcome};
 use serde_json::json;
 use support::{Drain, TestTable, key_of};
 use uuid::Uuid;
-use worker_engine::store::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
 use worker_engine::store::{BatchWriter, ItemReader, ItemWriter, QueryStore, Store, WriteOp};
 use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
+use worker_testkit::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
 
 const NOW: &str = "2024-03-25T00:00:00.500Z";
 
@@ -175,7 +175,7 @@ fn keys_of(items: &[Item]) -> BTreeSet<(String, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_links_go_and_valid_ones_stay_in_every_stored_form() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let expired = seed_forms(&table).await;
     let before = table.snapshot().await;
     let app = app(&table);
@@ -221,7 +221,7 @@ async fn expired_links_go_and_valid_ones_stay_in_every_stored_form() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_renewed_between_query_and_delete_survives() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     seed_forms(&table).await;
     // Group 3's link is expired; the service renews it (same hash, expiry
     // now + 24 h, canonical) after the sweep's query, before its delete.
@@ -283,7 +283,7 @@ async fn a_link_renewed_between_query_and_delete_survives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_scan_gives_the_same_result_without_the_index() {
-    let with_index = TestTable::new().await;
+    let with_index = support::nishiki_table().await;
     let without =
         TestTable::with_schema(&nishiki_worker::schema::without_invitation_expiry_index()).await;
     seed_forms(&with_index).await;
@@ -371,7 +371,7 @@ fn assert_only_expired_links_removed(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tick_out_of_time_leaves_no_half_state_and_the_next_finishes() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let expired = seed_many(&table, 20).await;
     let before = table.snapshot().await;
     let slow: Arc<dyn Store> = Arc::new(BeforeDelete::with_hook(
@@ -490,7 +490,7 @@ async fn the_fallback_scan_resumes_where_a_tick_ran_out_of_time() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_ticks_for_the_same_scheduled_time_do_no_harm() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let expired = seed_many(&table, 15).await;
     let before = table.snapshot().await;
     let app = app(&table);
@@ -517,7 +517,7 @@ fn ttl_of(item: &Item) -> Option<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_is_stamped_on_inserts_and_renewals_without_looping() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let app = app_on(table.store.clone(), &table, now(), true);
     let mut drain = Drain::new(&table).await;
     let g = group(1);
@@ -588,7 +588,7 @@ async fn ttl_is_stamped_on_inserts_and_renewals_without_looping() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ttl_removals_are_counted_not_treated_as_user_deletes() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let g = group(1);
     let mut old = link(g, &hash(1), "2024-03-24T00:00:00.000Z");
     old.insert(TTL_ATTRIBUTE.into(), AttributeValue::N("1711238400".into()));

@@ -418,7 +418,7 @@ async fn fixtures_log_json_with_spans_and_emf_metrics_without_personal_data() {
     let mut job_lines = BTreeSet::new();
     for f in manifest() {
         let now: DateTime<Utc> = f.now.parse().unwrap();
-        let table = TestTable::new().await;
+        let table = support::nishiki_table().await;
         load(&table, &f.snapshot).await;
         let app = app(&table, &f.env, now, &metrics);
         for file in &f.events {
@@ -484,7 +484,7 @@ async fn fixtures_log_json_with_spans_and_emf_metrics_without_personal_data() {
         .max()
         .unwrap();
     let now = DateTime::from_timestamp(newest + 90, 0).unwrap();
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     load(&table, "tables/household.json").await;
     let lagged = app(&table, &[], now, &metrics);
     let plan = apply::plan(&decode_event(&event).unwrap());

@@ -43,7 +43,7 @@ fn assert_no_failures(drain: &Drain) {
 
 #[tokio::test]
 async fn group_deletion_cascades_in_one_drain() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let s = store(&table);
     let app = app(&table);
     let mut drain = Drain::new(&table).await;
@@ -90,7 +90,7 @@ async fn group_deletion_cascades_in_one_drain() {
 
 #[tokio::test]
 async fn user_deletion_cascades_and_notes_emptied_groups() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let s = store(&table);
     let app = app(&table);
     let mut drain = Drain::new(&table).await;
@@ -136,7 +136,7 @@ async fn user_deletion_cascades_and_notes_emptied_groups() {
 
 #[tokio::test]
 async fn dangling_link_of_a_deleted_container_is_removed() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let s = store(&table);
     let app = app(&table);
     let mut drain = Drain::new(&table).await;
@@ -152,7 +152,7 @@ async fn dangling_link_of_a_deleted_container_is_removed() {
 
 #[tokio::test]
 async fn children_written_before_their_parents_are_never_touched() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let s = store(&table);
     let app = app(&table);
     let mut drain = Drain::new(&table).await;
@@ -205,7 +205,7 @@ async fn children_written_before_their_parents_are_never_touched() {
 
 #[tokio::test]
 async fn replaying_a_batch_twice_gives_the_same_table() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let s = store(&table);
     let app = app(&table);
     let mut drain = Drain::new(&table).await;
@@ -267,7 +267,7 @@ async fn replaying_a_batch_twice_gives_the_same_table() {
 /// container removals leave the links of the removed group to its cascade.
 #[tokio::test]
 async fn a_group_deletion_deletes_each_dependent_once() {
-    let table = TestTable::new().await;
+    let table = support::nishiki_table().await;
     let s = store(&table);
     let mut drain = Drain::new(&table).await;
     let a = sign_up(&s).await;

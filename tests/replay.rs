@@ -60,7 +60,7 @@ fn capture_args(t: &TestTable, out: &Path) -> CaptureArgs {
 
 #[tokio::test]
 async fn snapshot_round_trips_through_a_table() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let file = events("tables/household.json");
     let items = read_snapshot(&file, KEYS).unwrap();
     // Enough items for several pages and concurrent batches.
@@ -99,7 +99,7 @@ async fn snapshot_round_trips_through_a_table() {
 /// again: the result is the captured table, item for item.
 #[tokio::test]
 async fn capture_then_replay_apply_writes_rebuilds_the_table() {
-    let a = TestTable::new().await;
+    let a = support::nishiki_table().await;
     let mut drain = Drain::new(&a).await;
     let household = read_snapshot(&events("tables/service-only.json"), KEYS).unwrap();
     for item in &household {
@@ -163,7 +163,7 @@ async fn capture_then_replay_apply_writes_rebuilds_the_table() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let b = TestTable::new().await;
+    let b = support::nishiki_table().await;
     let rebuilt = tmp(&format!("{}-rebuilt.json", b.name));
     let o = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"))
         .args([
@@ -201,7 +201,7 @@ async fn capture_then_replay_apply_writes_rebuilds_the_table() {
 
 #[tokio::test]
 async fn capture_after_a_sequence_number_and_redacted() {
-    let t = TestTable::new().await;
+    let t = support::nishiki_table().await;
     let items = read_snapshot(&events("tables/service-only.json"), KEYS).unwrap();
     load_items(t.store.clone(), items.clone(), 4, None)
         .await

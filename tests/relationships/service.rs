@@ -63,7 +63,7 @@ pub fn group(id: GroupId) -> Item {
     .to_item()
 }
 
-pub use nishiki_worker::workload::{link, membership};
+pub use crate::support::workload::{link, membership};
 
 pub fn container(id: ContainerId, foods: usize) -> Item {
     let created: DateTime<Utc> = "2024-03-22T22:03:33.123Z".parse().unwrap();

@@ -1305,7 +1305,7 @@ mod tests {
     fn expressions_combine_placeholders() {
         let e = Expr::exists("PK").and(
             Expr::new("#e = :e")
-                .name("#e", "LinkExpiryDatetime")
+                .name("#e", "ValidUntil")
                 .string(":e", "x"),
         );
         assert_eq!(e.text, "(attribute_exists(#cond_k)) AND (#e = :e)");

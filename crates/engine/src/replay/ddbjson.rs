@@ -31,7 +31,7 @@ pub fn item_from_json(v: &Value) -> Result<Item, String> {
         .collect()
 }
 
-/// Parse one attribute value; `path` names it in errors (`Foods[2].Name`).
+/// Parse one attribute value; `path` names it in errors (`Parts[2].Name`).
 pub fn attribute_from_json(v: &Value, path: &str) -> Result<AttributeValue, String> {
     let bad = |what: String| Err(format!("attribute {path}: {what}"));
     let Some(obj) = v.as_object() else {
@@ -384,8 +384,8 @@ mod tests {
                 "attribute A: N value is not a number",
             ),
             (
-                json!({"Foods": {"L": [{"M": {"Name": {"S": 5}}}]}}),
-                "attribute Foods[0].Name: S value must be a string",
+                json!({"Parts": {"L": [{"M": {"Name": {"S": 5}}}]}}),
+                "attribute Parts[0].Name: S value must be a string",
             ),
             (json!({"A": {"SS": []}}), "empty SS set"),
             (json!({"A": {"NULL": false}}), "NULL value must be true"),
@@ -430,7 +430,7 @@ mod tests {
     fn readable_values() {
         let v = attribute_from_json(
             &json!({"L": [{"M": {"Unit": {"NULL": true}, "Name": {"S": "Milk"}, "Qty": {"N": "2"}}}]}),
-            "Foods",
+            "Parts",
         )
         .unwrap();
         assert_eq!(readable(&v), r#"[{Name: "Milk", Qty: 2, Unit: null}]"#);

@@ -12,7 +12,7 @@ use super::ddbjson::{
 use crate::item::Item;
 
 /// One changed value inside an item: a top-level attribute (`Name`), a map
-/// entry (`Meta.Owner`) or a list element (`Foods[2].Expiry`).
+/// entry (`Meta.Owner`) or a list element (`Parts[2].Expiry`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttributeChange {
     pub path: String,
@@ -202,9 +202,9 @@ mod tests {
     fn added_changed_removed() {
         let before = vec![
             item(json!({"PK": {"S": "g"}, "SK": {"S": "Group"}, "GroupName": {"S": "Home"}})),
-            item(json!({"PK": {"S": "u"}, "SK": {"S": "Group#g"}, "GroupId": {"S": "g"}})),
+            item(json!({"PK": {"S": "u"}, "SK": {"S": "Member#g"}, "TeamId": {"S": "g"}})),
             item(
-                json!({"PK": {"S": "c"}, "SK": {"S": "Container"}, "Foods": {"L": [
+                json!({"PK": {"S": "c"}, "SK": {"S": "Container"}, "Parts": {"L": [
                     {"M": {"Name": {"S": "Milk"}, "Quantity": {"N": "1"}}}
                 ]}}),
             ),
@@ -214,36 +214,36 @@ mod tests {
                 json!({"PK": {"S": "g"}, "SK": {"S": "Group"}, "GroupName": {"S": "Flat"}, "X": {"N": "1"}}),
             ),
             item(
-                json!({"PK": {"S": "c"}, "SK": {"S": "Container"}, "Foods": {"L": [
+                json!({"PK": {"S": "c"}, "SK": {"S": "Container"}, "Parts": {"L": [
                     {"M": {"Name": {"S": "Milk"}, "Quantity": {"N": "2"}}},
                     {"M": {"Name": {"S": "Eggs"}}}
                 ]}}),
             ),
-            item(json!({"PK": {"S": "a"}, "SK": {"S": "User"}, "UserName": {"S": "Ann"}})),
+            item(json!({"PK": {"S": "a"}, "SK": {"S": "User"}, "DisplayName": {"S": "Ann"}})),
         ];
         let d = diff_tables(&before, &after, KEYS);
         assert_eq!(d.summary(), "1 added, 2 changed, 1 removed");
         assert_eq!(
             d.lines(KEYS),
             [
-                r#"+ a/User {UserName: "Ann"}"#,
-                "~ c/Container: Foods[0].Quantity: 1 → 2",
-                r#"~ c/Container: Foods[1]: (absent) → {Name: "Eggs"}"#,
+                r#"+ a/User {DisplayName: "Ann"}"#,
+                "~ c/Container: Parts[0].Quantity: 1 → 2",
+                r#"~ c/Container: Parts[1]: (absent) → {Name: "Eggs"}"#,
                 r#"~ g/Group: GroupName: "Home" → "Flat""#,
                 "~ g/Group: X: (absent) → 1",
-                "- u/Group#g",
+                "- u/Member#g",
             ]
         );
         let j = d.to_json(KEYS);
         assert_eq!(
             j["removed"][0]["key"],
-            json!({"PK": {"S": "u"}, "SK": {"S": "Group#g"}})
+            json!({"PK": {"S": "u"}, "SK": {"S": "Member#g"}})
         );
         assert_eq!(
             j["changed"][1]["changes"][1],
             json!({"path": "X", "old": null, "new": {"N": "1"}})
         );
-        assert_eq!(j["added"][0]["item"]["UserName"], json!({"S": "Ann"}));
+        assert_eq!(j["added"][0]["item"]["DisplayName"], json!({"S": "Ann"}));
     }
 
     #[test]
@@ -256,10 +256,10 @@ mod tests {
 
     #[test]
     fn type_change_is_one_change() {
-        let a = item(json!({"PK": {"S": "g"}, "SK": {"S": "G"}, "Foods": {"L": []}}));
-        let b = item(json!({"PK": {"S": "g"}, "SK": {"S": "G"}, "Foods": {"NULL": true}}));
+        let a = item(json!({"PK": {"S": "g"}, "SK": {"S": "G"}, "Parts": {"L": []}}));
+        let b = item(json!({"PK": {"S": "g"}, "SK": {"S": "G"}, "Parts": {"NULL": true}}));
         let changes = diff_items(&a, &b);
         assert_eq!(changes.len(), 1);
-        assert_eq!(changes[0].path, "Foods");
+        assert_eq!(changes[0].path, "Parts");
     }
 }

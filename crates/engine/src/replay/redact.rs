@@ -118,8 +118,8 @@ mod tests {
         [
             ("PK".to_owned(), AttributeValue::S(id.into())),
             ("SK".to_owned(), AttributeValue::S("User".into())),
-            ("UserName".to_owned(), AttributeValue::S(name.into())),
-            ("EMailAddress".to_owned(), AttributeValue::S(email.into())),
+            ("DisplayName".to_owned(), AttributeValue::S(name.into())),
+            ("ContactEmail".to_owned(), AttributeValue::S(email.into())),
         ]
         .into()
     }
@@ -127,8 +127,8 @@ mod tests {
     #[test]
     fn stable_placeholders_keep_ids() {
         let mut r = Redactor::new([
-            ("EMailAddress", Placeholder::Email),
-            ("UserName", Placeholder::Name),
+            ("ContactEmail", Placeholder::Email),
+            ("DisplayName", Placeholder::Name),
         ]);
         let mut a = user("id-a", "Alice", "alice@example.com");
         let mut b = user("id-b", "Bob", "bob@example.com");
@@ -138,12 +138,12 @@ mod tests {
         r.redact_item(&mut a2);
         assert_eq!(a, a2, "same value, same placeholder");
         assert_eq!(
-            a["EMailAddress"],
+            a["ContactEmail"],
             AttributeValue::S("user-1@example.invalid".into())
         );
-        assert_eq!(a["UserName"], AttributeValue::S("user-1".into()));
+        assert_eq!(a["DisplayName"], AttributeValue::S("user-1".into()));
         assert_eq!(
-            b["EMailAddress"],
+            b["ContactEmail"],
             AttributeValue::S("user-2@example.invalid".into())
         );
         assert_eq!(b["PK"], AttributeValue::S("id-b".into()), "ids are kept");
@@ -152,11 +152,11 @@ mod tests {
 
     #[test]
     fn nested_values_are_redacted() {
-        let mut r = Redactor::new([("UserName", Placeholder::Name)]);
+        let mut r = Redactor::new([("DisplayName", Placeholder::Name)]);
         let mut item: Item = [(
             "Members".to_owned(),
             AttributeValue::L(vec![AttributeValue::M(
-                [("UserName".to_owned(), AttributeValue::S("Carol".into()))].into(),
+                [("DisplayName".to_owned(), AttributeValue::S("Carol".into()))].into(),
             )]),
         )]
         .into();

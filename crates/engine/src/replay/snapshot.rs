@@ -228,14 +228,14 @@ mod tests {
     #[test]
     fn text_round_trips_sorted() {
         let text = r#"[
-          {"SK": {"S": "User"}, "PK": {"S": "b"}, "UserName": {"S": "x"}},
+          {"SK": {"S": "User"}, "PK": {"S": "b"}, "DisplayName": {"S": "x"}},
           {"PK": {"S": "a"}, "SK": {"S": "Group"}}
         ]"#;
         let items = parse_snapshot("t.json", text, KEYS).unwrap();
         let out = snapshot_text(&items, KEYS);
         assert_eq!(
             out,
-            "[\n  {\"PK\":{\"S\":\"a\"},\"SK\":{\"S\":\"Group\"}},\n  {\"PK\":{\"S\":\"b\"},\"SK\":{\"S\":\"User\"},\"UserName\":{\"S\":\"x\"}}\n]\n"
+            "[\n  {\"PK\":{\"S\":\"a\"},\"SK\":{\"S\":\"Group\"}},\n  {\"PK\":{\"S\":\"b\"},\"SK\":{\"S\":\"User\"},\"DisplayName\":{\"S\":\"x\"}}\n]\n"
         );
         let back = parse_snapshot("t.json", &out, KEYS).unwrap();
         assert_eq!(snapshot_text(&back, KEYS), out);
@@ -258,13 +258,13 @@ mod tests {
         assert!(e.to_string().contains("not a snapshot"), "{e}");
         let e = parse_snapshot(
             "s.json",
-            r#"[{"PK": {"S": "a"}, "SK": {"S": "b"}}, {"PK": {"S": "u"}, "SK": {"S": "User"}, "EMailAddress": "bob@example.com"}]"#,
+            r#"[{"PK": {"S": "a"}, "SK": {"S": "b"}}, {"PK": {"S": "u"}, "SK": {"S": "User"}, "ContactEmail": "bob@example.com"}]"#,
             KEYS,
         )
         .unwrap_err()
         .to_string();
         assert!(
-            e.starts_with("s.json: item #1 (u/User): attribute EMailAddress"),
+            e.starts_with("s.json: item #1 (u/User): attribute ContactEmail"),
             "{e}"
         );
         assert!(!e.contains("bob@"), "{e}");

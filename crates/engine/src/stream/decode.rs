@@ -1182,7 +1182,7 @@ mod tests {
     fn user_image(name: &str) -> Value {
         json!({
             "PK": {"S": U}, "SK": {"S": "User"},
-            "UserName": {"S": name}, "EMailAddress": {"S": "alice@example.com"}
+            "DisplayName": {"S": name}, "ContactEmail": {"S": "alice@example.com"}
         })
     }
 
@@ -1259,7 +1259,10 @@ mod tests {
         assert_eq!(insert.kind, ChangeKind::Insert);
         assert_eq!(insert.keys["PK"], s(U));
         assert_eq!(insert.keys["SK"], s("User"));
-        assert_eq!(insert.new_image.as_ref().unwrap()["UserName"], s("Alice"));
+        assert_eq!(
+            insert.new_image.as_ref().unwrap()["DisplayName"],
+            s("Alice")
+        );
         assert_eq!(insert.old_image, None);
         assert_eq!(
             insert.approximate_creation,
@@ -1276,8 +1279,14 @@ mod tests {
             json!({"OldImage": user_image("Alice"), "NewImage": user_image("Alicia")}),
         ));
         assert_eq!(modify.kind, ChangeKind::Modify);
-        assert_eq!(modify.old_image.as_ref().unwrap()["UserName"], s("Alice"));
-        assert_eq!(modify.new_image.as_ref().unwrap()["UserName"], s("Alicia"));
+        assert_eq!(
+            modify.old_image.as_ref().unwrap()["DisplayName"],
+            s("Alice")
+        );
+        assert_eq!(
+            modify.new_image.as_ref().unwrap()["DisplayName"],
+            s("Alicia")
+        );
 
         let remove = ok(&record(
             "e3",
@@ -1288,7 +1297,7 @@ mod tests {
         assert_eq!(remove.kind, ChangeKind::Remove);
         assert!(remove.kind.is_removal());
         assert_eq!(remove.new_image, None);
-        assert_eq!(remove.latest_image().unwrap()["UserName"], s("Alicia"));
+        assert_eq!(remove.latest_image().unwrap()["DisplayName"], s("Alicia"));
     }
 
     #[test]
@@ -1297,7 +1306,7 @@ mod tests {
             "e1",
             "REMOVE",
             "100",
-            json!({"OldImage": {"PK": {"S": G}, "SK": {"S": "InvitationLinkHash"}}}),
+            json!({"OldImage": {"PK": {"S": G}, "SK": {"S": "Token"}}}),
         );
         r["userIdentity"] = json!({"type": "Service", "principalId": "dynamodb.amazonaws.com"});
         assert_eq!(ok(&r).kind, ChangeKind::TtlRemove);
@@ -1312,13 +1321,13 @@ mod tests {
     fn untagged_empty_lists_and_maps_are_tagged() {
         let image = json!({
             "PK": {"S": G}, "SK": {"S": "Container"},
-            "Foods": [],
+            "Parts": [],
             "Meta": {},
             "Nested": {"L": [[], {}, {"M": {"Inner": [], "Deep": {"L": [{}]}}}]}
         });
         let c = ok(&record("e1", "INSERT", "1", json!({"NewImage": image})));
         let img = c.new_image.unwrap();
-        assert_eq!(img["Foods"], AttributeValue::L(vec![]));
+        assert_eq!(img["Parts"], AttributeValue::L(vec![]));
         assert_eq!(img["Meta"], AttributeValue::M(Default::default()));
         let empty_m = || AttributeValue::M(Default::default());
         let expected = AttributeValue::L(vec![
@@ -1361,7 +1370,7 @@ mod tests {
             "4",
             json!({"NewImage": {
                 "PK": {"S": U}, "SK": {"S": "User"},
-                "EMailAddress": "alice@example.com"
+                "ContactEmail": "alice@example.com"
             }}),
         );
         let event = json!({"Records": [good("ok-1", "1"), no_keys, bad_name, bad_value, good("ok-2", "5")]});
@@ -1391,7 +1400,7 @@ mod tests {
         let e = results[3].as_ref().unwrap_err();
         let msg = e.to_string();
         assert!(msg.contains("bad-value") && msg.contains(U), "{msg}");
-        assert!(msg.contains("NewImage attribute EMailAddress"), "{msg}");
+        assert!(msg.contains("NewImage attribute ContactEmail"), "{msg}");
         assert!(!msg.contains("alice"), "{msg}");
     }
 
@@ -1634,7 +1643,7 @@ mod tests {
             json!({"NewImage": user_image("Alice")}),
         ));
         let dbg = format!("{c:?}");
-        assert!(dbg.contains("EMailAddress") && dbg.contains(U), "{dbg}");
+        assert!(dbg.contains("ContactEmail") && dbg.contains(U), "{dbg}");
         assert!(!dbg.contains("Alice") && !dbg.contains("alice@"), "{dbg}");
     }
 
@@ -1642,7 +1651,7 @@ mod tests {
         let image: Item = [
             ("PK".to_owned(), s(U)),
             ("SK".to_owned(), s("User")),
-            ("UserName".to_owned(), s("Alice")),
+            ("DisplayName".to_owned(), s("Alice")),
             ("Age".to_owned(), AttributeValue::N("42".into())),
             (
                 "Blob".to_owned(),
@@ -1652,7 +1661,7 @@ mod tests {
                 "Tags".to_owned(),
                 AttributeValue::Ss(vec!["a".into(), "b".into()]),
             ),
-            ("Foods".to_owned(), AttributeValue::L(vec![])),
+            ("Parts".to_owned(), AttributeValue::L(vec![])),
             ("Meta".to_owned(), AttributeValue::M(Default::default())),
             ("Gone".to_owned(), AttributeValue::Null(true)),
             ("Flag".to_owned(), AttributeValue::Bool(false)),
@@ -1725,7 +1734,7 @@ mod tests {
         assert_eq!(r["dynamodb"]["SizeBytes"], 120);
         assert_eq!(r["dynamodb"]["Keys"], user_keys());
         assert_eq!(r["dynamodb"]["NewImage"]["Blob"], json!({"B": "AAEC/w=="}));
-        assert_eq!(r["dynamodb"]["NewImage"]["Foods"], json!({"L": []}));
+        assert_eq!(r["dynamodb"]["NewImage"]["Parts"], json!({"L": []}));
         assert!(r["dynamodb"].get("OldImage").is_none());
         assert!(r.get("userIdentity").is_none());
         assert_eq!(

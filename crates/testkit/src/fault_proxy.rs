@@ -537,7 +537,7 @@ pub fn client_via(proxy: &FaultProxy, max_attempts: u32) -> aws_sdk_dynamodb::Cl
             "local",
             None,
             None,
-            "nishiki-local",
+            "worker-local",
         ))
         .endpoint_url(proxy.endpoint_url())
         .retry_config(

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use nishiki_worker::items::Item;
+use worker_engine::item::Item;
 use worker_engine::store::{
     BatchWriteReport, BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, Key, Page,
     Partitions, QuerySpec, QueryStore, ScanSpec, StoreError, WriteOp, WriteOutcome,

@@ -62,10 +62,10 @@ use chrono::{DateTime, Duration, SubsecRound, Utc};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::items::{
+use nishiki_worker::items::{
     Container, ContainerLink, Entity, Food, Group, InvitationLink, Item, Membership, User,
 };
-use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
+use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
 
 /// One write call of the live service: a single unconditional Put or Delete.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,7 +105,7 @@ pub struct WorkloadSpec {
 }
 
 /// `2024-03-25T09:00:00Z`, the default `now` of [`WorkloadSpec`].
-fn default_now() -> DateTime<Utc> {
+pub fn default_now() -> DateTime<Utc> {
     "2024-03-25T09:00:00Z".parse().expect("valid datetime")
 }
 
@@ -696,211 +696,5 @@ pub fn big_group(seed: u64, members: usize, containers: usize, now: DateTime<Utc
         group: gid,
         items,
         dependents: members + 2 * containers + 1,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashSet;
-
-    fn keys(items: &[Item]) -> Vec<ItemKey> {
-        items
-            .iter()
-            .map(|i| ItemKey::from_attributes(i).expect("key"))
-            .collect()
-    }
-
-    #[test]
-    fn same_seed_same_workload_other_seed_other_ids() {
-        let spec = WorkloadSpec::small(42);
-        assert_eq!(generate(&spec), generate(&spec));
-        let other = generate(&WorkloadSpec::small(43));
-        let a: HashSet<ItemKey> = keys(&generate(&spec).population).into_iter().collect();
-        assert!(
-            keys(&other.population)
-                .iter()
-                .all(|k| !a.contains(k) || *k == ItemKey::Category)
-        );
-    }
-
-    /// Population: unique keys, every item decodes, every relationship
-    /// resolves, every group has a member, every container one link.
-    #[test]
-    fn population_is_consistent() {
-        for seed in 0..50 {
-            let mut spec = WorkloadSpec::small(seed);
-            spec.users = 1 + (seed as usize % 7);
-            let w = generate(&spec);
-            let keys = keys(&w.population);
-            let set: HashSet<&ItemKey> = keys.iter().collect();
-            assert_eq!(set.len(), keys.len(), "duplicate keys");
-            let mut members: BTreeMap<GroupId, usize> = BTreeMap::new();
-            let mut links: BTreeMap<ContainerId, usize> = BTreeMap::new();
-            let (mut users, mut groups, mut containers, mut invitations) = (0, 0, 0, 0);
-            for item in &w.population {
-                match Entity::from_item(item.clone()).expect("decodes") {
-                    Entity::User(u) => {
-                        users += 1;
-                        assert!(u.email_address.ends_with("@example.invalid"));
-                        assert!(u.user_name.starts_with("user-"));
-                    }
-                    Entity::Group(_) => groups += 1,
-                    Entity::Membership(x) => {
-                        assert!(set.contains(&ItemKey::User(x.user)));
-                        assert!(set.contains(&ItemKey::Group(x.group)));
-                        *members.entry(x.group).or_default() += 1;
-                    }
-                    Entity::ContainerLink(l) => {
-                        assert!(set.contains(&ItemKey::Group(l.group)));
-                        assert!(set.contains(&ItemKey::Container(l.container)));
-                        *links.entry(l.container).or_default() += 1;
-                    }
-                    Entity::InvitationLink(l) => {
-                        invitations += 1;
-                        assert!(set.contains(&ItemKey::Group(l.group)));
-                        assert_eq!(l.invitation_link_hash.len(), 32);
-                    }
-                    Entity::Container(c) => {
-                        containers += 1;
-                        assert_eq!(c.foods.len(), spec.foods_per_container);
-                    }
-                    other => panic!("unexpected {other:?}"),
-                }
-                // Round-trips exactly (canonical datetimes, NULLs).
-                let e = Entity::from_item(item.clone()).unwrap();
-                assert_eq!(&e.to_item(), item);
-            }
-            assert_eq!(users, spec.users);
-            assert_eq!(groups, spec.groups);
-            assert_eq!(members.len(), spec.groups, "every group has a member");
-            assert_eq!(containers, spec.groups * spec.containers_per_group);
-            assert_eq!(links.len(), containers);
-            assert!(links.values().all(|n| *n == 1));
-            assert_eq!(invitations, spec.invitations.min(spec.groups));
-        }
-    }
-
-    #[test]
-    fn some_foods_expire_near_now() {
-        let spec = WorkloadSpec::sized(1, 200);
-        let w = generate(&spec);
-        let near = w
-            .population
-            .iter()
-            .filter_map(|i| match Entity::from_item(i.clone()).unwrap() {
-                Entity::Container(c) => Some(c.foods),
-                _ => None,
-            })
-            .flatten()
-            .filter(|f| {
-                f.expiry
-                    .is_some_and(|e| (e - spec.now).num_days().abs() <= 4)
-            })
-            .count();
-        assert!(near > 0);
-    }
-
-    /// Every Delete targets a key that existed (population or an earlier
-    /// Put); every relationship Put refers to items that existed; operation
-    /// ranges cover the calls.
-    #[test]
-    fn calls_reference_existing_items() {
-        for seed in 0..50 {
-            let spec = WorkloadSpec::small(seed);
-            let w = generate(&spec);
-            assert_eq!(w.operations.len(), spec.operations);
-            let mut next = 0;
-            for op in &w.operations {
-                assert_eq!(op.calls.start, next);
-                assert!(!op.calls.is_empty());
-                next = op.calls.end;
-            }
-            assert_eq!(next, w.calls.len());
-            let mut existed: HashSet<ItemKey> = keys(&w.population).into_iter().collect();
-            for op in &w.operations {
-                let calls = w.calls_of(op);
-                // Puts of the same operation come first: parents and children
-                // are written together.
-                for c in calls {
-                    if let ServiceCall::Put(item) = c {
-                        existed.insert(ItemKey::from_attributes(item).unwrap());
-                    }
-                }
-                for c in calls {
-                    match c {
-                        ServiceCall::Delete(k) => {
-                            assert!(existed.contains(k), "{op:?} deletes unknown {k:?}")
-                        }
-                        ServiceCall::Put(item) => {
-                            match Entity::from_item(item.clone()).expect("decodes") {
-                                Entity::Membership(x) => {
-                                    assert!(existed.contains(&ItemKey::User(x.user)));
-                                    assert!(existed.contains(&ItemKey::Group(x.group)));
-                                }
-                                Entity::ContainerLink(l) => {
-                                    assert!(existed.contains(&ItemKey::Group(l.group)));
-                                    assert!(existed.contains(&ItemKey::Container(l.container)));
-                                }
-                                Entity::InvitationLink(l) => {
-                                    assert!(existed.contains(&ItemKey::Group(l.group)))
-                                }
-                                Entity::User(_) | Entity::Group(_) | Entity::Container(_) => {}
-                                other => panic!("service never writes {other:?}"),
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn big_group_counts_its_dependents() {
-        let b = big_group(5, 60, 4, default_now());
-        assert_eq!(b, big_group(5, 60, 4, default_now()));
-        let keys = keys(&b.items);
-        let dependents = keys
-            .iter()
-            .filter(|k| match k {
-                ItemKey::Membership { group, .. }
-                | ItemKey::ContainerLink { group, .. }
-                | ItemKey::InvitationLink(group) => *group == b.group,
-                ItemKey::Container(_) => true,
-                _ => false,
-            })
-            .count();
-        assert_eq!(dependents, b.dependents);
-        assert_eq!(b.dependents, 60 + 8 + 1);
-    }
-
-    #[test]
-    fn leftovers_follow_the_rate() {
-        let mut spec = WorkloadSpec::sized(3, 400);
-        spec.leftover_rate = 0.0;
-        assert!(generate(&spec).operations.iter().all(|o| !o.leftover));
-        spec.leftover_rate = 1.0;
-        let w = generate(&spec);
-        assert!(w.operations.iter().any(|o| o.leftover));
-        assert!(
-            w.operations
-                .iter()
-                .filter(|o| o.leftover)
-                .all(|o| o.kind != OpKind::RenewInvitation)
-        );
-        // A leftover container deletion keeps its Container delete (primary).
-        for op in w
-            .operations
-            .iter()
-            .filter(|o| o.kind == OpKind::DeleteContainer)
-        {
-            assert!(op.leftover);
-            assert!(matches!(
-                w.calls_of(op),
-                [ServiceCall::Delete(ItemKey::Container(_))]
-            ));
-        }
-        let kinds: BTreeSet<OpKind> = w.operations.iter().map(|o| o.kind).collect();
-        assert!(kinds.len() >= 8, "{kinds:?}");
     }
 }

@@ -1,0 +1,98 @@
+//! The engine serves any table: no app's name, attribute, key string or
+//! job may appear in it. The compiler already stops the engine from naming
+//! an app's code (the apps depend on the engine, never the reverse); this
+//! test stops the strings: every file of the crate (sources, tests,
+//! manifest) is read and none may hold a word that belongs to an app.
+
+use std::path::{Path, PathBuf};
+
+/// Words that belong to the apps served by the engine (Nishiki: its name,
+/// attributes, key strings and jobs). Compared case-sensitively, except the
+/// app's name.
+const APP_WORDS: &[&str] = &[
+    // attributes of the Nishiki table
+    "GroupId",
+    "ContainerId",
+    "InvitationLinkHash",
+    "LinkExpiryDatetime",
+    "EMailAddress",
+    "UserName",
+    "Foods",
+    "FoodId",
+    // its key strings and worker-owned items
+    "Group#",
+    "Container#",
+    "ExpiringFood",
+    "ExpiryReminder",
+    "AuditSuspect",
+    "WorkerCheckpoint",
+    "WorkerExpiresAt",
+    "InvitationLinkExpiry",
+    // its jobs
+    "sweep-invitations",
+    "flag-expiring",
+];
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read the crate's directory") {
+        let path = entry.expect("directory entry").path();
+        if path.is_dir() {
+            if path.file_name().is_some_and(|n| n != "target") {
+                files(&path, out);
+            }
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "rs" || e == "toml" || e == "md")
+        {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn the_engine_holds_no_app_names() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut all = Vec::new();
+    files(root, &mut all);
+    let this = Path::new(file!()).file_name().expect("this file's name");
+    let mut found = Vec::new();
+    for path in &all {
+        if path.file_name() == Some(this) {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).expect("UTF-8 source");
+        for (n, line) in text.lines().enumerate() {
+            let lower = line.to_lowercase();
+            let hits = APP_WORDS
+                .iter()
+                .copied()
+                .filter(|w| line.contains(w))
+                .chain(lower.contains("nishiki").then_some("nishiki"));
+            for word in hits {
+                found.push(format!(
+                    "{}:{}: {word}",
+                    path.strip_prefix(root).unwrap_or(path).display(),
+                    n + 1
+                ));
+            }
+        }
+    }
+    assert!(
+        all.len() > 10,
+        "only {} files read: is the crate's path right?",
+        all.len()
+    );
+    assert!(
+        found.is_empty(),
+        "app names in the engine (move the code to the app, or make the name data the app passes in):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The test above would pass on an empty list; it must catch a leak.
+#[test]
+fn the_check_catches_a_leak() {
+    let line = "let k = format!(\"Group#{id}\"); // Nishiki";
+    assert!(APP_WORDS.iter().any(|w| line.contains(w)));
+    assert!(line.to_lowercase().contains("nishiki"));
+}

@@ -1,0 +1,313 @@
+//! Store layers for tests: [`FaultyStore`] injects transient failures into
+//! a real store; [`BeforeDelete`] runs a hook before each single delete
+//! (a service write racing the worker's delete, or a delay).
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde::Serialize;
+use worker_engine::item::Item;
+use worker_engine::store::{
+    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
+    ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
+};
+
+/// The kind of call a fault applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FaultOp {
+    Read,
+    Write,
+    Any,
+}
+
+/// One injected fault: calls of `op` touching a key whose rendering
+/// contains `key_contains` fail transiently, `times` times.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub op: FaultOp,
+    pub key_contains: String,
+    pub times: u32,
+}
+
+/// A real store that fails transiently on chosen calls.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    faults: Mutex<Vec<Fault>>,
+    injected: Mutex<u32>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        FaultyStore {
+            inner,
+            faults: Mutex::new(Vec::new()),
+            injected: Mutex::new(0),
+        }
+    }
+
+    /// Add a fault.
+    pub fn inject(&self, fault: Fault) {
+        self.faults.lock().expect("faults lock").push(fault);
+    }
+
+    /// How many failures were injected so far.
+    pub fn injected(&self) -> u32 {
+        *self.injected.lock().expect("injected lock")
+    }
+
+    fn check<'a>(
+        &self,
+        op: FaultOp,
+        keys: impl IntoIterator<Item = &'a Key>,
+    ) -> Result<(), StoreError> {
+        let rendered: Vec<String> = keys.into_iter().map(render_key).collect();
+        let mut faults = self.faults.lock().expect("faults lock");
+        for f in faults.iter_mut() {
+            let op_matches = f.op == FaultOp::Any || f.op == op;
+            if f.times > 0 && op_matches && rendered.iter().any(|k| k.contains(&f.key_contains)) {
+                f.times -= 1;
+                *self.injected.lock().expect("injected lock") += 1;
+                return Err(StoreError::Transient {
+                    operation: "injected",
+                    code: "InjectedFault".into(),
+                    message: format!("injected transient failure on {}", f.key_contains),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+fn render_key(key: &Key) -> String {
+    let mut parts: Vec<String> = key
+        .iter()
+        .map(|(k, v)| match v {
+            aws_sdk_dynamodb::types::AttributeValue::S(s) => format!("{k}={s}"),
+            other => format!("{k}={other:?}"),
+        })
+        .collect();
+    parts.sort();
+    parts.join(",")
+}
+
+fn spec_key(e: &Expr) -> Key {
+    e.values.clone()
+}
+
+#[async_trait]
+impl ItemReader for FaultyStore {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        self.check(FaultOp::Read, [key])?;
+        self.inner.get(key, consistent).await
+    }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.check(FaultOp::Read, keys)?;
+        self.inner.get_many(keys, consistent).await
+    }
+}
+
+#[async_trait]
+impl QueryStore for FaultyStore {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.check(FaultOp::Read, [&spec_key(&spec.key_condition)])?;
+        self.inner.query_page(spec, start).await
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.check(FaultOp::Read, [&Key::new()])?;
+        self.inner.scan_page(spec, start).await
+    }
+}
+
+#[async_trait]
+impl ItemWriter for FaultyStore {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.check(FaultOp::Write, [&item])?;
+        self.inner.put(item, condition).await
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.check(FaultOp::Write, [key])?;
+        self.inner.delete(key, condition).await
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.check(FaultOp::Write, [key])?;
+        self.inner.update(key, update, condition).await
+    }
+}
+
+#[async_trait]
+impl BatchWriter for FaultyStore {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        let keys: Vec<&Key> = ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Put(i) => i,
+                WriteOp::Delete(k) => k,
+            })
+            .collect();
+        self.check(FaultOp::Write, keys)?;
+        self.inner.batch_write(ops).await
+    }
+}
+
+/// Something to do right before a delete reaches the store: a service
+/// write racing the job, a slow network, ...
+#[async_trait]
+pub trait DeleteHook: Send + Sync {
+    async fn before_delete(&self, key: &Key, inner: &dyn Store) -> Result<(), StoreError>;
+}
+
+/// A real store that runs a [`DeleteHook`] before every delete; every
+/// other call passes straight through.
+pub struct BeforeDelete<H> {
+    inner: Arc<dyn Store>,
+    hook: H,
+}
+
+impl<H: DeleteHook> BeforeDelete<H> {
+    pub fn with_hook(inner: Arc<dyn Store>, hook: H) -> Self {
+        BeforeDelete { inner, hook }
+    }
+
+    pub fn hook(&self) -> &H {
+        &self.hook
+    }
+}
+
+#[async_trait]
+impl<H: DeleteHook> ItemReader for BeforeDelete<H> {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        self.inner.get(key, consistent).await
+    }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        self.inner.get_many(keys, consistent).await
+    }
+}
+
+#[async_trait]
+impl<H: DeleteHook> QueryStore for BeforeDelete<H> {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.query_page(spec, start).await
+    }
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        self.inner.scan_page(spec, start).await
+    }
+
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[aws_sdk_dynamodb::types::AttributeValue],
+        consistent: bool,
+    ) -> Result<worker_engine::store::Partitions, StoreError> {
+        self.inner
+            .query_partitions(index, attribute, values, consistent)
+            .await
+    }
+}
+
+#[async_trait]
+impl<H: DeleteHook> ItemWriter for BeforeDelete<H> {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.inner.put(item, condition).await
+    }
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        self.hook.before_delete(key, self.inner.as_ref()).await?;
+        self.inner.delete(key, condition).await
+    }
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        self.inner.update(key, update, condition).await
+    }
+}
+
+#[async_trait]
+impl<H: DeleteHook> BatchWriter for BeforeDelete<H> {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        self.inner.batch_write(ops).await
+    }
+}
+
+/// A write someone else makes (the service, in tests and the dev loop).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceWrite {
+    /// A plain Put of the whole item (how the service writes).
+    Put(Item),
+    /// A plain Delete of the key.
+    Delete,
+}
+
+/// Hook: make a service write once, right before the first delete of one
+/// key.
+pub struct ServiceWriteOnce {
+    target: Key,
+    write: ServiceWrite,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait]
+impl DeleteHook for ServiceWriteOnce {
+    async fn before_delete(&self, key: &Key, inner: &dyn Store) -> Result<(), StoreError> {
+        if *key == self.target && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            match &self.write {
+                ServiceWrite::Put(item) => inner.put(item.clone(), None).await?,
+                ServiceWrite::Delete => inner.delete(key, None).await?,
+            };
+        }
+        Ok(())
+    }
+}
+
+/// A real store that makes a service write right before the first delete of
+/// one key: the race between a job's read and its delete, made
+/// deterministic (a renewal landing just before the sweep's or the audit's
+/// conditional delete, for instance).
+pub type RaceBeforeDelete = BeforeDelete<ServiceWriteOnce>;
+
+impl BeforeDelete<ServiceWriteOnce> {
+    pub fn new(inner: Arc<dyn Store>, target: Key, write: ServiceWrite) -> Self {
+        BeforeDelete::with_hook(
+            inner,
+            ServiceWriteOnce {
+                target,
+                write,
+                fired: std::sync::atomic::AtomicBool::new(false),
+            },
+        )
+    }
+
+    /// Whether the service write happened.
+    pub fn fired(&self) -> bool {
+        self.hook.fired.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Hook: every delete waits this long first (a slow network), so a job runs
+/// into its deadline part-way.
+pub struct DelayDeletes(pub std::time::Duration);
+
+#[async_trait]
+impl DeleteHook for DelayDeletes {
+    async fn before_delete(&self, _key: &Key, _inner: &dyn Store) -> Result<(), StoreError> {
+        tokio::time::sleep(self.0).await;
+        Ok(())
+    }
+}

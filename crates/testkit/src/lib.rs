@@ -1,0 +1,334 @@
+//! worker-testkit: what the tests and benchmarks of every app on the
+//! engine share. A dev-dependency only: no Lambda binary links it.
+//!
+//! - [`TestTable`]: a fresh table of any [`TableSchema`] on one DynamoDB
+//!   Local per test process (started on first use, installed if absent);
+//! - [`Drain`]: reads a table's stream and runs it through an app the way
+//!   Lambda's event source mapping would, until the table is quiet;
+//! - [`fault_proxy`]: a loopback proxy that injects throttles, 500s, drops
+//!   and latency between a client and DynamoDB Local;
+//! - [`layers`]: store layers that inject failures or race a delete;
+//! - [`recorded`]: a store that writes down what it was asked, and the
+//!   same asks replayed with perfect batching (the load driver's oracle);
+//! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes.
+
+pub mod fault_proxy;
+pub mod layers;
+pub mod recorded;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde_json::Value;
+use worker_engine::item::Item;
+use worker_engine::replay::dev::EventFunction;
+use worker_engine::schema::{DEFAULT_KEY, TableSchema};
+use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
+
+/// A table of its own on the shared DynamoDB Local, deleted on drop.
+pub struct TestTable {
+    pub store: Arc<DynamoStore>,
+    pub name: String,
+    pub endpoint: String,
+}
+
+impl TestTable {
+    /// A table on a DynamoDB Local of its own (benchmarks: a second large
+    /// table in one instance seeds far slower, which would time the
+    /// database, not the worker). Keep the instance alive with the table.
+    pub async fn on_own_local(
+        name: impl Into<String>,
+        schema: &TableSchema,
+    ) -> (worker_engine::local::DynamoDbLocal, Self) {
+        let local = worker_engine::local::start()
+            .await
+            .expect("DynamoDB Local must start (see the error for what to install)");
+        let endpoint = local.endpoint_url();
+        let name = name.into();
+        let store = DynamoStore::new(store::local_client(&endpoint), &name);
+        store.create_table(schema).await.expect("create table");
+        let table = TestTable {
+            store: Arc::new(store),
+            name,
+            endpoint,
+        };
+        (local, table)
+    }
+
+    /// A fresh table of this schema on the shared DynamoDB Local, named
+    /// after the test (deleted on drop).
+    pub async fn with_schema(schema: &TableSchema) -> Self {
+        let local = worker_engine::local::shared()
+            .await
+            .expect("DynamoDB Local must start (see the error for what to install)");
+        let endpoint = local.endpoint_url();
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "test-{}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed),
+            std::thread::current()
+                .name()
+                .unwrap_or("t")
+                .rsplit("::")
+                .next()
+                .unwrap_or("t")
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take(100)
+                .collect::<String>()
+        );
+        let store = DynamoStore::new(store::local_client(&endpoint), &name);
+        store.create_table(schema).await.expect("create table");
+        TestTable {
+            store: Arc::new(store),
+            name,
+            endpoint,
+        }
+    }
+
+    /// Put items given in DynamoDB JSON (`{"PK": {"S": ...}, ...}`).
+    pub async fn put_json(&self, items: &[Value]) {
+        for v in items {
+            let item = ddb(v.clone());
+            self.store
+                .client()
+                .put_item()
+                .table_name(&self.name)
+                .set_item(Some(item))
+                .send()
+                .await
+                .expect("put");
+        }
+    }
+
+    /// The whole table, sorted by PK then SK.
+    pub async fn snapshot(&self) -> Vec<Item> {
+        let mut items = self
+            .store
+            .scan_all(&ScanSpec {
+                consistent: true,
+                ..Default::default()
+            })
+            .await
+            .expect("scan");
+        items.sort_by_key(key_of);
+        items
+    }
+
+    /// `(PK, SK)` of every item, sorted.
+    pub async fn keys(&self) -> Vec<(String, String)> {
+        self.snapshot().await.iter().map(key_of).collect()
+    }
+}
+
+impl Drop for TestTable {
+    fn drop(&mut self) {
+        // Drop may run inside a runtime; delete from a thread of its own,
+        // with a client of its own: the test's client pools connections of
+        // the test's runtime, and using them from this one stalls ~20 s.
+        let store = DynamoStore::new(store::local_client(&self.endpoint), &self.name);
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let _ = rt.block_on(store.delete_table());
+        })
+        .join();
+    }
+}
+
+/// DynamoDB JSON to an item.
+pub fn ddb(v: Value) -> Item {
+    let item: serde_dynamo::Item = serde_json::from_value(v).expect("DynamoDB JSON item");
+    item.into()
+}
+
+/// `(PK, SK)` of an item as strings (the default key attributes; a
+/// missing or non-string value is empty).
+pub fn key_of(item: &Item) -> (String, String) {
+    let s = |n: &str| match item.get(n) {
+        Some(AttributeValue::S(s)) => s.clone(),
+        _ => String::new(),
+    };
+    let (pk, sk) = DEFAULT_KEY.names();
+    (s(pk), s(sk))
+}
+
+/// Put `items` with `tasks` concurrent BatchWriteItem sequences (seeding
+/// large tables for benchmarks).
+pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks: usize) {
+    use worker_engine::store::{BatchWriter, WriteOp};
+    let chunk = items.len().div_ceil(tasks.max(1)).max(1);
+    let mut handles = Vec::new();
+    let mut items = items;
+    while !items.is_empty() {
+        let rest = items.split_off(chunk.min(items.len()));
+        let ops: Vec<WriteOp> = std::mem::replace(&mut items, rest)
+            .into_iter()
+            .map(WriteOp::Put)
+            .collect();
+        let store = store.clone();
+        handles.push(tokio::spawn(async move {
+            store.batch_write(ops).await.expect("seed batch")
+        }));
+    }
+    for h in handles {
+        h.await.expect("seed task");
+    }
+}
+
+/// Reads the table's stream and runs it through an app, the way
+/// Lambda's event source mapping would (batches of up to 100 records,
+/// retrying from the first failed sequence number), until the table is
+/// quiet: the worker's own writes produce records too, and cascades follow
+/// them.
+pub struct Drain {
+    tail: worker_engine::stream_reader::StreamTail,
+    pub batches: Vec<worker_engine::stream::engine::BatchReport>,
+}
+
+impl Drain {
+    /// Start following the table's stream from its beginning.
+    pub async fn new(table: &TestTable) -> Self {
+        let arn = table
+            .store
+            .stream_arn()
+            .await
+            .expect("describe table")
+            .expect("the test table has a stream");
+        let client = worker_engine::stream_reader::local_client(&table.endpoint);
+        Drain {
+            tail: worker_engine::stream_reader::StreamTail::new(
+                client,
+                arn,
+                worker_engine::stream_reader::StartAt::TrimHorizon,
+            ),
+            batches: Vec::new(),
+        }
+    }
+
+    /// Skip everything written so far (e.g. a table seeded before the
+    /// stream's consumer existed).
+    pub async fn skip_existing(&mut self) {
+        self.tail.poll().await.expect("read stream");
+    }
+
+    /// The records written since the last call, without handling them.
+    pub async fn read(&mut self) -> Vec<worker_engine::stream::decode::StreamChange> {
+        self.tail
+            .poll()
+            .await
+            .expect("read stream")
+            .into_iter()
+            .map(|(_, c)| c)
+            .collect()
+    }
+
+    /// Handle every new record until no new record appears; returns how
+    /// many records were handled.
+    pub async fn run(&mut self, app: &dyn EventFunction) -> usize {
+        let mut total = 0;
+        for _round in 0..50 {
+            let changes = self.read().await;
+            if changes.is_empty() {
+                return total;
+            }
+            total += changes.len();
+            for chunk in changes.chunks(100) {
+                self.run_batch(app, chunk).await;
+            }
+        }
+        panic!("the stream did not settle after 50 rounds: the worker keeps writing");
+    }
+
+    /// Run one batch like Lambda: on failure retry from the first failed
+    /// sequence number (up to 5 attempts).
+    pub async fn run_batch(
+        &mut self,
+        app: &dyn EventFunction,
+        chunk: &[worker_engine::stream::decode::StreamChange],
+    ) {
+        let mut pending: Vec<_> = chunk.to_vec();
+        for _attempt in 0..5 {
+            let event = worker_engine::stream::decode::encode_event(&pending, None);
+            let report = app.invoke_stream(&event).await.expect("stream event");
+            let failed = report.batch_item_failures.first().cloned();
+            self.batches.push(report);
+            match failed {
+                None => return,
+                Some(seq) => {
+                    let failed: worker_engine::stream::decode::SequenceNumber = seq
+                        .parse()
+                        .expect("Lambda item identifiers are sequence numbers");
+                    pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+                }
+            }
+        }
+        panic!("a batch kept failing after 5 attempts");
+    }
+}
+
+/// Issue `ops` with the raw SDK client: BatchWriteItem in chunks of 25, one
+/// after the other, retrying unprocessed items (no backoff: DynamoDB Local
+/// does not throttle). Returns (requests sent, time taken).
+pub async fn raw_batch_write(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    ops: Vec<aws_sdk_dynamodb::types::WriteRequest>,
+) -> (usize, std::time::Duration) {
+    let sent = raw_batch_write_with(client, table, ops, None).await;
+    (sent.requests, sent.time)
+}
+
+/// What [`raw_batch_write_with`] sent.
+#[derive(Debug, Clone, Copy)]
+pub struct RawWrites {
+    pub requests: usize,
+    pub time: std::time::Duration,
+    /// Write capacity DynamoDB reported (0 unless it was asked for).
+    pub consumed_capacity: f64,
+}
+
+/// [`raw_batch_write`], each request asking for `capacity`
+/// (`ReturnConsumedCapacity`; `None` leaves it out, as `NONE`).
+pub async fn raw_batch_write_with(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    ops: Vec<aws_sdk_dynamodb::types::WriteRequest>,
+    capacity: Option<aws_sdk_dynamodb::types::ReturnConsumedCapacity>,
+) -> RawWrites {
+    let started = std::time::Instant::now();
+    let mut requests = 0;
+    let mut consumed_capacity = 0.0;
+    for chunk in ops.chunks(25) {
+        let mut pending = chunk.to_vec();
+        while !pending.is_empty() {
+            requests += 1;
+            let out = client
+                .batch_write_item()
+                .request_items(table, pending)
+                .set_return_consumed_capacity(capacity.clone())
+                .send()
+                .await
+                .expect("BatchWriteItem");
+            consumed_capacity += out
+                .consumed_capacity()
+                .iter()
+                .filter_map(|c| c.capacity_units())
+                .sum::<f64>();
+            pending = out
+                .unprocessed_items()
+                .and_then(|m| m.get(table))
+                .cloned()
+                .unwrap_or_default();
+        }
+    }
+    RawWrites {
+        requests,
+        time: started.elapsed(),
+        consumed_capacity,
+    }
+}
