@@ -1,4 +1,5 @@
-//! The worker's jobs; each job's rules live in one file.
+//! The worker's jobs; each job's rules live in one place (a file, or a
+//! directory for the larger ones).
 //!
 //! - [`relationships`]: stream cascades and the scheduled audit;
 //! - [`invitations`]: the expired invitation-link sweep (and optional TTL);

@@ -1,0 +1,463 @@
+//! Food-expiry flags: foods nearing or past their expiry are flagged in
+//! worker-owned items, at a cost that follows the foods that change, not the
+//! table.
+//!
+//! Every rule of the job is in this directory, and summarised here:
+//!
+//! - [`rules`]: the pure decisions (the calendar, the flag and reminder
+//!   plans and their writes, the plan of one stream change, the
+//!   notification entries), unit- and property-tested without a database;
+//! - this file: the store access shared by both sides (a container's
+//!   owning groups, the container as stored) and the stream handler
+//!   ([`ExpiryHandler`]);
+//! - [`tick`]: the scheduled side, the daily tick ([`FlagExpiringJob`]) and
+//!   the backfill ([`BackfillJob`]), with their checkpoints.
+//!
+//! ## The calendar ([`ExpiryRules`])
+//!
+//! Days are counted in `EXPIRY_TIME_ZONE` (default UTC); *today* is the date
+//! of `now` in that zone, and a food's *expiry date* is the date of its
+//! `Expiry` instant in that zone. With horizon `h` (`EXPIRY_HORIZON_DAYS`,
+//! default 3) a food is:
+//!
+//! - **expired** when its expiry instant has passed: `expiry <= now`;
+//! - **nearing** when it has not passed and its expiry date is no later than
+//!   `today + h`, i.e. the food expires before the end of the day `h` days
+//!   after today. Today 2024-03-25 (UTC), h = 3: anything on 2024-03-28 up to
+//!   `23:59:59.999` is nearing; `2024-03-29T00:00:00Z` is not (yet);
+//! - **far** otherwise: it enters the window on the day `expiry date - h`;
+//! - **retired** when `now >= expiry + FLAG_RETENTION_DAYS` (default 7): no
+//!   flag any more (DynamoDB TTL removes the old one).
+//!
+//! A food with a `NULL` expiry is never flagged. Foods are identified by
+//! `FoodId`; when a list repeats an id, the first occurrence counts.
+//!
+//! ## The items (worker-owned, keys from `crate::keys`)
+//!
+//! - **Flag** `PK=<groupId>`, `SK=ExpiringFood#<containerId>#<foodId>` in the
+//!   group that owns the container, so the app lists a group's flags with one
+//!   Query. Attributes: `Name`, `Expiry` (canonical), `ExpiryDate`
+//!   (`YYYY-MM-DD` in the zone), `Status` (`nearing` | `expired`), `DaysLeft`
+//!   (`ExpiryDate - CheckedOn`, in days; 0 or less once expired), `CheckedOn`
+//!   (the date the flag was computed for), `FlaggedAt` (when it was written)
+//!   and [`TTL_ATTRIBUTE`] `WorkerExpiresAt` (Number, epoch seconds of
+//!   `expiry + FLAG_RETENTION_DAYS`). `DaysLeft` is exact on `CheckedOn`; the
+//!   flag is rewritten when the food enters the window and when it expires,
+//!   so clients that show a countdown between those days use `ExpiryDate`.
+//!   No flag ever carries `GroupId`, `ContainerId` or another attribute a
+//!   service index is keyed on.
+//! - **Reminder** `PK=ExpiryReminder#<date>`, `SK=<containerId>#<foodId>`:
+//!   "look at this food on that date". Attributes `Reason` and `WrittenAt`,
+//!   for people only: the tick never trusts a reminder, it re-reads the
+//!   container. A food has at most two reminder dates, both functions of its
+//!   expiry alone ([`ExpiryRules::reminder_dates`]):
+//!   - *enters window*: `expiry date - h`, while the food is far;
+//!   - *expires*: the first day whose start is at or after the expiry instant
+//!     (the expiry date when the food expires at the very start of its day,
+//!     otherwise the day after), while the food is nearing. Any tick on that
+//!     day sees the instant passed and flips the flag to `expired`.
+//!
+//!   Because the dates depend on the expiry only, removing a food deletes
+//!   exactly its reminders without reading anything: only the *enters
+//!   window* date while the food is still far (the *expires* reminder
+//!   cannot exist yet), both dates otherwise, and of those only the ones
+//!   dated after today ([`ExpiryRules::reminder_dates_at`]). A reminder
+//!   dated today or before is the tick's: the stream writes reminders for
+//!   later days only, the tick runs just after local midnight and covers
+//!   every date from its checkpoint (today included, again on the next
+//!   run), so it has consumed that reminder already or will, re-reading the
+//!   container, finding the food gone or changed, and deleting the reminder
+//!   itself ([`plan_reminder`]).
+//! - **Checkpoints** `WorkerCheckpoint`/`flag-expiring` (`NextDate`, pending
+//!   events) and `WorkerCheckpoint`/`backfill` (scan position, counters).
+//!
+//! ## Stream side ([`ExpiryHandler`], Container and ContainerLink changes)
+//!
+//! - **Container INSERT / MODIFY / REMOVE**: old and new `Foods` are diffed by
+//!   `FoodId` ([`plan_container_change`]). Only a food that was added or
+//!   removed, or whose `Expiry` or `Name` changed, is planned; a container
+//!   rename or a change of `Quantity`, `Unit`, `Category` causes no write and
+//!   no read. For a planned food:
+//!   - inside the window (nearing or expired): the flag is put at once;
+//!     otherwise a flag that may exist (old food nearing, expired or
+//!     retired) is deleted;
+//!   - when the expiry changed: the old expiry's reminders are deleted and
+//!     the new one's next reminder is put (*enters window* while far,
+//!     *expires* while nearing, none once expired). A name-only change
+//!     rewrites the flag and leaves the reminders alone.
+//! - **The owning group** is found through the `GroupAndContainerRelationship`
+//!   index (keys only). With several links, only groups whose `Group` item
+//!   exists count. All writes go out in one `BatchWriteItem` (unconditional
+//!   puts and deletes: flags and reminders are derived data, recomputed from
+//!   the container by whoever writes them).
+//! - **Link not written yet** (the service writes container and link with
+//!   separate, unordered calls): the reminders are written anyway (they do
+//!   not need the group), and the flags are placed by the link's own stream
+//!   record: a **ContainerLink INSERT** reads the container (consistent) and
+//!   puts the flags of its foods inside the window in that group. As a
+//!   second line (index lag), a container whose in-window foods found no link
+//!   also gets a reminder for *today*, so the next tick retries.
+//! - **Container INSERT with its link's INSERT in the same batch** (the
+//!   usual case: the service writes both at once): the link's record places
+//!   the flags (the container exists when it reads it, its INSERT being in
+//!   the batch), so the container's record writes only the reminders, with
+//!   no index read ([`leave_flags_to_link`], [`BatchFacts`]). If either
+//!   record does not finish, Lambda delivers it again with every later
+//!   record of the batch.
+//! - **ContainerLink REMOVE** (the service deletes the container, then its
+//!   link): one consistent read of the group partition; unless it holds the
+//!   link again, every flag of that container in it is deleted. A
+//!   Container REMOVE deletes the reminders of its foods, and the flags in
+//!   every group still linked to it whose Group item exists. A removed
+//!   group's flags are the relationship job's cascade (the service deletes a
+//!   group's containers with it, so both records come); its audit repairs
+//!   orphans.
+//!
+//! ## Daily tick ([`FlagExpiringJob`], tick `flag-expiring`)
+//!
+//! - Reads the reminder partitions from the checkpoint's `NextDate` up to
+//!   today (a missed day is caught up; first run: the last
+//!   [`FIRST_RUN_LOOKBACK_DAYS`] days). It never scans flags or containers.
+//! - Reminders are grouped by container; each container is read once with a
+//!   strongly consistent GetItem and each food is re-decided from the current
+//!   item ([`plan_reminder`]): flag put (nearing / expired), flag deleted (food
+//!   gone, expiry NULL, far again, retired), next reminder put, processed
+//!   reminder deleted. A container rewritten since the reminder was written
+//!   is therefore never trusted from the reminder.
+//! - Flags are put with the condition "absent or of another status"; when it
+//!   holds, the food is *newly flagged* by this tick (entered the window, or
+//!   turned expired); otherwise the flag is refreshed with a plain put.
+//! - After a complete run `NextDate` stays *today*, so reminders written
+//!   later today are read by tomorrow's tick. A second run on the same day
+//!   finds the processed reminders gone: same table, no new notification.
+//! - `JobRun::has_time()` is checked before every page and every container;
+//!   an early stop saves `NextDate` at the date in progress (processed
+//!   reminders are gone, so the next run continues with the rest).
+//!
+//! ## Notification (optional, `NOTIFY_EVENT_BUS`)
+//!
+//! After the tick, one EventBridge event per group with its newly flagged
+//! foods: source [`EVENT_SOURCE`], detail-type [`DETAIL_TYPE`], detail
+//! `{"date", "timeZone", "groupId", "foods": [{"containerId", "foodId",
+//! "name", "expiry", "expiryDate", "status", "daysLeft"}]}` (at most
+//! [`MAX_FOODS_PER_EVENT`] foods per event; ids, food names and dates only,
+//! never a user name or an e-mail address; [`notification_entries`]).
+//! Entries that fail are kept in the tick's checkpoint and sent first on the
+//! next run. Foods flagged directly by the stream (added already inside the
+//! window) are not announced: the person who added them just saw them.
+//!
+//! ## Backfill ([`BackfillJob`], tick / command `backfill`)
+//!
+//! Enabling a stream does not replay existing items. The backfill scans the
+//! containers (consistent Scan, filter `SK = Container`, pages of
+//! [`BackfillJob::with_page_size`] items) and writes for each exactly what the
+//! stream would have written for its INSERT ([`plan_container_change`] with
+//! no old image). Resumable: the scan position and counters are saved in its
+//! checkpoint after every page; once complete, further runs do nothing until
+//! [`BackfillJob::reset`]. Progress is reported through
+//! [`BackfillJob::with_progress`].
+//!
+//! ## Races, knowingly accepted
+//!
+//! A new container that two groups link (the service never does this; the
+//! audit reports it), one link's record handled in an earlier batch before
+//! the container was written and the other's in the container's batch: the
+//! first group's flags wait for the food's next reminder.
+//!
+//! The tick or the backfill may put a flag from a container read just
+//! before the service removes the food; a nearing flag written that way
+//! comes with an *expires* reminder, whose tick re-reads the container and
+//! deletes it. An expired flag written that way stays until its TTL.
+
+pub mod rules;
+pub mod tick;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+pub use rules::*;
+pub use tick::{
+    BackfillCheckpoint, BackfillJob, BackfillProgress, DEFAULT_BACKFILL_PAGE,
+    FIRST_RUN_LOOKBACK_DAYS, FlagExpiringJob, MAX_PENDING_EVENTS, ProgressHook, TickCheckpoint,
+    TickReport,
+};
+
+use super::JobDeps;
+use crate::items::{Container, Entity, attr};
+use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, PK};
+use crate::schema::GROUP_AND_CONTAINER_INDEX;
+use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
+use worker_engine::error::HandlerError;
+use worker_engine::store::{QuerySpec, Store, StoreError, WriteOp};
+
+// ---------------------------------------------------------------------------
+// Store helpers (I/O)
+// ---------------------------------------------------------------------------
+
+/// The groups owning a container, through the `GroupAndContainerRelationship`
+/// index. With more than one link, only groups whose item exists count.
+pub async fn owning_groups(
+    store: &dyn Store,
+    container: ContainerId,
+) -> Result<Vec<GroupId>, StoreError> {
+    let groups = linked_groups(store, container).await?;
+    if groups.len() > 1 {
+        super::existing_groups(store, groups).await
+    } else {
+        Ok(groups)
+    }
+}
+
+/// The groups linking a container, as the index shows them.
+async fn linked_groups(
+    store: &dyn Store,
+    container: ContainerId,
+) -> Result<Vec<GroupId>, StoreError> {
+    let spec = QuerySpec::partition(attr::CONTAINER_ID, &container.to_string())
+        .on_index(GROUP_AND_CONTAINER_INDEX);
+    let mut groups: Vec<GroupId> = store
+        .query_all(&spec)
+        .await?
+        .iter()
+        .filter_map(|item| match ItemKey::from_attributes(item) {
+            Ok(ItemKey::ContainerLink {
+                group,
+                container: c,
+            }) if c == container => Some(group),
+            _ => None,
+        })
+        .collect();
+    groups.sort();
+    groups.dedup();
+    Ok(groups)
+}
+
+/// A container as stored now (strongly consistent), `Ok(None)` when gone,
+/// `Err(reason)` inside when it does not decode.
+async fn read_container(
+    store: &dyn Store,
+    id: ContainerId,
+) -> Result<Result<Option<Container>, String>, StoreError> {
+    let Some(item) = store
+        .get(&ItemKey::Container(id).to_attributes(), true)
+        .await?
+    else {
+        return Ok(Ok(None));
+    };
+    Ok(
+        match Entity::from_keyed_item(ItemKey::Container(id), item) {
+            Ok(Entity::Container(c)) => Ok(Some(c)),
+            Ok(_) => Err("not a container".into()),
+            Err(e) => Err(e.to_string()),
+        },
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Stream handler
+// ---------------------------------------------------------------------------
+
+/// The stream side: Container and ContainerLink changes.
+pub struct ExpiryHandler {
+    store: Arc<dyn Store>,
+    rules: ExpiryRules,
+}
+
+impl ExpiryHandler {
+    pub fn new(deps: &JobDeps) -> Self {
+        ExpiryHandler {
+            store: deps.store.clone(),
+            rules: ExpiryRules::from_config(&deps.config),
+        }
+    }
+
+    async fn container_changed(
+        &self,
+        id: ContainerId,
+        removal: bool,
+        plans: Vec<FoodPlan>,
+        flags_by_link: bool,
+        now: DateTime<Utc>,
+    ) -> Result<HandlerOutcome, HandlerError> {
+        const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
+        if removal {
+            // A replayed or stale removal: if the container exists again,
+            // its flags are its current foods' and its own records keep them.
+            if let Ok(Some(_)) = read_container(self.store.as_ref(), id).await? {
+                return Ok(HandlerOutcome::Nothing(format!(
+                    "container {id} exists again; stale removal ignored"
+                )));
+            }
+        }
+        if plans.is_empty() {
+            return Ok(HandlerOutcome::Nothing(if flags_by_link {
+                format!("container {id}: no reminder to write; {BY_LINK}")
+            } else {
+                "no food added, removed, or with a changed expiry or name".into()
+            }));
+        }
+        let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
+        let groups = if !needs_group {
+            Vec::new()
+        } else if removal {
+            // The flags in a removed group are its cascade's (the service
+            // deletes a group's containers with it): only live groups here.
+            let linked = linked_groups(self.store.as_ref(), id).await?;
+            super::existing_groups(self.store.as_ref(), linked).await?
+        } else {
+            owning_groups(self.store.as_ref(), id).await?
+        };
+        let ops = container_ops(&plans, &groups, now, &self.rules);
+        if ops.is_empty() {
+            return Ok(HandlerOutcome::Nothing(format!(
+                "{} food(s) changed; nothing to write without a group link",
+                plans.len()
+            )));
+        }
+        let report = self.store.batch_write(ops).await?;
+        if removal {
+            return Ok(HandlerOutcome::Wrote {
+                writes: report.items,
+                detail: format!(
+                    "container {id} removed: flags and reminders of {} food(s) removed",
+                    plans.len()
+                ),
+            });
+        }
+        let n = plans.len();
+        let detail = if flags_by_link {
+            format!("container {id}: reminders of {n} food(s) written; {BY_LINK}")
+        } else if needs_group && groups.is_empty() {
+            format!(
+                "container {id}: {n} food(s) replanned in 0 group(s) (no group link yet: flags wait for the link)"
+            )
+        } else {
+            format!(
+                "container {id}: {n} food(s) replanned in {} group(s)",
+                groups.len()
+            )
+        };
+        Ok(HandlerOutcome::Wrote {
+            writes: report.items,
+            detail,
+        })
+    }
+
+    async fn link_inserted(
+        &self,
+        group: GroupId,
+        container: ContainerId,
+        now: DateTime<Utc>,
+    ) -> Result<HandlerOutcome, HandlerError> {
+        let c = match read_container(self.store.as_ref(), container).await? {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                return Ok(HandlerOutcome::Nothing(format!(
+                    "container {container} not written yet; its own record places the flags"
+                )));
+            }
+            Err(reason) => {
+                return Err(HandlerError::Invalid(format!(
+                    "container {container} does not decode: {reason}"
+                )));
+            }
+        };
+        // Only the flags: the container's own records keep its reminders.
+        let ops: Vec<WriteOp> = plan_container_change(container, None, Some(&c), now, &self.rules)
+            .iter()
+            .filter(|p| matches!(p.flag, FlagAction::Put(_)))
+            .flat_map(|p| flag_ops(p, &[group]))
+            .collect();
+        if ops.is_empty() {
+            return Ok(HandlerOutcome::Nothing(format!(
+                "container {container} has no food inside the window"
+            )));
+        }
+        let report = self.store.batch_write(ops).await?;
+        Ok(HandlerOutcome::Wrote {
+            writes: report.items,
+            detail: format!("placed the flags of container {container} in group {group}"),
+        })
+    }
+
+    async fn link_removed(
+        &self,
+        group: GroupId,
+        container: ContainerId,
+    ) -> Result<HandlerOutcome, HandlerError> {
+        // One consistent read of the group's partition answers both
+        // questions: is the link there again, and which flags of this
+        // container are there. (A whole-partition read shares its request
+        // with the other records' partition reads, where a `begins_with`
+        // query would go alone; the partition holds the group, its links,
+        // its invitation and its flags.)
+        let link = ItemKey::ContainerLink { group, container };
+        let mut spec = QuerySpec::partition(PK, &link.encode().0);
+        spec.consistent = true;
+        let mut relinked = false;
+        let mut ops = Vec::new();
+        for item in self.store.query_all(&spec).await? {
+            match ItemKey::from_attributes(&item) {
+                Ok(key) if key == link => relinked = true,
+                Ok(key @ ItemKey::ExpiringFood { container: c, .. }) if c == container => {
+                    ops.push(WriteOp::Delete(key.to_attributes()));
+                }
+                _ => {}
+            }
+        }
+        if relinked {
+            return Ok(HandlerOutcome::Nothing(format!(
+                "container {container} is linked to group {group} again; its flags stay"
+            )));
+        }
+        if ops.is_empty() {
+            return Ok(HandlerOutcome::Nothing(format!(
+                "no flag of container {container} in group {group}"
+            )));
+        }
+        let report = self.store.batch_write(ops).await?;
+        Ok(HandlerOutcome::Wrote {
+            writes: report.items,
+            detail: format!("removed the flags of container {container} from group {group}"),
+        })
+    }
+}
+
+#[async_trait]
+impl ChangeHandler for ExpiryHandler {
+    fn name(&self) -> &'static str {
+        "expiry"
+    }
+
+    fn wants(&self, kind: ItemKind) -> bool {
+        matches!(kind, ItemKind::Container | ItemKind::ContainerLink)
+    }
+
+    async fn handle_in_batch(
+        &self,
+        change: &Change,
+        now: DateTime<Utc>,
+        batch: &BatchFacts,
+    ) -> Result<HandlerOutcome, HandlerError> {
+        match plan_stream_change(change, now, &self.rules, batch) {
+            StreamPlan::Container {
+                id,
+                removal,
+                plans,
+                flags_by_link,
+            } => {
+                self.container_changed(id, removal, plans, flags_by_link, now)
+                    .await
+            }
+            StreamPlan::PlaceFlags { group, container } => {
+                self.link_inserted(group, container, now).await
+            }
+            StreamPlan::RemoveFlags { group, container } => {
+                self.link_removed(group, container).await
+            }
+            StreamPlan::Nothing(why) => Ok(HandlerOutcome::Nothing(why.into())),
+        }
+    }
+}
