@@ -245,7 +245,7 @@ impl App {
         if let Some(emitter) = &self.observe.emitter {
             let store = self.store_delta(requests);
             let m = metrics::job_metrics(result.as_ref(), store.as_ref());
-            emitter.emit(self.deps.clock.now(), Some(job), &m);
+            emitter.emit(self.deps.clock.now(), Some(job.as_str()), &m);
         }
         result
     }

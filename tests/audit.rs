@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDate, Utc};
 use nishiki_worker::app::App;
-use nishiki_worker::config::{Config, EmptyGroupPolicy, ManualClock};
+use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::jobs::JobDeps;
+use nishiki_worker::jobs::relationships::EmptyGroupPolicy;
 use nishiki_worker::jobs::relationships::{
     AuditJob, AuditOptions, AuditReport, Checkpoint, KindCounts,
 };
@@ -353,7 +354,8 @@ async fn races_lose_nothing() {
 
 #[tokio::test]
 async fn report_only_cases_are_never_repaired() {
-    let h = Harness::with_config(|c| c.empty_group_policy = EmptyGroupPolicy::Report).await;
+    let h = Harness::with_config(|c| c.relationships.empty_group_policy = EmptyGroupPolicy::Report)
+        .await;
     let s = &h.store;
     let a = sign_up(s).await;
     let b = sign_up(s).await;
@@ -435,7 +437,7 @@ async fn the_scan_resumes_across_ticks_and_finds_the_same() {
     let items = h.data_keys().await.len() as u64;
 
     let mut config = Config::for_table(&h.table.name);
-    config.audit_segments = 3;
+    config.relationships.audit_segments = 3;
     let deps = JobDeps {
         store: h.store.clone(),
         config,

@@ -339,7 +339,7 @@ async fn flags_appear_inside_the_horizon_in_the_owning_group_only() {
 #[tokio::test]
 async fn the_window_is_counted_in_the_configured_zone() {
     let mut fx = Fx::with_config("2024-03-25T16:00:00Z", |c| {
-        c.expiry_time_zone = chrono_tz::Asia::Tokyo;
+        c.expiry.time_zone = chrono_tz::Asia::Tokyo;
     })
     .await;
     // Now is 2024-03-26 01:00 in Tokyo: the window ends 2024-03-29 24:00 JST.
@@ -870,7 +870,7 @@ async fn backfill_gives_the_same_flags_as_the_stream_path_and_resumes() {
 #[tokio::test]
 async fn the_tick_notifies_each_group_once_with_its_newly_flagged_foods() {
     let mut fx = Fx::with_config("2024-03-25T10:00:00Z", |c| {
-        c.notify_event_bus = Some("nishiki-test-bus".into());
+        c.expiry.notify_event_bus = Some("nishiki-test-bus".into());
     })
     .await;
     let (home, office) = (fx.group().await, fx.group().await);

@@ -28,10 +28,11 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, NaiveDate, Utc};
 use nishiki_worker::app::{App, EventError};
 use nishiki_worker::cli::target::KEYS;
-use nishiki_worker::config::{Config, ENV_VARS, ManualClock};
+use nishiki_worker::config::{Config, ManualClock, env_vars};
 use nishiki_worker::deploy::{
-    self, FUNCTIONS, FunctionSpec, PUT_EVENTS_ACTION, STREAM, STREAM_READ_ACTIONS,
+    self, FunctionSpec, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
+use nishiki_worker::jobs::APP;
 use nishiki_worker::jobs::expiry::TTL_ATTRIBUTE;
 use nishiki_worker::keys::{
     ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId, Violation,
@@ -40,6 +41,7 @@ use nishiki_worker::schedule::parse_tick;
 use serde_json::{Map, Value, json};
 use support::template::{delivered, filter_patterns, matches, template};
 use support::{Drain, TestTable};
+use worker_engine::job::Schedule;
 use worker_engine::replay::apply;
 use worker_engine::replay::snapshot::{load_items, read_snapshot};
 use worker_engine::store::ItemWriter;
@@ -351,19 +353,19 @@ fn every_function_sets_the_variables_its_code_reads() {
     let stack = Stack::new(&[]);
     let functions = stack.resources_of("AWS::Serverless::Function");
     let ids: BTreeSet<&str> = functions.keys().map(String::as_str).collect();
-    let want: BTreeSet<&str> = FUNCTIONS.iter().map(|f| f.logical_id).collect();
+    let want: BTreeSet<&str> = deploy::functions().iter().map(|f| f.logical_id).collect();
     assert_eq!(
         ids, want,
         "one template function per src/deploy.rs function"
     );
 
-    for f in &FUNCTIONS {
+    for f in &deploy::functions() {
         let env = stack.env(f.logical_id);
         let have: BTreeSet<&str> = env.keys().map(String::as_str).collect();
-        let want: BTreeSet<&str> = f.env_vars().into_iter().collect();
+        let want: BTreeSet<&str> = f.env_vars.iter().copied().collect();
         assert_eq!(have, want, "{}: environment variables", f.logical_id);
         // Everything the code reads, outside local runs, is covered.
-        for v in ENV_VARS {
+        for v in env_vars() {
             if v.is_read_by(f.job) {
                 assert!(have.contains(v.name), "{}: {} unset", f.logical_id, v.name);
             }
@@ -458,7 +460,7 @@ fn the_pattern_evaluator_follows_lambda_semantics() {
 }
 
 fn stream_filters(stack: &Stack) -> Vec<Value> {
-    let f = stack.resource(STREAM.logical_id);
+    let f = stack.resource(STREAM_FUNCTION);
     let events = f["Properties"]["Events"].as_object().unwrap();
     let sources: Vec<&Value> = events
         .values()
@@ -609,7 +611,7 @@ fn every_role_grants_exactly_what_its_function_calls() {
             Stack::new(&[("NotifyEventBus", "nishiki-events")]),
         ),
     ] {
-        for f in &FUNCTIONS {
+        for f in &deploy::functions() {
             let mut data_actions = BTreeSet::new();
             let mut data_resources = BTreeSet::new();
             let mut stream_read = false;
@@ -698,7 +700,7 @@ fn every_role_grants_exactly_what_its_function_calls() {
 #[test]
 fn the_stream_event_source_is_safe() {
     let stack = Stack::new(&[]);
-    let f = stack.resource(STREAM.logical_id);
+    let f = stack.resource(STREAM_FUNCTION);
     let source = f["Properties"]["Events"]
         .as_object()
         .unwrap()
@@ -750,8 +752,8 @@ fn the_stream_event_source_is_safe() {
     }
     // With CreateTable the mapping reads the new table's stream.
     let sandbox = Stack::new(&[("CreateTable", "true")]);
-    let s = sandbox.resource(STREAM.logical_id)["Properties"]["Events"]["TableStream"]
-        ["Properties"]["Stream"]
+    let s = sandbox.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]
+        ["Stream"]
         .clone();
     assert_eq!(s, "getatt:NishikiTable.StreamArn");
 }
@@ -795,17 +797,20 @@ fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
             dlq
         );
         let expr = p["ScheduleExpression"].as_str().unwrap();
-        match job {
-            Job::SweepInvitations => {
-                assert_eq!(expr, "rate(15 minutes)");
+        let spec = APP.schedule(job).expect("every job is scheduled");
+        assert_eq!(spec.function, f.logical_id, "{id}");
+        match spec.schedule {
+            Schedule::Rate(rate) => {
+                assert_eq!(expr, rate, "{id}");
                 assert_eq!(p["State"], "ENABLED");
             }
-            Job::FlagExpiring | Job::Audit => {
+            Schedule::Daily { zone_env } => {
                 assert!(expr.starts_with("cron("), "{id}: daily cron");
+                assert_eq!(zone_env, "EXPIRY_TIME_ZONE", "{id}: the zone parameter");
                 assert_eq!(p["ScheduleExpressionTimezone"], "Asia/Tokyo", "{id}");
                 assert_eq!(p["State"], "ENABLED");
             }
-            Job::Backfill => assert_eq!(p["State"], "DISABLED", "backfill runs on demand"),
+            Schedule::OnDemand => assert_eq!(p["State"], "DISABLED", "{id} runs on demand"),
         }
     }
     // The first deployment keeps every schedule off until the backfill ran.
@@ -838,7 +843,7 @@ fn logs_alarms_and_outputs_cover_every_function_and_queue() {
         .map(|o| o["Value"].as_str().unwrap().to_owned())
         .collect();
     let logs = stack.resources_of("AWS::Logs::LogGroup");
-    for f in &FUNCTIONS {
+    for f in &deploy::functions() {
         let name = format!("ref:{}", f.logical_id);
         assert!(
             alarm_on("Errors", "FunctionName", &name),
@@ -950,7 +955,7 @@ fn function_app(
         vars.insert("WORKER_JOB".into(), job.as_str().into());
     }
     let config = Config::from_lookup(|n| vars.get(n).cloned()).expect("fixture configuration");
-    assert!(config.notify_event_bus.is_none());
+    assert!(config.expiry.notify_event_bus.is_none());
     let app = App::new(store.clone(), config, Arc::new(ManualClock::new(now)));
     (app, store)
 }
@@ -995,13 +1000,13 @@ async fn declared_actions_are_the_ones_the_code_uses() {
                 }
                 let (app, store) = function_app(&table, None, &f.env, now);
                 let _ = app.handle_stream(&v, None).await;
-                record_use(&mut used, &STREAM, &store);
+                record_use(&mut used, &deploy::stream(), &store);
             } else if let Ok(tick) = parse_tick(&v) {
                 let (app, store) = function_app(&table, Some(tick.job), &f.env, now);
                 app.handle_schedule(&v, None)
                     .await
                     .unwrap_or_else(|e| panic!("{}: {file}: {e}", f.name));
-                record_use(&mut used, deploy::for_job(tick.job), &store);
+                record_use(&mut used, &deploy::for_job(tick.job), &store);
             }
         }
     }
@@ -1025,7 +1030,7 @@ async fn declared_actions_are_the_ones_the_code_uses() {
                     app.run_job(job, None)
                         .await
                         .unwrap_or_else(|e| panic!("{}: {job}: {e}", path.display()));
-                    record_use(&mut used, deploy::for_job(job), &store);
+                    record_use(&mut used, &deploy::for_job(job), &store);
                 }
             }
         }
@@ -1055,11 +1060,11 @@ async fn declared_actions_are_the_ones_the_code_uses() {
             "{}: the deletes reach the stream",
             path.display()
         );
-        record_use(&mut used, &STREAM, &store);
+        record_use(&mut used, &deploy::stream(), &store);
     }
 
     let mut problems = Vec::new();
-    for f in &FUNCTIONS {
+    for f in &deploy::functions() {
         let u = used
             .get(f.logical_id)
             .unwrap_or_else(|| panic!("{} never ran", f.logical_id));
@@ -1073,7 +1078,7 @@ async fn declared_actions_are_the_ones_the_code_uses() {
                 problems.push(format!("{}: uses index {i}, not declared", f.logical_id));
             }
         }
-        for a in f.dynamodb_actions {
+        for a in &f.dynamodb_actions {
             if !u.actions.contains(a) && !f.fallbacks.iter().any(|fb| fb.action == *a) {
                 problems.push(format!(
                     "{}: declares {a}, never used (and not a documented fallback)",
@@ -1081,7 +1086,7 @@ async fn declared_actions_are_the_ones_the_code_uses() {
                 ));
             }
         }
-        for i in f.indexes {
+        for i in &f.indexes {
             if !u.indexes.contains(*i) {
                 problems.push(format!("{}: declares index {i}, never used", f.logical_id));
             }

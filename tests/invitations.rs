@@ -135,7 +135,7 @@ async fn seed_forms(table: &TestTable) -> BTreeSet<(String, String)> {
 
 fn app_on(store: Arc<dyn Store>, table: &TestTable, at: DateTime<Utc>, ttl: bool) -> App {
     let mut config = Config::for_table(&table.name);
-    config.invitation_ttl = ttl;
+    config.invitations.ttl = ttl;
     App::new(store, config, Arc::new(ManualClock::new(at)))
 }
 

@@ -398,7 +398,7 @@ fn app(table: &TestTable, env: &[String], now: DateTime<Utc>, metrics: &Captured
         worker_config(&table.name, env).expect("fixture env"),
         Arc::new(ManualClock::new(now)),
     )
-    .with_metrics(Emitter::new(FUNCTION, Arc::new(metrics.clone())))
+    .with_metrics(Emitter::new(NAMESPACE, FUNCTION, Arc::new(metrics.clone())))
     .with_store_metrics(&table.store)
 }
 

@@ -290,7 +290,7 @@ impl Fixture {
             }
         }
         let mut config = Config::for_table("nishiki-table-bench-db");
-        config.invitation_ttl = true;
+        config.invitations.ttl = true;
         let rules = ExpiryRules::from_config(&config);
         // Handlers exist only for their routing (`wants`, `name`); nothing
         // here sends a request.

@@ -3,7 +3,6 @@
 
 use lambda_runtime::{Error, LambdaEvent, run, service_fn};
 use nishiki_worker::app::{App, deadline_from_epoch_ms};
-use nishiki_worker::metrics::Emitter;
 use serde_json::Value;
 use worker_engine::stream::engine::BatchResponse;
 use worker_engine::telemetry::{self, LogFormat};
@@ -14,7 +13,7 @@ async fn main() -> Result<(), Error> {
     // One CloudWatch EMF line per invocation on stdout (logs: stderr).
     let app = App::from_env()
         .await?
-        .with_metrics(Emitter::stdout_from_env("stream"));
+        .with_metrics(nishiki_worker::metrics::emitter_from_env("stream"));
     let app = &app;
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));

@@ -21,14 +21,11 @@ use crate::keys::Job;
 use worker_engine::replay::dev::{EventFunction, EventSourceLoop, MappingConfig, Schedule, Ticker};
 use worker_engine::stream_reader::{StartAt, StreamTail};
 
-/// The default cron of each job (UTC), as the deployed schedules.
+/// The default cron of each job (UTC), from its description.
 pub fn default_cron(job: Job) -> &'static str {
-    match job {
-        Job::SweepInvitations => "*/15 * * * *",
-        Job::Audit => "0 3 * * *",
-        Job::FlagExpiring => "5 0 * * *",
-        Job::Backfill => "never",
-    }
+    crate::jobs::APP
+        .schedule(job)
+        .map_or("never", |s| s.local_cron)
 }
 
 /// Where the loop starts reading.

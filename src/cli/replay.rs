@@ -257,7 +257,7 @@ pub fn worker_config(table: &str, env: &[String]) -> Result<Config, CliError> {
         }
     })
     .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
-    c.notify_event_bus = None;
+    c.expiry.notify_event_bus = None;
     Ok(c)
 }
 

@@ -87,7 +87,86 @@ use worker_engine::error::HandlerError;
 use worker_engine::store::{Expr, Key, Page, QuerySpec, ScanSpec, Store, StoreError, WriteOutcome};
 use worker_engine::stream::decode::ChangeKind;
 
-use super::JobDeps;
+use super::{JobDeps, JobSpec};
+use crate::config::{ConfigError, Env, EnvVar, ReadBy};
+use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::metrics::Metric;
+
+/// The metric of the TTL stamps the stream side writes.
+pub const INVITATION_WRITES: &str = "InvitationWrites";
+/// The metric of the links a sweep deleted.
+pub const LINKS_SWEPT: &str = "LinksSwept";
+
+/// The job, described once: the sweep of expired invitation links, and the
+/// optional TTL stamp the stream side writes.
+pub const SPEC: JobSpec = JobSpec {
+    name: "invitations",
+    summary: "removes expired invitation links on a schedule, never one renewed meanwhile",
+    env: &[EnvVar {
+        name: "INVITATION_TTL",
+        read_by: &[ReadBy::Stream],
+        default: Some("off"),
+        meaning: "on: stamp WorkerExpiresAt on invitation links for TTL",
+    }],
+    // A consistent read of the link (shared BatchGetItem) and a conditional
+    // update of its stamp.
+    stream: Some(StreamSpec {
+        handler: "invitations",
+        writes_metric: INVITATION_WRITES,
+        access: Access {
+            dynamodb_actions: &["dynamodb:BatchGetItem", "dynamodb:UpdateItem"],
+            indexes: &[],
+            fallbacks: &[],
+            publishes_events: false,
+        },
+    }),
+    scheduled: &[ScheduleSpec {
+        job: Job::SweepInvitations,
+        function: "SweepInvitationsFunction",
+        schedule: Schedule::Rate("rate(15 minutes)"),
+        local_cron: "*/15 * * * *",
+        access: Access {
+            dynamodb_actions: &[
+                "dynamodb:DeleteItem",
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:Query",
+                "dynamodb:Scan",
+            ],
+            indexes: &[INVITATION_EXPIRY_INDEX],
+            fallbacks: &[
+                Fallback {
+                    action: "dynamodb:Scan",
+                    why: "the sweep scans the table while the InvitationLinkExpiry index is missing or not ACTIVE yet (migration)",
+                },
+                Fallback {
+                    action: "dynamodb:PutItem",
+                    why: "a fallback scan cut short by the deadline saves where it resumes (WorkerCheckpoint/sweep-invitations)",
+                },
+            ],
+            publishes_events: false,
+        },
+        metrics: &[LINKS_SWEPT],
+    }],
+    handlers: |deps| vec![Arc::new(InvitationTtl::new(deps))],
+    jobs: |deps| vec![Arc::new(SweepInvitations::new(deps))],
+};
+
+/// The job's settings (the variables of [`SPEC`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InvitationSettings {
+    /// `INVITATION_TTL`: stamp links for DynamoDB's TTL.
+    pub ttl: bool,
+}
+
+impl InvitationSettings {
+    /// Read from the environment; defaults where unset.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(InvitationSettings {
+            ttl: env.switch("INVITATION_TTL")?.unwrap_or(false),
+        })
+    }
+}
 
 /// The worker's TTL attribute on invitation links: Number, epoch seconds.
 pub const TTL_ATTRIBUTE: &str = "WorkerExpiresAt";
@@ -610,6 +689,7 @@ impl ScheduledJob<Job> for SweepInvitations {
             details: serde_json::to_value(&report).map_err(|e| {
                 HandlerError::Invalid(format!("cannot serialize the sweep report: {e}"))
             })?,
+            metrics: vec![Metric::count(LINKS_SWEPT, report.deleted)],
         })
     }
 }
@@ -628,7 +708,7 @@ pub struct InvitationTtl {
 
 impl InvitationTtl {
     pub fn new(deps: &JobDeps) -> Self {
-        InvitationTtl::with_store(deps.store.clone(), deps.config.invitation_ttl)
+        InvitationTtl::with_store(deps.store.clone(), deps.config.invitations.ttl)
     }
 
     pub fn with_store(store: Arc<dyn Store>, enabled: bool) -> Self {

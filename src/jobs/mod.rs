@@ -5,7 +5,10 @@
 //! - [`invitations`]: the expired invitation-link sweep (and optional TTL);
 //! - [`expiry`]: food-expiry flags, reminders, the daily tick and backfill.
 //!
-//! Each job registers its stream handler and its scheduled jobs here.
+//! Each job describes itself once, in its module's `SPEC` (name, stream
+//! handler, scheduled jobs and their schedules, variables, DynamoDB access,
+//! metrics); [`APP`] registers them, and configuration, deployment checks
+//! and metrics are derived from it.
 
 pub mod expiry;
 pub mod invitations;
@@ -27,29 +30,29 @@ pub struct JobDeps {
     pub clock: Arc<dyn Clock>,
 }
 
+/// A job of the Nishiki worker, described once (see [`worker_engine::job`]):
+/// each job's module holds its `SPEC`.
+pub type JobSpec = worker_engine::job::JobSpec<Job, JobDeps, dyn ChangeHandler>;
+
+/// The Nishiki worker: its common variables and its jobs. Registering a
+/// job is one line here; everything else about it is in its `SPEC`.
+pub const APP: worker_engine::job::AppSpec<Job, JobDeps, dyn ChangeHandler> =
+    worker_engine::job::AppSpec {
+        name: "nishiki-worker",
+        namespace: "NishikiWorker",
+        env: crate::config::COMMON_ENV,
+        // In the order their stream handlers see a change.
+        jobs: &[&invitations::SPEC, &relationships::SPEC, &expiry::SPEC],
+    };
+
 /// Every stream handler, in the order they see a change.
 pub fn handlers(deps: &JobDeps) -> Vec<Arc<dyn ChangeHandler>> {
-    let _ = deps;
-    let handlers: Vec<Arc<dyn ChangeHandler>> = vec![
-        // registered by each job
-        Arc::new(invitations::InvitationTtl::new(deps)),
-        Arc::new(relationships::RelationshipHandler::new(deps)),
-        Arc::new(expiry::ExpiryHandler::new(deps)),
-    ];
-    handlers
+    APP.handlers(deps)
 }
 
 /// Every scheduled job.
 pub fn scheduled(deps: &JobDeps) -> Vec<Arc<dyn ScheduledJob<Job>>> {
-    let _ = deps;
-    let jobs: Vec<Arc<dyn ScheduledJob<Job>>> = vec![
-        // registered by each job
-        Arc::new(invitations::SweepInvitations::new(deps)),
-        Arc::new(relationships::AuditJob::new(deps)),
-        Arc::new(expiry::FlagExpiringJob::new(deps)),
-        Arc::new(expiry::BackfillJob::new(deps)),
-    ];
-    jobs
+    APP.scheduled(deps)
 }
 
 /// Of `groups`, those whose Group item exists (strongly consistent reads,

@@ -102,7 +102,7 @@ fn leaf(alt: &Value, ev: Option<&Value>) -> bool {
 /// filter patterns are literals).
 pub fn stream_event_source(template: &Value) -> &Value {
     let events =
-        template["Resources"][nishiki_worker::deploy::STREAM.logical_id]["Properties"]["Events"]
+        template["Resources"][nishiki_worker::deploy::STREAM_FUNCTION]["Properties"]["Events"]
             .as_object()
             .expect("the stream function has Events");
     let mut sources = events.values().filter(|e| e["Type"] == "DynamoDB");

@@ -11,9 +11,14 @@
 //!
 //! See `docs/ENGINE.md` for how to serve a new table.
 
+pub mod clock;
+pub mod deploy;
+pub mod env;
 pub mod error;
 pub mod item;
+pub mod job;
 pub mod local;
+pub mod metrics;
 pub mod replay;
 pub mod schedule;
 pub mod schema;

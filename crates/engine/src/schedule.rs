@@ -178,6 +178,10 @@ pub struct JobReport<J: JobName> {
     pub summary: String,
     /// The job's own figures.
     pub details: Value,
+    /// The job's own metrics, typed (written with the run counters; not
+    /// part of the report's JSON, which `details` already carries).
+    #[serde(skip)]
+    pub metrics: Vec<crate::metrics::Metric>,
 }
 
 /// A job run on a schedule. Must be idempotent per tick.

@@ -184,13 +184,164 @@ pub use tick::{
     TickReport,
 };
 
-use super::JobDeps;
+use super::{JobDeps, JobSpec};
+use crate::config::{ConfigError, Env, EnvVar, ReadBy};
 use crate::items::{Container, Entity, attr};
-use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, PK};
+use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, Job, PK};
 use crate::schema::GROUP_AND_CONTAINER_INDEX;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 use worker_engine::error::HandlerError;
+use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::store::{QuerySpec, Store, StoreError, WriteOp};
+
+/// The metric the stream side's writes (flags, reminders) count under.
+pub const EXPIRY_WRITES: &str = "ExpiryWrites";
+/// The metric of the flags a tick wrote (new and refreshed).
+pub const FOODS_FLAGGED: &str = "FoodsFlagged";
+
+/// The variables the stream side and both scheduled jobs read.
+const READ_BY_ALL_SIDES: &[ReadBy] = &[
+    ReadBy::Stream,
+    ReadBy::Job(Job::FlagExpiring),
+    ReadBy::Job(Job::Backfill),
+];
+
+/// The job, described once: flags and reminders kept by the stream, the
+/// daily tick, and the on-demand backfill.
+pub const SPEC: JobSpec = JobSpec {
+    name: "expiry",
+    summary: "flags foods nearing or past their expiry, as items the app lists with one Query",
+    env: &[
+        EnvVar {
+            name: "EXPIRY_HORIZON_DAYS",
+            read_by: READ_BY_ALL_SIDES,
+            default: Some("3"),
+            meaning: "flag foods expiring up to the end of today + N days",
+        },
+        EnvVar {
+            name: "EXPIRY_TIME_ZONE",
+            read_by: READ_BY_ALL_SIDES,
+            default: Some("UTC"),
+            meaning: "IANA zone the days are counted in",
+        },
+        EnvVar {
+            name: "FLAG_RETENTION_DAYS",
+            read_by: READ_BY_ALL_SIDES,
+            default: Some("7"),
+            meaning: "flags vanish (TTL) this long after the food expired",
+        },
+        EnvVar {
+            name: "NOTIFY_EVENT_BUS",
+            read_by: &[ReadBy::Job(Job::FlagExpiring)],
+            default: None,
+            meaning: "EventBridge bus for FoodsNearingExpiry events",
+        },
+    ],
+    stream: Some(StreamSpec {
+        handler: "expiry",
+        writes_metric: EXPIRY_WRITES,
+        access: Access {
+            dynamodb_actions: &[
+                "dynamodb:BatchGetItem",
+                "dynamodb:BatchWriteItem",
+                "dynamodb:PartiQLSelect",
+                "dynamodb:PutItem",
+            ],
+            indexes: &[GROUP_AND_CONTAINER_INDEX],
+            fallbacks: &[],
+            publishes_events: false,
+        },
+    }),
+    scheduled: &[
+        ScheduleSpec {
+            job: Job::FlagExpiring,
+            function: "FlagExpiringFunction",
+            schedule: Schedule::Daily {
+                zone_env: "EXPIRY_TIME_ZONE",
+            },
+            local_cron: "5 0 * * *",
+            access: Access {
+                dynamodb_actions: &[
+                    "dynamodb:BatchWriteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:Query",
+                ],
+                indexes: &[GROUP_AND_CONTAINER_INDEX],
+                fallbacks: &[],
+                publishes_events: true,
+            },
+            metrics: &[FOODS_FLAGGED],
+        },
+        ScheduleSpec {
+            job: Job::Backfill,
+            function: "BackfillFunction",
+            schedule: Schedule::OnDemand,
+            local_cron: "never",
+            access: Access {
+                dynamodb_actions: &[
+                    "dynamodb:BatchWriteItem",
+                    "dynamodb:GetItem",
+                    "dynamodb:PutItem",
+                    "dynamodb:Query",
+                    "dynamodb:Scan",
+                ],
+                indexes: &[GROUP_AND_CONTAINER_INDEX],
+                fallbacks: &[],
+                publishes_events: false,
+            },
+            metrics: &[],
+        },
+    ],
+    handlers: |deps| vec![Arc::new(ExpiryHandler::new(deps))],
+    jobs: |deps| {
+        vec![
+            Arc::new(FlagExpiringJob::new(deps)),
+            Arc::new(BackfillJob::new(deps)),
+        ]
+    },
+};
+
+/// The job's settings (the variables of [`SPEC`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExpirySettings {
+    pub horizon_days: u32,
+    pub time_zone: chrono_tz::Tz,
+    pub flag_retention_days: u32,
+    pub notify_event_bus: Option<String>,
+}
+
+impl Default for ExpirySettings {
+    fn default() -> Self {
+        ExpirySettings {
+            horizon_days: 3,
+            time_zone: chrono_tz::Tz::UTC,
+            flag_retention_days: 7,
+            notify_event_bus: None,
+        }
+    }
+}
+
+impl ExpirySettings {
+    /// Read from the environment; defaults where unset.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let mut s = Self::default();
+        if let Some(v) = env.number("EXPIRY_HORIZON_DAYS")? {
+            s.horizon_days = v.min(365) as u32;
+        }
+        if let Some(v) = env.number("FLAG_RETENTION_DAYS")? {
+            s.flag_retention_days = v.min(3650) as u32;
+        }
+        if let Some(v) = env.from_str(
+            "EXPIRY_TIME_ZONE",
+            "expected an IANA time zone such as UTC or Asia/Tokyo",
+        )? {
+            s.time_zone = v;
+        }
+        s.notify_event_bus = env.non_empty("NOTIFY_EVENT_BUS");
+        Ok(s)
+    }
+}
 
 // ---------------------------------------------------------------------------
 // Store helpers (I/O)

@@ -121,9 +121,9 @@ fn reminder_date_ok(date: NaiveDate) -> bool {
 impl ExpiryRules {
     pub fn from_config(config: &Config) -> Self {
         ExpiryRules {
-            horizon_days: config.expiry_horizon_days,
-            zone: config.expiry_time_zone,
-            retention_days: config.flag_retention_days,
+            horizon_days: config.expiry.horizon_days,
+            zone: config.expiry.time_zone,
+            retention_days: config.expiry.flag_retention_days,
         }
     }
 

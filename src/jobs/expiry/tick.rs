@@ -20,6 +20,7 @@ use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, PK, SK};
 use crate::notify::{EventBridgePublisher, EventEntry, EventPublisher};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
+use worker_engine::metrics::Metric;
 use worker_engine::store::{
     Expr, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
 };
@@ -145,7 +146,7 @@ impl FlagExpiringJob {
         FlagExpiringJob {
             store: deps.store.clone(),
             rules: ExpiryRules::from_config(&deps.config),
-            bus: deps.config.notify_event_bus.clone(),
+            bus: deps.config.expiry.notify_event_bus.clone(),
             publisher: Arc::new(EventBridgePublisher::from_env()),
         }
     }
@@ -444,6 +445,10 @@ impl ScheduledJob<Job> for FlagExpiringJob {
             complete,
             summary,
             details: serde_json::to_value(&report).unwrap_or_default(),
+            metrics: vec![Metric::count(
+                super::FOODS_FLAGGED,
+                report.flags_new + report.flags_refreshed,
+            )],
         })
     }
 }
@@ -612,6 +617,7 @@ impl ScheduledJob<Job> for BackfillJob {
                     cp.progress.containers, cp.progress.flags, cp.progress.reminders
                 ),
                 details: serde_json::to_value(&cp).unwrap_or_default(),
+                metrics: Vec::new(),
             });
         }
         if cp.started_at.is_none() {
@@ -688,6 +694,9 @@ impl ScheduledJob<Job> for BackfillJob {
                 }
             ),
             details: serde_json::to_value(&cp).unwrap_or_default(),
+            // Totals over every run, not this run's figures: only the run
+            // counters.
+            metrics: Vec::new(),
         })
     }
 }

@@ -9,15 +9,16 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::RelationshipSettings;
 use super::rules::*;
 use super::{Io, cascade_group_io};
-use crate::config::Config;
 use crate::datetime;
 use crate::items::{Item, attr};
 use crate::jobs::JobDeps;
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, PK, SK, Violation};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
+use worker_engine::metrics::Metric;
 use worker_engine::store::{Expr, ScanSpec, Store, StoreError, WriteOutcome};
 
 /// Repaired keys listed in the report (the counts are always complete).
@@ -144,7 +145,7 @@ pub struct AuditOptions {
 /// The scheduled audit (`Job::Audit`).
 pub struct AuditJob {
     store: Arc<dyn Store>,
-    config: Config,
+    config: RelationshipSettings,
     options: AuditOptions,
 }
 
@@ -159,7 +160,7 @@ impl AuditJob {
     pub fn new(deps: &JobDeps) -> Self {
         AuditJob {
             store: deps.store.clone(),
-            config: deps.config.clone(),
+            config: deps.config.relationships.clone(),
             options: AuditOptions::default(),
         }
     }
@@ -561,6 +562,7 @@ impl ScheduledJob<Job> for AuditJob {
             complete: report.complete,
             summary: report.summary(),
             details: serde_json::to_value(&report).unwrap_or_default(),
+            metrics: vec![Metric::count(super::ITEMS_REPAIRED, report.repair_writes)],
         })
     }
 }

@@ -116,13 +116,153 @@ use serde::Serialize;
 pub use audit::{AuditJob, AuditOptions, AuditReport, KindCounts};
 pub use rules::*;
 
-use super::JobDeps;
+use super::{JobDeps, JobSpec};
+use crate::config::{ConfigError, Env, EnvVar, ReadBy};
 use crate::items::{Item, attr};
-use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, PK, UserId, Violation};
+use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, Job, PK, UserId, Violation};
 use crate::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 use worker_engine::error::HandlerError;
+use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::store::{Expr, QuerySpec, Store, StoreError, WriteOp, WriteOutcome};
+
+/// The metric the cascades' and the audit's repair writes count under.
+pub const ITEMS_REPAIRED: &str = "ItemsRepaired";
+
+/// The job, described once: stream cascades and the daily audit.
+pub const SPEC: JobSpec = JobSpec {
+    name: "relationships",
+    summary: "stream cascades and a daily audit that repairs drift without deleting live data",
+    env: &[
+        EnvVar {
+            name: "AUDIT_GRACE_SECS",
+            read_by: &[ReadBy::Job(Job::Audit)],
+            default: Some("3600"),
+            meaning: "a violation must persist this long before it is repaired",
+        },
+        EnvVar {
+            name: "EMPTY_GROUP_GRACE_SECS",
+            read_by: &[ReadBy::Job(Job::Audit)],
+            default: Some("86400"),
+            meaning: "the same, for groups without members",
+        },
+        EnvVar {
+            name: "EMPTY_GROUP_POLICY",
+            read_by: &[ReadBy::Job(Job::Audit)],
+            default: Some("delete"),
+            meaning: "delete or report empty groups",
+        },
+        EnvVar {
+            name: "AUDIT_SEGMENTS",
+            read_by: &[ReadBy::Job(Job::Audit)],
+            default: Some("4"),
+            meaning: "parallel scan segments of the audit",
+        },
+    ],
+    // Consistent reads, conditional deletes and index reads for members and
+    // links; partition reads, on the table and on the indexes, are PartiQL
+    // SELECTs (the coalescing store's shared requests), so no Query.
+    stream: Some(StreamSpec {
+        handler: "relationships",
+        writes_metric: ITEMS_REPAIRED,
+        access: Access {
+            dynamodb_actions: &[
+                "dynamodb:BatchGetItem",
+                "dynamodb:BatchWriteItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:PartiQLSelect",
+            ],
+            indexes: &[USER_AND_GROUP_INDEX, GROUP_AND_CONTAINER_INDEX],
+            fallbacks: &[],
+            publishes_events: false,
+        },
+    }),
+    scheduled: &[ScheduleSpec {
+        job: Job::Audit,
+        function: "AuditFunction",
+        schedule: Schedule::Daily {
+            zone_env: "EXPIRY_TIME_ZONE",
+        },
+        local_cron: "0 3 * * *",
+        access: Access {
+            dynamodb_actions: &[
+                "dynamodb:BatchWriteItem",
+                "dynamodb:DeleteItem",
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:Query",
+                "dynamodb:Scan",
+            ],
+            indexes: &[USER_AND_GROUP_INDEX, GROUP_AND_CONTAINER_INDEX],
+            fallbacks: &[],
+            publishes_events: false,
+        },
+        metrics: &[ITEMS_REPAIRED],
+    }],
+    handlers: |deps| vec![Arc::new(RelationshipHandler::new(deps))],
+    jobs: |deps| vec![Arc::new(AuditJob::new(deps))],
+};
+
+/// What to do with a group nobody belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EmptyGroupPolicy {
+    /// Delete it (with its containers, links, invitation and flags) after the grace period.
+    Delete,
+    /// Only report it.
+    Report,
+}
+
+impl std::str::FromStr for EmptyGroupPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "delete" => Ok(EmptyGroupPolicy::Delete),
+            "report" => Ok(EmptyGroupPolicy::Report),
+            _ => Err("expected delete or report".into()),
+        }
+    }
+}
+
+/// The job's settings (the variables of [`SPEC`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelationshipSettings {
+    pub audit_grace: std::time::Duration,
+    pub empty_group_grace: std::time::Duration,
+    pub empty_group_policy: EmptyGroupPolicy,
+    pub audit_segments: u32,
+}
+
+impl Default for RelationshipSettings {
+    fn default() -> Self {
+        RelationshipSettings {
+            audit_grace: std::time::Duration::from_secs(3600),
+            empty_group_grace: std::time::Duration::from_secs(86_400),
+            empty_group_policy: EmptyGroupPolicy::Delete,
+            audit_segments: 4,
+        }
+    }
+}
+
+impl RelationshipSettings {
+    /// Read from the environment; defaults where unset.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let mut s = Self::default();
+        if let Some(v) = env.number("AUDIT_GRACE_SECS")? {
+            s.audit_grace = std::time::Duration::from_secs(v);
+        }
+        if let Some(v) = env.number("EMPTY_GROUP_GRACE_SECS")? {
+            s.empty_group_grace = std::time::Duration::from_secs(v);
+        }
+        if let Some(v) = env.number("AUDIT_SEGMENTS")? {
+            s.audit_segments = v.clamp(1, 64) as u32;
+        }
+        if let Some(v) = env.parse("EMPTY_GROUP_POLICY", str::parse)? {
+            s.empty_group_policy = v;
+        }
+        Ok(s)
+    }
+}
 
 /// What a cascade deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]

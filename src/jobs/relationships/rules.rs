@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, NaiveDate, Utc};
 
-use crate::config::{Config, EmptyGroupPolicy};
+use super::{EmptyGroupPolicy, RelationshipSettings};
 use crate::datetime;
 use crate::items::{Item, attr};
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, PK, UserId, Violation};
@@ -410,7 +410,7 @@ pub fn missing_parent(violation: Violation, subject: &ItemKey) -> Option<ItemKey
 }
 
 /// How long a violation must persist before it is repaired.
-pub fn grace(violation: Violation, config: &Config) -> chrono::Duration {
+pub fn grace(violation: Violation, config: &RelationshipSettings) -> chrono::Duration {
     let d = match violation {
         Violation::EmptyGroup => config.empty_group_grace,
         _ => config.audit_grace,
@@ -443,7 +443,7 @@ impl Suspect {
     }
 
     /// Whether the grace period has passed.
-    pub fn is_due(&self, now: DateTime<Utc>, config: &Config) -> bool {
+    pub fn is_due(&self, now: DateTime<Utc>, config: &RelationshipSettings) -> bool {
         now.signed_duration_since(self.first_seen) >= grace(self.violation, config)
     }
 
@@ -986,11 +986,12 @@ mod tests {
         );
     }
 
-    fn config() -> Config {
-        let mut c = Config::for_table("t");
-        c.audit_grace = Duration::from_secs(3600);
-        c.empty_group_grace = Duration::from_secs(86_400);
-        c
+    fn config() -> RelationshipSettings {
+        RelationshipSettings {
+            audit_grace: Duration::from_secs(3600),
+            empty_group_grace: Duration::from_secs(86_400),
+            ..RelationshipSettings::default()
+        }
     }
 
     #[test]

@@ -1,0 +1,132 @@
+//! The deployed functions of an app, derived from its job descriptions
+//! ([`crate::job::AppSpec`]): one stream function running every job's
+//! stream handler, and one schedule function per scheduled job (the same
+//! `schedule` bootstrap, pinned to its job with `WORKER_JOB`), each with
+//! exactly the DynamoDB actions, indexes and variables its jobs declare. An
+//! app's template is checked against these, and these against the code by
+//! running fixtures and jobs on DynamoDB Local and recording what the store
+//! was asked to do ([`crate::store::StoreMetrics`]).
+
+use crate::job::{Access, AppSpec, Fallback};
+use crate::schedule::JobName;
+use crate::store::Operation;
+
+/// The stream read actions of a DynamoDB event source mapping.
+pub const STREAM_READ_ACTIONS: [&str; 4] = [
+    "dynamodb:DescribeStream",
+    "dynamodb:GetRecords",
+    "dynamodb:GetShardIterator",
+    "dynamodb:ListStreams",
+];
+
+/// The EventBridge action of an app's event bus.
+pub const PUT_EVENTS_ACTION: &str = "events:PutEvents";
+
+/// The logical id of the stream function in a template.
+pub const STREAM_FUNCTION: &str = "StreamFunction";
+
+/// The DynamoDB action of a store operation.
+pub fn action_of(op: Operation) -> &'static str {
+    match op {
+        Operation::GetItem => "dynamodb:GetItem",
+        Operation::PutItem => "dynamodb:PutItem",
+        Operation::DeleteItem => "dynamodb:DeleteItem",
+        Operation::UpdateItem => "dynamodb:UpdateItem",
+        Operation::Query => "dynamodb:Query",
+        Operation::Scan => "dynamodb:Scan",
+        Operation::BatchWriteItem => "dynamodb:BatchWriteItem",
+        Operation::BatchGetItem => "dynamodb:BatchGetItem",
+        Operation::ExecuteStatement => "dynamodb:PartiQLSelect",
+        Operation::Other => "dynamodb:Other",
+    }
+}
+
+/// One deployed function.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionSpec<J> {
+    /// The function's logical id in the template.
+    pub logical_id: &'static str,
+    /// The binary (`bootstrap`) it runs: `stream` or `schedule`.
+    pub binary: &'static str,
+    /// The job a schedule function is pinned to (`WORKER_JOB`).
+    pub job: Option<J>,
+    /// DynamoDB data actions on the table (sorted, no duplicates).
+    pub dynamodb_actions: Vec<&'static str>,
+    /// Indexes it queries or scans (sorted).
+    pub indexes: Vec<&'static str>,
+    /// Actions granted for a path the fixtures may not take.
+    pub fallbacks: Vec<Fallback>,
+    /// Reads the table's stream (event source mapping).
+    pub reads_stream: bool,
+    /// Publishes to the app's event bus when it is set.
+    pub publishes_events: bool,
+    /// The variables the template sets for it.
+    pub env_vars: Vec<&'static str>,
+}
+
+impl<J: JobName> FunctionSpec<J> {
+    fn from_access<'a>(
+        logical_id: &'static str,
+        binary: &'static str,
+        job: Option<J>,
+        access: impl IntoIterator<Item = &'a Access>,
+        env_vars: Vec<&'static str>,
+    ) -> Self {
+        let mut f = FunctionSpec {
+            logical_id,
+            binary,
+            job,
+            dynamodb_actions: Vec::new(),
+            indexes: Vec::new(),
+            fallbacks: Vec::new(),
+            reads_stream: job.is_none(),
+            publishes_events: false,
+            env_vars,
+        };
+        for a in access {
+            f.dynamodb_actions.extend(a.dynamodb_actions);
+            f.indexes.extend(a.indexes);
+            f.fallbacks.extend(a.fallbacks);
+            f.publishes_events |= a.publishes_events;
+        }
+        f.dynamodb_actions.sort_unstable();
+        f.dynamodb_actions.dedup();
+        f.indexes.sort_unstable();
+        f.indexes.dedup();
+        f
+    }
+}
+
+impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
+    /// The stream function: every job's stream access, together.
+    pub fn stream_function(&self) -> FunctionSpec<J> {
+        FunctionSpec::from_access(
+            STREAM_FUNCTION,
+            "stream",
+            None,
+            self.stream_specs().map(|s| &s.access),
+            self.env_of(None),
+        )
+    }
+
+    /// The schedule function of a job.
+    pub fn function_of(&self, job: J) -> FunctionSpec<J> {
+        let s = self
+            .schedule(job)
+            .unwrap_or_else(|| panic!("job {job} has no schedule (AppSpec::check)"));
+        FunctionSpec::from_access(
+            s.function,
+            "schedule",
+            Some(job),
+            [&s.access],
+            self.env_of(Some(job)),
+        )
+    }
+
+    /// Every deployed function: the stream function, then one per job.
+    pub fn functions(&self) -> Vec<FunctionSpec<J>> {
+        std::iter::once(self.stream_function())
+            .chain(J::ALL.iter().map(|j| self.function_of(*j)))
+            .collect()
+    }
+}

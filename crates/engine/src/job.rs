@@ -1,0 +1,229 @@
+//! A job of an app, described once: its name, the stream handlers and
+//! scheduled jobs it registers, the schedule each of those runs on, the
+//! environment variables it reads, the DynamoDB access it needs and the
+//! metrics it writes. Everything else is derived from these descriptions:
+//! the app's list of variables (and the configuration docs), the deployed
+//! functions with their permissions ([`crate::deploy`]), the metrics a
+//! template may alarm on, and the template checks. Adding a job is its own
+//! files plus one line in the app's list of jobs.
+//!
+//! `D` is what the app builds its handlers and jobs from (its store,
+//! configuration and clock), `H` the app's stream handler type (usually a
+//! trait object): the engine only carries the constructors.
+
+use std::sync::Arc;
+
+use crate::schedule::{JobName, ScheduledJob};
+
+/// Which deployed function reads an environment variable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadBy<J> {
+    /// Every function (stream and schedule).
+    All,
+    /// The stream function.
+    Stream,
+    /// The schedule function running this job.
+    Job(J),
+    /// Every schedule function.
+    Schedule,
+    /// Only local runs (tests, the CLI); never set in a deployment.
+    LocalOnly,
+}
+
+/// One environment variable a job (or the app) reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvVar<J: 'static> {
+    pub name: &'static str,
+    /// Who reads it.
+    pub read_by: &'static [ReadBy<J>],
+    /// Its default, as a user would write it (`None`: required or off).
+    pub default: Option<&'static str>,
+    pub meaning: &'static str,
+}
+
+impl<J: JobName> EnvVar<J> {
+    /// Whether the stream function (`job == None`) or the schedule
+    /// function of `job` reads this variable.
+    pub fn is_read_by(&self, job: Option<J>) -> bool {
+        self.read_by.iter().any(|r| match (r, job) {
+            (ReadBy::All, _) => true,
+            (ReadBy::Stream, None) => true,
+            (ReadBy::Schedule, Some(_)) => true,
+            (ReadBy::Job(j), Some(k)) => *j == k,
+            _ => false,
+        })
+    }
+
+    /// Only for local runs (never set in a deployment).
+    pub fn local_only(&self) -> bool {
+        self.read_by.contains(&ReadBy::LocalOnly)
+    }
+}
+
+/// An action a function may call that the fixtures do not necessarily
+/// exercise, and why it is granted anyway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fallback {
+    pub action: &'static str,
+    pub why: &'static str,
+}
+
+/// What a handler or a scheduled job needs of AWS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    /// DynamoDB data actions on the table (`dynamodb:GetItem`, ...).
+    pub dynamodb_actions: &'static [&'static str],
+    /// Indexes it queries or scans (their ARNs are granted, no others).
+    pub indexes: &'static [&'static str],
+    /// Actions granted for a path the fixtures may not take.
+    pub fallbacks: &'static [Fallback],
+    /// Publishes to the app's event bus when one is configured.
+    pub publishes_events: bool,
+}
+
+impl Access {
+    /// No access at all.
+    pub const NONE: Access = Access {
+        dynamodb_actions: &[],
+        indexes: &[],
+        fallbacks: &[],
+        publishes_events: false,
+    };
+}
+
+/// When a scheduled job runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    /// Every so often: an EventBridge `rate(...)` expression.
+    Rate(&'static str),
+    /// Once a day, at a time of the zone an environment variable names.
+    Daily { zone_env: &'static str },
+    /// Only when an operator asks (its schedule exists, disabled).
+    OnDemand,
+}
+
+/// The stream side of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamSpec {
+    /// The handler's name (in logs and write counts).
+    pub handler: &'static str,
+    /// The metric its write requests count under.
+    pub writes_metric: &'static str,
+    pub access: Access,
+}
+
+/// One scheduled job of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScheduleSpec<J: 'static> {
+    pub job: J,
+    /// The logical id of its schedule function in the template.
+    pub function: &'static str,
+    pub schedule: Schedule,
+    /// Its default schedule in the local event-source loop: a 5-field
+    /// cron in UTC, or `never`.
+    pub local_cron: &'static str,
+    pub access: Access,
+    /// The metrics its reports carry, besides the run counters.
+    pub metrics: &'static [&'static str],
+}
+
+/// A job, described once.
+pub struct JobSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
+    /// The job's name (docs, logs).
+    pub name: &'static str,
+    /// What it keeps true, in one line.
+    pub summary: &'static str,
+    /// The variables it reads.
+    pub env: &'static [EnvVar<J>],
+    /// Its stream side, if it has one.
+    pub stream: Option<StreamSpec>,
+    /// Its scheduled jobs.
+    pub scheduled: &'static [ScheduleSpec<J>],
+    /// Builds its stream handlers (as many as `stream` describes: zero or one).
+    pub handlers: fn(&D) -> Vec<Arc<H>>,
+    /// Builds its scheduled jobs, one per entry of `scheduled`.
+    pub jobs: fn(&D) -> Vec<Arc<dyn ScheduledJob<J>>>,
+}
+
+/// An app: its common variables and its jobs.
+pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
+    /// The command line's name (`my-worker`).
+    pub name: &'static str,
+    /// The CloudWatch namespace of its metrics.
+    pub namespace: &'static str,
+    /// Variables every app reads (table, endpoint, deadline margin, ...).
+    pub env: &'static [EnvVar<J>],
+    pub jobs: &'static [&'static JobSpec<J, D, H>],
+}
+
+impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
+    /// Every variable the app reads: its own, then each job's, in order.
+    pub fn env_vars(&self) -> Vec<&'static EnvVar<J>> {
+        self.env
+            .iter()
+            .chain(self.jobs.iter().flat_map(|j| j.env.iter()))
+            .collect()
+    }
+
+    /// Every stream handler, in the order they see a change.
+    pub fn handlers(&self, deps: &D) -> Vec<Arc<H>> {
+        self.jobs.iter().flat_map(|j| (j.handlers)(deps)).collect()
+    }
+
+    /// Every scheduled job.
+    pub fn scheduled(&self, deps: &D) -> Vec<Arc<dyn ScheduledJob<J>>> {
+        self.jobs.iter().flat_map(|j| (j.jobs)(deps)).collect()
+    }
+
+    /// Every schedule, with the job it belongs to.
+    pub fn schedules(&self) -> impl Iterator<Item = &'static ScheduleSpec<J>> + '_ {
+        self.jobs.iter().flat_map(|j| j.scheduled.iter())
+    }
+
+    /// The schedule of a job.
+    pub fn schedule(&self, job: J) -> Option<&'static ScheduleSpec<J>> {
+        self.schedules().find(|s| s.job == job)
+    }
+
+    /// The stream sides of the jobs.
+    pub fn stream_specs(&self) -> impl Iterator<Item = &'static StreamSpec> + '_ {
+        self.jobs.iter().filter_map(|j| j.stream.as_ref())
+    }
+
+    /// The variables `read_by` (stream: `None`) reads that a deployment
+    /// sets (local-only ones left out).
+    pub fn env_of(&self, job: Option<J>) -> Vec<&'static str> {
+        self.env_vars()
+            .into_iter()
+            .filter(|v| !v.local_only() && v.is_read_by(job))
+            .map(|v| v.name)
+            .collect()
+    }
+
+    /// Checks a description cannot express in types: names unique, every
+    /// job of `J` scheduled exactly once, handler and metric names unique.
+    pub fn check(&self) -> Result<(), String> {
+        let mut names: Vec<&str> = self.env_vars().iter().map(|v| v.name).collect();
+        names.sort_unstable();
+        if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("variable {} is declared twice", w[0]));
+        }
+        for job in J::ALL {
+            let n = self.schedules().filter(|s| s.job == *job).count();
+            if n != 1 {
+                return Err(format!("job {job} has {n} schedules, not 1"));
+            }
+        }
+        let mut handlers: Vec<&str> = self.stream_specs().map(|s| s.handler).collect();
+        handlers.sort_unstable();
+        if let Some(w) = handlers.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("stream handler {} is declared twice", w[0]));
+        }
+        let mut functions: Vec<&str> = self.schedules().map(|s| s.function).collect();
+        functions.sort_unstable();
+        if let Some(w) = functions.windows(2).find(|w| w[0] == w[1]) {
+            return Err(format!("function {} runs two jobs", w[0]));
+        }
+        Ok(())
+    }
+}
