@@ -266,6 +266,16 @@ impl Router {
     }
 }
 
+/// The engine runs each batch through the router bound to it.
+impl worker_engine::runtime::StreamSide for Router {
+    fn for_batch<'a>(
+        &'a self,
+        records: &[Result<StreamChange, RecordError>],
+    ) -> Box<dyn RecordProcessor + 'a> {
+        Box::new(Router::for_batch(self, records))
+    }
+}
+
 #[async_trait]
 impl RecordProcessor for Router {
     async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {

@@ -32,7 +32,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
-use serde::{Deserialize, Serialize};
 use tracing::{Instrument, Span};
 
 use super::decode::{ChangeKind, RecordError, SequenceNumber, StreamChange};
@@ -231,31 +230,25 @@ pub struct BatchReport {
 impl BatchReport {
     /// The response for Lambda's `ReportBatchItemFailures`.
     pub fn response(&self) -> BatchResponse {
-        BatchResponse {
-            batch_item_failures: self
-                .batch_item_failures
-                .iter()
-                .map(|id| BatchItemFailure {
-                    item_identifier: id.clone(),
-                })
-                .collect(),
-        }
+        let mut response = BatchResponse::default();
+        response.batch_item_failures = self
+            .batch_item_failures
+            .iter()
+            .map(|id| {
+                let mut failure = BatchItemFailure::default();
+                failure.item_identifier = Some(id.clone());
+                failure
+            })
+            .collect();
+        response
     }
 }
 
-/// `{"batchItemFailures": [{"itemIdentifier": "<sequence number>"}]}`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchResponse {
-    pub batch_item_failures: Vec<BatchItemFailure>,
-}
-
-/// One entry of [`BatchResponse`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BatchItemFailure {
-    pub item_identifier: String,
-}
+/// `{"batchItemFailures": [{"itemIdentifier": "<sequence number>"}]}`:
+/// `aws_lambda_events`' response type.
+pub use aws_lambda_events::event::streams::{
+    DynamoDbBatchItemFailure as BatchItemFailure, DynamoDbEventResponse as BatchResponse,
+};
 
 /// A record's identity, from its change or its decode error.
 struct Identity {

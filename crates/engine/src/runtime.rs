@@ -1,0 +1,349 @@
+//! An app, assembled: the stream side (bound to each batch), the scheduled
+//! jobs, the clock, and what metrics are made of. The Lambda entry points
+//! and the command line both run events through a [`Worker`], so a replay
+//! runs exactly the code Lambda runs.
+//!
+//! - stream: decode (lenient, per record) → the app's processor for this
+//!   batch ([`StreamSide::for_batch`]) → [`run_batch`] (per-item order,
+//!   earliest-failure partial response, deadline), inside the coalescing
+//!   store's gathered poll pass when the app shares requests;
+//! - schedule: parse the tick (either EventBridge shape) → refuse a tick for
+//!   another job on a pinned function (`WORKER_JOB`) → [`Scheduler::run`];
+//! - after each invocation, one EMF line when an [`Emitter`] is set.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::clock::Clock;
+use crate::error::HandlerError;
+use crate::metrics::{self, Emitter, Metric, WriteCounter};
+use crate::replay::dev::EventFunction;
+use crate::schedule::{self, JobName, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
+use crate::store::coalesce::Coalescing;
+use crate::store::{DynamoStore, MetricsSnapshot};
+use crate::stream::decode::{self, EnvelopeError, RecordError, StreamChange};
+use crate::stream::engine::{self, BatchReport, EngineConfig, RecordProcessor};
+
+/// Why an event could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError<J: JobName> {
+    #[error(transparent)]
+    Stream(#[from] EnvelopeError),
+    #[error(transparent)]
+    Tick(#[from] TickError),
+    #[error(transparent)]
+    Job(#[from] HandlerError),
+    #[error(
+        "not an event this worker handles: expected a DynamoDB Streams event (\"Records\") or a schedule event (\"job\" or \"detail-type\": \"Scheduled Event\")"
+    )]
+    UnknownEvent,
+    #[error(
+        "this function runs only the {pinned} job (WORKER_JOB={pinned}) but the tick names {got}: check the schedule's target"
+    )]
+    WrongJob { pinned: J, got: J },
+}
+
+/// What running one event did.
+#[derive(Debug)]
+pub enum EventOutcome<J: JobName> {
+    Stream(BatchReport),
+    Schedule(JobReport<J>),
+}
+
+/// The app's stream side: a record processor for the records of one batch
+/// (it may learn from the batch's other records before any is handled).
+pub trait StreamSide: Send + Sync {
+    fn for_batch<'a>(
+        &'a self,
+        records: &[Result<StreamChange, RecordError>],
+    ) -> Box<dyn RecordProcessor + 'a>;
+}
+
+/// A processor that needs nothing from the batch: it serves every batch
+/// as is.
+pub struct EveryBatch<P>(pub P);
+
+impl<P: RecordProcessor> StreamSide for EveryBatch<P> {
+    fn for_batch<'a>(
+        &'a self,
+        _records: &[Result<StreamChange, RecordError>],
+    ) -> Box<dyn RecordProcessor + 'a> {
+        Box::new(Borrowed(&self.0))
+    }
+}
+
+struct Borrowed<'a, P>(&'a P);
+
+#[async_trait::async_trait]
+impl<P: RecordProcessor> RecordProcessor for Borrowed<'_, P> {
+    async fn process(
+        &self,
+        change: &StreamChange,
+    ) -> Result<engine::RecordOutcome, engine::ProcessError> {
+        self.0.process(change).await
+    }
+}
+
+/// How a worker runs.
+#[derive(Debug, Clone)]
+pub struct WorkerSettings<J> {
+    /// Stop this long before the Lambda deadline.
+    pub deadline_margin: Duration,
+    /// Items of a stream batch handled at once.
+    pub stream_concurrency: usize,
+    /// The one job this process runs ticks for (`WORKER_JOB`; `None`: any).
+    pub pinned_job: Option<J>,
+    /// The metrics the stream handlers' writes count under (each reported,
+    /// 0 when nothing was written).
+    pub writes_metrics: Vec<&'static str>,
+}
+
+/// What the metrics of an invocation are made of.
+#[derive(Default)]
+struct Observe {
+    /// Write requests of the stream handlers, by metric.
+    writes: Arc<WriteCounter>,
+    /// Where EMF lines go; none: no metrics (the CLI).
+    emitter: Option<Emitter>,
+    /// The DynamoDB store whose request and capacity counters the metrics
+    /// report (a clone shares the counters).
+    metered: Option<DynamoStore>,
+}
+
+/// An app, assembled.
+pub struct Worker<J: JobName> {
+    stream: Box<dyn StreamSide>,
+    scheduler: Scheduler<J>,
+    clock: Arc<dyn Clock>,
+    settings: WorkerSettings<J>,
+    /// The stream handlers' shared store, if they share requests.
+    coalescing: Option<Arc<Coalescing>>,
+    observe: Observe,
+}
+
+impl<J: JobName> Worker<J> {
+    pub fn new(
+        stream: Box<dyn StreamSide>,
+        scheduler: Scheduler<J>,
+        clock: Arc<dyn Clock>,
+        settings: WorkerSettings<J>,
+    ) -> Self {
+        Worker {
+            stream,
+            scheduler,
+            clock,
+            settings,
+            coalescing: None,
+            observe: Observe::default(),
+        }
+    }
+
+    /// Run each stream batch inside this store's gathered poll pass, so
+    /// the point reads, partition reads and bulk writes of the handlers
+    /// running at once share requests.
+    pub fn with_coalescing(mut self, coalescing: Arc<Coalescing>) -> Self {
+        self.coalescing = Some(coalescing);
+        self
+    }
+
+    /// Write one CloudWatch EMF line per stream batch and per job run.
+    pub fn with_metrics(mut self, emitter: Emitter) -> Self {
+        self.observe.emitter = Some(emitter);
+        self
+    }
+
+    /// Report this store's DynamoDB requests and consumed capacity in the
+    /// metrics.
+    pub fn with_store_metrics(mut self, store: &DynamoStore) -> Self {
+        self.observe.metered = Some(store.clone());
+        self
+    }
+
+    /// Where the stream handlers count their writes (by metric name; see
+    /// [`WorkerSettings::writes_metrics`]).
+    pub fn with_write_counter(mut self, writes: Arc<WriteCounter>) -> Self {
+        self.observe.writes = writes;
+        self
+    }
+
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn settings(&self) -> &WorkerSettings<J> {
+        &self.settings
+    }
+
+    /// The jobs this worker runs.
+    pub fn jobs(&self) -> Vec<J> {
+        self.scheduler.jobs()
+    }
+
+    /// Run a DynamoDB Streams event through the batch engine.
+    pub async fn handle_stream(
+        &self,
+        event: &Value,
+        deadline: Option<Instant>,
+    ) -> Result<BatchReport, EventError<J>> {
+        let records = decode::decode_event(event)?;
+        let config = EngineConfig {
+            deadline,
+            deadline_margin: self.settings.deadline_margin,
+            concurrency: self.settings.stream_concurrency,
+            ..EngineConfig::default()
+        };
+        let lags = metrics::stream_lags_ms(&records, self.clock.now());
+        let (writes, requests) = self.counters();
+        let processor = self.stream.for_batch(&records);
+        let run = engine::run_batch(records, processor.as_ref(), &config);
+        let report = match &self.coalescing {
+            Some(c) => c.gathered(run).await,
+            None => run.await,
+        };
+        if let Some(emitter) = &self.observe.emitter {
+            let mut m = metrics::batch_metrics(&report, &lags);
+            let written = self.observe.writes.since(&writes);
+            for name in &self.settings.writes_metrics {
+                let n = written.get(*name).copied().unwrap_or(0);
+                m.push(Metric::count(name, n));
+            }
+            m.extend(
+                self.store_delta(requests)
+                    .as_ref()
+                    .map(metrics::store_metrics)
+                    .unwrap_or_default(),
+            );
+            emitter.emit(self.clock.now(), None, &m);
+        }
+        Ok(report)
+    }
+
+    /// The handler write counts and store counters now (for deltas).
+    fn counters(&self) -> (metrics::HandlerWrites, Option<MetricsSnapshot>) {
+        (
+            self.observe.writes.snapshot(),
+            self.observe
+                .metered
+                .as_ref()
+                .map(|s| s.metrics().snapshot()),
+        )
+    }
+
+    /// The store counters accumulated since `before`.
+    fn store_delta(&self, before: Option<MetricsSnapshot>) -> Option<MetricsSnapshot> {
+        let now = self.observe.metered.as_ref()?.metrics().snapshot();
+        Some(now.since(&before.unwrap_or_default()))
+    }
+
+    /// Run a schedule tick (either EventBridge shape).
+    pub async fn handle_schedule(
+        &self,
+        event: &Value,
+        deadline: Option<Instant>,
+    ) -> Result<JobReport<J>, EventError<J>> {
+        let tick = schedule::parse_tick(event)?;
+        // A function pinned to one job (WORKER_JOB) has only that job's
+        // permissions: refuse any other tick instead of failing halfway.
+        if let Some(pinned) = self.settings.pinned_job
+            && pinned != tick.job
+        {
+            return Err(EventError::WrongJob {
+                pinned,
+                got: tick.job,
+            });
+        }
+        Ok(self.run_tick(tick, deadline).await?)
+    }
+
+    /// Run one job now (the command line's `run JOB`).
+    pub async fn run_job(
+        &self,
+        job: J,
+        deadline: Option<Instant>,
+    ) -> Result<JobReport<J>, HandlerError> {
+        let tick = Tick {
+            job,
+            scheduled_time: None,
+            source: TickSource::Manual,
+        };
+        self.run_tick(tick, deadline).await
+    }
+
+    async fn run_tick(
+        &self,
+        tick: Tick<J>,
+        deadline: Option<Instant>,
+    ) -> Result<JobReport<J>, HandlerError> {
+        let span = tracing::info_span!("job", job = %tick.job, source = ?tick.source);
+        let job = tick.job;
+        let run = JobRun {
+            now: self.clock.now(),
+            tick,
+            deadline,
+            margin: self.settings.deadline_margin,
+        };
+        let (_, requests) = self.counters();
+        let result = self.scheduler.run(&run).instrument(span).await;
+        if let Some(emitter) = &self.observe.emitter {
+            let mut m = metrics::job_run_metrics(result.as_ref());
+            m.extend(
+                self.store_delta(requests)
+                    .as_ref()
+                    .map(metrics::store_metrics)
+                    .unwrap_or_default(),
+            );
+            emitter.emit(self.clock.now(), Some(job.as_str()), &m);
+        }
+        result
+    }
+
+    /// Run any event, detected from its content.
+    pub async fn handle(
+        &self,
+        event: &Value,
+        deadline: Option<Instant>,
+    ) -> Result<EventOutcome<J>, EventError<J>> {
+        if decode::is_stream_event(event) {
+            Ok(EventOutcome::Stream(
+                self.handle_stream(event, deadline).await?,
+            ))
+        } else if schedule::is_schedule_event(event) {
+            Ok(EventOutcome::Schedule(
+                self.handle_schedule(event, deadline).await?,
+            ))
+        } else {
+            Err(EventError::UnknownEvent)
+        }
+    }
+}
+
+/// The Lambda deadline (milliseconds since the epoch) as an [`Instant`].
+pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+}
+
+/// The local event-source loop (`dev`) and the test kit's drain invoke the
+/// worker as Lambda would.
+#[async_trait::async_trait]
+impl<J: JobName> EventFunction for Worker<J> {
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
+        self.handle_stream(event, None)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String> {
+        let report = self
+            .handle_schedule(event, None)
+            .await
+            .map_err(|e| e.to_string())?;
+        serde_json::to_value(report).map_err(|e| e.to_string())
+    }
+}
