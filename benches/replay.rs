@@ -12,10 +12,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use nishiki_worker::cli::replay::{ReplayArgs, replay};
-use nishiki_worker::cli::target::{KEYS, TableOpts, Target};
+use nishiki_worker::cli::{KEYS, Nishiki};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
+use worker_engine::cli::replay::{ReplayArgs, replay};
+use worker_engine::cli::target::{AppTable, TableOpts, Target};
 use worker_engine::replay::diff::diff_tables;
 use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 
@@ -97,7 +98,7 @@ async fn main() {
         diff.summary()
     );
 
-    let target = Target::connect(&table.endpoint, &table.name).await;
+    let target = Target::connect(&table.endpoint, &table.name, &AppTable::of::<Nishiki>()).await;
     let args = ReplayArgs {
         files: vec![events.join("stream/group-deleted.json")],
         snapshot: None,
@@ -114,7 +115,7 @@ async fn main() {
     };
     let before = target.store.metrics().snapshot();
     let t = Instant::now();
-    let r = replay(&target, &args).await.unwrap();
+    let r = replay::<Nishiki>(&target, &args).await.unwrap();
     let secs = t.elapsed().as_secs_f64();
     let m = target.store.metrics().snapshot().since(&before);
     println!(

@@ -107,6 +107,11 @@ impl App {
         &self.worker
     }
 
+    /// The engine's worker alone (the command line runs it).
+    pub fn into_worker(self) -> Worker<Job> {
+        self.worker
+    }
+
     /// Run a DynamoDB Streams event through the batch engine.
     pub async fn handle_stream(
         &self,

@@ -27,6 +27,8 @@ pub mod attr {
     pub const INVITATION_LINK_HASH: &str = "InvitationLinkHash";
     pub const LINK_EXPIRY_DATETIME: &str = "LinkExpiryDatetime";
     pub const EMAIL_ADDRESS: &str = "EMailAddress";
+    /// A user's name (User items; personal data, not indexed).
+    pub const USER_NAME: &str = "UserName";
     /// Every attribute a service index is keyed on.
     pub const INDEXED: [&str; 5] = [
         GROUP_ID,

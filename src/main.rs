@@ -3,27 +3,10 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use nishiki_worker::cli::{self, Cli};
+use nishiki_worker::cli;
 
 fn main() -> ExitCode {
-    let args = Cli::parse();
-    cli::init_logging(args.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(cli::run(args)) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    let args = cli::parse();
+    worker_engine::cli::init_logging(args.verbose);
+    worker_engine::cli::main_with(cli::run(args))
 }

@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use nishiki_worker::cli::target::KEYS;
+use nishiki_worker::cli::KEYS;
 use serde_json::Value;
 use support::TestTable;
 use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nishiki_worker::app::App;
-use nishiki_worker::cli::target::KEYS;
+use nishiki_worker::cli::KEYS;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{ContainerId, GroupId, ItemKey};
 use support::TestTable;

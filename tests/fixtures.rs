@@ -20,14 +20,15 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
-use nishiki_worker::cli::capture::{CaptureArgs, capture};
-use nishiki_worker::cli::replay::{ReplayArgs, replay};
-use nishiki_worker::cli::target::{EndpointOpts, KEYS, TableOpts, Target};
+use nishiki_worker::cli::{KEYS, Nishiki};
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use serde_json::{Value, json};
 use support::{Drain, TestTable};
+use worker_engine::cli::capture::{CaptureArgs, capture};
+use worker_engine::cli::replay::{ReplayArgs, replay};
+use worker_engine::cli::target::{AppTable, EndpointOpts, TableOpts, Target};
 use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text, write_snapshot};
 use worker_engine::store::{DynamoStore, ItemWriter};
 use worker_engine::stream::decode::SequenceNumber;
@@ -89,8 +90,9 @@ async fn every_fixture_replays_to_its_golden_twice() {
     let mut problems = Vec::new();
     for f in &fixtures {
         let table = support::nishiki_table().await;
-        let target = Target::connect(&table.endpoint, &table.name).await;
-        let first = replay(&target, &args_for(f, &table, true))
+        let target =
+            Target::connect(&table.endpoint, &table.name, &AppTable::of::<Nishiki>()).await;
+        let first = replay::<Nishiki>(&target, &args_for(f, &table, true))
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", f.name));
         let once = snapshot_text(&table.snapshot().await, KEYS);
@@ -102,7 +104,7 @@ async fn every_fixture_replays_to_its_golden_twice() {
                 ));
             }
         }
-        replay(&target, &args_for(f, &table, false))
+        replay::<Nishiki>(&target, &args_for(f, &table, false))
             .await
             .unwrap_or_else(|e| panic!("{} (second run): {e}", f.name));
         let twice = snapshot_text(&table.snapshot().await, KEYS);
@@ -556,7 +558,7 @@ where
     let after = last_sequence(&table).await;
     writes(table.store.clone()).await;
     let out = events_dir().join(format!("stream/{name}.json"));
-    let target = Target::connect(&table.endpoint, &table.name).await;
+    let target = Target::connect(&table.endpoint, &table.name, &AppTable::of::<Nishiki>()).await;
     let args = CaptureArgs {
         out: out.clone(),
         after_sequence: after,

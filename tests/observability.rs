@@ -28,8 +28,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
-use nishiki_worker::cli::replay::worker_config;
-use nishiki_worker::cli::target::KEYS;
+use nishiki_worker::cli::KEYS;
+use nishiki_worker::cli::worker_config;
 use nishiki_worker::config::ManualClock;
 use nishiki_worker::keys::Job;
 use nishiki_worker::metrics::{CapturedLines, Emitter, MAX_VALUES, NAMESPACE};

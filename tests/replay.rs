@@ -11,13 +11,14 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use nishiki_worker::app::App;
-use nishiki_worker::cli::capture::{CaptureArgs, capture};
-use nishiki_worker::cli::target::{EndpointOpts, KEYS, Target};
+use nishiki_worker::cli::{KEYS, Nishiki};
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
 use serde_json::Value;
 use support::{Drain, TestTable};
+use worker_engine::cli::capture::{CaptureArgs, capture};
+use worker_engine::cli::target::{AppTable, EndpointOpts, Target};
 use worker_engine::replay::diff::diff_tables;
 use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 use worker_engine::store::ItemWriter;
@@ -206,7 +207,7 @@ async fn capture_after_a_sequence_number_and_redacted() {
     load_items(t.store.clone(), items.clone(), 4, None)
         .await
         .unwrap();
-    let target = Target::connect(&t.endpoint, &t.name).await;
+    let target = Target::connect(&t.endpoint, &t.name, &AppTable::of::<Nishiki>()).await;
 
     let all = tmp(&format!("{}-all.json", t.name));
     let c = capture(&target, &capture_args(&t, &all)).await.unwrap();
@@ -264,7 +265,7 @@ async fn capture_after_a_sequence_number_and_redacted() {
 #[tokio::test]
 async fn capture_of_a_table_without_stream_says_so() {
     let t = TestTable::with_schema(&nishiki_worker::schema::nishiki().without_stream()).await;
-    let target = Target::connect(&t.endpoint, &t.name).await;
+    let target = Target::connect(&t.endpoint, &t.name, &AppTable::of::<Nishiki>()).await;
     let e = capture(&target, &capture_args(&t, &tmp("none.json")))
         .await
         .unwrap_err()

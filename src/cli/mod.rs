@@ -7,25 +7,73 @@
 //! default), [`events`] reads event files, [`output`] renders shared parts.
 //! The generic machinery lives in [`worker_engine::replay`].
 
-pub mod capture;
-pub mod dev;
-pub mod events;
-pub mod output;
-pub mod replay;
-pub mod run;
-pub mod table;
-pub mod target;
-
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use worker_engine::local::LocalError;
-use worker_engine::replay::snapshot::SnapshotError;
-use worker_engine::store::StoreError;
+use crate::config::{Clock, Config, ConfigError};
+use crate::keys::Job;
+use worker_engine::cli::{
+    CliApp, CliError, capture, dev, job_names, replay, run as run_job, table,
+};
+use worker_engine::replay::redact::Placeholder;
+use worker_engine::runtime::Worker;
+use worker_engine::schema::TableSchema;
+use worker_engine::store::Store;
 
-/// Exit status when a command ran but a record or a job failed.
-pub const EXIT_FAILURES: u8 = 3;
+/// The table used when `--table` is not given.
+pub const DEFAULT_TABLE: &str = "nishiki-table-local-db";
+
+/// The key attributes of the table, for the engine's replay machinery.
+pub const KEYS: (&str, &str) = (crate::keys::PK, crate::keys::SK);
+
+/// The worker's configuration for a local run on `table`: the Lambda
+/// variables from `--env NAME=VALUE`, else the process environment;
+/// notifications off (a local run never publishes).
+pub fn worker_config(table: &str, env: &[String]) -> Result<Config, CliError> {
+    let lookup = replay::worker_env(table, env)?;
+    let mut config = Config::from_lookup(lookup)
+        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
+    config.expiry.notify_event_bus = None;
+    Ok(config)
+}
+
+/// The Nishiki worker, as the engine's command line sees it.
+pub struct Nishiki;
+
+impl CliApp for Nishiki {
+    type Job = Job;
+    const NAME: &'static str = "nishiki-worker";
+
+    fn schema() -> TableSchema {
+        crate::schema::nishiki()
+    }
+
+    fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
+        vec![
+            (crate::items::attr::EMAIL_ADDRESS, Placeholder::Email),
+            (crate::items::attr::USER_NAME, Placeholder::Name),
+        ]
+    }
+
+    fn local_cron(job: Job) -> &'static str {
+        crate::jobs::APP
+            .schedule(job)
+            .map_or("never", |s| s.local_cron)
+    }
+
+    fn worker(
+        store: Arc<dyn Store>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Worker<Job>, ConfigError> {
+        let mut config = Config::from_lookup(lookup)?;
+        // A local run never publishes.
+        config.expiry.notify_event_bus = None;
+        Ok(crate::app::App::new(store, config, clock).into_worker())
+    }
+}
 
 const ABOUT: &str = "Debug the Nishiki worker locally: replay captured DynamoDB Streams events and \
 schedule ticks through the same handlers the Lambda functions run, and read what they did to the table.";
@@ -73,111 +121,150 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands.
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  nishiki-worker replay --snapshot events/tables/household.json --now 2024-03-25T09:00:00Z \\
+      --apply-writes events/stream/group-deleted.json
+  nishiki-worker replay --json --dry-run --snapshot t.json captured.json
+  nishiki-worker replay --endpoint-url http://127.0.0.1:8000 --table my-table events/schedule/audit.scheduler.json
+  nishiki-worker replay --env INVITATION_TTL=on --env EXPIRY_TIME_ZONE=Asia/Tokyo events/stream/invitation-created.json";
+
+const RUN_EXAMPLES: &str = "\
+Examples:
+  nishiki-worker run sweep-invitations --snapshot events/tables/household.json --now 2024-03-25T09:00:00Z
+  nishiki-worker run audit --endpoint-url http://127.0.0.1:8000 --table my-table --dry-run --env AUDIT_GRACE_SECS=0";
+
+const CAPTURE_EXAMPLES: &str = "\
+Examples:
+  nishiki-worker capture --endpoint-url http://127.0.0.1:8000 --table t --out events/stream/x.json
+  nishiki-worker capture --endpoint-url https://dynamodb.eu-west-1.amazonaws.com \\
+      --table nishiki-table-prod-db --since 2024-03-25T08:00:00Z --redact --out incident.json";
+
+const DEV_EXAMPLES: &str = "\
+Default schedules (UTC): sweep-invitations */15 * * * *, audit 0 3 * * *, flag-expiring 5 0 * * *,
+backfill never.
+
+Examples:
+  # Embedded DynamoDB Local seeded from a snapshot; write to it from another terminal
+  nishiki-worker dev --snapshot events/tables/household.json
+  nishiki-worker table load --endpoint-url http://127.0.0.1:PORT more-items.json
+
+  # Your own DynamoDB Local, small batches, audit every minute
+  nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --batch-size 10 \\
+      --bisect --cron audit='* * * * *' --env INVITATION_TTL=on";
+
+/// The subcommands: the engine's building blocks, with Nishiki's examples.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run event files through the worker's handlers and show what changed.
+    #[command(after_long_help = REPLAY_EXAMPLES)]
     Replay(replay::ReplayArgs),
     /// Run one scheduled job now.
-    Run(run::RunArgs),
+    #[command(after_long_help = RUN_EXAMPLES)]
+    Run(run_job::RunArgs),
     /// Create, snapshot or load a table on any endpoint.
     Table(table::TableArgs),
     /// Write a table's DynamoDB Stream as a Lambda DynamoDB Streams event.
+    #[command(after_long_help = CAPTURE_EXAMPLES)]
     Capture(capture::CaptureArgs),
     /// Local event-source loop: the worker reacts live to writes to a table.
+    #[command(after_long_help = DEV_EXAMPLES)]
     Dev(dev::DevArgs),
 }
 
-/// Why a command failed; displayed as one line (`error: ...`).
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// A file given on the command line is unusable.
-    #[error("{file}: {problem}")]
-    Input { file: String, problem: String },
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
-    #[error(
-        "table {table:?} does not exist at {endpoint}: run `nishiki-worker table create --endpoint-url {endpoint} --table {table}` (or check --table)"
-    )]
-    NoTable { endpoint: String, table: String },
-    #[error(
-        "table {table:?} at {endpoint} has no stream: enable a NEW_AND_OLD_IMAGES stream on it (`nishiki-worker table create` makes tables with one)"
-    )]
-    NoStream { endpoint: String, table: String },
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    #[error("cannot start DynamoDB Local: {0}")]
-    Local(#[from] LocalError),
-    /// Options that do not fit together, or a value the parser let through.
-    #[error("{0}")]
-    Usage(String),
-}
-
-impl CliError {
-    pub fn input(file: impl std::fmt::Display, problem: impl Into<String>) -> Self {
-        CliError::Input {
-            file: file.to_string(),
-            problem: problem.into(),
-        }
+/// The command line with Nishiki's defaults: the table every `--table`
+/// falls back to, and the jobs `run` accepts.
+pub fn command() -> clap::Command {
+    fn with_table_default(cmd: clap::Command) -> clap::Command {
+        let cmd = if cmd.get_arguments().any(|a| a.get_id() == "table") {
+            cmd.mut_arg("table", |a| a.default_value(DEFAULT_TABLE).required(false))
+        } else {
+            cmd
+        };
+        let names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|s| s.get_name().to_owned())
+            .collect();
+        names.into_iter().fold(cmd, |cmd, name| {
+            cmd.mut_subcommand(name, with_table_default)
+        })
     }
+    with_table_default(Cli::command()).mut_subcommand("run", |c| {
+        c.mut_arg("job", |a| a.value_parser(job_names::<Nishiki>()))
+    })
 }
 
-/// Install the log subscriber of the command line: text on stderr, `warn`
-/// by default (RUST_LOG overrides).
-pub fn init_logging(verbose: u8) {
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        _ => "debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .try_init();
+/// Parse the process's arguments (exits with usage on error).
+pub fn parse() -> Cli {
+    let matches = command().get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Run a parsed command line; `Ok` carries the exit status.
 pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
-        Command::Replay(args) => replay::run(args).await,
-        Command::Run(args) => run::run(args).await,
-        Command::Table(args) => table::run(args).await,
-        Command::Capture(args) => capture::run(args).await,
-        Command::Dev(args) => dev::run(args).await,
+        Command::Replay(args) => replay::run::<Nishiki>(args).await,
+        Command::Run(args) => run_job::run::<Nishiki>(args).await,
+        Command::Table(args) => table::run::<Nishiki>(args).await,
+        Command::Capture(args) => capture::run::<Nishiki>(args).await,
+        Command::Dev(args) => dev::run::<Nishiki>(args).await,
     }
-}
-
-/// A time as RFC 3339 with `Z` (`2024-03-25T09:00:00Z`).
-pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-}
-
-/// Parse `--now`: RFC 3339, e.g. `2024-03-25T09:00:00Z`.
-pub fn parse_now(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    chrono::DateTime::parse_from_rfc3339(s)
-        .map(|t| t.to_utc())
-        .map_err(|_| format!("{s:?} is not an RFC 3339 time; use e.g. 2024-03-25T09:00:00Z"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::CommandFactory;
 
     #[test]
     fn command_line_is_consistent() {
-        Cli::command().debug_assert();
+        command().debug_assert();
     }
 
     #[test]
-    fn now_parses_rfc3339_only() {
-        assert!(parse_now("2024-03-25T09:00:00Z").is_ok());
-        assert!(parse_now("2024-03-25T09:00:00+09:00").is_ok());
-        let e = parse_now("yesterday").unwrap_err();
-        assert!(e.contains("RFC 3339"), "{e}");
+    fn every_table_defaults_to_the_local_table() {
+        let cli = Cli::from_arg_matches(&command().get_matches_from([
+            "nishiki-worker",
+            "table",
+            "snapshot",
+            "--endpoint-url",
+            "http://127.0.0.1:1",
+            "t.json",
+        ]))
+        .unwrap();
+        let Command::Table(t) = cli.command else {
+            panic!("table");
+        };
+        let table::TableCommand::Snapshot(s) = t.command else {
+            panic!("snapshot");
+        };
+        assert_eq!(s.endpoint.table, DEFAULT_TABLE);
+        let e = command()
+            .try_get_matches_from(["nishiki-worker", "run", "vacuum"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sweep-invitations"), "{e}");
+    }
+
+    #[test]
+    fn cron_overrides() {
+        let schedules = dev::schedules::<Nishiki>;
+        let s = schedules(&["audit=*/5 * * * *".into(), "backfill=rate(1 hour)".into()]).unwrap();
+        let audit = s.iter().find(|(n, _, _)| n == "audit").unwrap();
+        assert_eq!(audit.1, "*/5 * * * *");
+        assert!(matches!(
+            s.iter().find(|(n, _, _)| n == "backfill").unwrap().2,
+            worker_engine::replay::dev::Schedule::Every(_)
+        ));
+        let sweep = s.iter().find(|(n, _, _)| n == "sweep-invitations").unwrap();
+        assert_eq!(sweep.1, "*/15 * * * *", "the job's own local schedule");
+        assert!(schedules(&["vacuum=* * * * *".into()]).is_err());
+        assert!(schedules(&["audit".into()]).is_err());
+        let e = schedules(&["audit=61 * * * *".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--cron audit") && e.contains("bad schedule"),
+            "{e}"
+        );
     }
 }

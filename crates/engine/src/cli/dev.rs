@@ -1,4 +1,4 @@
-//! `nishiki-worker dev`: a local event-source loop. Polls the table's
+//! `<app> dev`: a local event-source loop. Polls the table's
 //! stream like Lambda's event source mapping (batch size, batching window,
 //! in order per shard, retry from the first failed sequence number, bounded
 //! retries, optional bisect) and fires the schedule ticks on their cron,
@@ -14,19 +14,12 @@ use chrono::Utc;
 use clap::{Args, ValueEnum};
 use serde_json::json;
 
-use super::CliError;
-use super::replay::{load_snapshot, worker};
-use super::target::{TableOpts, Target};
-use crate::keys::Job;
-use worker_engine::replay::dev::{EventFunction, EventSourceLoop, MappingConfig, Schedule, Ticker};
-use worker_engine::stream_reader::{StartAt, StreamTail};
-
-/// The default cron of each job (UTC), from its description.
-pub fn default_cron(job: Job) -> &'static str {
-    crate::jobs::APP
-        .schedule(job)
-        .map_or("never", |s| s.local_cron)
-}
+use super::replay::{check_config, load_snapshot, worker};
+use super::target::{AppTable, TableOpts, Target};
+use super::{CliApp, CliError};
+use crate::replay::dev::{EventFunction, EventSourceLoop, MappingConfig, Schedule, Ticker};
+use crate::schedule::JobName;
+use crate::stream_reader::{StartAt, StreamTail};
 
 /// Where the loop starts reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -37,19 +30,8 @@ pub enum StartingPosition {
     TrimHorizon,
 }
 
-const EXAMPLES: &str = "\
-Examples:
-  # Embedded DynamoDB Local seeded from a snapshot; write to it from another terminal
-  nishiki-worker dev --snapshot events/tables/household.json
-  nishiki-worker table load --endpoint-url http://127.0.0.1:PORT more-items.json
-
-  # Your own DynamoDB Local, small batches, audit every minute
-  nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --batch-size 10 \\
-      --bisect --cron audit='* * * * *'";
-
 /// Options of `dev`.
 #[derive(Debug, Clone, Args)]
-#[command(after_long_help = EXAMPLES)]
 pub struct DevArgs {
     /// Load this snapshot before the loop starts (its writes are not
     /// handled with the default --starting-position latest).
@@ -75,8 +57,7 @@ pub struct DevArgs {
     pub starting_position: StartingPosition,
     /// A job's schedule, JOB=EXPR (repeatable): 5-field cron in UTC
     /// ("0 3 * * *"), EventBridge "cron(0 3 * * ? *)", "rate(15 minutes)" or
-    /// "never". Defaults: sweep-invitations */15 * * * *, audit 0 3 * * *,
-    /// flag-expiring 5 0 * * *, backfill never.
+    /// "never". Default: each job's local schedule, as the app describes it.
     #[arg(long = "cron", value_name = "JOB=EXPR")]
     pub cron: Vec<String>,
     /// Milliseconds between polls of the stream.
@@ -87,7 +68,7 @@ pub struct DevArgs {
     #[arg(long)]
     pub until_idle: bool,
     /// Set a worker configuration variable, as in the Lambda environment
-    /// (repeatable), e.g. --env INVITATION_TTL=on.
+    /// (repeatable), e.g. --env LOG_FORMAT=text.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     #[command(flatten)]
@@ -95,10 +76,12 @@ pub struct DevArgs {
 }
 
 /// The schedule of every job: defaults, overridden by `--cron JOB=EXPR`.
-pub fn schedules(overrides: &[String]) -> Result<Vec<(String, String, Schedule)>, CliError> {
-    let mut exprs: Vec<(Job, String)> = Job::ALL
+pub fn schedules<A: CliApp>(
+    overrides: &[String],
+) -> Result<Vec<(String, String, Schedule)>, CliError> {
+    let mut exprs: Vec<(A::Job, String)> = A::Job::ALL
         .iter()
-        .map(|j| (*j, default_cron(*j).to_owned()))
+        .map(|j| (*j, A::local_cron(*j).to_owned()))
         .collect();
     for o in overrides {
         let (name, expr) = o.split_once('=').ok_or_else(|| {
@@ -106,10 +89,12 @@ pub fn schedules(overrides: &[String]) -> Result<Vec<(String, String, Schedule)>
                 "--cron {o:?}: expected JOB=EXPR, e.g. audit='0 3 * * *'"
             ))
         })?;
-        let job: Job = name
-            .trim()
-            .parse()
-            .map_err(|e: crate::keys::KeyError| CliError::Usage(format!("--cron {o:?}: {e}")))?;
+        let job = A::Job::parse(name.trim()).ok_or_else(|| {
+            CliError::Usage(format!(
+                "--cron {o:?}: unknown job, expected one of {}",
+                A::Job::known()
+            ))
+        })?;
         if let Some(slot) = exprs.iter_mut().find(|(j, _)| *j == job) {
             slot.1 = expr.trim().to_owned();
         }
@@ -125,20 +110,21 @@ pub fn schedules(overrides: &[String]) -> Result<Vec<(String, String, Schedule)>
         .collect()
 }
 
-/// `nishiki-worker dev`.
-pub async fn run(args: DevArgs) -> Result<ExitCode, CliError> {
-    let plan = schedules(&args.cron)?;
-    super::replay::worker_config(&args.table.table, &args.env)?;
+/// `<app> dev`.
+pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
+    let plan = schedules::<A>(&args.cron)?;
+    let app = AppTable::of::<A>();
+    check_config::<A>(&args.table.table, &args.env)?;
     if let Some(p) = &args.snapshot {
-        worker_engine::replay::snapshot::read_snapshot(p, super::target::KEYS)?;
+        crate::replay::snapshot::read_snapshot(p, app.keys())?;
     }
-    let target = Target::open(&args.table).await?;
+    let target = Target::open(&args.table, &app).await?;
     let arn = target.stream_arn().await?;
     if let Some(p) = &args.snapshot {
         let n = load_snapshot(&target, p).await?;
         println!("loaded {n} items from {}", p.display());
     }
-    let (app, _) = worker(&target, None, false, &args.env)?;
+    let (worker, _) = worker::<A>(&target, None, false, &args.env)?;
     let config = MappingConfig {
         batch_size: args.batch_size as usize,
         batching_window: Duration::from_secs(u64::from(args.batching_window)),
@@ -167,12 +153,14 @@ pub async fn run(args: DevArgs) -> Result<ExitCode, CliError> {
         if config.bisect_on_error { "on" } else { "off" }
     );
     println!(
-        "  write to it: nishiki-worker table load --endpoint-url {} --table {} FILE",
-        target.endpoint, target.table
+        "  write to it: {} table load --endpoint-url {} --table {} FILE",
+        A::NAME,
+        target.endpoint,
+        target.table
     );
     if args.until_idle {
         let logs = mapping
-            .run_until_idle(&app, Duration::from_secs(600))
+            .run_until_idle(&worker, Duration::from_secs(600))
             .await
             .map_err(|e| CliError::Usage(e.to_string()))?;
         for l in &logs {
@@ -197,7 +185,7 @@ pub async fn run(args: DevArgs) -> Result<ExitCode, CliError> {
     println!("polling every {} ms; Ctrl-C stops", args.poll_interval);
     let interval = Duration::from_millis(args.poll_interval.max(10));
     loop {
-        match mapping.poll_once(&app).await {
+        match mapping.poll_once(&worker).await {
             Ok(report) => {
                 for l in &report.batches {
                     println!("{} {}", Utc::now().format("%H:%M:%S"), l.line());
@@ -210,7 +198,7 @@ pub async fn run(args: DevArgs) -> Result<ExitCode, CliError> {
         }
         for (job, at) in ticker.due(Utc::now()) {
             let event = json!({"job": job, "scheduledTime": super::rfc3339(at)});
-            match app.invoke_schedule(&event).await {
+            match worker.invoke_schedule(&event).await {
                 Ok(r) => println!(
                     "{} tick {job} (scheduled {}): {}",
                     Utc::now().format("%H:%M:%S"),
@@ -227,30 +215,5 @@ pub async fn run(args: DevArgs) -> Result<ExitCode, CliError> {
                 return Ok(ExitCode::SUCCESS);
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn cron_overrides() {
-        let s = schedules(&["audit=*/5 * * * *".into(), "backfill=rate(1 hour)".into()]).unwrap();
-        let audit = s.iter().find(|(n, _, _)| n == "audit").unwrap();
-        assert_eq!(audit.1, "*/5 * * * *");
-        assert!(matches!(
-            s.iter().find(|(n, _, _)| n == "backfill").unwrap().2,
-            Schedule::Every(_)
-        ));
-        assert!(schedules(&["vacuum=* * * * *".into()]).is_err());
-        assert!(schedules(&["audit".into()]).is_err());
-        let e = schedules(&["audit=61 * * * *".into()])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--cron audit") && e.contains("bad schedule"),
-            "{e}"
-        );
     }
 }

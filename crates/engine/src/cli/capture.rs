@@ -1,9 +1,10 @@
-//! `nishiki-worker capture --out FILE`: read a table's DynamoDB Stream
+//! `<app> capture --out FILE`: read a table's DynamoDB Stream
 //! through the Streams API (every shard, parents first, in order) and write
 //! the records as the DynamoDB Streams event Lambda would deliver
 //! (`eventSourceARN` included), ready for `replay`, `cargo lambda invoke
-//! --data-file` or `sam local invoke -e`. `--redact` replaces e-mail
-//! addresses and user names with stable placeholders, keeping every id.
+//! --data-file` or `sam local invoke -e`. `--redact` replaces the app's
+//! personal attributes (e-mail addresses, names) with stable placeholders,
+//! keeping every id.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,25 +12,14 @@ use std::process::ExitCode;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
-use super::target::{EndpointOpts, Target};
-use super::{CliError, parse_now};
-use crate::items::attr;
-use worker_engine::replay::redact::{Placeholder, Redactor};
-use worker_engine::stream::decode::{SequenceNumber, encode_event};
-use worker_engine::stream_reader::{StartAt, StreamTail};
-
-/// The attribute holding a user's name (User items).
-const USER_NAME: &str = "UserName";
-
-const EXAMPLES: &str = "\
-Examples:
-  nishiki-worker capture --endpoint-url http://127.0.0.1:8000 --table t --out events/stream/x.json
-  nishiki-worker capture --endpoint-url https://dynamodb.eu-west-1.amazonaws.com \\
-      --table nishiki-table-prod-db --since 2024-03-25T08:00:00Z --redact --out incident.json";
+use super::target::{AppTable, EndpointOpts, Target};
+use super::{CliApp, CliError, parse_now};
+use crate::replay::redact::Redactor;
+use crate::stream::decode::{SequenceNumber, encode_event};
+use crate::stream_reader::{StartAt, StreamTail};
 
 /// Options of `capture`.
 #[derive(Debug, Clone, Args)]
-#[command(after_long_help = EXAMPLES)]
 pub struct CaptureArgs {
     /// Where to write the event.
     #[arg(long, value_name = "FILE")]
@@ -41,8 +31,9 @@ pub struct CaptureArgs {
     /// whole retention (24 h).
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub since: Option<DateTime<Utc>>,
-    /// Replace e-mail addresses and user names with stable placeholders
-    /// (user-<n>@example.invalid, user-<n>); ids are kept.
+    /// Replace the app's personal attributes (e-mail addresses, names)
+    /// with stable placeholders (user-<n>@example.invalid, user-<n>); ids
+    /// are kept.
     #[arg(long)]
     pub redact: bool,
     #[command(flatten)]
@@ -74,10 +65,7 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
     shards.dedup();
     let shard_count = shards.len();
     let mut changes: Vec<_> = records.into_iter().map(|(_, c)| c).collect();
-    let mut redactor = Redactor::new([
-        (attr::EMAIL_ADDRESS, Placeholder::Email),
-        (USER_NAME, Placeholder::Name),
-    ]);
+    let mut redactor = Redactor::new(target.app.personal.iter().copied());
     if args.redact {
         for c in &mut changes {
             redactor.redact_change(c);
@@ -99,9 +87,9 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
     })
 }
 
-/// `nishiki-worker capture`.
-pub async fn run(args: CaptureArgs) -> Result<ExitCode, CliError> {
-    let target = Target::open_endpoint(&args.endpoint).await?;
+/// `<app> capture`.
+pub async fn run<A: CliApp>(args: CaptureArgs) -> Result<ExitCode, CliError> {
+    let target = Target::open_endpoint(&args.endpoint, &AppTable::of::<A>()).await?;
     let c = capture(&target, &args).await?;
     println!(
         "captured {} records from {} shard(s) of {} into {}{}",

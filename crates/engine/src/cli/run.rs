@@ -1,36 +1,26 @@
-//! `nishiki-worker run JOB`: run one scheduled job now, on a snapshot or a
+//! `<app> run JOB`: run one scheduled job now, on a snapshot or a
 //! table, and show its report and what it changed.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use clap::Args;
-use clap::builder::PossibleValuesParser;
 use serde_json::{Value, json};
 
 use super::output::{diff_block, job_spinner, planned_json, planned_line, print_json};
-use super::replay::{load_snapshot, worker, worker_config};
-use super::target::{KEYS, TableOpts, Target};
-use super::{CliError, EXIT_FAILURES, parse_now};
-use crate::jobs::{self, JobDeps};
-use crate::keys::Job;
-use worker_engine::replay::diff::diff_tables;
-use worker_engine::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
-use worker_engine::store::{self, DynamoStore};
-
-const EXAMPLES: &str = "\
-Examples:
-  nishiki-worker run sweep-invitations --snapshot events/tables/household.json --now 2024-03-25T09:00:00Z
-  nishiki-worker run audit --endpoint-url http://127.0.0.1:8000 --table my-table --dry-run";
+use super::replay::{check_config, load_snapshot, worker};
+use super::target::{AppTable, TableOpts, Target};
+use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
+use crate::replay::diff::diff_tables;
+use crate::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
+use crate::schedule::JobName;
 
 /// Options of `run`.
 #[derive(Debug, Clone, Args)]
-#[command(after_long_help = EXAMPLES)]
 pub struct RunArgs {
-    /// The job to run.
-    #[arg(value_name = "JOB", value_parser = PossibleValuesParser::new(Job::ALL.map(Job::as_str)))]
+    /// The job to run (the app lists its jobs: [`super::job_names`]).
+    #[arg(value_name = "JOB")]
     pub job: String,
     /// Load the table from this snapshot first (a JSON array of items in
     /// DynamoDB JSON).
@@ -49,36 +39,24 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Set a worker configuration variable, as in the Lambda environment
-    /// (repeatable), e.g. --env AUDIT_GRACE_SECS=0.
+    /// (repeatable), e.g. --env LOG_FORMAT=text.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     #[command(flatten)]
     pub table: TableOpts,
 }
 
-/// The jobs this build registers.
-pub fn available_jobs() -> Vec<Job> {
-    // Building the jobs touches no table.
-    let deps = JobDeps {
-        store: Arc::new(DynamoStore::new(
-            store::local_client("http://127.0.0.1:9"),
-            "unused",
-        )),
-        config: crate::config::Config::for_table("unused"),
-        clock: Arc::new(crate::config::SystemClock),
-    };
-    let mut jobs: Vec<Job> = jobs::scheduled(&deps).iter().map(|j| j.job()).collect();
-    jobs.sort();
-    jobs
-}
-
-/// `nishiki-worker run`.
-pub async fn run(args: RunArgs) -> Result<ExitCode, CliError> {
-    let job: Job = args
-        .job
-        .parse()
-        .map_err(|e: crate::keys::KeyError| CliError::Usage(e.to_string()))?;
-    let available = available_jobs();
+/// `<app> run`.
+pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
+    let job = A::Job::parse(&args.job).ok_or_else(|| {
+        CliError::Usage(format!(
+            "unknown job {:?}: expected one of {}",
+            args.job,
+            A::Job::known()
+        ))
+    })?;
+    let app = AppTable::of::<A>();
+    let available = check_config::<A>(&args.table.table, &args.env)?;
     if !available.contains(&job) {
         return Err(CliError::Usage(format!(
             "job {job} is not available in this build (available: {})",
@@ -93,30 +71,30 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             }
         )));
     }
-    worker_config(&args.table.table, &args.env)?;
     if let Some(p) = &args.snapshot {
-        read_snapshot(p, KEYS)?;
+        read_snapshot(p, app.keys())?;
     }
-    let target = Target::open(&args.table).await?;
+    let target = Target::open(&args.table, &app).await?;
     if let Some(p) = &args.snapshot {
         load_snapshot(&target, p).await?;
     }
-    let (app, dry) = worker(&target, args.now, args.dry_run, &args.env)?;
-    let before = scan_table(target.store.as_ref(), KEYS, None).await?;
+    let keys = target.keys();
+    let (worker, dry) = worker::<A>(&target, args.now, args.dry_run, &args.env)?;
+    let before = scan_table(target.store.as_ref(), keys, None).await?;
     let (spinner, ticker) = job_spinner(job.as_str(), target.store.clone());
     let started = std::time::Instant::now();
     let metrics_before = target.store.metrics().snapshot();
-    let result = app.run_job(job, None).await;
+    let result = worker.run_job(job, None).await;
     ticker.abort();
     spinner.finish_and_clear();
     let elapsed = started.elapsed();
     let metrics = target.store.metrics().snapshot().since(&metrics_before);
     let planned = dry.map(|d| d.take_planned()).unwrap_or_default();
-    let after = scan_table(target.store.as_ref(), KEYS, None).await?;
-    let diff = diff_tables(&before, &after, KEYS);
+    let after = scan_table(target.store.as_ref(), keys, None).await?;
+    let diff = diff_tables(&before, &after, keys);
     let written = match &args.write_snapshot {
         Some(path) => {
-            write_snapshot(path, &after, KEYS)?;
+            write_snapshot(path, &after, keys)?;
             Some((path.display().to_string(), after.len()))
         }
         None => None,
@@ -135,8 +113,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CliError> {
             "error": error,
             "elapsedMs": elapsed.as_millis() as u64,
             "metrics": metrics,
-            "plannedWrites": planned.iter().map(planned_json).collect::<Vec<_>>(),
-            "diff": diff.to_json(KEYS),
+            "plannedWrites": planned.iter().map(|w| planned_json(w, keys)).collect::<Vec<_>>(),
+            "diff": diff.to_json(keys),
             "snapshotWritten": written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
         }));
     } else {
@@ -178,11 +156,11 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, CliError> {
                 planned.len()
             );
             for w in &planned {
-                println!("  {}", planned_line(w));
+                println!("  {}", planned_line(w, keys));
             }
         } else {
             println!("table changes: {}", diff.summary());
-            for l in diff_block(&diff, "  ") {
+            for l in diff_block(&diff, keys, "  ") {
                 println!("{l}");
             }
         }

@@ -6,16 +6,35 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::CliError;
-use crate::keys::{PK, SK};
-use worker_engine::local::{self, DynamoDbLocal};
-use worker_engine::store::{self, DynamoStore, StoreError};
+use super::{CliApp, CliError};
+use crate::local::{self, DynamoDbLocal};
+use crate::replay::redact::Placeholder;
+use crate::schema::TableSchema;
+use crate::store::{self, DynamoStore, StoreError};
 
-/// The table name when none is given.
-pub const DEFAULT_TABLE: &str = "nishiki-table-local-db";
+/// The app a command works for: its name (in messages), its table, and
+/// the attributes that hold personal data.
+#[derive(Debug, Clone)]
+pub struct AppTable {
+    pub app: &'static str,
+    pub schema: TableSchema,
+    pub personal: Vec<(&'static str, Placeholder)>,
+}
 
-/// The key attributes of the table, for the generic replay machinery.
-pub const KEYS: (&str, &str) = (PK, SK);
+impl AppTable {
+    pub fn of<A: CliApp>() -> Self {
+        AppTable {
+            app: A::NAME,
+            schema: A::schema(),
+            personal: A::personal_attributes(),
+        }
+    }
+
+    /// The key attribute names, for the replay machinery.
+    pub fn keys(&self) -> (&'static str, &'static str) {
+        self.schema.key.names()
+    }
+}
 
 /// Where the table is; by default an embedded DynamoDB Local.
 #[derive(Debug, Clone, Args)]
@@ -26,8 +45,8 @@ pub struct TableOpts {
     /// command and create the table in it.
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
-    /// The table.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_TABLE)]
+    /// The table (the app gives the default).
+    #[arg(long, value_name = "NAME")]
     pub table: String,
 }
 
@@ -40,8 +59,8 @@ pub struct EndpointOpts {
     /// the environment).
     #[arg(long, value_name = "URL")]
     pub endpoint_url: String,
-    /// The table.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_TABLE)]
+    /// The table (the app gives the default).
+    #[arg(long, value_name = "NAME")]
     pub table: String,
 }
 
@@ -50,6 +69,8 @@ pub struct Target {
     pub store: Arc<DynamoStore>,
     pub endpoint: String,
     pub table: String,
+    /// Whose table it is.
+    pub app: AppTable,
     /// The embedded DynamoDB Local, stopped when the target is dropped.
     embedded: Option<DynamoDbLocal>,
 }
@@ -68,11 +89,11 @@ pub fn is_local(endpoint: &str) -> bool {
 impl Target {
     /// Open the table of `opts`: start an embedded DynamoDB Local and create
     /// the table, or check that the table exists at the endpoint.
-    pub async fn open(opts: &TableOpts) -> Result<Target, CliError> {
+    pub async fn open(opts: &TableOpts, app: &AppTable) -> Result<Target, CliError> {
         match &opts.endpoint_url {
-            None => Target::embedded(&opts.table).await,
+            None => Target::embedded(&opts.table, app).await,
             Some(url) => {
-                let t = Target::connect(url, &opts.table).await;
+                let t = Target::connect(url, &opts.table, app).await;
                 t.require_table().await?;
                 Ok(t)
             }
@@ -80,41 +101,49 @@ impl Target {
     }
 
     /// Open an existing table at an explicit endpoint.
-    pub async fn open_endpoint(opts: &EndpointOpts) -> Result<Target, CliError> {
-        let t = Target::connect(&opts.endpoint_url, &opts.table).await;
+    pub async fn open_endpoint(opts: &EndpointOpts, app: &AppTable) -> Result<Target, CliError> {
+        let t = Target::connect(&opts.endpoint_url, &opts.table, app).await;
         t.require_table().await?;
         Ok(t)
     }
 
     /// Start an in-memory DynamoDB Local (installing it on first use) and
     /// create the table from the schema.
-    pub async fn embedded(table: &str) -> Result<Target, CliError> {
+    pub async fn embedded(table: &str, app: &AppTable) -> Result<Target, CliError> {
         eprintln!("starting DynamoDB Local…");
         let local = local::start().await?;
         let endpoint = local.endpoint_url();
-        let store = DynamoStore::new(store::local_client(&endpoint), table);
-        store.create_table(&crate::schema::nishiki()).await?;
+        let store =
+            DynamoStore::new(store::local_client(&endpoint), table).with_key(app.schema.key);
+        store.create_table(&app.schema).await?;
         Ok(Target {
             store: Arc::new(store),
             endpoint,
             table: table.to_owned(),
+            app: app.clone(),
             embedded: Some(local),
         })
     }
 
     /// A table at an endpoint, without checking anything.
-    pub async fn connect(endpoint: &str, table: &str) -> Target {
+    pub async fn connect(endpoint: &str, table: &str, app: &AppTable) -> Target {
         let client = if is_local(endpoint) {
             store::local_client(endpoint)
         } else {
             store::client(Some(endpoint)).await
         };
         Target {
-            store: Arc::new(DynamoStore::new(client, table)),
+            store: Arc::new(DynamoStore::new(client, table).with_key(app.schema.key)),
             endpoint: endpoint.to_owned(),
             table: table.to_owned(),
+            app: app.clone(),
             embedded: None,
         }
+    }
+
+    /// The table's key attribute names.
+    pub fn keys(&self) -> (&'static str, &'static str) {
+        self.app.keys()
     }
 
     /// Whether this is the command's own DynamoDB Local.
@@ -140,6 +169,7 @@ impl Target {
         match self.store.stream_arn().await {
             Ok(Some(arn)) => Ok(arn),
             Ok(None) => Err(CliError::NoStream {
+                app: self.app.app,
                 endpoint: self.endpoint.clone(),
                 table: self.table.clone(),
             }),
@@ -147,7 +177,7 @@ impl Target {
         }
     }
 
-    /// Fail with "run `nishiki-worker table create ...`" when the table
+    /// Fail with "run `<app> table create ...`" when the table
     /// does not exist.
     pub async fn require_table(&self) -> Result<(), CliError> {
         self.store
@@ -160,6 +190,7 @@ impl Target {
     fn no_table(&self, e: StoreError) -> CliError {
         match e {
             StoreError::NotFound { .. } => CliError::NoTable {
+                app: self.app.app,
                 endpoint: self.endpoint.clone(),
                 table: self.table.clone(),
             },
@@ -170,9 +201,9 @@ impl Target {
     /// A Streams API client for the same endpoint.
     pub async fn streams_client(&self) -> aws_sdk_dynamodbstreams::Client {
         if is_local(&self.endpoint) {
-            worker_engine::stream_reader::local_client(&self.endpoint)
+            crate::stream_reader::local_client(&self.endpoint)
         } else {
-            worker_engine::stream_reader::client(Some(&self.endpoint)).await
+            crate::stream_reader::client(Some(&self.endpoint)).await
         }
     }
 }

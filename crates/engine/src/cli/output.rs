@@ -8,59 +8,58 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use super::target::KEYS;
-use worker_engine::replay::ddbjson::{item_to_json, key_text, readable_attributes};
-use worker_engine::replay::diff::TableDiff;
-use worker_engine::store::DynamoStore;
-use worker_engine::store::layers::PlannedWrite;
+use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
+use crate::replay::diff::TableDiff;
+use crate::store::DynamoStore;
+use crate::store::layers::PlannedWrite;
 
 /// `PUT PK/SK {attrs} [if cond]`, `DELETE PK/SK [if cond]`,
 /// `UPDATE PK/SK <expr> [if cond]`.
-pub fn planned_line(w: &PlannedWrite) -> String {
+pub fn planned_line(w: &PlannedWrite, keys: (&str, &str)) -> String {
     let cond = |c: &Option<String>| c.as_ref().map(|c| format!(" if {c}")).unwrap_or_default();
     match w {
         PlannedWrite::Put { item, condition } => format!(
             "PUT {} {}{}",
-            key_text(item, KEYS),
-            readable_attributes(item, KEYS),
+            key_text(item, keys),
+            readable_attributes(item, keys),
             cond(condition)
         ),
         PlannedWrite::Delete { key, condition } => {
-            format!("DELETE {}{}", key_text(key, KEYS), cond(condition))
+            format!("DELETE {}{}", key_text(key, keys), cond(condition))
         }
         PlannedWrite::Update {
             key,
             update,
             condition,
-        } => format!("UPDATE {} {update}{}", key_text(key, KEYS), cond(condition)),
+        } => format!("UPDATE {} {update}{}", key_text(key, keys), cond(condition)),
     }
 }
 
 /// The same as JSON: `{"op", "key", "item"|"update", "condition"}`.
-pub fn planned_json(w: &PlannedWrite) -> Value {
+pub fn planned_json(w: &PlannedWrite, keys: (&str, &str)) -> Value {
     match w {
         PlannedWrite::Put { item, condition } => json!({
-            "op": "PUT", "key": key_text(item, KEYS), "item": item_to_json(item), "condition": condition,
+            "op": "PUT", "key": key_text(item, keys), "item": item_to_json(item), "condition": condition,
         }),
         PlannedWrite::Delete { key, condition } => json!({
-            "op": "DELETE", "key": key_text(key, KEYS), "condition": condition,
+            "op": "DELETE", "key": key_text(key, keys), "condition": condition,
         }),
         PlannedWrite::Update {
             key,
             update,
             condition,
         } => json!({
-            "op": "UPDATE", "key": key_text(key, KEYS), "update": update, "condition": condition,
+            "op": "UPDATE", "key": key_text(key, keys), "update": update, "condition": condition,
         }),
     }
 }
 
 /// The diff's lines, indented, or `(no changes)`.
-pub fn diff_block(diff: &TableDiff, indent: &str) -> Vec<String> {
+pub fn diff_block(diff: &TableDiff, keys: (&str, &str), indent: &str) -> Vec<String> {
     if diff.is_empty() {
         return vec![format!("{indent}(no changes)")];
     }
-    diff.lines(KEYS)
+    diff.lines(keys)
         .into_iter()
         .map(|l| format!("{indent}{l}"))
         .collect()
@@ -139,11 +138,13 @@ mod tests {
     use super::*;
     use aws_sdk_dynamodb::types::AttributeValue;
 
+    const KEYS: (&str, &str) = ("PK", "SK");
+
     #[test]
     fn planned_writes_read_well() {
-        let key: worker_engine::store::Key = [
+        let key: crate::store::Key = [
             ("PK".to_owned(), AttributeValue::S("u".into())),
-            ("SK".to_owned(), AttributeValue::S("Group#g".into())),
+            ("SK".to_owned(), AttributeValue::S("Member#m".into())),
         ]
         .into();
         let d = PlannedWrite::Delete {
@@ -151,8 +152,8 @@ mod tests {
             condition: Some("attribute_exists(#cond_k)".into()),
         };
         assert_eq!(
-            planned_line(&d),
-            "DELETE u/Group#g if attribute_exists(#cond_k)"
+            planned_line(&d, KEYS),
+            "DELETE u/Member#m if attribute_exists(#cond_k)"
         );
         let mut item = key.clone();
         item.insert("Status".into(), AttributeValue::S("x".into()));
@@ -160,7 +161,7 @@ mod tests {
             item,
             condition: None,
         };
-        assert_eq!(planned_line(&p), r#"PUT u/Group#g {Status: "x"}"#);
-        assert_eq!(planned_json(&p)["op"], "PUT");
+        assert_eq!(planned_line(&p, KEYS), r#"PUT u/Member#m {Status: "x"}"#);
+        assert_eq!(planned_json(&p, KEYS)["op"], "PUT");
     }
 }

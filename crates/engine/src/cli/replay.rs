@@ -1,4 +1,4 @@
-//! `nishiki-worker replay EVENT_FILE...`: run each file, in order, as one
+//! `<app> replay EVENT_FILE...`: run each file, in order, as one
 //! invocation of the handler code the Lambda functions run (stream events
 //! to the stream handler, schedule ticks to the scheduler; recognised from
 //! the content), and show each record's outcome, the `batchItemFailures`
@@ -20,30 +20,22 @@ use serde_json::{Value, json};
 
 use super::events::{EventFile, EventKind, load_event_file};
 use super::output::{diff_block, planned_json, planned_line, print_json};
-use super::target::{KEYS, TableOpts, Target};
-use super::{CliError, EXIT_FAILURES, parse_now};
-use crate::app::App;
-use crate::config::{Clock, Config, ManualClock, SystemClock};
-use crate::schedule::JobReport;
-use worker_engine::replay::apply::{self, NotApplied};
-use worker_engine::replay::diff::{TableDiff, diff_tables};
-use worker_engine::replay::report::{RecordLine, record_lines};
-use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
-use worker_engine::store::Store;
-use worker_engine::store::layers::{DryRunStore, PlannedWrite};
-use worker_engine::stream::decode::decode_event;
-use worker_engine::stream::engine::BatchReport;
-
-const EXAMPLES: &str = "\
-Examples:
-  nishiki-worker replay --snapshot events/tables/household.json --now 2024-03-25T09:00:00Z \\
-      --apply-writes events/stream/group-deleted.json
-  nishiki-worker replay --json --dry-run --snapshot t.json captured.json
-  nishiki-worker replay --endpoint-url http://127.0.0.1:8000 --table my-table events/schedule/audit.scheduler.json";
+use super::target::{AppTable, TableOpts, Target};
+use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
+use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::replay::apply::{self, NotApplied};
+use crate::replay::diff::{TableDiff, diff_tables};
+use crate::replay::report::{RecordLine, record_lines};
+use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use crate::runtime::Worker;
+use crate::schedule::{JobName, JobReport};
+use crate::store::Store;
+use crate::store::layers::{DryRunStore, PlannedWrite};
+use crate::stream::decode::decode_event;
+use crate::stream::engine::BatchReport;
 
 /// Options of `replay`.
 #[derive(Debug, Clone, Args)]
-#[command(after_long_help = EXAMPLES)]
 pub struct ReplayArgs {
     /// Event files, run in the order given: DynamoDB Streams events (as
     /// Lambda delivers them) and schedule ticks (EventBridge Scheduler input
@@ -73,7 +65,7 @@ pub struct ReplayArgs {
     pub json: bool,
     /// Set a worker configuration variable, as in the Lambda environment
     /// (repeatable; overrides the process environment), e.g.
-    /// --env INVITATION_TTL=on --env EXPIRY_TIME_ZONE=Asia/Tokyo.
+    /// --env LOG_FORMAT=text.
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
     #[command(flatten)]
@@ -91,15 +83,17 @@ pub struct AppliedWrites {
 
 /// What one event file did.
 #[derive(Debug, Clone)]
-pub struct FileReport {
+pub struct FileReport<J: JobName> {
     pub file: String,
+    /// The table's key attribute names (for rendering keys).
+    pub keys: (&'static str, &'static str),
     pub kind: EventKind,
     pub applied: Option<AppliedWrites>,
     /// Stream files: the batch engine's report and one line per record.
     pub batch: Option<BatchReport>,
     pub records: Vec<RecordLine>,
     /// Schedule files: the job's report.
-    pub job: Option<JobReport>,
+    pub job: Option<JobReport<J>>,
     /// The invocation failed (e.g. the job is not available, or a store
     /// failure in a job).
     pub error: Option<String>,
@@ -109,7 +103,7 @@ pub struct FileReport {
     pub diff: TableDiff,
 }
 
-impl FileReport {
+impl<J: JobName> FileReport<J> {
     /// Whether something failed: the invocation, a record (Lambda would
     /// retry it), or the whole batch.
     pub fn failed(&self) -> bool {
@@ -135,7 +129,7 @@ impl FileReport {
             for n in &a.not_applied {
                 out.push(format!("    #{} not applied: {}", n.index, n.reason));
             }
-            out.extend(diff_block(&a.diff, "    "));
+            out.extend(diff_block(&a.diff, self.keys, "    "));
         }
         if let Some(b) = &self.batch {
             if self.records.is_empty() {
@@ -182,14 +176,14 @@ impl FileReport {
             out.extend(
                 self.planned
                     .iter()
-                    .map(|w| format!("    {}", planned_line(w))),
+                    .map(|w| format!("    {}", planned_line(w, self.keys))),
             );
         } else {
             out.push(format!(
                 "  table changes by the worker: {}",
                 self.diff.summary()
             ));
-            out.extend(diff_block(&self.diff, "    "));
+            out.extend(diff_block(&self.diff, self.keys, "    "));
         }
         out
     }
@@ -207,68 +201,85 @@ impl FileReport {
             "applied": self.applied.as_ref().map(|a| json!({
                 "writes": a.applied,
                 "notApplied": a.not_applied.iter().map(|n| json!({"index": n.index, "reason": n.reason})).collect::<Vec<_>>(),
-                "diff": a.diff.to_json(KEYS),
+                "diff": a.diff.to_json(self.keys),
             })),
             "records": self.records,
             "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
             "retryWholeBatch": self.batch.as_ref().map(|b| b.retry_whole_batch),
             "job": self.job,
             "error": self.error,
-            "plannedWrites": self.planned.iter().map(planned_json).collect::<Vec<_>>(),
-            "diff": self.diff.to_json(KEYS),
+            "plannedWrites": self.planned.iter().map(|w| planned_json(w, self.keys)).collect::<Vec<_>>(),
+            "diff": self.diff.to_json(self.keys),
         })
     }
 }
 
 /// What a replay did.
 #[derive(Debug, Clone)]
-pub struct ReplayReport {
-    pub files: Vec<FileReport>,
+pub struct ReplayReport<J: JobName> {
+    pub files: Vec<FileReport<J>>,
     /// `--write-snapshot`: the file and how many items it holds.
     pub snapshot_written: Option<(String, usize)>,
 }
 
-impl ReplayReport {
+impl<J: JobName> ReplayReport<J> {
     pub fn failed(&self) -> bool {
         self.files.iter().any(FileReport::failed)
     }
 }
 
-/// The worker's configuration for a command: the Lambda variables of
-/// [`Config`] from `--env NAME=VALUE`, else the process environment, with
-/// the table given; notifications off (a local run never publishes).
-pub fn worker_config(table: &str, env: &[String]) -> Result<Config, CliError> {
+/// The worker's variables for a command: `--env NAME=VALUE`, else the
+/// process environment, with `TABLE_NAME` the table given.
+pub fn worker_env(
+    table: &str,
+    env: &[String],
+) -> Result<impl Fn(&str) -> Option<String> + use<>, CliError> {
     let mut overrides = std::collections::HashMap::new();
     for pair in env {
         let (name, value) = pair.split_once('=').ok_or_else(|| {
             CliError::Usage(format!(
-                "--env {pair:?}: expected NAME=VALUE, e.g. INVITATION_TTL=on"
+                "--env {pair:?}: expected NAME=VALUE, e.g. LOG_FORMAT=text"
             ))
         })?;
         overrides.insert(name.trim().to_owned(), value.to_owned());
     }
-    let mut c = Config::from_lookup(|name| {
+    let table = table.to_owned();
+    Ok(move |name: &str| {
         if name == "TABLE_NAME" {
-            Some(table.to_owned())
+            Some(table.clone())
         } else if let Some(v) = overrides.get(name) {
             Some(v.clone())
         } else {
             std::env::var(name).ok()
         }
     })
-    .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
-    c.expiry.notify_event_bus = None;
-    Ok(c)
 }
+
+/// Check the worker's configuration before anything starts (assembling a
+/// worker touches no table); the jobs it runs.
+pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job>, CliError> {
+    let lookup = worker_env(table, env)?;
+    let store: Arc<dyn Store> = Arc::new(crate::store::DynamoStore::new(
+        crate::store::local_client("http://127.0.0.1:9"),
+        table,
+    ));
+    A::worker(store, &lookup, Arc::new(SystemClock))
+        .map(|w| w.jobs())
+        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
+}
+
+/// A worker for a command, and the dry-run layer its writes go to (when
+/// they are recorded instead of sent).
+pub type CommandWorker<J> = (Worker<J>, Option<Arc<DryRunStore>>);
 
 /// The worker over the target's table: a fixed clock with `now`, writes
 /// recorded instead of sent with `dry_run`.
-pub fn worker(
+pub fn worker<A: CliApp>(
     target: &Target,
     now: Option<DateTime<Utc>>,
     dry_run: bool,
     env: &[String],
-) -> Result<(App, Option<Arc<DryRunStore>>), CliError> {
+) -> Result<CommandWorker<A::Job>, CliError> {
     let clock: Arc<dyn Clock> = match now {
         Some(t) => Arc::new(ManualClock::new(t)),
         None => Arc::new(SystemClock),
@@ -279,15 +290,15 @@ pub fn worker(
         Some(d) => d.clone(),
         None => base,
     };
-    Ok((
-        App::new(store, worker_config(&target.table, env)?, clock),
-        dry,
-    ))
+    let lookup = worker_env(&target.table, env)?;
+    let worker = A::worker(store, &lookup, clock)
+        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
+    Ok((worker, dry))
 }
 
 /// Load a snapshot file into the target's table (batched writes).
 pub async fn load_snapshot(target: &Target, path: &std::path::Path) -> Result<usize, CliError> {
-    let items = read_snapshot(path, KEYS)?;
+    let items = read_snapshot(path, target.keys())?;
     let n = items.len();
     let pb = super::output::bar(n as u64, "loading snapshot");
     load_items(target.store.clone(), items, 4, Some(&pb)).await?;
@@ -296,18 +307,21 @@ pub async fn load_snapshot(target: &Target, path: &std::path::Path) -> Result<us
 }
 
 /// Run the replay on an open table (the command without its printing).
-pub async fn replay(target: &Target, args: &ReplayArgs) -> Result<ReplayReport, CliError> {
+pub async fn replay<A: CliApp>(
+    target: &Target,
+    args: &ReplayArgs,
+) -> Result<ReplayReport<A::Job>, CliError> {
     let events: Vec<EventFile> = args
         .files
         .iter()
-        .map(|p| load_event_file(p))
+        .map(|p| load_event_file::<A::Job>(p))
         .collect::<Result<_, _>>()?;
     let snapshot = args
         .snapshot
         .as_ref()
-        .map(|p| read_snapshot(p, KEYS))
+        .map(|p| read_snapshot(p, target.keys()))
         .transpose()?;
-    let (app, dry) = worker(target, args.now, args.dry_run, &args.env)?;
+    let (app, dry) = worker::<A>(target, args.now, args.dry_run, &args.env)?;
     if let Some(items) = snapshot {
         let pb = super::output::bar(items.len() as u64, "loading snapshot");
         load_items(target.store.clone(), items, 4, Some(&pb)).await?;
@@ -319,8 +333,8 @@ pub async fn replay(target: &Target, args: &ReplayArgs) -> Result<ReplayReport, 
     }
     let snapshot_written = match &args.write_snapshot {
         Some(path) => {
-            let items = scan_table(target.store.as_ref(), KEYS, None).await?;
-            write_snapshot(path, &items, KEYS)?;
+            let items = scan_table(target.store.as_ref(), target.keys(), None).await?;
+            write_snapshot(path, &items, target.keys())?;
             Some((path.display().to_string(), items.len()))
         }
         None => None,
@@ -331,17 +345,19 @@ pub async fn replay(target: &Target, args: &ReplayArgs) -> Result<ReplayReport, 
     })
 }
 
-async fn replay_file(
+async fn replay_file<J: JobName>(
     target: &Target,
-    app: &App,
+    app: &Worker<J>,
     dry: Option<&DryRunStore>,
     ev: &EventFile,
     apply_writes: bool,
-) -> Result<FileReport, CliError> {
+) -> Result<FileReport<J>, CliError> {
     let store = target.store.as_ref();
-    let mut before = scan_table(store, KEYS, None).await?;
+    let keys = target.keys();
+    let mut before = scan_table(store, keys, None).await?;
     let mut report = FileReport {
         file: ev.path.clone(),
+        keys,
         kind: ev.kind.clone(),
         applied: None,
         batch: None,
@@ -358,17 +374,17 @@ async fn replay_file(
             if apply_writes {
                 let plan = apply::plan(&decoded);
                 let applied = apply::apply(store, &plan).await?;
-                let after = scan_table(store, KEYS, None).await?;
+                let after = scan_table(store, keys, None).await?;
                 report.applied = Some(AppliedWrites {
                     applied,
                     not_applied: plan.not_applied,
-                    diff: diff_tables(&before, &after, KEYS),
+                    diff: diff_tables(&before, &after, keys),
                 });
                 before = after;
             }
             match app.handle_stream(&ev.value, None).await {
                 Ok(batch) => {
-                    report.records = record_lines(&batch, &decoded, KEYS);
+                    report.records = record_lines(&batch, &decoded, keys);
                     report.batch = Some(batch);
                 }
                 Err(e) => report.error = Some(e.to_string()),
@@ -382,23 +398,24 @@ async fn replay_file(
     if let Some(d) = dry {
         report.planned = d.take_planned();
     }
-    let after = scan_table(store, KEYS, None).await?;
-    report.diff = diff_tables(&before, &after, KEYS);
+    let after = scan_table(store, keys, None).await?;
+    report.diff = diff_tables(&before, &after, keys);
     Ok(report)
 }
 
-/// `nishiki-worker replay`.
-pub async fn run(args: ReplayArgs) -> Result<ExitCode, CliError> {
+/// `<app> replay`.
+pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
+    let app = AppTable::of::<A>();
     // Check the input before starting anything.
-    worker_config(&args.table.table, &args.env)?;
+    check_config::<A>(&args.table.table, &args.env)?;
     for p in &args.files {
-        load_event_file(p)?;
+        load_event_file::<A::Job>(p)?;
     }
     if let Some(p) = &args.snapshot {
-        read_snapshot(p, KEYS)?;
+        read_snapshot(p, app.keys())?;
     }
-    let target = Target::open(&args.table).await?;
-    let report = replay(&target, &args).await?;
+    let target = Target::open(&args.table, &app).await?;
+    let report = replay::<A>(&target, &args).await?;
     if args.json {
         print_json(&json!({
             "table": target.table,

@@ -1,16 +1,16 @@
-//! `nishiki-worker table create|snapshot|load`: manage a table on any
-//! endpoint (DynamoDB Local or AWS).
+//! `<app> table create|snapshot|load`: manage a table on any endpoint
+//! (DynamoDB Local or AWS).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::CliError;
 use super::output::{bar, counter};
-use super::target::{EndpointOpts, KEYS, Target};
-use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
-use worker_engine::store::StoreError;
+use super::target::{AppTable, EndpointOpts, Target};
+use super::{CliApp, CliError};
+use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use crate::store::StoreError;
 
 /// Options of `table`.
 #[derive(Debug, Clone, Args)]
@@ -22,9 +22,8 @@ pub struct TableArgs {
 /// The `table` subcommands.
 #[derive(Debug, Clone, Subcommand)]
 pub enum TableCommand {
-    /// Create the table from the schema in code (keys, the service's four
-    /// indexes, the worker's invitation-expiry index, a NEW_AND_OLD_IMAGES
-    /// stream) and wait until it is active.
+    /// Create the table from the app's schema in code (keys, indexes, a
+    /// NEW_AND_OLD_IMAGES stream) and wait until it is active.
     Create(CreateArgs),
     /// Write every item of the table to FILE (a JSON array of items in
     /// DynamoDB JSON, sorted by PK then SK).
@@ -64,18 +63,19 @@ pub struct LoadArgs {
     pub endpoint: EndpointOpts,
 }
 
-/// `nishiki-worker table ...`.
-pub async fn run(args: TableArgs) -> Result<ExitCode, CliError> {
+/// `<app> table ...`.
+pub async fn run<A: CliApp>(args: TableArgs) -> Result<ExitCode, CliError> {
+    let app = AppTable::of::<A>();
     match args.command {
-        TableCommand::Create(a) => create(a).await,
-        TableCommand::Snapshot(a) => snapshot(a).await,
-        TableCommand::Load(a) => load(a).await,
+        TableCommand::Create(a) => create(a, &app).await,
+        TableCommand::Snapshot(a) => snapshot(a, &app).await,
+        TableCommand::Load(a) => load(a, &app).await,
     }
 }
 
-async fn create(args: CreateArgs) -> Result<ExitCode, CliError> {
-    let target = Target::connect(&args.endpoint.endpoint_url, &args.endpoint.table).await;
-    match target.store.create_table(&crate::schema::nishiki()).await {
+async fn create(args: CreateArgs, app: &AppTable) -> Result<ExitCode, CliError> {
+    let target = Target::connect(&args.endpoint.endpoint_url, &args.endpoint.table, app).await;
+    match target.store.create_table(&app.schema).await {
         Ok(()) => {
             let arn = target.stream_arn().await?;
             println!("created {} (stream {arn})", target.describe());
@@ -88,12 +88,12 @@ async fn create(args: CreateArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn snapshot(args: SnapshotArgs) -> Result<ExitCode, CliError> {
-    let target = Target::open_endpoint(&args.endpoint).await?;
+async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliError> {
+    let target = Target::open_endpoint(&args.endpoint, app).await?;
     let pb = counter("scanning");
-    let items = scan_table(target.store.as_ref(), KEYS, Some(&pb)).await?;
+    let items = scan_table(target.store.as_ref(), target.keys(), Some(&pb)).await?;
     pb.finish_and_clear();
-    write_snapshot(&args.file, &items, KEYS)?;
+    write_snapshot(&args.file, &items, target.keys())?;
     let m = target.store.metrics().snapshot();
     println!(
         "wrote {} items of {} to {} ({} scan pages, {:.1} RCU)",
@@ -106,9 +106,9 @@ async fn snapshot(args: SnapshotArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-async fn load(args: LoadArgs) -> Result<ExitCode, CliError> {
-    let items = read_snapshot(&args.file, KEYS)?;
-    let target = Target::open_endpoint(&args.endpoint).await?;
+async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
+    let items = read_snapshot(&args.file, app.keys())?;
+    let target = Target::open_endpoint(&args.endpoint, app).await?;
     let pb = bar(items.len() as u64, "loading");
     let started = std::time::Instant::now();
     let report = load_items(

@@ -6,9 +6,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::CliError;
-use crate::items::redact_quoted;
-use crate::schedule::{self, TickSource};
-use worker_engine::stream::decode;
+use crate::item::redact_quoted;
+use crate::schedule::{self, JobName, TickSource};
+use crate::stream::decode;
 
 /// What an event file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,8 +58,8 @@ pub struct EventFile {
 
 const HANDLED: &str = "this worker handles DynamoDB Streams events and schedule ticks";
 
-/// Read and recognise an event file.
-pub fn load_event_file(path: &Path) -> Result<EventFile, CliError> {
+/// Read and recognise an event file (ticks must name one of `J`'s jobs).
+pub fn load_event_file<J: JobName>(path: &Path) -> Result<EventFile, CliError> {
     let file = path.display().to_string();
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::input(&file, format!("cannot read: {e}")))?;
@@ -69,7 +69,7 @@ pub fn load_event_file(path: &Path) -> Result<EventFile, CliError> {
             format!("not JSON: {}", redact_quoted(&e.to_string())),
         )
     })?;
-    let kind = classify(&value).map_err(|problem| CliError::input(&file, problem))?;
+    let kind = classify::<J>(&value).map_err(|problem| CliError::input(&file, problem))?;
     Ok(EventFile {
         path: file,
         value,
@@ -78,7 +78,7 @@ pub fn load_event_file(path: &Path) -> Result<EventFile, CliError> {
 }
 
 /// Recognise an event from its content; `Err` says what it is instead.
-pub fn classify(v: &Value) -> Result<EventKind, String> {
+pub fn classify<J: JobName>(v: &Value) -> Result<EventKind, String> {
     if decode::is_stream_event(v) {
         let records = decode::decode_event(v).map_err(|e| e.to_string())?;
         return Ok(EventKind::Stream {
@@ -86,7 +86,7 @@ pub fn classify(v: &Value) -> Result<EventKind, String> {
         });
     }
     if schedule::is_schedule_event(v) {
-        let tick = schedule::parse_tick(v).map_err(|e| format!("schedule event: {e}"))?;
+        let tick = schedule::parse_tick::<J>(v).map_err(|e| format!("schedule event: {e}"))?;
         return Ok(EventKind::Schedule {
             job: tick.job.to_string(),
             source: tick.source,
@@ -137,6 +137,27 @@ fn what_instead(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// An app with one job.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+    struct Audit;
+
+    impl std::fmt::Display for Audit {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("audit")
+        }
+    }
+
+    impl JobName for Audit {
+        const ALL: &'static [Audit] = &[Audit];
+        fn as_str(self) -> &'static str {
+            "audit"
+        }
+    }
+
+    fn classify(v: &Value) -> Result<EventKind, String> {
+        super::classify::<Audit>(v)
+    }
 
     #[test]
     fn recognises_streams_and_ticks() {

@@ -1,0 +1,179 @@
+//! The building blocks of an app's command line: one clap `Args` struct and
+//! one `run` function per subcommand (`replay`, `run`, `table`, `capture`,
+//! `dev`), generic over the app ([`CliApp`]). An app's `main` declares its
+//! own `Parser` (its name, about text and examples) whose subcommands are
+//! these `Args`, and dispatches to these functions; see `docs/ENGINE.md`.
+//!
+//! [`target`] opens the table (an embedded DynamoDB Local by default),
+//! [`events`] reads event files, [`output`] renders shared parts. The
+//! machinery underneath lives in [`crate::replay`].
+//!
+//! App-specific defaults are set where the app declares its subcommands,
+//! with clap's `mut_arg`: the table used when `--table` is not given
+//! (`#[command(mut_arg("table", |a| a.default_value("my-table-local")))]`)
+//! and the job names `run` accepts ([`job_names`]).
+
+pub mod capture;
+pub mod dev;
+pub mod events;
+pub mod output;
+pub mod replay;
+pub mod run;
+pub mod table;
+pub mod target;
+
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::env::ConfigError;
+use crate::local::LocalError;
+use crate::replay::redact::Placeholder;
+use crate::replay::snapshot::SnapshotError;
+use crate::runtime::Worker;
+use crate::schedule::JobName;
+use crate::schema::TableSchema;
+use crate::store::{Store, StoreError};
+
+/// Exit status when a command ran but a record or a job failed.
+pub const EXIT_FAILURES: u8 = 3;
+
+/// What the command line needs to know of an app.
+pub trait CliApp: Send + Sync + 'static {
+    /// The app's jobs.
+    type Job: JobName;
+    /// The command's name, in messages that say what to run next.
+    const NAME: &'static str;
+    /// The table as the app expects it (created on the embedded DynamoDB
+    /// Local and by `table create`).
+    fn schema() -> TableSchema;
+    /// Attributes holding personal data, replaced by `capture --redact`.
+    fn personal_attributes() -> Vec<(&'static str, Placeholder)>;
+    /// A job's schedule in the local event-source loop: a 5-field cron in
+    /// UTC, or `never`.
+    fn local_cron(job: Self::Job) -> &'static str;
+    /// The worker over `store` for a local run, configured through `lookup`
+    /// (the process environment with the command's `--env` overrides and
+    /// `TABLE_NAME` set to the target table). A local run never publishes
+    /// to a real event bus.
+    fn worker(
+        store: Arc<dyn Store>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Worker<Self::Job>, ConfigError>;
+}
+
+/// The job names of an app, for `run`'s `JOB` argument
+/// (`mut_arg("job", |a| a.value_parser(job_names::<App>()))`).
+pub fn job_names<A: CliApp>() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(A::Job::ALL.iter().map(|j| j.as_str()))
+}
+
+/// Why a command failed; displayed as one line (`error: ...`).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A file given on the command line is unusable.
+    #[error("{file}: {problem}")]
+    Input { file: String, problem: String },
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error(
+        "table {table:?} does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint} --table {table}` (or check --table)"
+    )]
+    NoTable {
+        app: &'static str,
+        endpoint: String,
+        table: String,
+    },
+    #[error(
+        "table {table:?} at {endpoint} has no stream: enable a NEW_AND_OLD_IMAGES stream on it (`{app} table create` makes tables with one)"
+    )]
+    NoStream {
+        app: &'static str,
+        endpoint: String,
+        table: String,
+    },
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("cannot start DynamoDB Local: {0}")]
+    Local(#[from] LocalError),
+    /// Options that do not fit together, or a value the parser let through.
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl CliError {
+    pub fn input(file: impl std::fmt::Display, problem: impl Into<String>) -> Self {
+        CliError::Input {
+            file: file.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Install the log subscriber of the command line: text on stderr, `warn`
+/// by default (RUST_LOG overrides).
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Run a command's future on a multi-threaded runtime and turn its result
+/// into the process's exit status (an error is printed as one line).
+pub fn main_with<F>(command: F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<std::process::ExitCode, CliError>>,
+{
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A time as RFC 3339 with `Z` (`2024-03-25T09:00:00Z`).
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
+/// Parse `--now`: RFC 3339, e.g. `2024-03-25T09:00:00Z`.
+pub fn parse_now(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
+    chrono::DateTime::parse_from_rfc3339(s)
+        .map(|t| t.to_utc())
+        .map_err(|_| format!("{s:?} is not an RFC 3339 time; use e.g. 2024-03-25T09:00:00Z"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn now_parses_rfc3339_only() {
+        assert!(parse_now("2024-03-25T09:00:00Z").is_ok());
+        assert!(parse_now("2024-03-25T09:00:00+09:00").is_ok());
+        let e = parse_now("yesterday").unwrap_err();
+        assert!(e.contains("RFC 3339"), "{e}");
+    }
+}
