@@ -1,8 +1,42 @@
 //! The store adapter over `aws-sdk-dynamodb`: the only module that talks to
 //! DynamoDB. Free of any app's specifics: it works on raw items and raw keys.
 //!
-//! - one small trait per need ([`ItemReader`], [`ItemWriter`],
-//!   [`QueryStore`], [`BatchWriter`]); [`Store`] is all of them;
+//! **One call shape.** Every operation on the table is a [`Request`] (one
+//! variant per operation, holding its arguments as the typed method takes
+//! them) answered by a [`Reply`]. A [`Store`] implements one method,
+//! [`Store::call`]:
+//!
+//! - [`DynamoStore`] answers each variant with the DynamoDB request of its
+//!   name, one arm per variant;
+//! - a layer over another store ([`coalesce::Coalescing`],
+//!   [`layers::DryRunStore`], the test kit's fault, race and recorded
+//!   stores) matches the variants it changes and passes every other one on
+//!   in one line, `other => self.inner.call(other).await`;
+//! - the typed methods callers use are written once, for every store, on
+//!   top of `call`: [`ItemReader`] (`get`, `get_many`), [`ItemWriter`]
+//!   (`put`, `delete`, `update`), [`QueryStore`] (`query_page`,
+//!   `scan_page`, `query_partitions`, and `query_all` / `scan_all`, which
+//!   follow the pages), [`BatchWriter`] (`batch_write`). [`Store`] is all of
+//!   them, so `&dyn Store` and `Arc<dyn Store>` offer every method, and a
+//!   `&DynamoStore` still goes where a `&dyn QueryStore` is asked for;
+//! - an operation answered by other operations is written once too, for the
+//!   store or layer that wants it: [`get_one_by_one`] (GetMany as Gets) and
+//!   [`query_partitions_by_pages`] (QueryPartitions as QueryPages).
+//!
+//! **Adding a store method** takes, all in this module: a [`Request`]
+//! variant (a [`Reply`] variant too if its answer is new) and its line in
+//! [`Request::is_write`]; its arm in [`DynamoStore`]'s `call`; the typed
+//! method in its trait and that trait's blanket impl. Layers pass the new
+//! request on untouched, except those whose job is every request: the
+//! compiler points at the test kit's fault layer and recorded store, which
+//! say what each request touches, and a dry run refuses a write it has not
+//! been taught to plan rather than send it.
+//!
+//! Semantics every store keeps:
+//!
+//! - a request is answered by the reply its variant names; another reply
+//!   is a layer's bug, which the typed methods report as a permanent
+//!   [`StoreError`] (code `MismatchedReply`);
 //! - conditional writes return [`WriteOutcome::ConditionFailed`], a typed
 //!   outcome, never an error string;
 //! - [`StoreError::is_retryable`] tells throttling, 5xx and timeouts (retry
@@ -10,8 +44,9 @@
 //! - BatchWriteItem goes in chunks of 25 (BatchGetItem in chunks of 100)
 //!   with bounded exponential backoff and jitter on `UnprocessedItems`
 //!   (`UnprocessedKeys`); an item is never silently dropped;
-//! - [`coalesce::Coalescing`] merges concurrent point reads and unconditional
-//!   batch writes into shared BatchGetItem / BatchWriteItem requests;
+//! - [`coalesce::Coalescing`] merges concurrent point reads, whole-partition
+//!   queries and unconditional batch writes into shared BatchGetItem,
+//!   PartiQL and BatchWriteItem requests;
 //! - every request's consumed capacity is counted in [`StoreMetrics`].
 
 use std::collections::HashMap;
@@ -363,28 +398,140 @@ impl Backoff {
     }
 }
 
-/// Point reads.
+/// One request to a store: an operation and its arguments, borrowed or
+/// owned as the typed methods take them. A store answers it with the
+/// [`Reply`] named after each variant below.
+#[derive(Debug)]
+pub enum Request<'a> {
+    /// A point read ([`ItemReader::get`]); answered by [`Reply::Item`].
+    Get { key: &'a Key, consistent: bool },
+    /// Several point reads ([`ItemReader::get_many`]); answered by
+    /// [`Reply::Items`], one per key in the order of `keys` (a key may
+    /// repeat).
+    GetMany { keys: &'a [Key], consistent: bool },
+    /// A put, optionally conditional ([`ItemWriter::put`]); answered by
+    /// [`Reply::Written`].
+    Put { item: Item, condition: Option<Expr> },
+    /// A delete, optionally conditional ([`ItemWriter::delete`]); answered
+    /// by [`Reply::Written`].
+    Delete {
+        key: &'a Key,
+        condition: Option<Expr>,
+    },
+    /// UpdateItem with an update expression (`SET ...`), optionally
+    /// conditional ([`ItemWriter::update`]); answered by [`Reply::Written`].
+    Update {
+        key: &'a Key,
+        update: Expr,
+        condition: Option<Expr>,
+    },
+    /// One page of a query ([`QueryStore::query_page`]); answered by
+    /// [`Reply::Page`].
+    QueryPage {
+        spec: &'a QuerySpec,
+        start: Option<Key>,
+    },
+    /// One page of a scan ([`QueryStore::scan_page`]); answered by
+    /// [`Reply::Page`].
+    ScanPage {
+        spec: &'a ScanSpec,
+        start: Option<Key>,
+    },
+    /// Every item of several partitions ([`QueryStore::query_partitions`]);
+    /// answered by [`Reply::Partitions`], one list per value in the order
+    /// of `values`.
+    QueryPartitions {
+        index: Option<&'a str>,
+        attribute: &'a str,
+        values: &'a [AttributeValue],
+        consistent: bool,
+    },
+    /// Bulk unconditional writes ([`BatchWriter::batch_write`]); answered
+    /// by [`Reply::Batch`].
+    BatchWrite { ops: Vec<WriteOp> },
+}
+
+impl Request<'_> {
+    /// Whether the request may change the table (a dry run must not pass
+    /// it on).
+    pub fn is_write(&self) -> bool {
+        match self {
+            Request::Get { .. }
+            | Request::GetMany { .. }
+            | Request::QueryPage { .. }
+            | Request::ScanPage { .. }
+            | Request::QueryPartitions { .. } => false,
+            Request::Put { .. }
+            | Request::Delete { .. }
+            | Request::Update { .. }
+            | Request::BatchWrite { .. } => true,
+        }
+    }
+}
+
+/// A store's answer to a [`Request`] (each request variant names its
+/// reply). A reply of another variant is a bug in a layer; the typed
+/// methods turn it into a [`StoreError::Permanent`] (code
+/// `MismatchedReply`) rather than panic in the middle of a batch.
+#[derive(Debug)]
+pub enum Reply {
+    /// To [`Request::Get`]: the item, if it exists.
+    Item(Option<Item>),
+    /// To [`Request::GetMany`]: one answer per key asked.
+    Items(Vec<Option<Item>>),
+    /// To [`Request::Put`], [`Request::Delete`] and [`Request::Update`].
+    Written(WriteOutcome),
+    /// To [`Request::QueryPage`] and [`Request::ScanPage`].
+    Page(Page),
+    /// To [`Request::QueryPartitions`].
+    Partitions(Partitions),
+    /// To [`Request::BatchWrite`].
+    Batch(BatchWriteReport),
+}
+
+impl Reply {
+    /// The error for this reply given to the typed method `method`, which
+    /// expects another variant.
+    fn mismatch(self, method: &'static str) -> StoreError {
+        StoreError::Permanent {
+            operation: method,
+            code: "MismatchedReply".into(),
+            message: format!("a store layer answered {method} with another kind of reply"),
+        }
+    }
+}
+
+/// A store: something that answers every [`Request`], one request per call
+/// ([`DynamoStore`], or a layer over another store). Implement
+/// [`Store::call`] only: the typed methods ([`ItemReader`],
+/// [`ItemWriter`], [`QueryStore`], [`BatchWriter`]) are implemented for
+/// every store on top of it (blanket impls; they cannot be written by
+/// hand), and a `&dyn Store` offers them all.
+#[async_trait]
+pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter {
+    /// Answer `request` with its [`Reply`]. A layer matches the variants it
+    /// changes and passes every other one on as it is
+    /// (`other => self.inner.call(other).await`).
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError>;
+}
+
+/// Point reads. Implemented for every [`Store`], through [`Store::call`].
 #[async_trait]
 pub trait ItemReader: Send + Sync {
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError>;
 
     /// Several point reads; the answers follow the order of `keys` (a key
-    /// may repeat). The default reads one key after the other;
-    /// [`DynamoStore`] sends BatchGetItem (100 keys per request).
+    /// may repeat). [`DynamoStore`] sends BatchGetItem (100 keys per
+    /// request); [`get_one_by_one`] is the plain way.
     async fn get_many(
         &self,
         keys: &[Key],
         consistent: bool,
-    ) -> Result<Vec<Option<Item>>, StoreError> {
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            out.push(self.get(key, consistent).await?);
-        }
-        Ok(out)
-    }
+    ) -> Result<Vec<Option<Item>>, StoreError>;
 }
 
-/// Single-item writes, optionally conditional.
+/// Single-item writes, optionally conditional. Implemented for every
+/// [`Store`], through [`Store::call`].
 #[async_trait]
 pub trait ItemWriter: Send + Sync {
     async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError>;
@@ -398,43 +545,24 @@ pub trait ItemWriter: Send + Sync {
     ) -> Result<WriteOutcome, StoreError>;
 }
 
-/// Paged reads.
+/// Paged reads. Implemented for every [`Store`], through [`Store::call`];
+/// [`QueryStore::query_all`] and [`QueryStore::scan_all`] follow the pages.
 #[async_trait]
 pub trait QueryStore: Send + Sync {
     async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError>;
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError>;
 
     /// Every item of several partitions (`attribute = value` on the table,
-    /// or on `index`), one list per value. The default queries each
-    /// partition; [`DynamoStore`] sends one PartiQL
-    /// `SELECT * ... WHERE attribute IN [..]` per 50 values.
+    /// or on `index`), one list per value. [`DynamoStore`] sends one PartiQL
+    /// `SELECT * ... WHERE attribute IN [..]` per 50 values;
+    /// [`query_partitions_by_pages`] queries each partition.
     async fn query_partitions(
         &self,
         index: Option<&str>,
         attribute: &str,
         values: &[AttributeValue],
         consistent: bool,
-    ) -> Result<Partitions, StoreError> {
-        let mut out = Partitions::default();
-        for value in values {
-            let mut spec = QuerySpec::partition_of(attribute, value.clone());
-            spec.consistent = consistent;
-            spec.index = index.map(str::to_owned);
-            let mut items = Vec::new();
-            let mut start = None;
-            loop {
-                let page = self.query_page(&spec, start).await?;
-                out.consumed_capacity += page.consumed_capacity;
-                items.extend(page.items);
-                match page.last_evaluated_key {
-                    Some(k) => start = Some(k),
-                    None => break,
-                }
-            }
-            out.items.push(items);
-        }
-        Ok(out)
-    }
+    ) -> Result<Partitions, StoreError>;
 
     /// Every item a query returns, following pagination.
     async fn query_all(&self, spec: &QuerySpec) -> Result<Vec<Item>, StoreError> {
@@ -465,15 +593,161 @@ pub trait QueryStore: Send + Sync {
     }
 }
 
-/// Bulk unconditional writes.
+/// Bulk unconditional writes. Implemented for every [`Store`], through
+/// [`Store::call`].
 #[async_trait]
 pub trait BatchWriter: Send + Sync {
     async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError>;
 }
 
-/// Everything the jobs need from the table.
-pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter {}
-impl<T: ItemReader + ItemWriter + QueryStore + BatchWriter + ?Sized> Store for T {}
+#[async_trait]
+impl<S: Store + ?Sized> ItemReader for S {
+    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+        match self.call(Request::Get { key, consistent }).await? {
+            Reply::Item(item) => Ok(item),
+            other => Err(other.mismatch("get")),
+        }
+    }
+
+    async fn get_many(
+        &self,
+        keys: &[Key],
+        consistent: bool,
+    ) -> Result<Vec<Option<Item>>, StoreError> {
+        match self.call(Request::GetMany { keys, consistent }).await? {
+            Reply::Items(items) => Ok(items),
+            other => Err(other.mismatch("get_many")),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> ItemWriter for S {
+    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        match self.call(Request::Put { item, condition }).await? {
+            Reply::Written(outcome) => Ok(outcome),
+            other => Err(other.mismatch("put")),
+        }
+    }
+
+    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+        match self.call(Request::Delete { key, condition }).await? {
+            Reply::Written(outcome) => Ok(outcome),
+            other => Err(other.mismatch("delete")),
+        }
+    }
+
+    async fn update(
+        &self,
+        key: &Key,
+        update: Expr,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
+        let request = Request::Update {
+            key,
+            update,
+            condition,
+        };
+        match self.call(request).await? {
+            Reply::Written(outcome) => Ok(outcome),
+            other => Err(other.mismatch("update")),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> QueryStore for S {
+    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+        match self.call(Request::QueryPage { spec, start }).await? {
+            Reply::Page(page) => Ok(page),
+            other => Err(other.mismatch("query_page")),
+        }
+    }
+
+    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+        match self.call(Request::ScanPage { spec, start }).await? {
+            Reply::Page(page) => Ok(page),
+            other => Err(other.mismatch("scan_page")),
+        }
+    }
+
+    async fn query_partitions(
+        &self,
+        index: Option<&str>,
+        attribute: &str,
+        values: &[AttributeValue],
+        consistent: bool,
+    ) -> Result<Partitions, StoreError> {
+        let request = Request::QueryPartitions {
+            index,
+            attribute,
+            values,
+            consistent,
+        };
+        match self.call(request).await? {
+            Reply::Partitions(partitions) => Ok(partitions),
+            other => Err(other.mismatch("query_partitions")),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> BatchWriter for S {
+    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+        match self.call(Request::BatchWrite { ops }).await? {
+            Reply::Batch(report) => Ok(report),
+            other => Err(other.mismatch("batch_write")),
+        }
+    }
+}
+
+/// [`Request::GetMany`] answered by `store`'s own point reads, one key
+/// after the other, in the order of `keys`: for a store without a batch
+/// read, or a layer whose [`Request::Get`] arm must see every key.
+pub async fn get_one_by_one<S: Store + ?Sized>(
+    store: &S,
+    keys: &[Key],
+    consistent: bool,
+) -> Result<Vec<Option<Item>>, StoreError> {
+    let mut out = Vec::with_capacity(keys.len());
+    for key in keys {
+        out.push(store.get(key, consistent).await?);
+    }
+    Ok(out)
+}
+
+/// [`Request::QueryPartitions`] answered by `store`'s own queries: each
+/// partition queried in turn ([`QuerySpec::partition_of`]), following
+/// pagination. For a store without a multi-partition read, or a layer whose
+/// [`Request::QueryPage`] arm must see every partition
+/// ([`coalesce::Coalescing`] shares them with other callers).
+pub async fn query_partitions_by_pages<S: Store + ?Sized>(
+    store: &S,
+    index: Option<&str>,
+    attribute: &str,
+    values: &[AttributeValue],
+    consistent: bool,
+) -> Result<Partitions, StoreError> {
+    let mut out = Partitions::default();
+    for value in values {
+        let mut spec = QuerySpec::partition_of(attribute, value.clone());
+        spec.consistent = consistent;
+        spec.index = index.map(str::to_owned);
+        let mut items = Vec::new();
+        let mut start = None;
+        loop {
+            let page = store.query_page(&spec, start).await?;
+            out.consumed_capacity += page.consumed_capacity;
+            items.extend(page.items);
+            match page.last_evaluated_key {
+                Some(k) => start = Some(k),
+                None => break,
+            }
+        }
+        out.items.push(items);
+    }
+    Ok(out)
+}
 
 /// One BatchWriteItem call: send up to 25 requests, return the unprocessed
 /// ones and the consumed capacity. The retry loop ([`write_in_batches`]) is
@@ -929,9 +1203,9 @@ impl DynamoStore {
     }
 }
 
-#[async_trait]
-impl ItemReader for DynamoStore {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+/// Point reads: GetItem, BatchGetItem.
+impl DynamoStore {
+    async fn get_item(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
         let out = self
             .client
             .get_item()
@@ -947,7 +1221,7 @@ impl ItemReader for DynamoStore {
         Ok(out.item)
     }
 
-    async fn get_many(
+    async fn batch_get_item(
         &self,
         keys: &[Key],
         consistent: bool,
@@ -999,9 +1273,13 @@ impl ItemReader for DynamoStore {
     }
 }
 
-#[async_trait]
-impl ItemWriter for DynamoStore {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+/// Single-item writes: PutItem, DeleteItem, UpdateItem.
+impl DynamoStore {
+    async fn put_item(
+        &self,
+        item: Item,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
         let mut req = self
             .client
             .put_item()
@@ -1019,7 +1297,11 @@ impl ItemWriter for DynamoStore {
         })
     }
 
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
+    async fn delete_item(
+        &self,
+        key: &Key,
+        condition: Option<Expr>,
+    ) -> Result<WriteOutcome, StoreError> {
         let mut req = self
             .client
             .delete_item()
@@ -1040,7 +1322,7 @@ impl ItemWriter for DynamoStore {
         )
     }
 
-    async fn update(
+    async fn update_item(
         &self,
         key: &Key,
         update: Expr,
@@ -1086,9 +1368,9 @@ fn merge_exprs(exprs: [Option<&Expr>; 3]) -> (HashMap<String, String>, Item) {
     (names, values)
 }
 
-#[async_trait]
-impl QueryStore for DynamoStore {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
+/// Paged reads: Query, Scan, and PartiQL SELECT for whole partitions.
+impl DynamoStore {
+    async fn query(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
         let (names, values) = merge_exprs([
             Some(&spec.key_condition),
             spec.filter.as_ref(),
@@ -1124,7 +1406,7 @@ impl QueryStore for DynamoStore {
         ))
     }
 
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
+    async fn scan(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
         let (names, values) = merge_exprs([spec.filter.as_ref(), spec.projection.as_ref(), None]);
         if let Some(index) = &spec.index {
             self.metrics.record_index(Operation::Scan, index);
@@ -1156,7 +1438,7 @@ impl QueryStore for DynamoStore {
         ))
     }
 
-    async fn query_partitions(
+    async fn select_partitions(
         &self,
         index: Option<&str>,
         attribute: &str,
@@ -1253,10 +1535,42 @@ impl BatchSender for DynamoStore {
     }
 }
 
+/// Each request goes to DynamoDB as the request of its name; one arm per
+/// [`Request`] variant, and nothing else implements an operation.
 #[async_trait]
-impl BatchWriter for DynamoStore {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        write_in_batches(self, self.key_attributes(), ops, self.backoff).await
+impl Store for DynamoStore {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        Ok(match request {
+            Request::Get { key, consistent } => Reply::Item(self.get_item(key, consistent).await?),
+            Request::GetMany { keys, consistent } => {
+                Reply::Items(self.batch_get_item(keys, consistent).await?)
+            }
+            Request::Put { item, condition } => {
+                Reply::Written(self.put_item(item, condition).await?)
+            }
+            Request::Delete { key, condition } => {
+                Reply::Written(self.delete_item(key, condition).await?)
+            }
+            Request::Update {
+                key,
+                update,
+                condition,
+            } => Reply::Written(self.update_item(key, update, condition).await?),
+            Request::QueryPage { spec, start } => Reply::Page(self.query(spec, start).await?),
+            Request::ScanPage { spec, start } => Reply::Page(self.scan(spec, start).await?),
+            Request::QueryPartitions {
+                index,
+                attribute,
+                values,
+                consistent,
+            } => Reply::Partitions(
+                self.select_partitions(index, attribute, values, consistent)
+                    .await?,
+            ),
+            Request::BatchWrite { ops } => Reply::Batch(
+                write_in_batches(self, self.key_attributes(), ops, self.backoff).await?,
+            ),
+        })
     }
 }
 
@@ -1311,6 +1625,113 @@ mod tests {
         assert_eq!(e.text, "(attribute_exists(#cond_k)) AND (#e = :e)");
         assert_eq!(e.names.len(), 2);
         assert_eq!(e.values.len(), 1);
+    }
+
+    /// A store over fixed items keyed by `PK`: point reads, and whole
+    /// partitions one item per page; every other request gets a wrong
+    /// reply.
+    struct Fixed(Vec<Item>);
+
+    fn item(pk: &str, group: &str) -> Item {
+        Item::from([
+            ("PK".to_owned(), AttributeValue::S(pk.into())),
+            ("G".to_owned(), AttributeValue::S(group.into())),
+        ])
+    }
+
+    #[async_trait]
+    impl Store for Fixed {
+        async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+            match request {
+                Request::Get { key, .. } => Ok(Reply::Item(
+                    self.0
+                        .iter()
+                        .find(|i| i.get("PK") == key.get("PK"))
+                        .cloned(),
+                )),
+                Request::GetMany { keys, consistent } => get_one_by_one(self, keys, consistent)
+                    .await
+                    .map(Reply::Items),
+                Request::QueryPage { spec, start } => {
+                    let (attribute, value) = spec.as_partition().expect("a partition");
+                    let mut items = self.0.iter().filter(|i| i.get(attribute) == Some(value));
+                    let after = start.as_ref().and_then(|k| k.get("PK"));
+                    if after.is_some() {
+                        items.find(|i| i.get("PK") == after);
+                    }
+                    let page: Vec<Item> = items.take(1).cloned().collect();
+                    let last_evaluated_key = page
+                        .first()
+                        .map(|i| Key::from([("PK".to_owned(), i.get("PK").cloned().expect("PK"))]));
+                    Ok(Reply::Page(Page {
+                        items: page,
+                        last_evaluated_key,
+                        consumed_capacity: 0.5,
+                        scanned_count: 1,
+                    }))
+                }
+                Request::QueryPartitions {
+                    index,
+                    attribute,
+                    values,
+                    consistent,
+                } => query_partitions_by_pages(self, index, attribute, values, consistent)
+                    .await
+                    .map(Reply::Partitions),
+                _ => Ok(Reply::Item(None)),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn typed_methods_are_calls_and_derived_ones_follow_them() {
+        let store = Fixed(vec![item("a", "x"), item("b", "y"), item("c", "x")]);
+        let store: &dyn Store = &store;
+        let key = |pk: &str| Key::from([("PK".to_owned(), AttributeValue::S(pk.into()))]);
+        assert_eq!(
+            store.get(&key("b"), true).await.unwrap(),
+            Some(item("b", "y"))
+        );
+        let many = store
+            .get_many(&[key("c"), key("z"), key("c")], false)
+            .await
+            .unwrap();
+        assert_eq!(many, vec![Some(item("c", "x")), None, Some(item("c", "x"))]);
+
+        let all = store
+            .query_all(&QuerySpec::partition("G", "x"))
+            .await
+            .unwrap();
+        assert_eq!(all, vec![item("a", "x"), item("c", "x")]);
+        let values = ["y", "x", "none"].map(|v| AttributeValue::S(v.into()));
+        let found = store
+            .query_partitions(None, "G", &values, true)
+            .await
+            .unwrap();
+        assert_eq!(
+            found.items,
+            vec![
+                vec![item("b", "y")],
+                vec![item("a", "x"), item("c", "x")],
+                vec![]
+            ]
+        );
+        // Pages read: y twice (an item, then the empty last page), x three
+        // times, none once.
+        assert_eq!(found.consumed_capacity, 3.0);
+    }
+
+    #[tokio::test]
+    async fn a_reply_of_another_kind_is_a_permanent_error() {
+        let err = Fixed(Vec::new())
+            .put(item("a", "x"), None)
+            .await
+            .unwrap_err();
+        assert!(!err.is_retryable());
+        assert!(matches!(
+            err,
+            StoreError::Permanent { operation: "put", ref code, .. } if code == "MismatchedReply"
+        ));
     }
 
     #[test]

@@ -8,8 +8,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use worker_engine::item::Item;
 use worker_engine::store::{
-    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
-    ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
+    Key, Reply, Request, Store, StoreError, WriteOp, query_partitions_by_pages,
 };
 
 /// The kind of call a fault applies to.
@@ -90,72 +89,43 @@ fn render_key(key: &Key) -> String {
     parts.join(",")
 }
 
-fn spec_key(e: &Expr) -> Key {
-    e.values.clone()
-}
-
+/// Each request is checked against the faults first, then passed on: point
+/// reads by their keys, a query by its key condition's values, a scan as
+/// the empty key, writes by the keys (items) they write. A multi-partition
+/// read is one query per partition, each checked.
 #[async_trait]
-impl ItemReader for FaultyStore {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.check(FaultOp::Read, [key])?;
-        self.inner.get(key, consistent).await
-    }
-
-    async fn get_many(
-        &self,
-        keys: &[Key],
-        consistent: bool,
-    ) -> Result<Vec<Option<Item>>, StoreError> {
-        self.check(FaultOp::Read, keys)?;
-        self.inner.get_many(keys, consistent).await
-    }
-}
-
-#[async_trait]
-impl QueryStore for FaultyStore {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.check(FaultOp::Read, [&spec_key(&spec.key_condition)])?;
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.check(FaultOp::Read, [&Key::new()])?;
-        self.inner.scan_page(spec, start).await
-    }
-}
-
-#[async_trait]
-impl ItemWriter for FaultyStore {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.check(FaultOp::Write, [&item])?;
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.check(FaultOp::Write, [key])?;
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.check(FaultOp::Write, [key])?;
-        self.inner.update(key, update, condition).await
-    }
-}
-
-#[async_trait]
-impl BatchWriter for FaultyStore {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        let keys: Vec<&Key> = ops
-            .iter()
-            .map(|op| match op {
-                WriteOp::Put(i) => i,
-                WriteOp::Delete(k) => k,
-            })
-            .collect();
-        self.check(FaultOp::Write, keys)?;
-        self.inner.batch_write(ops).await
+impl Store for FaultyStore {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        match &request {
+            Request::Get { key, .. } => self.check(FaultOp::Read, [*key])?,
+            Request::GetMany { keys, .. } => self.check(FaultOp::Read, keys.iter())?,
+            Request::QueryPage { spec, .. } => {
+                self.check(FaultOp::Read, [&spec.key_condition.values])?
+            }
+            Request::ScanPage { .. } => self.check(FaultOp::Read, [&Key::new()])?,
+            Request::QueryPartitions {
+                index,
+                attribute,
+                values,
+                consistent,
+            } => {
+                return query_partitions_by_pages(self, *index, attribute, values, *consistent)
+                    .await
+                    .map(Reply::Partitions);
+            }
+            Request::Put { item, .. } => self.check(FaultOp::Write, [item])?,
+            Request::Delete { key, .. } | Request::Update { key, .. } => {
+                self.check(FaultOp::Write, [*key])?
+            }
+            Request::BatchWrite { ops } => self.check(
+                FaultOp::Write,
+                ops.iter().map(|op| match op {
+                    WriteOp::Put(item) => item,
+                    WriteOp::Delete(key) => key,
+                }),
+            )?,
+        }
+        self.inner.call(request).await
     }
 }
 
@@ -183,66 +153,15 @@ impl<H: DeleteHook> BeforeDelete<H> {
     }
 }
 
+/// The hook runs before each single delete, which then goes on; every
+/// other request passes straight through.
 #[async_trait]
-impl<H: DeleteHook> ItemReader for BeforeDelete<H> {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.inner.get(key, consistent).await
-    }
-
-    async fn get_many(
-        &self,
-        keys: &[Key],
-        consistent: bool,
-    ) -> Result<Vec<Option<Item>>, StoreError> {
-        self.inner.get_many(keys, consistent).await
-    }
-}
-
-#[async_trait]
-impl<H: DeleteHook> QueryStore for BeforeDelete<H> {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-
-    async fn query_partitions(
-        &self,
-        index: Option<&str>,
-        attribute: &str,
-        values: &[aws_sdk_dynamodb::types::AttributeValue],
-        consistent: bool,
-    ) -> Result<worker_engine::store::Partitions, StoreError> {
-        self.inner
-            .query_partitions(index, attribute, values, consistent)
-            .await
-    }
-}
-
-#[async_trait]
-impl<H: DeleteHook> ItemWriter for BeforeDelete<H> {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.hook.before_delete(key, self.inner.as_ref()).await?;
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.update(key, update, condition).await
-    }
-}
-
-#[async_trait]
-impl<H: DeleteHook> BatchWriter for BeforeDelete<H> {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        self.inner.batch_write(ops).await
+impl<H: DeleteHook> Store for BeforeDelete<H> {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        if let Request::Delete { key, .. } = &request {
+            self.hook.before_delete(key, self.inner.as_ref()).await?;
+        }
+        self.inner.call(request).await
     }
 }
 

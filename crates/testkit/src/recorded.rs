@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::item::Item;
 use worker_engine::store::{
-    BatchWriteReport, BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, Key, Page,
-    Partitions, QuerySpec, QueryStore, ScanSpec, StoreError, WriteOp, WriteOutcome,
+    BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, Key, QuerySpec, QueryStore, Reply,
+    Request, Store, StoreError, WriteOp,
 };
 
 /// A single-item write, as it was asked.
@@ -71,100 +71,66 @@ impl Recorded {
     }
 }
 
+/// Every request is written down (`Log::add`), then sent.
 #[async_trait]
-impl ItemReader for Recorded {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.note(|l| l.gets.push((key.clone(), consistent)));
-        self.inner.get(key, consistent).await
-    }
-    async fn get_many(
-        &self,
-        keys: &[Key],
-        consistent: bool,
-    ) -> Result<Vec<Option<Item>>, StoreError> {
-        self.note(|l| l.gets.extend(keys.iter().map(|k| (k.clone(), consistent))));
-        self.inner.get_many(keys, consistent).await
+impl Store for Recorded {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        self.note(|l| l.add(&request));
+        self.inner.call(request).await
     }
 }
 
-#[async_trait]
-impl QueryStore for Recorded {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        match spec.as_partition() {
-            Some((attribute, value)) if start.is_none() => self.note(|l| {
-                l.partitions.push((
+impl Log {
+    /// Write down what `request` asks: a whole-partition query by its
+    /// first page (its later pages are not asked again), other queries
+    /// page by page; scans are not replayed.
+    fn add(&mut self, request: &Request<'_>) {
+        match request {
+            Request::Get { key, consistent } => self.gets.push(((*key).clone(), *consistent)),
+            Request::GetMany { keys, consistent } => self
+                .gets
+                .extend(keys.iter().map(|k| (k.clone(), *consistent))),
+            Request::QueryPage { spec, start } => match spec.as_partition() {
+                Some((attribute, value)) if start.is_none() => self.partitions.push((
                     spec.index.clone(),
                     attribute.to_owned(),
                     value.clone(),
                     spec.consistent,
-                ))
-            }),
-            Some(_) => {}
-            None => self.note(|l| l.queries.push(spec.clone())),
-        }
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-    async fn query_partitions(
-        &self,
-        index: Option<&str>,
-        attribute: &str,
-        values: &[AttributeValue],
-        consistent: bool,
-    ) -> Result<Partitions, StoreError> {
-        self.note(|l| {
-            l.partitions.extend(values.iter().map(|v| {
+                )),
+                Some(_) => {}
+                None => self.queries.push((*spec).clone()),
+            },
+            Request::ScanPage { .. } => {}
+            Request::QueryPartitions {
+                index,
+                attribute,
+                values,
+                consistent,
+            } => self.partitions.extend(values.iter().map(|v| {
                 (
                     index.map(str::to_owned),
-                    attribute.to_owned(),
+                    (*attribute).to_owned(),
                     v.clone(),
-                    consistent,
+                    *consistent,
                 )
-            }))
-        });
-        self.inner
-            .query_partitions(index, attribute, values, consistent)
-            .await
-    }
-}
-
-#[async_trait]
-impl ItemWriter for Recorded {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.note(|l| l.singles.push(Single::Put(item.clone(), condition.clone())));
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.note(|l| {
-            l.singles
-                .push(Single::Delete(key.clone(), condition.clone()))
-        });
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.note(|l| {
-            l.singles.push(Single::Update(
-                key.clone(),
+            })),
+            Request::Put { item, condition } => self
+                .singles
+                .push(Single::Put(item.clone(), condition.clone())),
+            Request::Delete { key, condition } => self
+                .singles
+                .push(Single::Delete((*key).clone(), condition.clone())),
+            Request::Update {
+                key,
+                update,
+                condition,
+            } => self.singles.push(Single::Update(
+                (*key).clone(),
                 update.clone(),
                 condition.clone(),
-            ))
-        });
-        self.inner.update(key, update, condition).await
-    }
-}
-
-#[async_trait]
-impl BatchWriter for Recorded {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        self.note(|l| l.batch_ops.extend(ops.iter().cloned()));
-        self.inner.batch_write(ops).await
+            )),
+            Request::BatchWrite { ops } => self.batch_ops.extend(ops.iter().cloned()),
+        }
     }
 }
 

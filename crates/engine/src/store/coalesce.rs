@@ -44,6 +44,10 @@
 //! really failed.
 //!
 //! Free of table specifics: the key attribute names are given.
+//!
+//! [`ItemReader::get`]: super::ItemReader::get
+//! [`QueryStore::query_partitions`]: super::QueryStore::query_partitions
+//! [`BatchWriter::batch_write`]: super::BatchWriter::batch_write
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -61,8 +65,8 @@ use tokio::sync::{Notify, oneshot};
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use super::{
-    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
-    ScanSpec, Store, StoreError, WriteOp, WriteOutcome, dedupe_by_key, key_id,
+    BatchWriteReport, Key, Page, QuerySpec, Reply, Request, Store, StoreError, WriteOp,
+    dedupe_by_key, key_id, query_partitions_by_pages,
 };
 use crate::item::Item;
 
@@ -593,9 +597,37 @@ async fn flush_writes(
     }
 }
 
+/// Point reads, whole-partition queries and batch writes are shared (see
+/// the module documentation); a multi-partition read is one
+/// whole-partition query per partition, so that it is shared too; every
+/// other request passes straight through.
 #[async_trait]
-impl ItemReader for Coalescing {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
+impl Store for Coalescing {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        match request {
+            Request::Get { key, consistent } => {
+                self.shared_get(key, consistent).await.map(Reply::Item)
+            }
+            Request::QueryPage { spec, start: None } if spec.as_partition().is_some() => {
+                self.shared_partition(spec).await.map(Reply::Page)
+            }
+            Request::QueryPartitions {
+                index,
+                attribute,
+                values,
+                consistent,
+            } => query_partitions_by_pages(self, index, attribute, values, consistent)
+                .await
+                .map(Reply::Partitions),
+            Request::BatchWrite { ops } => self.shared_batch_write(ops).await.map(Reply::Batch),
+            other => self.inner.call(other).await,
+        }
+    }
+}
+
+impl Coalescing {
+    /// A point read, sent with the others waiting at the same moment.
+    async fn shared_get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
         let (reply, answer) = oneshot::channel();
         let job = GetJob {
             key: key.clone(),
@@ -607,20 +639,12 @@ impl ItemReader for Coalescing {
         answer.await.map_err(|_| lost("BatchGetItem"))?
     }
 
-    async fn get_many(
-        &self,
-        keys: &[Key],
-        consistent: bool,
-    ) -> Result<Vec<Option<Item>>, StoreError> {
-        self.inner.get_many(keys, consistent).await
-    }
-}
-
-#[async_trait]
-impl QueryStore for Coalescing {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        let Some((attribute, value)) = spec.as_partition().filter(|_| start.is_none()) else {
-            return self.inner.query_page(spec, start).await;
+    /// The first page of a whole-partition query
+    /// ([`QuerySpec::as_partition`]): the whole partition, read with the
+    /// others waiting at the same moment.
+    async fn shared_partition(&self, spec: &QuerySpec) -> Result<Page, StoreError> {
+        let Some((attribute, value)) = spec.as_partition() else {
+            return self.inner.query_page(spec, None).await;
         };
         let (reply, answer) = oneshot::channel();
         let job = PartitionJob {
@@ -633,32 +657,10 @@ impl QueryStore for Coalescing {
         self.enqueue(&self.partitions, job, flush_partitions);
         answer.await.map_err(|_| lost("ExecuteStatement"))?
     }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-}
 
-#[async_trait]
-impl ItemWriter for Coalescing {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.inner.put(item, condition).await
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.inner.delete(key, condition).await
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.inner.update(key, update, condition).await
-    }
-}
-
-#[async_trait]
-impl BatchWriter for Coalescing {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
+    /// Unconditional writes, chunk after chunk, each chunk sent with the
+    /// others waiting at the same moment.
+    async fn shared_batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
         let ops = dedupe_by_key(self.keys(), ops);
         let mut report = BatchWriteReport {
             items: ops.len(),

@@ -7,8 +7,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    BatchWriteReport, BatchWriter, Expr, ItemReader, ItemWriter, Key, Page, QuerySpec, QueryStore,
-    ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
+    BatchWriteReport, Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome,
 };
 use crate::item::Item;
 
@@ -68,93 +67,64 @@ impl DryRunStore {
     }
 }
 
+/// Writes are planned and answered as applied (a batch as written in no
+/// request); reads pass straight through. A write this layer has no plan
+/// for (a new [`Request`] variant) is refused, never sent.
 #[async_trait]
-impl ItemReader for DryRunStore {
-    async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError> {
-        self.inner.get(key, consistent).await
-    }
-
-    async fn get_many(
-        &self,
-        keys: &[Key],
-        consistent: bool,
-    ) -> Result<Vec<Option<Item>>, StoreError> {
-        self.inner.get_many(keys, consistent).await
+impl Store for DryRunStore {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        let planned = match request {
+            Request::Put { item, condition } => PlannedWrite::Put {
+                item,
+                condition: text(condition),
+            },
+            Request::Delete { key, condition } => PlannedWrite::Delete {
+                key: key.clone(),
+                condition: text(condition),
+            },
+            Request::Update {
+                key,
+                update,
+                condition,
+            } => PlannedWrite::Update {
+                key: key.clone(),
+                update: update.text,
+                condition: text(condition),
+            },
+            Request::BatchWrite { ops } => {
+                let items = ops.len();
+                for op in ops {
+                    self.plan(match op {
+                        WriteOp::Put(item) => PlannedWrite::Put {
+                            item,
+                            condition: None,
+                        },
+                        WriteOp::Delete(key) => PlannedWrite::Delete {
+                            key,
+                            condition: None,
+                        },
+                    });
+                }
+                return Ok(Reply::Batch(BatchWriteReport {
+                    items,
+                    ..Default::default()
+                }));
+            }
+            read if !read.is_write() => return self.inner.call(read).await,
+            write => {
+                return Err(StoreError::Permanent {
+                    operation: "DryRun",
+                    code: "NotPlanned".into(),
+                    message: format!("a dry run has no plan for {write:?}"),
+                });
+            }
+        };
+        self.plan(planned);
+        Ok(Reply::Written(WriteOutcome::Applied))
     }
 }
 
-#[async_trait]
-impl QueryStore for DryRunStore {
-    async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.query_page(spec, start).await
-    }
-    async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError> {
-        self.inner.scan_page(spec, start).await
-    }
-
-    async fn query_partitions(
-        &self,
-        index: Option<&str>,
-        attribute: &str,
-        values: &[aws_sdk_dynamodb::types::AttributeValue],
-        consistent: bool,
-    ) -> Result<super::Partitions, StoreError> {
-        self.inner
-            .query_partitions(index, attribute, values, consistent)
-            .await
-    }
-}
-
-#[async_trait]
-impl ItemWriter for DryRunStore {
-    async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.plan(PlannedWrite::Put {
-            item,
-            condition: condition.map(|c| c.text),
-        });
-        Ok(WriteOutcome::Applied)
-    }
-    async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError> {
-        self.plan(PlannedWrite::Delete {
-            key: key.clone(),
-            condition: condition.map(|c| c.text),
-        });
-        Ok(WriteOutcome::Applied)
-    }
-    async fn update(
-        &self,
-        key: &Key,
-        update: Expr,
-        condition: Option<Expr>,
-    ) -> Result<WriteOutcome, StoreError> {
-        self.plan(PlannedWrite::Update {
-            key: key.clone(),
-            update: update.text,
-            condition: condition.map(|c| c.text),
-        });
-        Ok(WriteOutcome::Applied)
-    }
-}
-
-#[async_trait]
-impl BatchWriter for DryRunStore {
-    async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError> {
-        let items = ops.len();
-        for op in ops {
-            self.plan(match op {
-                WriteOp::Put(item) => PlannedWrite::Put {
-                    item,
-                    condition: None,
-                },
-                WriteOp::Delete(key) => PlannedWrite::Delete {
-                    key,
-                    condition: None,
-                },
-            });
-        }
-        Ok(BatchWriteReport {
-            items,
-            ..Default::default()
-        })
-    }
+/// A condition as a plan shows it: its expression's text.
+fn text(condition: Option<Expr>) -> Option<String> {
+    condition.map(|c| c.text)
 }
