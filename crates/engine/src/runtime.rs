@@ -77,6 +77,38 @@ impl<P: RecordProcessor> StreamSide for EveryBatch<P> {
 
 struct Borrowed<'a, P>(&'a P);
 
+/// Several handlers as one processor: each sees every change, in order; the
+/// record is handled when any of them handled it, and a failure of any
+/// stops the record (transient: Lambda delivers it again, to all of them,
+/// so each must be idempotent).
+pub struct AllHandlers(pub Vec<Arc<dyn RecordProcessor>>);
+
+#[async_trait::async_trait]
+impl RecordProcessor for AllHandlers {
+    async fn process(
+        &self,
+        change: &StreamChange,
+    ) -> Result<engine::RecordOutcome, engine::ProcessError> {
+        let mut handled = Vec::new();
+        let mut skipped = Vec::new();
+        for handler in &self.0 {
+            match handler.process(change).await? {
+                engine::RecordOutcome::Handled { detail } => handled.push(detail),
+                engine::RecordOutcome::Skipped { reason } => skipped.push(reason),
+            }
+        }
+        Ok(if handled.is_empty() {
+            engine::RecordOutcome::skipped(if skipped.is_empty() {
+                "no handler".to_owned()
+            } else {
+                skipped.join("; ")
+            })
+        } else {
+            engine::RecordOutcome::handled(handled.join("; "))
+        })
+    }
+}
+
 #[async_trait::async_trait]
 impl<P: RecordProcessor> RecordProcessor for Borrowed<'_, P> {
     async fn process(

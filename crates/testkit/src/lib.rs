@@ -46,7 +46,7 @@ impl TestTable {
             .expect("DynamoDB Local must start (see the error for what to install)");
         let endpoint = local.endpoint_url();
         let name = name.into();
-        let store = DynamoStore::new(store::local_client(&endpoint), &name);
+        let store = DynamoStore::new(store::local_client(&endpoint), &name).with_key(schema.key);
         store.create_table(schema).await.expect("create table");
         let table = TestTable {
             store: Arc::new(store),
@@ -79,7 +79,7 @@ impl TestTable {
                 .take(100)
                 .collect::<String>()
         );
-        let store = DynamoStore::new(store::local_client(&endpoint), &name);
+        let store = DynamoStore::new(store::local_client(&endpoint), &name).with_key(schema.key);
         store.create_table(schema).await.expect("create table");
         TestTable {
             store: Arc::new(store),

@@ -82,6 +82,29 @@ pub enum ProcessError {
     Transient { reason: String },
 }
 
+/// A store failure: transient when retrying may help (throttling, 5xx,
+/// network), permanent otherwise.
+impl From<crate::store::StoreError> for ProcessError {
+    fn from(e: crate::store::StoreError) -> Self {
+        if e.is_retryable() {
+            ProcessError::transient(e.to_string())
+        } else {
+            ProcessError::permanent(e.to_string())
+        }
+    }
+}
+
+/// A handler's failure: transient when retrying may help.
+impl From<crate::error::HandlerError> for ProcessError {
+    fn from(e: crate::error::HandlerError) -> Self {
+        if e.is_retryable() {
+            ProcessError::transient(e.to_string())
+        } else {
+            ProcessError::permanent(e.to_string())
+        }
+    }
+}
+
 impl ProcessError {
     pub fn permanent(reason: impl Into<String>) -> Self {
         ProcessError::Permanent {

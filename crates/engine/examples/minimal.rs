@@ -1,0 +1,409 @@
+//! A minimal app on the worker engine: a table of notes.
+//!
+//! - the stream keeps each note's `TitleKey` equal to its `Title` in lower
+//!   case (a conditional write; a note already right costs no write);
+//! - a scheduled job, `purge-expired`, deletes the notes whose `ExpiresAt`
+//!   (epoch seconds) has passed, never one renewed meanwhile.
+//!
+//! The sections follow the order in which an app is written: (a) the table
+//! as data, (b) the key module and the typed item, (c) the stream handler,
+//! (d) the scheduled job and the app's description, (e) the app assembled
+//! on the engine's `Worker` and its two Lambda mains. `docs/ENGINE.md`
+//! walks through it; `tests/minimal_example.rs` runs it on DynamoDB Local.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use lambda_runtime::Error;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use worker_engine::clock::{Clock, SystemClock};
+use worker_engine::env::Env;
+use worker_engine::error::HandlerError;
+use worker_engine::item::{Item, redact_quoted};
+use worker_engine::job::{
+    Access, AppSpec, EnvVar, JobSpec, ReadBy, Schedule, ScheduleSpec, StreamSpec,
+};
+use worker_engine::lambda;
+use worker_engine::metrics::{Emitter, Metric, WriteCounter};
+use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
+use worker_engine::schedule::{JobName, JobReport, JobRun, ScheduledJob, Scheduler};
+use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
+use worker_engine::store::{self, DynamoStore, Expr, QuerySpec, Store, WriteOutcome};
+use worker_engine::stream::decode::StreamChange;
+use worker_engine::stream::engine::{
+    DEFAULT_CONCURRENCY, ProcessError, RecordOutcome, RecordProcessor,
+};
+use worker_engine::telemetry::{self, LogFormat};
+
+// ---------------------------------------------------------------------------
+// (a) The table, as data: what tests, the CLI and templates create.
+
+/// Notes by expiry: a sparse index (only notes with `ExpiresAt` are in it),
+/// partitioned by `SK`, which is the same for every note (one index
+/// partition: enough for a small table).
+pub const BY_EXPIRY: IndexSpec = IndexSpec {
+    name: keys::BY_EXPIRY_INDEX,
+    partition_key: keys::SK,
+    sort_key: Some(keys::EXPIRES_AT),
+    include: None,
+};
+
+/// `PK`/`SK` strings, `ExpiresAt` a number, one index, a NEW_AND_OLD_IMAGES
+/// stream.
+pub fn schema() -> TableSchema {
+    TableSchema::new(KeySchema::composite(keys::PK, keys::SK))
+        .with_numbers(&[keys::EXPIRES_AT])
+        .with_index(BY_EXPIRY)
+}
+
+// ---------------------------------------------------------------------------
+// (b) The key module (every key string and attribute name of the app) and
+// the typed item.
+
+pub mod keys {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use worker_engine::item::Item;
+    use worker_engine::store::Key;
+
+    pub const PK: &str = "PK";
+    pub const SK: &str = "SK";
+    pub const TITLE: &str = "Title";
+    pub const TITLE_KEY: &str = "TitleKey";
+    pub const EXPIRES_AT: &str = "ExpiresAt";
+    pub const BY_EXPIRY_INDEX: &str = "NotesByExpiry";
+    /// `SK` of every note (the partition of [`BY_EXPIRY_INDEX`]).
+    pub const NOTE_SK: &str = "NOTE";
+    const NOTE_PREFIX: &str = "NOTE#";
+
+    /// The key of note `id`: `PK = NOTE#<id>`, `SK = NOTE`.
+    pub fn note(id: &str) -> Key {
+        Key::from([
+            (
+                PK.to_owned(),
+                AttributeValue::S(format!("{NOTE_PREFIX}{id}")),
+            ),
+            (SK.to_owned(), AttributeValue::S(NOTE_SK.to_owned())),
+        ])
+    }
+
+    /// The note id of an item's key; `None` when the item is not a note.
+    pub fn note_id(item: &Item) -> Option<&str> {
+        let s = |name| match item.get(name) {
+            Some(AttributeValue::S(s)) => Some(s.as_str()),
+            _ => None,
+        };
+        if s(SK)? != NOTE_SK {
+            return None;
+        }
+        s(PK)?.strip_prefix(NOTE_PREFIX).filter(|id| !id.is_empty())
+    }
+}
+
+/// A note. Its attributes are its fields in PascalCase ([`keys::TITLE`],
+/// [`keys::TITLE_KEY`], [`keys::EXPIRES_AT`]); its key comes from the id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Note {
+    #[serde(skip)]
+    pub id: String,
+    pub title: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title_key: Option<String>,
+    /// Epoch seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<i64>,
+}
+
+impl Note {
+    /// `Ok(None)` when the item is not a note; `Err` (values redacted) when
+    /// it is one that does not decode.
+    pub fn from_item(item: &Item) -> Result<Option<Note>, String> {
+        let Some(id) = keys::note_id(item) else {
+            return Ok(None);
+        };
+        let mut note: Note = serde_dynamo::from_item(item.clone())
+            .map_err(|e| format!("note does not decode: {}", redact_quoted(&e.to_string())))?;
+        note.id = id.to_owned();
+        Ok(Some(note))
+    }
+
+    pub fn to_item(&self) -> Item {
+        let mut item: Item = serde_dynamo::to_item(self).expect("a note always serializes");
+        item.extend(keys::note(&self.id));
+        item
+    }
+
+    /// What `TitleKey` must hold.
+    pub fn wanted_title_key(&self) -> String {
+        self.title.to_lowercase()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// (c) The stream handler. Delivery is at least once and items arrive in any
+// order: decide from the record's image, write conditionally, and take a
+// failed condition as a normal outcome.
+
+/// Keeps `TitleKey` equal to the lowercase `Title` of every note.
+pub struct TitleKeys {
+    store: Arc<dyn Store>,
+    writes: Arc<WriteCounter>,
+}
+
+#[async_trait]
+impl RecordProcessor for TitleKeys {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        if change.kind.is_removal() {
+            return Ok(RecordOutcome::skipped("removed"));
+        }
+        let Some(image) = &change.new_image else {
+            return Ok(RecordOutcome::skipped("no new image"));
+        };
+        let Some(note) = Note::from_item(image).map_err(ProcessError::permanent)? else {
+            return Ok(RecordOutcome::skipped("not a note"));
+        };
+        let wanted = note.wanted_title_key();
+        if note.title_key.as_deref() == Some(wanted.as_str()) {
+            // Also the record of this handler's own write: the loop ends here.
+            return Ok(RecordOutcome::skipped("title key up to date"));
+        }
+        let set = Expr::new("SET #tk = :tk")
+            .name("#tk", keys::TITLE_KEY)
+            .string(":tk", wanted);
+        // Only over the title this record saw (false too when the note is
+        // gone): a newer title has a record of its own.
+        let same_title = Expr::new("#t = :t")
+            .name("#t", keys::TITLE)
+            .string(":t", &note.title);
+        let outcome = self
+            .store
+            .update(&keys::note(&note.id), set, Some(same_title))
+            .await?;
+        match outcome {
+            WriteOutcome::Applied => {
+                self.writes.add(TITLE_KEY_WRITES, 1);
+                Ok(RecordOutcome::handled("title key set"))
+            }
+            WriteOutcome::ConditionFailed => Ok(RecordOutcome::skipped("title changed since")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// (d) The scheduled job, and the app described once.
+
+/// The app's jobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Job {
+    PurgeExpired,
+}
+
+impl JobName for Job {
+    const ALL: &'static [Job] = &[Job::PurgeExpired];
+    fn as_str(self) -> &'static str {
+        match self {
+            Job::PurgeExpired => "purge-expired",
+        }
+    }
+}
+
+impl fmt::Display for Job {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Deletes the notes whose `ExpiresAt` has passed. Idempotent per tick: a
+/// second run finds nothing; a run stopped by the deadline leaves the rest
+/// to the next tick.
+pub struct PurgeExpired {
+    store: Arc<dyn Store>,
+}
+
+#[async_trait]
+impl ScheduledJob<Job> for PurgeExpired {
+    fn job(&self) -> Job {
+        Job::PurgeExpired
+    }
+
+    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
+        let expired = self
+            .store
+            .query_all(&QuerySpec {
+                index: Some(keys::BY_EXPIRY_INDEX.to_owned()),
+                key_condition: Expr::new("#sk = :sk AND #exp <= :now")
+                    .name("#sk", keys::SK)
+                    .name("#exp", keys::EXPIRES_AT)
+                    .string(":sk", keys::NOTE_SK)
+                    .value(":now", AttributeValue::N(run.now.timestamp().to_string())),
+                forward: true,
+                ..Default::default()
+            })
+            .await?;
+        let (mut purged, mut kept, mut complete) = (0u64, 0u64, true);
+        for item in &expired {
+            if !run.has_time() {
+                complete = false;
+                break;
+            }
+            let (Some(id), Some(seen)) = (keys::note_id(item), item.get(keys::EXPIRES_AT)) else {
+                continue;
+            };
+            // Only if not renewed since the query.
+            let unchanged = Expr::new("#exp = :seen")
+                .name("#exp", keys::EXPIRES_AT)
+                .value(":seen", seen.clone());
+            match self.store.delete(&keys::note(id), Some(unchanged)).await? {
+                WriteOutcome::Applied => purged += 1,
+                WriteOutcome::ConditionFailed => kept += 1,
+            }
+        }
+        Ok(JobReport {
+            job: Job::PurgeExpired,
+            complete,
+            summary: format!("{purged} expired note(s) purged"),
+            details: json!({"expired": expired.len(), "purged": purged, "renewed": kept}),
+            metrics: vec![Metric::count(NOTES_PURGED, purged)],
+        })
+    }
+}
+
+/// What the handler and the job are built from.
+pub struct Deps {
+    pub store: Arc<dyn Store>,
+    pub writes: Arc<WriteCounter>,
+}
+
+pub const TITLE_KEY_WRITES: &str = "TitleKeyWrites";
+pub const NOTES_PURGED: &str = "NotesPurged";
+pub const TABLE_NAME: &str = "TABLE_NAME";
+pub const ENDPOINT: &str = "DYNAMODB_ENDPOINT_URL";
+pub const WORKER_JOB: &str = "WORKER_JOB";
+
+/// The notes job: its stream side, its scheduled job, what each needs.
+pub const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
+    name: "notes",
+    summary: "keeps TitleKey equal to the lowercase Title; purges expired notes",
+    env: &[],
+    stream: Some(StreamSpec {
+        handler: "title-keys",
+        writes_metric: TITLE_KEY_WRITES,
+        access: Access {
+            dynamodb_actions: &["dynamodb:UpdateItem"],
+            ..Access::NONE
+        },
+    }),
+    scheduled: &[ScheduleSpec {
+        job: Job::PurgeExpired,
+        function: "PurgeExpiredFunction",
+        schedule: Schedule::Rate("rate(1 hour)"),
+        local_cron: "0 * * * *",
+        access: Access {
+            dynamodb_actions: &["dynamodb:DeleteItem", "dynamodb:Query"],
+            indexes: &[keys::BY_EXPIRY_INDEX],
+            ..Access::NONE
+        },
+        metrics: &[NOTES_PURGED],
+    }],
+    handlers: |d| {
+        vec![Arc::new(TitleKeys {
+            store: d.store.clone(),
+            writes: d.writes.clone(),
+        })]
+    },
+    jobs: |d| {
+        vec![Arc::new(PurgeExpired {
+            store: d.store.clone(),
+        })]
+    },
+};
+
+/// The app: its common variables and its jobs (one line per job).
+pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
+    name: "notes-worker",
+    namespace: "NotesWorker",
+    env: &[
+        EnvVar {
+            name: TABLE_NAME,
+            read_by: &[ReadBy::All],
+            default: None,
+            meaning: "the notes table",
+        },
+        EnvVar {
+            name: ENDPOINT,
+            read_by: &[ReadBy::LocalOnly],
+            default: None,
+            meaning: "a DynamoDB Local endpoint",
+        },
+        EnvVar {
+            name: WORKER_JOB,
+            read_by: &[ReadBy::Schedule],
+            default: None,
+            meaning: "the one job a schedule function runs (a tick for another is refused)",
+        },
+    ],
+    jobs: &[&NOTES],
+};
+
+// ---------------------------------------------------------------------------
+// (e) The app assembled on the engine's `Worker`, and the two Lambda mains.
+
+/// The app over a store: every job registered. The Lambda mains, the dev
+/// loop and the tests run events through it (`handle_stream`,
+/// `handle_schedule`, or `EventFunction`).
+pub fn worker(store: Arc<dyn Store>, clock: Arc<dyn Clock>, pinned: Option<Job>) -> Worker<Job> {
+    let deps = Deps {
+        store,
+        writes: Arc::default(),
+    };
+    let handlers = AllHandlers(APP.handlers(&deps));
+    let scheduler = APP
+        .scheduled(&deps)
+        .into_iter()
+        .fold(Scheduler::default(), Scheduler::with);
+    let settings = WorkerSettings {
+        deadline_margin: Duration::from_secs(2),
+        stream_concurrency: DEFAULT_CONCURRENCY,
+        pinned_job: pinned,
+        writes_metrics: APP.stream_specs().map(|s| s.writes_metric).collect(),
+    };
+    Worker::new(Box::new(EveryBatch(handlers)), scheduler, clock, settings)
+        .with_write_counter(deps.writes)
+}
+
+/// The app as Lambda runs it, from the environment.
+pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
+    let lookup = |name: &str| std::env::var(name).ok();
+    let env = Env::new(&lookup);
+    let table = env.required(TABLE_NAME, "the notes table")?;
+    let pinned = env.parse(WORKER_JOB, |v| {
+        Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
+    })?;
+    let client = store::client(env.non_empty(ENDPOINT).as_deref()).await;
+    let store = DynamoStore::new(client, table);
+    Ok(worker(Arc::new(store.clone()), Arc::new(SystemClock), pinned).with_store_metrics(&store))
+}
+
+/// One bootstrap, two functions: `minimal stream` answers the stream's
+/// batches with the partial-batch response, `minimal schedule` runs ticks.
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    telemetry::init(LogFormat::Json);
+    let side = std::env::args().nth(1).unwrap_or_default();
+    if !matches!(side.as_str(), "stream" | "schedule") {
+        return Err("usage: minimal stream|schedule (run by Lambda)".into());
+    }
+    let worker = worker_from_env()
+        .await?
+        .with_metrics(Emitter::stdout_from_env(APP.namespace, &side));
+    if side == "stream" {
+        lambda::serve_stream(&worker).await
+    } else {
+        lambda::serve_schedule(&worker).await
+    }
+}

@@ -1,0 +1,271 @@
+//! The minimal example app (`examples/minimal.rs`) on DynamoDB Local: the
+//! stream keeps `TitleKey` right and a replayed batch changes nothing; the
+//! scheduled job purges expired notes, never a renewed one; the app's
+//! description gives the deployed functions.
+
+#[allow(dead_code)] // the example's Lambda main is not run here
+#[path = "../examples/minimal.rs"]
+mod minimal;
+
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
+use minimal::{APP, Job, Note, keys, schema};
+use serde_json::{Value, json};
+use worker_engine::clock::ManualClock;
+use worker_engine::item::Item;
+use worker_engine::metrics::{CapturedLines, Emitter};
+use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::Worker;
+use worker_engine::store::{ItemReader, ItemWriter, Store};
+use worker_engine::stream::decode::encode_event;
+use worker_engine::stream::engine::RecordStatus;
+use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};
+use worker_testkit::{Drain, TestTable};
+
+const NOW: &str = "2024-03-25T00:00:00Z";
+
+fn now() -> DateTime<Utc> {
+    NOW.parse().unwrap()
+}
+
+fn note(id: &str, title: &str, title_key: Option<&str>, expires_at: Option<i64>) -> Note {
+    Note {
+        id: id.into(),
+        title: title.into(),
+        title_key: title_key.map(str::to_owned),
+        expires_at,
+    }
+}
+
+fn app(store: Arc<dyn Store>) -> Worker<Job> {
+    minimal::worker(store, Arc::new(ManualClock::new(now())), None)
+}
+
+async fn put(table: &TestTable, notes: &[Note]) {
+    for n in notes {
+        table.store.put(n.to_item(), None).await.expect("put note");
+    }
+}
+
+async fn read(table: &TestTable, id: &str) -> Option<Note> {
+    let item = table.store.get(&keys::note(id), true).await.expect("get");
+    item.map(|i| Note::from_item(&i).expect("decodes").expect("a note"))
+}
+
+async fn title_key(table: &TestTable, id: &str) -> Option<String> {
+    read(table, id).await.expect("note exists").title_key
+}
+
+#[test]
+fn keys_and_items_round_trip() {
+    let n = note("n1", "Hello", Some("hello"), Some(42));
+    let item = n.to_item();
+    let names = |i: &Item| {
+        let mut v: Vec<String> = i.keys().cloned().collect();
+        v.sort();
+        v
+    };
+    let mut expected = vec![
+        keys::EXPIRES_AT,
+        keys::PK,
+        keys::SK,
+        keys::TITLE,
+        keys::TITLE_KEY,
+    ];
+    expected.sort();
+    assert_eq!(names(&item), expected, "serde names are the key module's");
+    assert_eq!(item[keys::PK], AttributeValue::S("NOTE#n1".into()));
+    assert_eq!(keys::note_id(&item), Some("n1"));
+    assert_eq!(Note::from_item(&item), Ok(Some(n.clone())));
+
+    let mut other = keys::note("n1");
+    other.insert(keys::SK.into(), AttributeValue::S("OTHER".into()));
+    assert_eq!(Note::from_item(&other), Ok(None), "not a note");
+    let mut bad = n.to_item();
+    bad.insert(keys::EXPIRES_AT.into(), AttributeValue::S("secret".into()));
+    let err = Note::from_item(&bad).unwrap_err();
+    assert!(!err.contains("secret"), "values are redacted: {err}");
+}
+
+#[test]
+fn the_description_gives_the_deployed_functions() {
+    APP.check().expect("a consistent description");
+    assert_eq!(
+        schema().key_attributes(),
+        [keys::PK, keys::SK, keys::EXPIRES_AT]
+    );
+    let functions = APP.functions();
+    let [stream, purge] = functions.as_slice() else {
+        panic!("two functions: {functions:?}");
+    };
+    assert!(stream.reads_stream);
+    assert_eq!(stream.dynamodb_actions, ["dynamodb:UpdateItem"]);
+    assert_eq!(stream.env_vars, [minimal::TABLE_NAME], "no local-only var");
+    assert_eq!(
+        (purge.logical_id, purge.job),
+        ("PurgeExpiredFunction", Some(Job::PurgeExpired))
+    );
+    assert_eq!(purge.env_vars, [minimal::TABLE_NAME, minimal::WORKER_JOB]);
+    assert_eq!(
+        purge.dynamodb_actions,
+        ["dynamodb:DeleteItem", "dynamodb:Query"]
+    );
+    assert_eq!(purge.indexes, [keys::BY_EXPIRY_INDEX]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn title_keys_follow_titles_and_replays_change_nothing() {
+    let table = TestTable::with_schema(&schema()).await;
+    let lines = CapturedLines::default();
+    let app = app(table.store.clone()).with_metrics(Emitter::new(
+        APP.namespace,
+        "stream",
+        Arc::new(lines.clone()),
+    ));
+    let mut drain = Drain::new(&table).await;
+    put(
+        &table,
+        &[
+            note("a", "Hello World", None, None),
+            note("b", "done", Some("done"), None),
+            note("c", "MiXeD", Some("stale"), None),
+        ],
+    )
+    .await;
+
+    // The three inserts, then the records of the handler's own two writes.
+    let inserts = drain.read().await;
+    assert_eq!(inserts.len(), 3);
+    let writes_before = table.store.metrics().snapshot();
+    drain.run_batch(&app, &inserts).await;
+    assert_eq!(drain.run(&app).await, 2, "one record per write");
+    let writes = table.store.metrics().snapshot().since(&writes_before);
+    assert_eq!(writes.update_item, 2, "note b was already right: no write");
+    let handled: usize = drain.batches.iter().map(|b| b.handled).sum();
+    let skipped: usize = drain.batches.iter().map(|b| b.skipped).sum();
+    assert_eq!((handled, skipped), (2, 3));
+    let counted: u64 = lines
+        .lines()
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).expect("EMF line")["TitleKeyWrites"].as_u64())
+        .map(|n| n.expect("every stream line counts the handler's writes"))
+        .sum();
+    assert_eq!(counted, 2);
+    assert_eq!(title_key(&table, "a").await.as_deref(), Some("hello world"));
+    assert_eq!(title_key(&table, "b").await.as_deref(), Some("done"));
+    assert_eq!(title_key(&table, "c").await.as_deref(), Some("mixed"));
+
+    // At least once: the same batch again, twice, changes nothing.
+    let settled = table.snapshot().await;
+    let event = encode_event(&inserts, None);
+    for _ in 0..2 {
+        let report = app.invoke_stream(&event).await.expect("stream event");
+        assert!(report.batch_item_failures.is_empty(), "{report:?}");
+        assert_eq!(report.rejected + report.malformed + report.failed, 0);
+        assert_eq!(table.snapshot().await, settled);
+    }
+    drain.run(&app).await;
+    assert_eq!(table.snapshot().await, settled);
+
+    // Out of order: a new title lands, then the old insert is delivered
+    // again. The condition keeps the old title's key from overwriting.
+    put(
+        &table,
+        &[note("a", "Second Title", Some("hello world"), None)],
+    )
+    .await;
+    drain.run(&app).await;
+    assert_eq!(
+        title_key(&table, "a").await.as_deref(),
+        Some("second title")
+    );
+    let report = app.invoke_stream(&event).await.expect("stream event");
+    let of_a = report
+        .records
+        .iter()
+        .find(|r| r.keys.as_deref() == Some("PK=NOTE#a, SK=NOTE"))
+        .expect("the record of note a");
+    assert_eq!(
+        of_a.status,
+        RecordStatus::Skipped {
+            reason: "title changed since".into()
+        }
+    );
+    assert_eq!(
+        title_key(&table, "a").await.as_deref(),
+        Some("second title")
+    );
+
+    // A removal costs nothing.
+    drain.run(&app).await;
+    table
+        .store
+        .delete(&keys::note("b"), None)
+        .await
+        .expect("delete");
+    let before = table.store.metrics().snapshot();
+    drain.run(&app).await;
+    let last = drain.batches.last().expect("a batch");
+    assert_eq!((last.handled, last.skipped), (0, 1));
+    assert_eq!(
+        table.store.metrics().snapshot().since(&before).update_item,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tick_purges_expired_notes_but_not_a_renewed_one() {
+    let table = TestTable::with_schema(&schema()).await;
+    let t = now().timestamp();
+    let renewed = note("renewed", "r", Some("r"), Some(t + 86_400));
+    put(
+        &table,
+        &[
+            note("old", "o", Some("o"), Some(t - 3_600)),
+            note("renewed", "r", Some("r"), Some(t - 60)),
+            note("later", "l", Some("l"), Some(t + 3_600)),
+            note("kept", "k", Some("k"), None),
+        ],
+    )
+    .await;
+    // The owner renews a note between the job's query and its delete.
+    let store = Arc::new(RaceBeforeDelete::new(
+        table.store.clone(),
+        keys::note("renewed"),
+        ServiceWrite::Put(renewed.to_item()),
+    ));
+    let lines = CapturedLines::default();
+    let app = app(store.clone()).with_metrics(Emitter::new(
+        APP.namespace,
+        "schedule",
+        Arc::new(lines.clone()),
+    ));
+
+    let tick = json!({"job": "purge-expired", "scheduledTime": NOW});
+    let report = app.invoke_schedule(&tick).await.expect("tick runs");
+    assert!(store.fired(), "the renewal raced the delete");
+    assert_eq!(report["job"], "purge-expired");
+    assert_eq!(report["complete"], true);
+    assert_eq!(
+        report["details"],
+        json!({"expired": 2, "purged": 1, "renewed": 1})
+    );
+    assert!(read(&table, "old").await.is_none());
+    assert_eq!(read(&table, "renewed").await, Some(renewed));
+    assert!(read(&table, "later").await.is_some());
+    assert!(read(&table, "kept").await.is_some());
+
+    let emf: Value = serde_json::from_str(&lines.lines()[0]).expect("one EMF line");
+    assert_eq!(
+        (&emf["Job"], &emf["JobRuns"], &emf["NotesPurged"]),
+        (&json!("purge-expired"), &json!(1), &json!(1))
+    );
+
+    // Idempotent per tick: the same tick again finds nothing.
+    let again = app.invoke_schedule(&tick).await.expect("tick runs");
+    assert_eq!(again["details"]["purged"], 0);
+    let unknown = app.invoke_schedule(&json!({"job": "vacuum"})).await;
+    assert!(unknown.unwrap_err().contains("purge-expired"));
+}
