@@ -97,13 +97,6 @@ impl EventBridgePublisher {
         EventBridgePublisher::default()
     }
 
-    /// A publisher over a ready client.
-    pub fn with_client(client: aws_sdk_eventbridge::Client) -> Self {
-        EventBridgePublisher {
-            client: tokio::sync::OnceCell::new_with(Some(client)),
-        }
-    }
-
     async fn client(&self) -> &aws_sdk_eventbridge::Client {
         self.client
             .get_or_init(|| async {

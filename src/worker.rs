@@ -179,10 +179,6 @@ impl Router {
         self
     }
 
-    pub fn handler_names(&self) -> Vec<&'static str> {
-        self.handlers.iter().map(|h| h.name()).collect()
-    }
-
     /// This router for the records of one batch: its handlers get the
     /// batch's [`BatchFacts`]. (The router itself processes each record as
     /// if it were alone in its batch.)

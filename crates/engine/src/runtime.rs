@@ -4,7 +4,7 @@
 //! runs exactly the code Lambda runs.
 //!
 //! - stream: decode (lenient, per record) → the app's processor for this
-//!   batch ([`StreamSide::for_batch`]) → [`run_batch`] (per-item order,
+//!   batch ([`StreamSide::for_batch`]) → [`engine::run_batch`] (per-item order,
 //!   earliest-failure partial response, deadline), inside the coalescing
 //!   store's gathered poll pass when the app shares requests;
 //! - schedule: parse the tick (either EventBridge shape) → refuse a tick for

@@ -349,6 +349,28 @@ mod tests {
     }
 
     #[test]
+    fn a_local_index_shares_the_partition_key() {
+        let lsi = IndexSpec {
+            name: "ByTitle",
+            partition_key: "P",
+            sort_key: Some("Title"),
+            include: None,
+        };
+        let s = schema().with_local_index(lsi);
+        assert_eq!(s.key_attributes(), ["P", "S", "Owner", "Created", "Title"]);
+        assert!(s.has_index("ByTitle"));
+        let cf = s.to_cloudformation(serde_json::json!("t"));
+        let props = &cf["Properties"];
+        assert_eq!(props["LocalSecondaryIndexes"][0]["IndexName"], "ByTitle");
+        assert_eq!(
+            props["LocalSecondaryIndexes"][0]["KeySchema"][1]["AttributeName"],
+            "Title"
+        );
+        let req = local_index(&s.local_indexes[0]);
+        assert_eq!(req.key_schema().len(), 2);
+    }
+
+    #[test]
     fn cloudformation_carries_types_and_the_stream_view() {
         let cf = schema().to_cloudformation(serde_json::json!("t"));
         let props = &cf["Properties"];

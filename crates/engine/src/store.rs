@@ -1075,11 +1075,6 @@ impl DynamoStore {
         self
     }
 
-    pub fn with_backoff(mut self, backoff: Backoff) -> Self {
-        self.backoff = backoff;
-        self
-    }
-
     pub fn table(&self) -> &str {
         &self.table
     }

@@ -102,21 +102,6 @@ impl StreamTail {
         &self.stream_arn
     }
 
-    /// Forget what was handed out after `seq` in `shard`, so that the next
-    /// [`poll`](Self::poll) returns those records again (retry from the
-    /// first failed sequence number).
-    pub fn rewind(&mut self, shard: &str, before: Option<SequenceNumber>) {
-        match before {
-            Some(seq) => {
-                self.positions.insert(shard.to_owned(), seq);
-            }
-            None => {
-                self.positions.remove(shard);
-            }
-        }
-        self.finished.remove(shard);
-    }
-
     /// The shards of the stream, parents before children.
     async fn shards(&self) -> Result<Vec<(String, Option<String>)>, StoreError> {
         let mut shards = Vec::new();

@@ -32,7 +32,7 @@ pub struct CaptureArgs {
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub since: Option<DateTime<Utc>>,
     /// Replace the app's personal attributes (e-mail addresses, names)
-    /// with stable placeholders (user-<n>@example.invalid, user-<n>); ids
+    /// with stable placeholders (`user-<n>@example.invalid`, `user-<n>`); ids
     /// are kept.
     #[arg(long)]
     pub redact: bool,

@@ -1,7 +1,7 @@
 //! The local event-source loop: reads a table's stream the way Lambda's
 //! event source mapping does and invokes a function with Lambda-shaped
 //! events, plus cron-driven schedule ticks. Generic: the function is an
-//! [`EventFunction`] (the worker's [`App`] is one), the records come from a
+//! [`EventFunction`] (the engine's [`crate::runtime::Worker`] is one), the records come from a
 //! [`RecordSource`] (a [`StreamTail`] in production use).
 //!
 //! Event source mapping rules reproduced here:

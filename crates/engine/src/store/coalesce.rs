@@ -187,7 +187,7 @@ impl Drop for Answering<'_> {
     }
 }
 
-/// A future whose poll passes a [`Gate`] waits for
+/// A future whose poll passes a `Gate` waits for
 /// ([`Coalescing::gathered`]).
 pub struct Gathered<F> {
     inner: Pin<Box<F>>,
