@@ -10,13 +10,11 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::config::{Clock, Config, ConfigError};
 use crate::keys::Job;
-use worker_engine::cli::{
-    CliApp, CliError, capture, dev, job_names, replay, run as run_job, table,
-};
+use worker_engine::cli::{CliApp, CliError, capture, dev, replay, run as run_job, table};
 use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
@@ -45,6 +43,7 @@ pub struct Nishiki;
 impl CliApp for Nishiki {
     type Job = Job;
     const NAME: &'static str = "nishiki-worker";
+    const DEFAULT_TABLE: &'static str = DEFAULT_TABLE;
 
     fn schema() -> TableSchema {
         crate::schema::nishiki()
@@ -175,29 +174,12 @@ pub enum Command {
 /// The command line with Nishiki's defaults: the table every `--table`
 /// falls back to, and the jobs `run` accepts.
 pub fn command() -> clap::Command {
-    fn with_table_default(cmd: clap::Command) -> clap::Command {
-        let cmd = if cmd.get_arguments().any(|a| a.get_id() == "table") {
-            cmd.mut_arg("table", |a| a.default_value(DEFAULT_TABLE).required(false))
-        } else {
-            cmd
-        };
-        let names: Vec<String> = cmd
-            .get_subcommands()
-            .map(|s| s.get_name().to_owned())
-            .collect();
-        names.into_iter().fold(cmd, |cmd, name| {
-            cmd.mut_subcommand(name, with_table_default)
-        })
-    }
-    with_table_default(Cli::command()).mut_subcommand("run", |c| {
-        c.mut_arg("job", |a| a.value_parser(job_names::<Nishiki>()))
-    })
+    worker_engine::cli::with_app_defaults::<Nishiki>(Cli::command())
 }
 
 /// Parse the process's arguments (exits with usage on error).
 pub fn parse() -> Cli {
-    let matches = command().get_matches();
-    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    worker_engine::cli::parse::<Nishiki, Cli>()
 }
 
 /// Run a parsed command line; `Ok` carries the exit status.
@@ -222,7 +204,7 @@ mod tests {
 
     #[test]
     fn every_table_defaults_to_the_local_table() {
-        let cli = Cli::from_arg_matches(&command().get_matches_from([
+        let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&command().get_matches_from([
             "nishiki-worker",
             "table",
             "snapshot",

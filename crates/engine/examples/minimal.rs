@@ -8,20 +8,26 @@
 //! The sections follow the order in which an app is written: (a) the table
 //! as data, (b) the key module and the typed item, (c) the stream handler,
 //! (d) the scheduled job and the app's description, (e) the app assembled
-//! on the engine's `Worker` and its two Lambda mains. `docs/ENGINE.md`
-//! walks through it; `tests/minimal_example.rs` runs it on DynamoDB Local.
+//! on the engine's `Worker`, (f) its command line and its `main`: `minimal
+//! stream` and `minimal schedule` serve the two Lambda functions, anything
+//! else is the command line (`minimal replay|run|table|capture|dev`).
+//! `docs/ENGINE.md` walks through it; `tests/minimal_example.rs` runs it on
+//! DynamoDB Local.
 
 use std::fmt;
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use lambda_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use worker_engine::cli::{CliApp, CliError, capture, dev, replay, run as run_job, table};
 use worker_engine::clock::{Clock, SystemClock};
-use worker_engine::env::Env;
+use worker_engine::env::{ConfigError, Env};
 use worker_engine::error::HandlerError;
 use worker_engine::item::{Item, redact_quoted};
 use worker_engine::job::{
@@ -29,6 +35,7 @@ use worker_engine::job::{
 };
 use worker_engine::lambda;
 use worker_engine::metrics::{Emitter, Metric, WriteCounter};
+use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
 use worker_engine::schedule::{JobName, JobReport, JobRun, ScheduledJob, Scheduler};
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
@@ -376,14 +383,19 @@ pub fn worker(store: Arc<dyn Store>, clock: Arc<dyn Clock>, pinned: Option<Job>)
         .with_write_counter(deps.writes)
 }
 
+/// The job a schedule function is pinned to (`WORKER_JOB`), if any.
+fn pinned_job(env: &Env) -> Result<Option<Job>, ConfigError> {
+    env.parse(WORKER_JOB, |v| {
+        Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
+    })
+}
+
 /// The app as Lambda runs it, from the environment.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let lookup = |name: &str| std::env::var(name).ok();
     let env = Env::new(&lookup);
     let table = env.required(TABLE_NAME, "the notes table")?;
-    let pinned = env.parse(WORKER_JOB, |v| {
-        Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
-    })?;
+    let pinned = pinned_job(&env)?;
     let client = store::client(env.non_empty(ENDPOINT).as_deref()).await;
     let store = DynamoStore::new(client, table);
     Ok(worker(Arc::new(store.clone()), Arc::new(SystemClock), pinned).with_store_metrics(&store))
@@ -392,18 +404,121 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
 /// One bootstrap, two functions: `minimal stream` answers the stream's
 /// batches with the partial-batch response, `minimal schedule` runs ticks.
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn serve(side: &str) -> Result<(), Error> {
     telemetry::init(LogFormat::Json);
-    let side = std::env::args().nth(1).unwrap_or_default();
-    if !matches!(side.as_str(), "stream" | "schedule") {
-        return Err("usage: minimal stream|schedule (run by Lambda)".into());
-    }
     let worker = worker_from_env()
         .await?
-        .with_metrics(Emitter::stdout_from_env(APP.namespace, &side));
+        .with_metrics(Emitter::stdout_from_env(APP.namespace, side));
     if side == "stream" {
         lambda::serve_stream(&worker).await
     } else {
         lambda::serve_schedule(&worker).await
     }
+}
+
+// ---------------------------------------------------------------------------
+// (f) The command line, assembled from the engine's building blocks
+// (`worker_engine::cli`), and `main`.
+
+/// The table every `--table` falls back to.
+pub const LOCAL_TABLE: &str = "notes-local";
+
+/// The app, as the engine's command line sees it.
+pub struct Minimal;
+
+impl CliApp for Minimal {
+    type Job = Job;
+    const NAME: &'static str = "minimal";
+    const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+
+    fn schema() -> TableSchema {
+        schema()
+    }
+
+    /// Notes hold no personal data; an app whose items do lists those
+    /// attributes here (`Placeholder::Email`, `Placeholder::Name`) for
+    /// `capture --redact`.
+    fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
+        Vec::new()
+    }
+
+    fn local_cron(job: Job) -> &'static str {
+        APP.schedule(job).map_or("never", |s| s.local_cron)
+    }
+
+    /// The worker over the command's table, configured from `lookup` the
+    /// way Lambda's environment configures it.
+    fn worker(
+        store: Arc<dyn Store>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Worker<Job>, ConfigError> {
+        Ok(worker(store, clock, pinned_job(&Env::new(lookup))?))
+    }
+}
+
+/// `minimal`: the command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "minimal",
+    about = "Run the notes worker locally: replay events, run a job, manage a table, live loop."
+)]
+pub struct Cli {
+    /// More log output on stderr (-v: info, -vv: debug).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands: the engine's `Args`, with this app's examples.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run event files through the worker's handlers and show what changed.
+    #[command(after_long_help = "Example:\n  minimal replay --apply-writes captured.json")]
+    Replay(replay::ReplayArgs),
+    /// Run one scheduled job now.
+    #[command(
+        after_long_help = "Example:\n  minimal run purge-expired --snapshot notes.json --now 2024-03-25T00:00:00Z"
+    )]
+    Run(run_job::RunArgs),
+    /// Create, snapshot or load a table on any endpoint.
+    Table(table::TableArgs),
+    /// Write a table's stream as a Lambda DynamoDB Streams event.
+    Capture(capture::CaptureArgs),
+    /// Local event-source loop: the worker reacts live to writes to a table.
+    #[command(
+        after_long_help = "Example:\n  minimal dev --snapshot notes.json --cron purge-expired='* * * * *'"
+    )]
+    Dev(dev::DevArgs),
+}
+
+impl Command {
+    pub async fn run(self) -> Result<ExitCode, CliError> {
+        match self {
+            Command::Replay(args) => replay::run::<Minimal>(args).await,
+            Command::Run(args) => run_job::run::<Minimal>(args).await,
+            Command::Table(args) => table::run::<Minimal>(args).await,
+            Command::Capture(args) => capture::run::<Minimal>(args).await,
+            Command::Dev(args) => dev::run::<Minimal>(args).await,
+        }
+    }
+}
+
+/// The command line with the app's defaults: [`LOCAL_TABLE`] for every
+/// `--table`, the app's jobs for `run`.
+pub fn command() -> clap::Command {
+    worker_engine::cli::with_app_defaults::<Minimal>(Cli::command())
+}
+
+/// `minimal stream|schedule`: a Lambda function; anything else: the
+/// command line.
+fn main() -> Result<ExitCode, Error> {
+    let side = std::env::args().nth(1).unwrap_or_default();
+    if side == "stream" || side == "schedule" {
+        return serve(&side).map(|()| ExitCode::SUCCESS);
+    }
+    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
+    worker_engine::cli::init_logging(cli.verbose);
+    Ok(worker_engine::cli::main_with(cli.command.run()))
 }

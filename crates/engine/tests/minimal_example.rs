@@ -1,7 +1,8 @@
 //! The minimal example app (`examples/minimal.rs`) on DynamoDB Local: the
 //! stream keeps `TitleKey` right and a replayed batch changes nothing; the
 //! scheduled job purges expired notes, never a renewed one; the app's
-//! description gives the deployed functions.
+//! description gives the deployed functions; its command line (parsed, not
+//! spawned) replays an event file and runs the job with the app's defaults.
 
 #[allow(dead_code)] // the example's Lambda main is not run here
 #[path = "../examples/minimal.rs"]
@@ -11,8 +12,13 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use minimal::{APP, Job, Note, keys, schema};
+use clap::FromArgMatches;
+use minimal::{APP, Cli, Command, Job, LOCAL_TABLE, Minimal, Note, keys, schema};
 use serde_json::{Value, json};
+use worker_engine::cli::replay::{check_config, replay};
+use worker_engine::cli::table::TableCommand;
+use worker_engine::cli::target::{AppTable, Target};
+use worker_engine::cli::{dev, run as run_job};
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::metrics::{CapturedLines, Emitter};
@@ -268,4 +274,201 @@ async fn a_tick_purges_expired_notes_but_not_a_renewed_one() {
     assert_eq!(again["details"]["purged"], 0);
     let unknown = app.invoke_schedule(&json!({"job": "vacuum"})).await;
     assert!(unknown.unwrap_err().contains("purge-expired"));
+}
+
+/// The example's command line, parsed as `main` parses it.
+fn parse(args: &[&str]) -> Command {
+    let matches = minimal::command()
+        .try_get_matches_from(args)
+        .expect("a valid command line");
+    Cli::from_arg_matches(&matches)
+        .expect("the matches fit the parser")
+        .command
+}
+
+/// A fresh directory for the event files of one test.
+fn scratch_dir(table: &TestTable) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("minimal-cli-{}", table.name));
+    std::fs::create_dir_all(&dir).expect("create the scratch directory");
+    dir
+}
+
+#[test]
+fn the_command_line_gives_the_app_defaults() {
+    minimal::command().debug_assert();
+
+    let Command::Replay(replay) = parse(&["minimal", "replay", "events.json"]) else {
+        panic!("replay");
+    };
+    assert_eq!(replay.table.table, LOCAL_TABLE);
+    assert_eq!(
+        replay.table.endpoint_url, None,
+        "the embedded DynamoDB Local"
+    );
+    let Command::Dev(dev) = parse(&["minimal", "dev"]) else {
+        panic!("dev");
+    };
+    assert_eq!(dev.table.table, LOCAL_TABLE);
+    let Command::Table(t) = parse(&[
+        "minimal",
+        "table",
+        "create",
+        "--endpoint-url",
+        "http://127.0.0.1:8000",
+    ]) else {
+        panic!("table");
+    };
+    let TableCommand::Create(create) = t.command else {
+        panic!("table create");
+    };
+    assert_eq!(create.endpoint.table, LOCAL_TABLE, "nested subcommands too");
+    let Command::Run(run) = parse(&["minimal", "run", "purge-expired", "--table", "other"]) else {
+        panic!("run");
+    };
+    assert_eq!(
+        (run.job.as_str(), run.table.table.as_str()),
+        ("purge-expired", "other")
+    );
+
+    let e = minimal::command()
+        .try_get_matches_from(["minimal", "run", "vacuum"])
+        .unwrap_err();
+    assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);
+    assert!(
+        e.to_string().contains("[possible values: purge-expired]"),
+        "{e}"
+    );
+
+    // `dev` ticks each job on its local cron from the app's description.
+    let schedules = dev::schedules::<Minimal>(&[]).expect("valid schedules");
+    let [(job, cron, _)] = schedules.as_slice() else {
+        panic!("one job: {schedules:?}");
+    };
+    assert_eq!(
+        (job.as_str(), cron.as_str()),
+        ("purge-expired", "0 * * * *")
+    );
+    // The worker is configured from the lookup, as on Lambda.
+    assert_eq!(
+        check_config::<Minimal>(LOCAL_TABLE, &[]).expect("no configuration needed"),
+        [Job::PurgeExpired]
+    );
+    let e = check_config::<Minimal>(LOCAL_TABLE, &["WORKER_JOB=vacuum".into()]).unwrap_err();
+    assert!(
+        e.to_string().contains("expected one of purge-expired"),
+        "{e}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_reports_each_record_and_the_title_key_it_set() {
+    let table = TestTable::with_schema(&schema()).await;
+    let mut drain = Drain::new(&table).await;
+    put(
+        &table,
+        &[
+            note("a", "Hello World", None, None),
+            note("b", "done", Some("done"), None),
+        ],
+    )
+    .await;
+    let inserts = drain.read().await;
+    assert_eq!(inserts.len(), 2);
+    let dir = scratch_dir(&table);
+    let file = dir.join("inserts.json");
+    let event = serde_json::to_string_pretty(&encode_event(&inserts, None)).expect("JSON");
+    std::fs::write(&file, event).expect("write the event file");
+
+    let Command::Replay(args) = parse(&[
+        "minimal",
+        "replay",
+        "--endpoint-url",
+        &table.endpoint,
+        "--table",
+        &table.name,
+        "--now",
+        NOW,
+        file.to_str().expect("a UTF-8 path"),
+    ]) else {
+        panic!("replay");
+    };
+    let target = Target::connect(&table.endpoint, &table.name, &AppTable::of::<Minimal>()).await;
+    let report = replay::<Minimal>(&target, &args)
+        .await
+        .expect("the replay runs");
+    std::fs::remove_dir_all(&dir).expect("remove the scratch directory");
+
+    assert!(!report.failed());
+    let [replayed] = report.files.as_slice() else {
+        panic!("one file: {:?}", report.files);
+    };
+    assert_eq!(replayed.kind.name(), "stream");
+    let mut outcomes: Vec<(Option<&str>, &str, &str)> = replayed
+        .records
+        .iter()
+        .map(|r| (r.key.as_deref(), r.outcome, r.detail.as_str()))
+        .collect();
+    outcomes.sort();
+    assert_eq!(
+        outcomes,
+        [
+            (Some("NOTE#a/NOTE"), "handled", "title key set"),
+            (Some("NOTE#b/NOTE"), "skipped", "title key up to date"),
+        ]
+    );
+    let batch = replayed.batch.as_ref().expect("a stream file's batch");
+    assert!(batch.batch_item_failures.is_empty(), "{batch:?}");
+    assert!(replayed.applied.is_none(), "no --apply-writes");
+
+    // The diff is the worker's one write: note a's derived attribute.
+    let diff = &replayed.diff;
+    assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
+    let [changed] = diff.changed.as_slice() else {
+        panic!("one item changed: {diff:?}");
+    };
+    assert_eq!(keys::note_id(&changed.after), Some("a"));
+    let [change] = changed.changes.as_slice() else {
+        panic!("one attribute changed: {changed:?}");
+    };
+    assert_eq!(change.path, keys::TITLE_KEY);
+    assert_eq!(change.old, None);
+    assert_eq!(change.new, Some(AttributeValue::S("hello world".into())));
+    let text = replayed.text(false);
+    let line = format!(
+        "    ~ NOTE#a/NOTE: {}: (absent) → \"hello world\"",
+        keys::TITLE_KEY
+    );
+    assert!(text.contains(&line), "{text:#?}");
+    assert_eq!(title_key(&table, "a").await.as_deref(), Some("hello world"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_purges_on_the_table_given() {
+    let table = TestTable::with_schema(&schema()).await;
+    let t = now().timestamp();
+    put(
+        &table,
+        &[
+            note("old", "o", Some("o"), Some(t - 60)),
+            note("later", "l", Some("l"), Some(t + 60)),
+        ],
+    )
+    .await;
+    let Command::Run(args) = parse(&[
+        "minimal",
+        "run",
+        "purge-expired",
+        "--endpoint-url",
+        &table.endpoint,
+        "--table",
+        &table.name,
+        "--now",
+        NOW,
+    ]) else {
+        panic!("run");
+    };
+    let code = run_job::run::<Minimal>(args).await.expect("the job runs");
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    assert!(read(&table, "old").await.is_none(), "expired: purged");
+    assert!(read(&table, "later").await.is_some(), "not yet expired");
 }

@@ -8,10 +8,9 @@
 //! [`events`] reads event files, [`output`] renders shared parts. The
 //! machinery underneath lives in [`crate::replay`].
 //!
-//! App-specific defaults are set where the app declares its subcommands,
-//! with clap's `mut_arg`: the table used when `--table` is not given
-//! (`#[command(mut_arg("table", |a| a.default_value("my-table-local")))]`)
-//! and the job names `run` accepts ([`job_names`]).
+//! App-specific defaults (the table used when `--table` is not given, the
+//! job names `run` accepts) are set on the app's command by
+//! [`with_app_defaults`]; [`parse`] parses with them.
 
 pub mod capture;
 pub mod dev;
@@ -43,6 +42,8 @@ pub trait CliApp: Send + Sync + 'static {
     type Job: JobName;
     /// The command's name, in messages that say what to run next.
     const NAME: &'static str;
+    /// The table every `--table` falls back to.
+    const DEFAULT_TABLE: &'static str;
     /// The table as the app expects it (created on the embedded DynamoDB
     /// Local and by `table create`).
     fn schema() -> TableSchema;
@@ -62,10 +63,47 @@ pub trait CliApp: Send + Sync + 'static {
     ) -> Result<Worker<Self::Job>, ConfigError>;
 }
 
-/// The job names of an app, for `run`'s `JOB` argument
-/// (`mut_arg("job", |a| a.value_parser(job_names::<App>()))`).
+/// The job names of an app, for `run`'s `JOB` argument.
 pub fn job_names<A: CliApp>() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(A::Job::ALL.iter().map(|j| j.as_str()))
+}
+
+/// An app's command with its defaults: [`CliApp::DEFAULT_TABLE`] for every
+/// `--table` (at any depth: `table create` too) and the app's job names for
+/// `run`'s `JOB`. Parse with this command, not the derived one, or the
+/// defaults are lost.
+pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
+    fn with_table<A: CliApp>(cmd: clap::Command) -> clap::Command {
+        let cmd = if cmd.get_arguments().any(|a| a.get_id() == "table") {
+            cmd.mut_arg("table", |a| {
+                a.default_value(A::DEFAULT_TABLE).required(false)
+            })
+        } else {
+            cmd
+        };
+        let names: Vec<String> = cmd
+            .get_subcommands()
+            .map(|s| s.get_name().to_owned())
+            .collect();
+        names
+            .into_iter()
+            .fold(cmd, |cmd, name| cmd.mut_subcommand(name, with_table::<A>))
+    }
+    let cmd = with_table::<A>(cmd);
+    if cmd.find_subcommand("run").is_some() {
+        cmd.mut_subcommand("run", |c| {
+            c.mut_arg("job", |a| a.value_parser(job_names::<A>()))
+        })
+    } else {
+        cmd
+    }
+}
+
+/// Parse the process's arguments into the app's parser `P`, with the app's
+/// defaults ([`with_app_defaults`]); exits with a usage message on error.
+pub fn parse<A: CliApp, P: clap::Parser>() -> P {
+    let matches = with_app_defaults::<A>(P::command()).get_matches();
+    P::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Why a command failed; displayed as one line (`error: ...`).
