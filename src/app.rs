@@ -16,6 +16,7 @@ use crate::metrics::{CountedHandler, Emitter, WriteCounter};
 use crate::schedule::{JobReport, Scheduler};
 use crate::worker::Router;
 use worker_engine::error::HandlerError;
+use worker_engine::replay::dev::InvokeError;
 use worker_engine::runtime::{Worker, WorkerSettings};
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{self, DynamoStore, Store};
@@ -153,11 +154,11 @@ impl App {
 /// worker as Lambda would.
 #[async_trait::async_trait]
 impl worker_engine::replay::dev::EventFunction for App {
-    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
         self.worker.invoke_stream(event).await
     }
 
-    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String> {
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError> {
         self.worker.invoke_schedule(event).await
     }
 }

@@ -20,7 +20,7 @@ use tracing::Instrument;
 use crate::clock::Clock;
 use crate::error::HandlerError;
 use crate::metrics::{self, Emitter, Metric, WriteCounter};
-use crate::replay::dev::EventFunction;
+use crate::replay::dev::{EventFunction, InvokeError};
 use crate::schedule::{self, JobName, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
 use crate::store::coalesce::Coalescing;
 use crate::store::{DynamoStore, MetricsSnapshot};
@@ -365,17 +365,12 @@ pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
 /// worker as Lambda would.
 #[async_trait::async_trait]
 impl<J: JobName> EventFunction for Worker<J> {
-    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
-        self.handle_stream(event, None)
-            .await
-            .map_err(|e| e.to_string())
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
+        Ok(self.handle_stream(event, None).await?)
     }
 
-    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String> {
-        let report = self
-            .handle_schedule(event, None)
-            .await
-            .map_err(|e| e.to_string())?;
-        serde_json::to_value(report).map_err(|e| e.to_string())
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError> {
+        let report = self.handle_schedule(event, None).await?;
+        Ok(serde_json::to_value(report)?)
     }
 }

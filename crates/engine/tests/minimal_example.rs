@@ -273,7 +273,7 @@ async fn a_tick_purges_expired_notes_but_not_a_renewed_one() {
     let again = app.invoke_schedule(&tick).await.expect("tick runs");
     assert_eq!(again["details"]["purged"], 0);
     let unknown = app.invoke_schedule(&json!({"job": "vacuum"})).await;
-    assert!(unknown.unwrap_err().contains("purge-expired"));
+    assert!(unknown.unwrap_err().to_string().contains("purge-expired"));
 }
 
 /// The example's command line, parsed as `main` parses it.

@@ -37,13 +37,17 @@ use crate::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use crate::stream::engine::BatchReport;
 use crate::stream_reader::StreamTail;
 
+/// Why an invocation failed, as the function's own error type (the loop
+/// renders it only where it logs it).
+pub type InvokeError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The function the loop invokes, as Lambda would.
 #[async_trait]
 pub trait EventFunction: Send + Sync {
     /// Invoke with a DynamoDB Streams event; `Err` is a failed invocation.
-    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String>;
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError>;
     /// Invoke with a schedule event; returns the function's report as JSON.
-    async fn invoke_schedule(&self, event: &Value) -> Result<Value, String>;
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError>;
 }
 
 /// Where stream records come from: `(shard id, change)` pairs, each shard in
@@ -410,7 +414,12 @@ impl<S: RecordSource> EventSourceLoop<S> {
                     ),
                     None => (Invocation::Succeeded, Some(r)),
                 },
-                Err(error) => (Invocation::FunctionError { error }, None),
+                Err(error) => (
+                    Invocation::FunctionError {
+                        error: error.to_string(),
+                    },
+                    None,
+                ),
             };
             let decision = decide(&batch, &invocation, queue.retries, &config);
             let seq = |c: Option<&StreamChange>| {
@@ -770,7 +779,7 @@ mod tests {
 
     #[async_trait]
     impl EventFunction for Flaky {
-        async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, String> {
+        async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
             let records = event["Records"].as_array().unwrap();
             let seqs: Vec<String> = records
                 .iter()
@@ -788,7 +797,7 @@ mod tests {
             }
             Ok(report)
         }
-        async fn invoke_schedule(&self, _: &Value) -> Result<Value, String> {
+        async fn invoke_schedule(&self, _: &Value) -> Result<Value, InvokeError> {
             Ok(Value::Null)
         }
     }
