@@ -10,11 +10,13 @@
 //! - [`layers`]: store layers that inject failures or race a delete;
 //! - [`recorded`]: a store that writes down what it was asked, and the
 //!   same asks replayed with perfect batching (the load driver's oracle);
-//! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes.
+//! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes;
+//! - [`workload`]: seeded histories delivered at least once, in any order.
 
 pub mod fault_proxy;
 pub mod layers;
 pub mod recorded;
+pub mod workload;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
