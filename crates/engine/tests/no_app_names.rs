@@ -6,9 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// Words that belong to the apps served by the engine (Nishiki: its name,
-/// attributes, key strings and jobs). Compared case-sensitively, except the
-/// app's name.
+/// Words that belong to the apps served by the engine (their attributes,
+/// key strings and jobs; and Nishiki's name). Compared case-sensitively,
+/// except the app's name.
 const APP_WORDS: &[&str] = &[
     // attributes of the Nishiki table
     "GroupId",
@@ -31,6 +31,14 @@ const APP_WORDS: &[&str] = &[
     // its jobs
     "sweep-invitations",
     "flag-expiring",
+    // the archive app (apps/archive): attributes, key strings, jobs
+    "SavedDate",
+    "IsUnzipped",
+    "Unzipped",
+    "Unzipping",
+    "KeyName",
+    "expire-unzipped",
+    "rebuild-lookup",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {

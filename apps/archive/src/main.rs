@@ -1,0 +1,9 @@
+//! `archive-worker`: the command line (see `archive_worker::cli`).
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = archive_worker::cli::parse();
+    worker_engine::cli::init_logging(cli.verbose);
+    worker_engine::cli::main_with(cli.command.run())
+}

@@ -1,0 +1,411 @@
+//! The archive worker's event fixtures (`events/archive/`): every entry of
+//! `events/archive/manifest.json` is replayed twice (idempotency) on a
+//! fresh table through the code of `archive-worker replay`, and the table
+//! is compared with its golden snapshot.
+//!
+//! - `cargo test -p archive-worker --test fixtures`: compare;
+//! - `UPDATE_GOLDEN=1 cargo test -p archive-worker --test fixtures`:
+//!   rewrite the goldens (review the diff);
+//! - `REGENERATE_FIXTURES=1 cargo test -p archive-worker --test fixtures
+//!   -- --ignored regenerate`: rebuild the tables and re-capture the stream
+//!   files from DynamoDB Local (the service's writes, read back from the
+//!   stream), rewrite the ticks and the manifest; then update the goldens.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use archive_worker::cli::Archive;
+use archive_worker::items::{ArchivedFile, Stage};
+use archive_worker::keys::{self, FileTime, ItemKey};
+use archive_worker::schema::schema;
+use serde_json::{Value, json};
+use support::*;
+use worker_engine::cli::replay::{ReplayArgs, replay};
+use worker_engine::cli::target::{AppTable, TableOpts, Target};
+use worker_engine::item::Item;
+use worker_engine::replay::snapshot::{
+    load_items, read_snapshot, scan_table, snapshot_text, write_snapshot,
+};
+use worker_engine::stream::decode::encode_event;
+use worker_testkit::workload::{Write, apply};
+use worker_testkit::{Drain, TestTable};
+
+const KEYS: (&str, &str) = (keys::PK, keys::SK);
+/// The stream ARN the captures carry (as Lambda delivers them).
+const STREAM_ARN: &str =
+    "arn:aws:dynamodb:eu-west-1:123456789012:table/archive/stream/2024-03-01T00:00:00.000";
+
+fn events_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/archive")
+}
+
+/// One entry of the manifest.
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
+struct Fixture {
+    name: String,
+    about: String,
+    events: Vec<String>,
+    snapshot: String,
+    now: String,
+    #[serde(rename = "applyWrites")]
+    apply_writes: bool,
+    golden: String,
+}
+
+fn manifest() -> Vec<Fixture> {
+    let text = std::fs::read_to_string(events_dir().join("manifest.json"))
+        .expect("events/archive/manifest.json");
+    let v: Value = serde_json::from_str(&text).expect("the manifest is JSON");
+    serde_json::from_value(v["fixtures"].clone()).expect("the manifest's shape")
+}
+
+fn args_for(f: &Fixture, table: &TestTable, with_snapshot: bool) -> ReplayArgs {
+    let dir = events_dir();
+    ReplayArgs {
+        files: f.events.iter().map(|e| dir.join(e)).collect(),
+        snapshot: with_snapshot.then(|| dir.join(&f.snapshot)),
+        apply_writes: f.apply_writes,
+        now: Some(f.now.parse().expect("an RFC 3339 time")),
+        write_snapshot: None,
+        dry_run: false,
+        json: false,
+        env: Vec::new(),
+        table: TableOpts {
+            endpoint_url: Some(table.endpoint.clone()),
+            table: table.name.clone(),
+        },
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fixture_replays_to_its_golden_twice() {
+    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
+    let fixtures = manifest();
+    assert!(fixtures.len() >= 7, "the manifest lists every fixture");
+    let mut problems = Vec::new();
+    for f in &fixtures {
+        let table = TestTable::with_schema(&schema()).await;
+        let target =
+            Target::connect(&table.endpoint, &table.name, &AppTable::of::<Archive>()).await;
+        let first = replay::<Archive>(&target, &args_for(f, &table, true))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        for file in first.files.iter().filter(|file| file.failed()) {
+            problems.push(format!(
+                "{}: {} failed: {:?}",
+                f.name, file.file, file.error
+            ));
+        }
+        let once = snapshot_text(
+            &scan_table(table.store.as_ref(), KEYS, None)
+                .await
+                .expect("scan"),
+            KEYS,
+        );
+        replay::<Archive>(&target, &args_for(f, &table, false))
+            .await
+            .unwrap_or_else(|e| panic!("{} (again): {e}", f.name));
+        let twice = snapshot_text(
+            &scan_table(table.store.as_ref(), KEYS, None)
+                .await
+                .expect("scan"),
+            KEYS,
+        );
+        if once != twice {
+            problems.push(format!("{}: a second replay changed the table", f.name));
+        }
+        let golden = events_dir().join(&f.golden);
+        if update {
+            if std::fs::read_to_string(&golden).ok().as_deref() != Some(once.as_str()) {
+                std::fs::create_dir_all(golden.parent().expect("a folder")).expect("mkdir");
+                std::fs::write(&golden, &once).expect("write the golden");
+            }
+        } else {
+            let expected = std::fs::read_to_string(&golden)
+                .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", golden.display()));
+            if expected != once {
+                problems.push(format!(
+                    "{}: the table differs from {} (intended? UPDATE_GOLDEN=1)",
+                    f.name, f.golden
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Every event file is replayed by an entry; every file named exists; the
+/// rebuild of the damaged lookup gives back the table the stream built.
+#[test]
+fn the_manifest_covers_every_fixture() {
+    let dir = events_dir();
+    let fixtures = manifest();
+    let used: BTreeSet<String> = fixtures.iter().flat_map(|f| f.events.clone()).collect();
+    for sub in ["stream", "schedule"] {
+        for entry in std::fs::read_dir(dir.join(sub)).expect("a folder") {
+            let name = format!(
+                "{sub}/{}",
+                entry.expect("an entry").file_name().to_string_lossy()
+            );
+            assert!(used.contains(&name), "{name} is not in the manifest");
+        }
+    }
+    for f in &fixtures {
+        for p in f.events.iter().chain([&f.snapshot, &f.golden]) {
+            assert!(dir.join(p).is_file(), "{}: {p} does not exist", f.name);
+        }
+    }
+    let rebuilt = std::fs::read_to_string(dir.join("golden/rebuild-lookup.json")).expect("golden");
+    let built = std::fs::read_to_string(dir.join("tables/archive.json")).expect("table");
+    assert_eq!(
+        rebuilt, built,
+        "rebuild-lookup restores the stream's lookup"
+    );
+    for table in ["tables/archive.json", "tables/damaged-lookup.json"] {
+        read_snapshot(&dir.join(table), KEYS).expect("a snapshot");
+    }
+}
+
+fn file_item(pk: &str) -> Item {
+    file(t(pk))
+}
+
+fn unzipped_file(pk: &str) -> Item {
+    let time: FileTime = t(pk);
+    ArchivedFile {
+        time,
+        key_name: Some(key_name(time)),
+        is_unzipped: Some(true),
+        vault: Some("vault-1".into()),
+    }
+    .to_item()
+}
+
+/// `CreatedDate` `hours` before the fixtures' now.
+fn ago(hours: i64) -> i64 {
+    now().timestamp() - hours * 3600
+}
+
+/// The table of the fixtures, before the stream made its lookup.
+fn service_items() -> Vec<Item> {
+    vec![
+        file_item("2023-12-31-12-00-00"),
+        file_item("2024-02-29-23-59-59"),
+        file_item("2024-03-01-09-00-00"),
+        file_item("2024-03-01-17-30-00"),
+        unzipped_file("2024-03-10-08-15-00"),
+        unzipped_file("2024-03-20-07-00-00"),
+        // Requested 30 h ago, not unzipped yet.
+        unzip_item(
+            Stage::Unzipping,
+            ago(30),
+            &key_name(t("2024-03-01-09-00-00")),
+        ),
+        // Requested three days ago: stuck.
+        unzip_item(
+            Stage::Unzipping,
+            ago(72),
+            &key_name(t("2023-12-31-12-00-00")),
+        ),
+        // Unzipped 30 h ago (due for expiry) and 2 h ago.
+        unzip_item(
+            Stage::Unzipped,
+            ago(30),
+            &key_name(t("2024-03-10-08-15-00")),
+        ),
+        unzip_item(Stage::Unzipped, ago(2), &key_name(t("2024-03-20-07-00-00"))),
+    ]
+}
+
+/// The service's writes of each stream fixture, with what it shows.
+fn stream_fixtures() -> Vec<(&'static str, &'static str, Vec<Write>)> {
+    let lenient = t("2024-04-01-00-00-00");
+    let mut lenient_item = file(lenient);
+    lenient_item.insert(
+        keys::PK.into(),
+        aws_sdk_dynamodb::types::AttributeValue::S("2024-4-1-0-0-0".into()),
+    );
+    vec![
+        (
+            "files-archived",
+            "Three files archived: one on a day already listed, one on a new day, one written with an unpadded PK (a new month): the lookup lists each, canonically.",
+            vec![
+                Write::Put(file_item("2024-03-01-20-00-00")),
+                Write::Put(file_item("2024-03-24-06-00-00")),
+                Write::Put(lenient_item),
+            ],
+        ),
+        (
+            "last-files-of-days-removed",
+            "The only file of 2024-03-10 and the only file of February are deleted: the days go, and February leaves 2024.",
+            vec![
+                Write::Delete(t("2024-03-10-08-15-00").key()),
+                Write::Delete(t("2024-02-29-23-59-59").key()),
+            ],
+        ),
+        (
+            "file-unzipped",
+            "The file requested 30 h ago is unzipped: its Unzipping item goes, the file is flagged IsUnzipped.",
+            vec![Write::Put(unzip_item(
+                Stage::Unzipped,
+                ago(1),
+                &key_name(t("2024-03-01-09-00-00")),
+            ))],
+        ),
+        (
+            "unzipped-removed",
+            "The Unzipped item of 2024-03-20 goes: the file's IsUnzipped returns to false.",
+            vec![Write::Delete(ItemKey::Unzipped { created: ago(2) }.key())],
+        ),
+    ]
+}
+
+fn fixture(
+    name: &str,
+    about: &str,
+    events: Vec<String>,
+    snapshot: &str,
+    apply_writes: bool,
+    golden: &str,
+) -> Fixture {
+    Fixture {
+        name: name.into(),
+        about: about.into(),
+        events,
+        snapshot: snapshot.into(),
+        now: NOW.into(),
+        apply_writes,
+        golden: format!("golden/{golden}.json"),
+    }
+}
+
+fn write_json(path: &Path, v: &Value) {
+    std::fs::create_dir_all(path.parent().expect("a folder")).expect("mkdir");
+    let text = serde_json::to_string_pretty(v).expect("JSON") + "\n";
+    std::fs::write(path, text).expect("write");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "rewrites events/archive: REGENERATE_FIXTURES=1 ... -- --ignored regenerate"]
+async fn regenerate() {
+    if std::env::var_os("REGENERATE_FIXTURES").is_none() {
+        eprintln!("set REGENERATE_FIXTURES=1 to rewrite events/archive");
+        return;
+    }
+    let dir = events_dir();
+    // The table: the service's items, and the lookup the stream made.
+    let table = TestTable::with_schema(&schema()).await;
+    let mut drain = Drain::new(&table).await;
+    put(table.store.as_ref(), &service_items()).await;
+    drain.run(&app(table.store.clone())).await;
+    let items = scan_table(table.store.as_ref(), KEYS, None)
+        .await
+        .expect("scan");
+    write_snapshot(&dir.join("tables/archive.json"), &items, KEYS).expect("write");
+
+    // The same files with a lookup gone wrong: stale entries at each
+    // level, unpadded and duplicated entries, a missing day.
+    let mut damaged: Vec<Item> = items
+        .iter()
+        .filter(|i| !matches!(ItemKey::from_item(i), Ok(ItemKey::Lookup(_))))
+        .cloned()
+        .collect();
+    let lookup = |pk: &str, entries: &[&str]| {
+        let mut item = ItemKey::Lookup(keys::LookupKey::parse(pk).expect("a lookup key")).key();
+        item.insert(
+            keys::SAVED_DATE.into(),
+            aws_sdk_dynamodb::types::AttributeValue::L(
+                entries
+                    .iter()
+                    .map(|e| aws_sdk_dynamodb::types::AttributeValue::S((*e).into()))
+                    .collect(),
+            ),
+        );
+        item
+    };
+    damaged.extend([
+        lookup("root", &["2024", "2022"]),
+        lookup("2022", &["06"]),
+        lookup("2024", &["3", "2", "3"]),
+        lookup("2024-03", &["01", "15"]),
+        lookup("2024-03-01", &["9-0-0", "17-30-00", "23-00-00"]),
+    ]);
+    write_snapshot(&dir.join("tables/damaged-lookup.json"), &damaged, KEYS).expect("write");
+
+    // Stream captures, each from the table above.
+    let mut fixtures = Vec::new();
+    for (name, about, writes) in stream_fixtures() {
+        let table = TestTable::with_schema(&schema()).await;
+        load_items(table.store.clone(), items.clone(), 4, None)
+            .await
+            .expect("load");
+        let mut drain = Drain::new(&table).await;
+        drain.skip_existing().await;
+        apply(table.store.as_ref(), &writes).await;
+        let records = drain.read().await;
+        assert_eq!(records.len(), writes.len(), "{name}");
+        write_json(
+            &dir.join(format!("stream/{name}.json")),
+            &encode_event(&records, Some(STREAM_ARN)),
+        );
+        fixtures.push(fixture(
+            name,
+            about,
+            vec![format!("stream/{name}.json")],
+            "tables/archive.json",
+            true,
+            name,
+        ));
+    }
+
+    // Ticks, in both EventBridge shapes.
+    for job in ["expire-unzipped", "rebuild-lookup"] {
+        write_json(
+            &dir.join(format!("schedule/{job}.scheduler.json")),
+            &json!({"job": job, "scheduledTime": NOW}),
+        );
+        write_json(
+            &dir.join(format!("schedule/{job}.rule.json")),
+            &json!({
+                "version": "0",
+                "id": "7d3c2b1a-0f9e-4d8c-b7a6-958473625140",
+                "detail-type": "Scheduled Event",
+                "source": "aws.events",
+                "account": "123456789012",
+                "time": NOW,
+                "region": "eu-west-1",
+                "resources": [format!("arn:aws:events:eu-west-1:123456789012:rule/archive-worker-{job}")],
+                "detail": {},
+            }),
+        );
+    }
+    let expire = "expire-unzipped: the unzipped file of 30 h ago is deleted (announced when NOTIFY_EVENT_BUS is set; a local run never publishes) and its file's flag is left to the stream; the unzipping file of 72 h ago is reported stuck.";
+    let rebuild = "rebuild-lookup on the damaged lookup: stale entries pruned, lists canonical, missing days listed: the table the stream built.";
+    for shape in ["scheduler", "rule"] {
+        fixtures.push(fixture(
+            &format!("expire-unzipped-{shape}"),
+            expire,
+            vec![format!("schedule/expire-unzipped.{shape}.json")],
+            "tables/archive.json",
+            false,
+            "expire-unzipped",
+        ));
+        fixtures.push(fixture(
+            &format!("rebuild-lookup-{shape}"),
+            rebuild,
+            vec![format!("schedule/rebuild-lookup.{shape}.json")],
+            "tables/damaged-lookup.json",
+            false,
+            "rebuild-lookup",
+        ));
+    }
+    write_json(
+        &dir.join("manifest.json"),
+        &json!({
+            "about": "Fixtures replayed by apps/archive/tests/fixtures.rs: each entry loads `snapshot`, replays `events` with `--now` (and `--apply-writes` when set) and must leave the table equal to `golden`.",
+            "fixtures": fixtures,
+        }),
+    );
+}
