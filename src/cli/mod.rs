@@ -10,11 +10,11 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, Parser};
 
 use crate::config::{Clock, Config, ConfigError};
 use crate::keys::Job;
-use worker_engine::cli::{CliApp, CliError, capture, dev, replay, run as run_job, table};
+use worker_engine::cli::{CliApp, CliError, Command, replay};
 use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
@@ -60,6 +60,15 @@ impl CliApp for Nishiki {
         crate::jobs::APP
             .schedule(job)
             .map_or("never", |s| s.local_cron)
+    }
+
+    fn examples() -> &'static [(&'static str, &'static str)] {
+        &[
+            ("replay", REPLAY_EXAMPLES),
+            ("run", RUN_EXAMPLES),
+            ("capture", CAPTURE_EXAMPLES),
+            ("dev", DEV_EXAMPLES),
+        ]
     }
 
     fn worker(
@@ -152,25 +161,6 @@ Examples:
   nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --batch-size 10 \\
       --bisect --cron audit='* * * * *' --env INVITATION_TTL=on";
 
-/// The subcommands: the engine's building blocks, with Nishiki's examples.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run event files through the worker's handlers and show what changed.
-    #[command(after_long_help = REPLAY_EXAMPLES)]
-    Replay(replay::ReplayArgs),
-    /// Run one scheduled job now.
-    #[command(after_long_help = RUN_EXAMPLES)]
-    Run(run_job::RunArgs),
-    /// Create, snapshot or load a table on any endpoint.
-    Table(table::TableArgs),
-    /// Write a table's DynamoDB Stream as a Lambda DynamoDB Streams event.
-    #[command(after_long_help = CAPTURE_EXAMPLES)]
-    Capture(capture::CaptureArgs),
-    /// Local event-source loop: the worker reacts live to writes to a table.
-    #[command(after_long_help = DEV_EXAMPLES)]
-    Dev(dev::DevArgs),
-}
-
 /// The command line with Nishiki's defaults: the table every `--table`
 /// falls back to, and the jobs `run` accepts.
 pub fn command() -> clap::Command {
@@ -184,18 +174,13 @@ pub fn parse() -> Cli {
 
 /// Run a parsed command line; `Ok` carries the exit status.
 pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
-    match cli.command {
-        Command::Replay(args) => replay::run::<Nishiki>(args).await,
-        Command::Run(args) => run_job::run::<Nishiki>(args).await,
-        Command::Table(args) => table::run::<Nishiki>(args).await,
-        Command::Capture(args) => capture::run::<Nishiki>(args).await,
-        Command::Dev(args) => dev::run::<Nishiki>(args).await,
-    }
+    cli.command.run::<Nishiki>().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use worker_engine::cli::{dev, table};
 
     #[test]
     fn command_line_is_consistent() {
@@ -225,6 +210,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("sweep-invitations"), "{e}");
+        let replay = command().find_subcommand("replay").unwrap().clone();
+        let examples = replay.get_after_long_help().unwrap().to_string();
+        assert!(
+            examples.contains("nishiki-worker replay --snapshot"),
+            "{examples}"
+        );
     }
 
     #[test]

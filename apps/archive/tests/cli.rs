@@ -6,12 +6,13 @@ mod support;
 
 use std::process::ExitCode;
 
-use archive_worker::cli::{Archive, Command, LOCAL_TABLE, parse_from};
+use archive_worker::cli::{Archive, LOCAL_TABLE, parse_from};
 use archive_worker::items::Stage;
 use archive_worker::keys::{self, ItemKey, LookupKey};
 use archive_worker::schema::schema;
 use aws_sdk_dynamodb::types::AttributeValue;
 use support::*;
+use worker_engine::cli::Command;
 use worker_engine::cli::replay::replay;
 use worker_engine::cli::run as run_job;
 use worker_engine::cli::target::{AppTable, Target};

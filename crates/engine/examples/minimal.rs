@@ -21,11 +21,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser};
 use lambda_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use worker_engine::cli::{CliApp, CliError, capture, dev, replay, run as run_job, table};
+use worker_engine::cli::{CliApp, Command};
 use worker_engine::clock::{Clock, SystemClock};
 use worker_engine::env::{ConfigError, Env};
 use worker_engine::error::HandlerError;
@@ -446,6 +446,23 @@ impl CliApp for Minimal {
         APP.schedule(job).map_or("never", |s| s.local_cron)
     }
 
+    fn examples() -> &'static [(&'static str, &'static str)] {
+        &[
+            (
+                "replay",
+                "Example:\n  minimal replay --apply-writes captured.json",
+            ),
+            (
+                "run",
+                "Example:\n  minimal run purge-expired --snapshot notes.json --now 2024-03-25T00:00:00Z",
+            ),
+            (
+                "dev",
+                "Example:\n  minimal dev --snapshot notes.json --cron purge-expired='* * * * *'",
+            ),
+        ]
+    }
+
     /// The worker over the command's table, configured from `lookup` the
     /// way Lambda's environment configures it.
     fn worker(
@@ -471,40 +488,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands: the engine's `Args`, with this app's examples.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run event files through the worker's handlers and show what changed.
-    #[command(after_long_help = "Example:\n  minimal replay --apply-writes captured.json")]
-    Replay(replay::ReplayArgs),
-    /// Run one scheduled job now.
-    #[command(
-        after_long_help = "Example:\n  minimal run purge-expired --snapshot notes.json --now 2024-03-25T00:00:00Z"
-    )]
-    Run(run_job::RunArgs),
-    /// Create, snapshot or load a table on any endpoint.
-    Table(table::TableArgs),
-    /// Write a table's stream as a Lambda DynamoDB Streams event.
-    Capture(capture::CaptureArgs),
-    /// Local event-source loop: the worker reacts live to writes to a table.
-    #[command(
-        after_long_help = "Example:\n  minimal dev --snapshot notes.json --cron purge-expired='* * * * *'"
-    )]
-    Dev(dev::DevArgs),
-}
-
-impl Command {
-    pub async fn run(self) -> Result<ExitCode, CliError> {
-        match self {
-            Command::Replay(args) => replay::run::<Minimal>(args).await,
-            Command::Run(args) => run_job::run::<Minimal>(args).await,
-            Command::Table(args) => table::run::<Minimal>(args).await,
-            Command::Capture(args) => capture::run::<Minimal>(args).await,
-            Command::Dev(args) => dev::run::<Minimal>(args).await,
-        }
-    }
-}
-
 /// The command line with the app's defaults: [`LOCAL_TABLE`] for every
 /// `--table`, the app's jobs for `run`.
 pub fn command() -> clap::Command {
@@ -520,5 +503,5 @@ fn main() -> Result<ExitCode, Error> {
     }
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
     worker_engine::cli::init_logging(cli.verbose);
-    Ok(worker_engine::cli::main_with(cli.command.run()))
+    Ok(worker_engine::cli::main_with(cli.command.run::<Minimal>()))
 }

@@ -3,11 +3,10 @@
 //! Lambda handlers and read what changed, run a job by hand, manage a
 //! table, capture a table's stream, run a local event-source loop.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use worker_engine::cli::{CliApp, CliError, capture, dev, replay, run as run_job, table};
+use clap::{CommandFactory, FromArgMatches, Parser};
+use worker_engine::cli::{CliApp, Command};
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::replay::redact::Placeholder;
@@ -43,6 +42,23 @@ impl CliApp for Archive {
 
     fn local_cron(job: Job) -> &'static str {
         APP.schedule(job).map_or("never", |s| s.local_cron)
+    }
+
+    fn examples() -> &'static [(&'static str, &'static str)] {
+        &[
+            (
+                "replay",
+                "Example:\n  archive-worker replay --apply-writes --now 2024-03-25T00:00:00Z events/archive/stream/files-archived.json",
+            ),
+            (
+                "run",
+                "Example:\n  archive-worker run expire-unzipped --snapshot events/archive/tables/archive.json --now 2024-03-25T00:00:00Z",
+            ),
+            (
+                "dev",
+                "Example:\n  archive-worker dev --cron expire-unzipped='* * * * *'",
+            ),
+        ]
     }
 
     /// Configured from `lookup` like Lambda; a local run never publishes
@@ -87,43 +103,6 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands: the engine's `Args`, with this app's examples.
-#[derive(Debug, Subcommand)]
-pub enum Command {
-    /// Run event files through the worker's handlers and show what changed.
-    #[command(
-        after_long_help = "Example:\n  archive-worker replay --apply-writes --now 2024-03-25T00:00:00Z events/archive/stream/files-archived.json"
-    )]
-    Replay(replay::ReplayArgs),
-    /// Run one scheduled job now.
-    #[command(
-        after_long_help = "Example:\n  archive-worker run expire-unzipped --snapshot events/archive/tables/archive.json --now 2024-03-25T00:00:00Z"
-    )]
-    Run(run_job::RunArgs),
-    /// Create, snapshot or load a table on any endpoint.
-    Table(table::TableArgs),
-    /// Write a table's stream as a Lambda DynamoDB Streams event.
-    Capture(capture::CaptureArgs),
-    /// Local event-source loop: the worker reacts live to writes to a table.
-    #[command(
-        after_long_help = "Example:\n  archive-worker dev --cron expire-unzipped='* * * * *'"
-    )]
-    Dev(dev::DevArgs),
-}
-
-impl Command {
-    /// Run the command; `Ok` carries the exit status.
-    pub async fn run(self) -> Result<ExitCode, CliError> {
-        match self {
-            Command::Replay(args) => replay::run::<Archive>(args).await,
-            Command::Run(args) => run_job::run::<Archive>(args).await,
-            Command::Table(args) => table::run::<Archive>(args).await,
-            Command::Capture(args) => capture::run::<Archive>(args).await,
-            Command::Dev(args) => dev::run::<Archive>(args).await,
-        }
-    }
-}
-
 /// The command line with the app's defaults: [`LOCAL_TABLE`] for every
 /// `--table`, the app's jobs for `run`.
 pub fn command() -> clap::Command {
@@ -160,7 +139,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("expire-unzipped"), "{e}");
-        let schedules = dev::schedules::<Archive>(&[]).unwrap();
+        let schedules = worker_engine::cli::dev::schedules::<Archive>(&[]).unwrap();
         let crons: Vec<(&str, &str)> = schedules
             .iter()
             .map(|(j, c, _)| (j.as_str(), c.as_str()))

@@ -52,6 +52,11 @@ pub trait CliApp: Send + Sync + 'static {
     /// A job's schedule in the local event-source loop: a 5-field cron in
     /// UTC, or `never`.
     fn local_cron(job: Self::Job) -> &'static str;
+    /// Examples shown after a subcommand's long help, by subcommand name
+    /// (`replay`, `run`, `table`, `capture`, `dev`).
+    fn examples() -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
     /// The worker over `store` for a local run, configured through `lookup`
     /// (the process environment with the command's `--env` overrides and
     /// `TABLE_NAME` set to the target table). A local run never publishes
@@ -63,14 +68,45 @@ pub trait CliApp: Send + Sync + 'static {
     ) -> Result<Worker<Self::Job>, ConfigError>;
 }
 
+/// The subcommands every app's command line has: the engine's `Args`. An
+/// app's `Parser` holds it as its subcommand
+/// (`#[command(subcommand)] command: worker_engine::cli::Command`), and its
+/// examples come from [`CliApp::examples`].
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Run event files through the worker's handlers and show what changed.
+    Replay(replay::ReplayArgs),
+    /// Run one scheduled job now.
+    Run(run::RunArgs),
+    /// Create, snapshot or load a table on any endpoint.
+    Table(table::TableArgs),
+    /// Write a table's DynamoDB Stream as a Lambda DynamoDB Streams event.
+    Capture(capture::CaptureArgs),
+    /// Local event-source loop: the worker reacts live to writes to a table.
+    Dev(dev::DevArgs),
+}
+
+impl Command {
+    /// Run the command for app `A`; `Ok` carries the exit status.
+    pub async fn run<A: CliApp>(self) -> Result<std::process::ExitCode, CliError> {
+        match self {
+            Command::Replay(args) => replay::run::<A>(args).await,
+            Command::Run(args) => run::run::<A>(args).await,
+            Command::Table(args) => table::run::<A>(args).await,
+            Command::Capture(args) => capture::run::<A>(args).await,
+            Command::Dev(args) => dev::run::<A>(args).await,
+        }
+    }
+}
+
 /// The job names of an app, for `run`'s `JOB` argument.
 pub fn job_names<A: CliApp>() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(A::Job::ALL.iter().map(|j| j.as_str()))
 }
 
 /// An app's command with its defaults: [`CliApp::DEFAULT_TABLE`] for every
-/// `--table` (at any depth: `table create` too) and the app's job names for
-/// `run`'s `JOB`. Parse with this command, not the derived one, or the
+/// `--table` (at any depth: `table create` too), the app's job names for
+/// `run`'s `JOB`, and its examples ([`CliApp::examples`]). Parse with this command, not the derived one, or the
 /// defaults are lost.
 pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
     fn with_table<A: CliApp>(cmd: clap::Command) -> clap::Command {
@@ -90,13 +126,20 @@ pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
             .fold(cmd, |cmd, name| cmd.mut_subcommand(name, with_table::<A>))
     }
     let cmd = with_table::<A>(cmd);
-    if cmd.find_subcommand("run").is_some() {
+    let cmd = if cmd.find_subcommand("run").is_some() {
         cmd.mut_subcommand("run", |c| {
             c.mut_arg("job", |a| a.value_parser(job_names::<A>()))
         })
     } else {
         cmd
-    }
+    };
+    A::examples().iter().fold(cmd, |cmd, (name, text)| {
+        if cmd.find_subcommand(name).is_some() {
+            cmd.mut_subcommand(name, |c| c.after_long_help(*text))
+        } else {
+            cmd
+        }
+    })
 }
 
 /// Parse the process's arguments into the app's parser `P`, with the app's
