@@ -38,8 +38,8 @@ use nishiki_worker::keys::{
     ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId, Violation,
 };
 use nishiki_worker::schedule::parse_tick;
-use serde_json::{Map, Value, json};
-use support::template::{delivered, filter_patterns, matches, template};
+use serde_json::{Value, json};
+use support::template::{STREAM_ARN, delivered, filter_patterns, matches, nishiki_stack};
 use support::{Drain, TestTable};
 use worker_engine::job::Schedule;
 use worker_engine::replay::apply;
@@ -47,261 +47,17 @@ use worker_engine::replay::snapshot::{load_items, read_snapshot};
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
 use worker_engine::stream::decode;
+use worker_testkit::template::{ACCOUNT, REGION, Stack, strings, table_arn};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-// ------------------------------------------------------------------ loading
-
-// ------------------------------------------------------------------ intrinsics
-
-const NO_VALUE: &str = "\u{0}AWS::NoValue";
-const ACCOUNT: &str = "123456789012";
-const REGION: &str = "us-east-1";
-const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-dev-db/stream/2024-01-01T00:00:00.000";
-
-/// Evaluates the template's intrinsic functions for given parameter values
-/// (defaults otherwise): references to resources become `ref:<Id>`,
-/// attributes `getatt:<Id>.<Attr>`.
-struct Stack {
-    t: Value,
-    params: BTreeMap<String, Value>,
-}
-
-impl Stack {
-    fn new(overrides: &[(&str, &str)]) -> Self {
-        let t = template();
-        let mut params = BTreeMap::new();
-        for (name, p) in t["Parameters"].as_object().expect("Parameters") {
-            if let Some(d) = p.get("Default") {
-                let d = match d {
-                    Value::Number(n) => Value::String(n.to_string()),
-                    other => other.clone(),
-                };
-                params.insert(name.clone(), d);
-            }
-        }
-        params.insert("TableStreamArn".into(), json!(STREAM_ARN));
-        for (k, v) in overrides {
-            assert!(
-                t["Parameters"].get(*k).is_some(),
-                "no parameter {k} in the template"
-            );
-            params.insert((*k).into(), json!(v));
-        }
-        Stack { t, params }
-    }
-
-    fn condition(&self, name: &str) -> bool {
-        let c = self.t["Conditions"]
-            .get(name)
-            .unwrap_or_else(|| panic!("no condition {name}"));
-        self.truth(c)
-    }
-
-    fn truth(&self, v: &Value) -> bool {
-        let (f, arg) = single(v).unwrap_or_else(|| panic!("not a condition: {v}"));
-        let args = arg.as_array();
-        match f {
-            "Fn::Equals" => {
-                let a = args.expect("Equals takes two values");
-                self.resolve(&a[0]) == self.resolve(&a[1])
-            }
-            "Fn::Not" => !self.truth(&args.expect("Not takes a list")[0]),
-            "Fn::And" => args.expect("And").iter().all(|c| self.truth(c)),
-            "Fn::Or" => args.expect("Or").iter().any(|c| self.truth(c)),
-            "Condition" => self.condition(arg.as_str().expect("condition name")),
-            other => panic!("unsupported condition function {other}"),
-        }
-    }
-
-    fn reference(&self, name: &str) -> Value {
-        match name {
-            "AWS::Partition" => json!("aws"),
-            "AWS::Region" => json!(REGION),
-            "AWS::AccountId" => json!(ACCOUNT),
-            "AWS::StackName" => json!("nishiki-worker-dev"),
-            "AWS::NoValue" => json!(NO_VALUE),
-            _ => match self.params.get(name) {
-                Some(v) => v.clone(),
-                None if self.t["Parameters"].get(name).is_some() => {
-                    panic!("parameter {name} has no default and no value")
-                }
-                None => {
-                    assert!(
-                        self.t["Resources"].get(name).is_some(),
-                        "!Ref {name}: no such parameter or resource"
-                    );
-                    json!(format!("ref:{name}"))
-                }
-            },
-        }
-    }
-
-    fn sub(&self, text: &str, vars: &Map<String, Value>) -> String {
-        let mut out = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let end = rest[start..].find('}').expect("closing brace") + start;
-            let name = &rest[start + 2..end];
-            let value = if let Some(v) = vars.get(name) {
-                self.resolve(v)
-            } else if !name.starts_with("AWS::") && name.contains('.') {
-                let (res, attr) = name.split_once('.').unwrap();
-                assert!(self.t["Resources"].get(res).is_some(), "${{{name}}}");
-                json!(format!("getatt:{res}.{attr}"))
-            } else {
-                self.reference(name)
-            };
-            match value {
-                Value::String(s) => out.push_str(&s),
-                other => out.push_str(&other.to_string()),
-            }
-            rest = &rest[end + 1..];
-        }
-        out.push_str(rest);
-        out
-    }
-
-    /// The value with every intrinsic function evaluated and `AWS::NoValue`
-    /// removed.
-    fn resolve(&self, v: &Value) -> Value {
-        if let Some((f, arg)) = single(v) {
-            match f {
-                "Ref" => return self.reference(arg.as_str().expect("!Ref name")),
-                "Fn::GetAtt" => {
-                    let a = arg.as_array().expect("GetAtt list");
-                    let res = a[0].as_str().unwrap();
-                    assert!(self.t["Resources"].get(res).is_some(), "!GetAtt {res}");
-                    return json!(format!("getatt:{res}.{}", a[1].as_str().unwrap()));
-                }
-                "Fn::Sub" => {
-                    return match arg {
-                        Value::String(s) => json!(self.sub(s, &Map::new())),
-                        Value::Array(a) => json!(self.sub(
-                            a[0].as_str().expect("Sub text"),
-                            a[1].as_object().expect("Sub variables")
-                        )),
-                        other => panic!("bad !Sub {other}"),
-                    };
-                }
-                "Fn::If" => {
-                    let a = arg.as_array().expect("If list");
-                    let branch = if self.condition(a[0].as_str().unwrap()) {
-                        &a[1]
-                    } else {
-                        &a[2]
-                    };
-                    return self.resolve(branch);
-                }
-                "Fn::Join" => {
-                    let a = arg.as_array().expect("Join list");
-                    let parts = self.resolve(&a[1]);
-                    let parts: Vec<String> = parts
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|p| p.as_str().unwrap().to_owned())
-                        .collect();
-                    return json!(parts.join(a[0].as_str().unwrap()));
-                }
-                "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
-                    return json!(self.truth(v));
-                }
-                _ => {}
-            }
-        }
-        match v {
-            Value::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .map(|i| self.resolve(i))
-                    .filter(|i| i != NO_VALUE)
-                    .collect(),
-            ),
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| (k.clone(), self.resolve(v)))
-                    .filter(|(_, v)| v != NO_VALUE)
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
-    }
-
-    /// A resource, resolved (panics when absent or its condition is false).
-    fn resource(&self, id: &str) -> Value {
-        let r = self.t["Resources"]
-            .get(id)
-            .unwrap_or_else(|| panic!("no resource {id}"));
-        if let Some(c) = r.get("Condition").and_then(Value::as_str) {
-            assert!(self.condition(c), "{id} is not created ({c} is false)");
-        }
-        self.resolve(r)
-    }
-
-    /// Resolved resources of a type (those whose condition holds).
-    fn resources_of(&self, kind: &str) -> BTreeMap<String, Value> {
-        self.t["Resources"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .filter(|(_, r)| r["Type"] == kind)
-            .filter(|(_, r)| {
-                r.get("Condition")
-                    .and_then(Value::as_str)
-                    .is_none_or(|c| self.condition(c))
-            })
-            .map(|(id, _)| (id.clone(), self.resource(id)))
-            .collect()
-    }
-
-    /// The function's environment variables (Globals merged).
-    fn env(&self, function: &str) -> BTreeMap<String, Value> {
-        let mut vars = BTreeMap::new();
-        let globals = self.resolve(&self.t["Globals"]["Function"]["Environment"]["Variables"]);
-        let own = &self.resource(function)["Properties"]["Environment"]["Variables"];
-        for m in [&globals, own] {
-            if let Some(m) = m.as_object() {
-                vars.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
-            }
-        }
-        vars
-    }
-}
-
-/// `{"Fn::X": arg}` as `("Fn::X", arg)`.
-fn single(v: &Value) -> Option<(&str, &Value)> {
-    let m = v.as_object()?;
-    if m.len() != 1 {
-        return None;
-    }
-    let (k, arg) = m.iter().next()?;
-    (k == "Ref" || k == "Condition" || k.starts_with("Fn::")).then_some((k.as_str(), arg))
-}
-
-fn strings(v: &Value) -> BTreeSet<String> {
-    match v {
-        Value::String(s) => BTreeSet::from([s.clone()]),
-        Value::Array(a) => a
-            .iter()
-            .map(|s| s.as_str().expect("a string").to_owned())
-            .collect(),
-        other => panic!("expected a string or a list of strings, got {other}"),
-    }
-}
-
-fn table_arn(table: &str) -> String {
-    format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}")
 }
 
 // ------------------------------------------------------------------ the table
 
 #[test]
 fn the_sandbox_table_is_the_schema_in_code() {
-    let stack = Stack::new(&[("CreateTable", "true")]);
+    let stack = nishiki_stack(&[("CreateTable", "true")]);
     let table = stack.resource("NishikiTable");
     assert_eq!(table["Type"], "AWS::DynamoDB::Table");
     assert_eq!(
@@ -328,19 +84,19 @@ fn the_sandbox_table_is_the_schema_in_code() {
     );
 
     // The name follows the stage, or the TableName parameter.
-    let prod = Stack::new(&[("CreateTable", "true"), ("Stage", "prod")]);
+    let prod = nishiki_stack(&[("CreateTable", "true"), ("Stage", "prod")]);
     assert_eq!(
         prod.resource("NishikiTable")["Properties"]["TableName"],
         "nishiki-table-prod-db"
     );
-    let named = Stack::new(&[("CreateTable", "true"), ("TableName", "sandbox-db")]);
+    let named = nishiki_stack(&[("CreateTable", "true"), ("TableName", "sandbox-db")]);
     assert_eq!(
         named.resource("NishikiTable")["Properties"]["TableName"],
         "sandbox-db"
     );
     // Without CreateTable there is no table resource.
     assert!(
-        Stack::new(&[])
+        nishiki_stack(&[])
             .resources_of("AWS::DynamoDB::Table")
             .is_empty()
     );
@@ -350,7 +106,7 @@ fn the_sandbox_table_is_the_schema_in_code() {
 
 #[test]
 fn every_function_sets_the_variables_its_code_reads() {
-    let stack = Stack::new(&[]);
+    let stack = nishiki_stack(&[]);
     let functions = stack.resources_of("AWS::Serverless::Function");
     let ids: BTreeSet<&str> = functions.keys().map(String::as_str).collect();
     let want: BTreeSet<&str> = deploy::functions().iter().map(|f| f.logical_id).collect();
@@ -395,7 +151,7 @@ fn every_function_sets_the_variables_its_code_reads() {
         assert_eq!(raw["Metadata"]["BuildProperties"]["Binary"], f.binary);
     }
     // With CreateTable the functions use the new table (and depend on it).
-    let sandbox = Stack::new(&[("CreateTable", "true")]);
+    let sandbox = nishiki_stack(&[("CreateTable", "true")]);
     assert_eq!(
         sandbox.env("StreamFunction")["TABLE_NAME"],
         "ref:NishikiTable"
@@ -404,7 +160,7 @@ fn every_function_sets_the_variables_its_code_reads() {
     assert_eq!(globals["Runtime"], "provided.al2023");
     assert_eq!(globals["Handler"], "bootstrap");
     assert_eq!(globals["Architectures"], json!(["x86_64"]));
-    let arm = Stack::new(&[("Architecture", "arm64")]);
+    let arm = nishiki_stack(&[("Architecture", "arm64")]);
     assert_eq!(
         arm.resolve(&arm.t["Globals"]["Function"]["Architectures"]),
         json!(["arm64"])
@@ -521,7 +277,7 @@ fn example_keys() -> Vec<ItemKey> {
 
 #[test]
 fn stream_filters_drop_worker_items_and_keep_service_items() {
-    let filters = stream_filters(&Stack::new(&[]));
+    let filters = stream_filters(&nishiki_stack(&[]));
     let passes = |record: &Value| delivered(&filters, record);
     let mut kinds = BTreeSet::new();
     for key in example_keys() {
@@ -605,10 +361,10 @@ fn statements(stack: &Stack, f: &FunctionSpec) -> Vec<Value> {
 #[test]
 fn every_role_grants_exactly_what_its_function_calls() {
     for (bus, stack) in [
-        ("", Stack::new(&[])),
+        ("", nishiki_stack(&[])),
         (
             "nishiki-events",
-            Stack::new(&[("NotifyEventBus", "nishiki-events")]),
+            nishiki_stack(&[("NotifyEventBus", "nishiki-events")]),
         ),
     ] {
         for f in &deploy::functions() {
@@ -699,7 +455,7 @@ fn every_role_grants_exactly_what_its_function_calls() {
 
 #[test]
 fn the_stream_event_source_is_safe() {
-    let stack = Stack::new(&[]);
+    let stack = nishiki_stack(&[]);
     let f = stack.resource(STREAM_FUNCTION);
     let source = f["Properties"]["Events"]
         .as_object()
@@ -751,7 +507,7 @@ fn the_stream_event_source_is_safe() {
         );
     }
     // With CreateTable the mapping reads the new table's stream.
-    let sandbox = Stack::new(&[("CreateTable", "true")]);
+    let sandbox = nishiki_stack(&[("CreateTable", "true")]);
     let s = sandbox.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]
         ["Stream"]
         .clone();
@@ -760,7 +516,7 @@ fn the_stream_event_source_is_safe() {
 
 #[test]
 fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
-    let stack = Stack::new(&[("ExpiryTimeZone", "Asia/Tokyo")]);
+    let stack = nishiki_stack(&[("ExpiryTimeZone", "Asia/Tokyo")]);
     let schedules = stack.resources_of("AWS::Scheduler::Schedule");
     assert_eq!(schedules.len(), Job::ALL.len());
     let queues = stack.resources_of("AWS::SQS::Queue");
@@ -814,7 +570,7 @@ fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
         }
     }
     // The first deployment keeps every schedule off until the backfill ran.
-    let first = Stack::new(&[("SchedulesState", "DISABLED")]);
+    let first = nishiki_stack(&[("SchedulesState", "DISABLED")]);
     for (id, s) in first.resources_of("AWS::Scheduler::Schedule") {
         assert_eq!(s["Properties"]["State"], "DISABLED", "{id}");
     }
@@ -822,7 +578,7 @@ fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
 
 #[test]
 fn logs_alarms_and_outputs_cover_every_function_and_queue() {
-    let stack = Stack::new(&[]);
+    let stack = nishiki_stack(&[]);
     let alarms = stack.resources_of("AWS::CloudWatch::Alarm");
     let alarm_on = |metric: &str, dim: &str, value: &str| {
         alarms.values().any(|a| {

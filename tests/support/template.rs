@@ -1,56 +1,24 @@
 //! `infra/template.yaml` as tests and benchmarks read it: the YAML in
-//! CloudFormation's JSON form, and an evaluator of the Lambda event-filtering
+//! CloudFormation's JSON form (the test kit's reader,
+//! [`worker_testkit::template`]), and an evaluator of the Lambda event-filtering
 //! subset its stream filters use (so `tests/infra.rs` can check the filters
 //! and `benches/load.rs` can deliver only what Lambda would).
 
 use serde_json::{Value, json};
 
-/// A YAML value in CloudFormation's JSON form: `!Ref x` -> `{"Ref": x}`,
-/// `!GetAtt A.B` -> `{"Fn::GetAtt": ["A", "B"]}`, `!Sub`/`!If`/... ->
-/// `{"Fn::Sub": ...}`.
-pub fn to_json(v: &serde_yaml_ng::Value) -> Value {
-    use serde_yaml_ng::Value as Y;
-    match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(*b),
-        Y::Number(n) => serde_json::to_value(n).expect("a YAML number is a JSON number"),
-        Y::String(s) => Value::String(s.clone()),
-        Y::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Y::Mapping(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let k = k.as_str().expect("template keys are strings").to_owned();
-                    (k, to_json(v))
-                })
-                .collect(),
-        ),
-        Y::Tagged(t) => {
-            let tag = t.tag.to_string();
-            let name = tag.trim_start_matches('!');
-            let inner = to_json(&t.value);
-            match name {
-                "Ref" => json!({ "Ref": inner }),
-                "Condition" => json!({ "Condition": inner }),
-                "GetAtt" => match inner {
-                    Value::String(s) => {
-                        let (res, attr) = s.split_once('.').expect("!GetAtt Resource.Attribute");
-                        json!({ "Fn::GetAtt": [res, attr] })
-                    }
-                    other => json!({ "Fn::GetAtt": other }),
-                },
-                other => json!({ format!("Fn::{other}"): inner }),
-            }
-        }
-    }
-}
-
+/// `infra/template.yaml` in CloudFormation's JSON form.
 pub fn template() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/template.yaml");
-    let text = std::fs::read_to_string(path).expect("infra/template.yaml exists");
-    let yaml: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&text).expect("infra/template.yaml is YAML");
-    to_json(&yaml)
+    worker_testkit::template::load(&path)
 }
+
+/// The Nishiki stack (`TableStreamArn` given), parameters overridden.
+pub fn nishiki_stack(overrides: &[(&str, &str)]) -> worker_testkit::template::Stack {
+    worker_testkit::template::Stack::new(template(), "nishiki-worker-dev", STREAM_ARN, overrides)
+}
+
+/// The table stream the template is given.
+pub const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-dev-db/stream/2024-01-01T00:00:00.000";
 
 /// Whether an event matches a Lambda event-filtering pattern. Supports the
 /// subset the template uses, with Lambda's semantics: object = all fields

@@ -25,7 +25,9 @@ use archive_worker::config::Settings;
 use archive_worker::keys::Job;
 use archive_worker::schema::schema;
 use serde_json::{Value, json};
-use support::template::{ACCOUNT, REGION, STREAM_ARN, Stack, strings, table_arn, template_path};
+use support::template::{
+    ACCOUNT, REGION, STREAM_ARN, Stack, archive_stack, strings, table_arn, template_path,
+};
 use worker_engine::deploy::{
     FunctionSpec, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
@@ -50,7 +52,7 @@ fn binary(f: &FunctionSpec<Job>) -> String {
 
 #[test]
 fn the_sandbox_table_is_the_schema_in_code() {
-    let stack = Stack::new(&[("CreateTable", "true")]);
+    let stack = archive_stack(&[("CreateTable", "true")]);
     let table = stack.resource(SANDBOX_TABLE);
     assert_eq!(
         stack.t["Resources"][SANDBOX_TABLE]["Condition"], "CreateTable",
@@ -66,19 +68,19 @@ fn the_sandbox_table_is_the_schema_in_code() {
     );
 
     // The name follows the stage, or the TableName parameter.
-    let prod = Stack::new(&[("CreateTable", "true"), ("Stage", "prod")]);
+    let prod = archive_stack(&[("CreateTable", "true"), ("Stage", "prod")]);
     assert_eq!(
         prod.resource(SANDBOX_TABLE)["Properties"]["TableName"],
         "archive-table-prod"
     );
-    let named = Stack::new(&[("CreateTable", "true"), ("TableName", "sandbox")]);
+    let named = archive_stack(&[("CreateTable", "true"), ("TableName", "sandbox")]);
     assert_eq!(
         named.resource(SANDBOX_TABLE)["Properties"]["TableName"],
         "sandbox"
     );
     // Without CreateTable there is no table resource.
     assert!(
-        Stack::new(&[])
+        archive_stack(&[])
             .resources_of("AWS::DynamoDB::Table")
             .is_empty()
     );
@@ -91,8 +93,8 @@ fn every_function_runs_its_binary_with_exactly_its_variables() {
     let cargo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .expect("Cargo.toml");
     for (bus, stack) in [
-        ("", Stack::new(&[])),
-        ("bus", Stack::new(&[("NotifyEventBus", "bus")])),
+        ("", archive_stack(&[])),
+        ("bus", archive_stack(&[("NotifyEventBus", "bus")])),
     ] {
         let ids: BTreeSet<String> = stack
             .resources_of("AWS::Serverless::Function")
@@ -149,14 +151,14 @@ fn every_function_runs_its_binary_with_exactly_its_variables() {
         }
     }
     // With CreateTable the functions use the new table.
-    let sandbox = Stack::new(&[("CreateTable", "true")]);
+    let sandbox = archive_stack(&[("CreateTable", "true")]);
     for f in &functions() {
         assert_eq!(
             sandbox.env(f.logical_id)["TABLE_NAME"],
             format!("ref:{SANDBOX_TABLE}")
         );
     }
-    let stack = Stack::new(&[]);
+    let stack = archive_stack(&[]);
     let globals = stack.resolve(&stack.t["Globals"]["Function"]);
     assert_eq!(globals["Runtime"], "provided.al2023");
     assert_eq!(globals["Handler"], "bootstrap");
@@ -196,10 +198,10 @@ fn statements(stack: &Stack, f: &FunctionSpec<Job>) -> Vec<Value> {
 fn every_role_grants_exactly_what_its_function_calls() {
     let mut roles = BTreeSet::new();
     for (bus, stack) in [
-        ("", Stack::new(&[])),
+        ("", archive_stack(&[])),
         (
             "archive-events",
-            Stack::new(&[("NotifyEventBus", "archive-events")]),
+            archive_stack(&[("NotifyEventBus", "archive-events")]),
         ),
     ] {
         for f in &functions() {
@@ -280,7 +282,7 @@ fn every_role_grants_exactly_what_its_function_calls() {
 
 #[test]
 fn the_stream_event_source_reports_batch_item_failures_and_is_bounded() {
-    let stack = Stack::new(&[]);
+    let stack = archive_stack(&[]);
     let f = stack.resource(STREAM_FUNCTION);
     let sources: Vec<&Value> = f["Properties"]["Events"]
         .as_object()
@@ -332,7 +334,7 @@ fn the_stream_event_source_reports_batch_item_failures_and_is_bounded() {
         );
     }
     // With CreateTable the mapping reads the new table's stream.
-    let sandbox = Stack::new(&[("CreateTable", "true")]);
+    let sandbox = archive_stack(&[("CreateTable", "true")]);
     let s = &sandbox.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]
         ["Stream"];
     assert_eq!(*s, format!("getatt:{SANDBOX_TABLE}.StreamArn"));
@@ -340,7 +342,7 @@ fn the_stream_event_source_reports_batch_item_failures_and_is_bounded() {
 
 #[test]
 fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue() {
-    let stack = Stack::new(&[]);
+    let stack = archive_stack(&[]);
     let schedules = stack.resources_of("AWS::Scheduler::Schedule");
     assert_eq!(schedules.len(), Job::ALL.len());
     let queues = stack.resources_of("AWS::SQS::Queue");
@@ -391,7 +393,7 @@ fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue() {
         }
     }
     // SchedulesState turns every schedule off (the first deployment).
-    let off = Stack::new(&[("SchedulesState", "DISABLED")]);
+    let off = archive_stack(&[("SchedulesState", "DISABLED")]);
     for (id, s) in off.resources_of("AWS::Scheduler::Schedule") {
         assert_eq!(s["Properties"]["State"], "DISABLED", "{id}");
     }
@@ -413,7 +415,7 @@ fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue() {
 
 #[test]
 fn logs_alarms_and_outputs_cover_every_function_and_queue() {
-    let stack = Stack::new(&[]);
+    let stack = archive_stack(&[]);
     let alarms = stack.resources_of("AWS::CloudWatch::Alarm");
     let alarm_on = |metric: &str, dim: &str, value: &str| {
         alarms.values().any(|a| {

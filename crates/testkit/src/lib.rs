@@ -11,11 +11,14 @@
 //! - [`recorded`]: a store that writes down what it was asked, and the
 //!   same asks replayed with perfect batching (the load driver's oracle);
 //! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes;
-//! - [`workload`]: seeded histories delivered at least once, in any order.
+//! - [`workload`]: seeded histories delivered at least once, in any order;
+//! - [`template`]: a SAM template read and evaluated, to check it against
+//!   the code.
 
 pub mod fault_proxy;
 pub mod layers;
 pub mod recorded;
+pub mod template;
 pub mod workload;
 
 use std::sync::Arc;
