@@ -68,6 +68,8 @@ use crate::schema::{DEFAULT_KEY, KeySchema, TableSchema};
 
 pub mod coalesce;
 pub mod layers;
+pub mod multi;
+pub mod transact;
 
 /// A raw primary key (the key attributes only).
 pub type Key = HashMap<String, AttributeValue>;

@@ -39,6 +39,27 @@ const APP_WORDS: &[&str] = &[
     "KeyName",
     "expire-unzipped",
     "rebuild-lookup",
+    // the chat app (apps/chat): attributes, key strings, indexes, jobs,
+    // table variables
+    "PendingId",
+    "NumMembers",
+    "ChatId",
+    "JoinedAt",
+    "StatusReason",
+    "GROUPCHAT#",
+    "PRIVATECHAT#",
+    "CHATREQUEST#",
+    "COMMUNITY#",
+    "NOTIFICATION#",
+    "NOTIFICATIONREAD#",
+    "CommunityMembersIndex",
+    "ChatMembersIndex",
+    "PendingRequestsIndex",
+    "expire-requests",
+    "audit-requests",
+    "USERS_TABLE",
+    "CHAT_REQUESTS_TABLE",
+    "GROUP_CHATS_TABLE",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {

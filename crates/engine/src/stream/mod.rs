@@ -13,6 +13,7 @@
 
 pub mod decode;
 pub mod engine;
+pub mod source;
 
 pub use decode::{
     ChangeKind, DEFAULT_KEY_ATTRIBUTES, EnvelopeError, RecordError, SequenceNumber,

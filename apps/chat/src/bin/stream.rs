@@ -1,0 +1,18 @@
+//! Lambda bootstrap of the stream function: DynamoDB Streams batches of the
+//! six chat tables (one event source mapping per table; each record's
+//! `eventSourceARN` names its table). Each mapping sets
+//! `FunctionResponseTypes: [ReportBatchItemFailures]`.
+
+use chat_worker::app::{APP, worker_from_env};
+use lambda_runtime::Error;
+use worker_engine::metrics::Emitter;
+use worker_engine::telemetry::{self, LogFormat};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    telemetry::init(LogFormat::Json);
+    let worker = worker_from_env()
+        .await?
+        .with_metrics(Emitter::stdout_from_env(APP.namespace, "stream"));
+    worker_engine::lambda::serve_stream(&worker).await
+}

@@ -1,0 +1,229 @@
+//! Typed items of the chat tables over the engine's `Item`, with
+//! `serde_dynamo`; decoding errors go through `redact_quoted`, so no
+//! attribute value reaches a log line.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use worker_engine::item::{Item, redact_quoted};
+
+use crate::keys::{self, RequestKey};
+
+/// A serde message without its quoted values: `redact_quoted`, and the
+/// backquoted spans serde uses for an unknown enum value (`unknown variant
+/// `x``), which may be anything a client wrote.
+pub fn redact(msg: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in redact_quoted(msg).split('`').enumerate() {
+        if i % 2 == 0 {
+            out.push_str(part);
+        } else {
+            out.push_str("`…`");
+        }
+    }
+    out
+}
+
+/// A request's status. `pending` first, then one terminal status that never
+/// goes back to `pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Accepted,
+    Rejected,
+    Cancelled,
+    Expired,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Accepted => "accepted",
+            Status::Rejected => "rejected",
+            Status::Cancelled => "cancelled",
+            Status::Expired => "expired",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        self != Status::Pending
+    }
+}
+
+/// One copy of a chat request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct RequestCopy {
+    #[serde(skip)]
+    pub key: Option<RequestKey>,
+    pub id: String,
+    pub user_id: String,
+    pub chat_id: String,
+    pub created_at: String,
+    pub status: Status,
+    #[serde(default)]
+    pub seen: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined_at: Option<String>,
+}
+
+impl RequestCopy {
+    /// A request copy, or why it is not one (no attribute value in the text).
+    pub fn from_item(item: &Item) -> Result<RequestCopy, String> {
+        let key = RequestKey::parse(item).map_err(|e| e.to_string())?;
+        let mut copy: RequestCopy = serde_dynamo::from_item(item.clone())
+            .map_err(|e| format!("chat request does not decode: {}", redact(&e.to_string())))?;
+        if copy.id != key.request {
+            return Err("chat request: Id differs from the request id of its key".into());
+        }
+        copy.key = Some(key);
+        Ok(copy)
+    }
+
+    pub fn key(&self) -> &RequestKey {
+        self.key.as_ref().expect("a decoded copy has its key")
+    }
+
+    /// The item, keys included.
+    pub fn to_item(&self) -> Item {
+        let mut item: Item = serde_dynamo::to_item(self).expect("a request copy serializes");
+        item.extend(self.key().key());
+        item
+    }
+
+    /// The other copy's key (`None`: the ids disagree with the key, which
+    /// [`Self::from_item`] rejects).
+    pub fn twin_key(&self) -> RequestKey {
+        let key = self.key();
+        let other = match key.owner {
+            keys::Owner::User(_) => keys::Owner::GroupChat(self.chat_id.clone()),
+            keys::Owner::GroupChat(_) => keys::Owner::User(self.user_id.clone()),
+        };
+        key.twin(other)
+    }
+}
+
+/// A group chat's own item (`GROUPCHAT#<id>` / `GROUPCHAT#<id>`): the
+/// attributes the worker reads.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct GroupChat {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub num_members: Option<i64>,
+}
+
+impl GroupChat {
+    pub fn from_item(item: &Item) -> Result<GroupChat, String> {
+        serde_dynamo::from_item(item.clone())
+            .map_err(|e| format!("group chat does not decode: {}", redact(&e.to_string())))
+    }
+}
+
+/// The notification of an accepted request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Notification {
+    pub id: String,
+    pub notification_type: String,
+    /// The chat the notification is about.
+    pub target: String,
+    pub created_at: String,
+    pub read: bool,
+    pub seen: bool,
+}
+
+impl Notification {
+    /// The notification telling `copy`'s user that the request was
+    /// accepted, at `now`; its key.
+    pub fn accepted(copy: &RequestCopy, now: DateTime<Utc>) -> (keys::NotificationKey, Item) {
+        let id = keys::acceptance_notification_id(&copy.id);
+        let key = keys::NotificationKey {
+            user: copy.user_id.clone(),
+            read: false,
+            time: now,
+            id: id.clone(),
+        };
+        let n = Notification {
+            id,
+            notification_type: keys::NOTIFICATION_REQUEST_ACCEPTED.into(),
+            target: copy.chat_id.clone(),
+            created_at: keys::format_time(now),
+            read: false,
+            seen: false,
+        };
+        let mut item: Item = serde_dynamo::to_item(&n).expect("a notification serializes");
+        item.extend(key.key());
+        (key, item)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use chrono::TimeZone;
+
+    fn copy() -> RequestCopy {
+        let t = Utc.with_ymd_and_hms(2024, 5, 1, 10, 0, 0).unwrap();
+        let [k, _] = RequestKey::copies("u1", "g1", t, "r1");
+        RequestCopy {
+            key: Some(k),
+            id: "r1".into(),
+            user_id: "u1".into(),
+            chat_id: "g1".into(),
+            created_at: keys::format_time(t),
+            status: Status::Pending,
+            seen: false,
+            pending_id: Some("p1".into()),
+            status_reason: None,
+            joined_at: None,
+        }
+    }
+
+    #[test]
+    fn a_copy_reads_back_and_knows_its_twin() {
+        let c = copy();
+        let item = c.to_item();
+        assert_eq!(item["Status"], AttributeValue::S("pending".into()));
+        assert_eq!(RequestCopy::from_item(&item), Ok(c.clone()));
+        assert_eq!(c.twin_key().owner, keys::Owner::GroupChat("g1".into()));
+        assert_eq!(c.twin_key().twin(c.key().owner.clone()), *c.key());
+    }
+
+    #[test]
+    fn bad_copies_say_why_without_values() {
+        let mut item = copy().to_item();
+        item.insert("Status".into(), AttributeValue::S("secret-status".into()));
+        let e = RequestCopy::from_item(&item).unwrap_err();
+        assert!(e.contains("does not decode"), "{e}");
+        assert!(!e.contains("secret-status"), "{e}");
+        let mut item = copy().to_item();
+        item.insert("Id".into(), AttributeValue::S("r2".into()));
+        assert!(
+            RequestCopy::from_item(&item)
+                .unwrap_err()
+                .contains("Id differs")
+        );
+    }
+
+    #[test]
+    fn the_acceptance_notification_is_named_after_the_request() {
+        let now = Utc.with_ymd_and_hms(2024, 5, 2, 0, 0, 0).unwrap();
+        let (key, item) = Notification::accepted(&copy(), now);
+        assert_eq!(key.id, "chatrequest-r1-accepted");
+        assert_eq!(
+            item["SK"],
+            AttributeValue::S(
+                "NOTIFICATION#UNREAD#2024-05-02T00:00:00.000Z#chatrequest-r1-accepted".into()
+            )
+        );
+        assert_eq!(item["Target"], AttributeValue::S("g1".into()));
+    }
+}

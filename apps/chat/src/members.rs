@@ -1,0 +1,177 @@
+//! `NumMembers` of a group chat equals the number of its `USER#` items.
+//!
+//! **How the count stays right without blind `ADD`s.** Two writers move it:
+//!
+//! - an acceptance (see [`crate::requests`]) puts the member item and adds
+//!   one to `NumMembers` in one transaction, conditional on the member
+//!   item not existing and on the request not joined yet: it applies once
+//!   however often it is delivered, and the count moves only with an item
+//!   that was really added;
+//! - [`MemberCount`], the stream handler of the GroupChats table, recounts:
+//!   on a member item inserted or removed (by anyone), and on the chat
+//!   item inserted or its `NumMembers` changed, it reads the chat item,
+//!   then counts the `USER#` items (a consistent Query of the partition,
+//!   keys only), and sets `NumMembers` to the count **on the condition that
+//!   `NumMembers` is still the value it read**. A recount never adds to
+//!   what is there: redelivered, it counts again and finds nothing to do.
+//!
+//! Why the result is right after any interleaving: consider the last
+//! change to the partition (a member added or removed, or `NumMembers`
+//! written). Its record triggers a recount that starts after it, so it
+//! counts the final members. If it finds `NumMembers` right, done; if
+//! not, its conditional write either applies (a `NumMembers` change whose
+//! own record recounts once more and finds it right) or fails because
+//! `NumMembers` changed meanwhile, which is a later change, whose record
+//! recounts. A recount that counted before a membership change can only
+//! write a stale number if `NumMembers` did not change since it read it;
+//! that write is itself a change, and its record's recount fixes it.
+//! The cost: one Query per member change, and one more per count written.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use worker_engine::job::{Access, StreamSpec};
+use worker_engine::metrics::WriteCounter;
+use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
+use worker_engine::stream::decode::{ChangeKind, StreamChange};
+use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+
+use crate::app::{JobSpec, TableHandler};
+use crate::items::GroupChat;
+use crate::keys::{self, ChatItem, ChatKind};
+use crate::schema::Table;
+
+/// `NumMembers` writes.
+pub const MEMBER_COUNT_WRITES: &str = "MemberCountWrites";
+
+/// The members job: the count of a group chat's members.
+pub const SPEC: JobSpec = JobSpec {
+    name: "members",
+    summary: "keeps a group chat's NumMembers equal to its USER# items (recount, conditional on the value read)",
+    env: &[],
+    stream: Some(StreamSpec {
+        handler: "member-count",
+        writes_metric: MEMBER_COUNT_WRITES,
+        access: Access {
+            dynamodb_actions: &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"],
+            indexes: &[],
+            fallbacks: &[],
+            publishes_events: false,
+        },
+    }),
+    scheduled: &[],
+    handlers: |d| {
+        vec![Arc::new(MemberCount {
+            store: d.stores.get(Table::GroupChats).clone(),
+            writes: d.writes.clone(),
+        })]
+    },
+    jobs: |_| vec![],
+};
+
+/// Recounts a group chat's members on every change that may move the count.
+pub struct MemberCount {
+    store: Arc<dyn Store>,
+    writes: Arc<WriteCounter>,
+}
+
+/// Whether a change to `item` may leave `NumMembers` wrong.
+fn moves_count(item: &ChatItem, change: &StreamChange) -> bool {
+    match item {
+        ChatItem::Member { .. } => change.kind != ChangeKind::Modify,
+        ChatItem::Chat { .. } => match change.kind {
+            ChangeKind::Insert => true,
+            ChangeKind::Modify => {
+                let n = |i: Option<&worker_engine::item::Item>| {
+                    i.and_then(|i| i.get(keys::NUM_MEMBERS)).cloned()
+                };
+                n(change.old_image.as_ref()) != n(change.new_image.as_ref())
+            }
+            _ => false,
+        },
+        ChatItem::Message { .. } => false,
+    }
+}
+
+impl MemberCount {
+    /// The number of `USER#` items of `chat` (consistent).
+    async fn count(&self, chat: &str) -> Result<i64, ProcessError> {
+        let spec = QuerySpec {
+            key_condition: Expr::new("#pk = :pk AND begins_with(#sk, :user)")
+                .name("#pk", keys::PK)
+                .name("#sk", keys::SK)
+                .string(":pk", keys::chat_pk(ChatKind::Group, chat))
+                .string(":user", keys::MEMBER_SK_PREFIX),
+            projection: Some(Expr::new("#pk").name("#pk", keys::PK)),
+            consistent: true,
+            forward: true,
+            ..Default::default()
+        };
+        Ok(self.store.query_all(&spec).await?.len() as i64)
+    }
+
+    /// Recount `chat`; what it did.
+    pub async fn recount(&self, chat: &str) -> Result<RecordOutcome, ProcessError> {
+        let key = ChatItem::Chat {
+            kind: ChatKind::Group,
+            chat: chat.to_owned(),
+        }
+        .key();
+        let Some(item) = self.store.get(&key, true).await? else {
+            return Ok(RecordOutcome::skipped("chat gone"));
+        };
+        let seen = GroupChat::from_item(&item)
+            .map_err(|reason| ProcessError::Permanent { reason })?
+            .num_members;
+        let counted = self.count(chat).await?;
+        if seen == Some(counted) {
+            return Ok(RecordOutcome::skipped("count right"));
+        }
+        let update = Expr::new("SET #n = :n")
+            .name("#n", keys::NUM_MEMBERS)
+            .value(":n", AttributeValue::N(counted.to_string()));
+        let unchanged = match seen {
+            Some(n) => Expr::new("#n = :seen")
+                .name("#n", keys::NUM_MEMBERS)
+                .value(":seen", AttributeValue::N(n.to_string())),
+            None => Expr::new("attribute_not_exists(#n)").name("#n", keys::NUM_MEMBERS),
+        }
+        .and(Expr::exists(keys::PK));
+        let outcome = self.store.update(&key, update, Some(unchanged)).await?;
+        self.writes.add(MEMBER_COUNT_WRITES, 1);
+        Ok(match outcome {
+            WriteOutcome::Applied => RecordOutcome::handled("NumMembers recounted"),
+            WriteOutcome::ConditionFailed => {
+                RecordOutcome::skipped("NumMembers changed meanwhile (its record recounts)")
+            }
+        })
+    }
+}
+
+#[async_trait]
+impl RecordProcessor for MemberCount {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        let item = match ChatItem::parse(ChatKind::Group, &change.keys) {
+            Ok(i) => i,
+            Err(e @ keys::KeyError::Foreign { .. }) => {
+                return Ok(RecordOutcome::skipped(e.to_string()));
+            }
+            Err(e) => {
+                return Err(ProcessError::Permanent {
+                    reason: e.to_string(),
+                });
+            }
+        };
+        if !moves_count(&item, change) {
+            return Ok(RecordOutcome::skipped("count unaffected"));
+        }
+        self.recount(item.chat()).await
+    }
+}
+
+impl TableHandler for MemberCount {
+    fn table(&self) -> Table {
+        Table::GroupChats
+    }
+}
