@@ -1,0 +1,351 @@
+//! What the chat worker's tests share: the six tables on DynamoDB Local,
+//! the worker over them, Lambda-like delivery of every table's stream, and
+//! the items a client writes.
+
+#![allow(dead_code)] // each test binary uses a part
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use chat_worker::app::{Stores, worker};
+use chat_worker::config::Settings;
+use chat_worker::items::{RequestCopy, Status};
+use chat_worker::keys::{self, ChatItem, ChatKind, CommunityItem, Job, RequestKey};
+use chat_worker::schema::Table;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use worker_engine::clock::ManualClock;
+use worker_engine::item::Item;
+use worker_engine::metrics::{CapturedLines, Emitter};
+use worker_engine::runtime::Worker;
+use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Key, QueryStore, ScanSpec, Store};
+use worker_engine::stream::decode::StreamChange;
+use worker_testkit::{Drain, TestTable};
+
+pub const NOW: &str = "2024-06-01T00:00:00Z";
+
+pub fn now() -> DateTime<Utc> {
+    NOW.parse().expect("a time")
+}
+
+pub fn at(s: &str) -> DateTime<Utc> {
+    s.parse().expect("a time")
+}
+
+/// The six tables, the worker over them and a reader of each stream.
+pub struct Chat {
+    pub tables: BTreeMap<Table, TestTable>,
+    pub drains: BTreeMap<Table, Drain>,
+    pub worker: Worker<Job>,
+    pub clock: ManualClock,
+    pub settings: Settings,
+    pub lines: CapturedLines,
+}
+
+impl Chat {
+    pub async fn new() -> Self {
+        Self::with(|_| {}).await
+    }
+
+    pub async fn with(configure: impl FnOnce(&mut Settings)) -> Self {
+        let mut tables = BTreeMap::new();
+        for t in Table::ALL {
+            tables.insert(t, TestTable::with_schema(&t.schema()).await);
+        }
+        let mut settings = Settings::for_tables(|t| tables[&t].name.clone());
+        configure(&mut settings);
+        let clock = ManualClock::new(now());
+        let lines = CapturedLines::default();
+        let worker = build(&tables, &settings, &clock).with_metrics(Emitter::new(
+            "ChatWorker",
+            "test",
+            Arc::new(lines.clone()),
+        ));
+        let mut drains = BTreeMap::new();
+        for (t, table) in &tables {
+            drains.insert(*t, Drain::new(table).await);
+        }
+        Chat {
+            tables,
+            drains,
+            worker,
+            clock,
+            settings,
+            lines,
+        }
+    }
+
+    /// Another worker over the same tables (a second Lambda instance).
+    pub fn another_worker(&self) -> Worker<Job> {
+        build(&self.tables, &self.settings, &self.clock)
+    }
+
+    pub fn store(&self, t: Table) -> &Arc<DynamoStore> {
+        &self.tables[&t].store
+    }
+
+    /// Handle every table's records, the worker's own included, until no
+    /// stream has anything new.
+    pub async fn settle(&mut self) -> usize {
+        let mut total = 0;
+        for _round in 0..50 {
+            let mut n = 0;
+            for d in self.drains.values_mut() {
+                n += d.run(&self.worker).await;
+            }
+            if n == 0 {
+                return total;
+            }
+            total += n;
+        }
+        panic!("the streams did not settle");
+    }
+
+    /// The records written since the last read, of every table, unhandled.
+    pub async fn read(&mut self) -> Vec<StreamChange> {
+        let mut all = Vec::new();
+        for d in self.drains.values_mut() {
+            all.extend(d.read().await);
+        }
+        all
+    }
+
+    /// Deliver `changes` as one Lambda batch (they must be of one table).
+    pub async fn deliver(&self, changes: &[StreamChange]) {
+        let event = worker_engine::stream::decode::encode_event(changes, None);
+        use worker_engine::replay::dev::EventFunction;
+        let report = self
+            .worker
+            .invoke_stream(&event)
+            .await
+            .expect("stream event");
+        assert!(report.batch_item_failures.is_empty(), "{report:?}");
+    }
+
+    pub async fn tick(&self, job: &str) -> Value {
+        use worker_engine::replay::dev::EventFunction;
+        let tick =
+            serde_json::json!({"job": job, "scheduledTime": keys::format_time(self.clock_now())});
+        self.worker.invoke_schedule(&tick).await.expect("tick runs")
+    }
+
+    pub fn clock_now(&self) -> DateTime<Utc> {
+        use worker_engine::clock::Clock;
+        self.clock.now()
+    }
+
+    pub async fn put(&self, t: Table, item: Item) {
+        self.store(t).put(item, None).await.expect("put");
+    }
+
+    pub async fn delete(&self, t: Table, key: Key) {
+        self.store(t).delete(&key, None).await.expect("delete");
+    }
+
+    pub async fn get(&self, t: Table, key: &Key) -> Option<Item> {
+        self.store(t).get(key, true).await.expect("get")
+    }
+
+    pub async fn snapshot(&self) -> BTreeMap<Table, Vec<Item>> {
+        let mut out = BTreeMap::new();
+        for (t, table) in &self.tables {
+            out.insert(*t, table.snapshot().await);
+        }
+        out
+    }
+
+    /// Every entry of the sparse index (a Scan of the index).
+    pub async fn pending_index(&self) -> Vec<Item> {
+        self.store(Table::ChatRequests)
+            .scan_all(&ScanSpec {
+                index: Some(keys::PENDING_REQUESTS_INDEX.into()),
+                ..Default::default()
+            })
+            .await
+            .expect("scan the index")
+    }
+
+    /// A request copy as it is now.
+    pub async fn copy(&self, key: &RequestKey) -> Option<RequestCopy> {
+        self.get(Table::ChatRequests, &key.key())
+            .await
+            .map(|i| RequestCopy::from_item(&i).expect("a request copy"))
+    }
+
+    /// The statuses of a request's copies: (user's, chat's).
+    pub async fn statuses(&self, r: &Request) -> (Option<Status>, Option<Status>) {
+        let [u, g] = r.keys();
+        (
+            self.copy(&u).await.map(|c| c.status),
+            self.copy(&g).await.map(|c| c.status),
+        )
+    }
+
+    /// `NumMembers` of a group chat, and its `USER#` items.
+    pub async fn members(&self, chat: &str) -> (Option<i64>, Vec<String>) {
+        let items = self.tables[&Table::GroupChats].snapshot().await;
+        let pk = keys::chat_pk(ChatKind::Group, chat);
+        let mut n = None;
+        let mut users = Vec::new();
+        for i in items.iter().filter(|i| i["PK"] == s(&pk)) {
+            match ChatItem::parse(ChatKind::Group, i) {
+                Ok(ChatItem::Chat { .. }) => {
+                    n = i
+                        .get(keys::NUM_MEMBERS)
+                        .map(|v| v.as_n().expect("a number").parse().expect("an integer"))
+                }
+                Ok(ChatItem::Member { user, .. }) => users.push(user),
+                _ => {}
+            }
+        }
+        (n, users)
+    }
+
+    /// A metric's total over the EMF lines written so far.
+    pub fn metric(&self, name: &str) -> f64 {
+        self.lines
+            .lines()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|v| v[name].as_f64())
+            .sum()
+    }
+}
+
+fn build(
+    tables: &BTreeMap<Table, TestTable>,
+    settings: &Settings,
+    clock: &ManualClock,
+) -> Worker<Job> {
+    let stores = Stores::new(
+        tables
+            .iter()
+            .map(|(t, table)| (*t, table.store.clone() as Arc<dyn Store>)),
+    );
+    let tx = tables[&Table::ChatRequests].store.clone();
+    worker(stores, tx, settings.clone(), Arc::new(clock.clone()))
+}
+
+pub fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_owned())
+}
+
+pub fn n(v: i64) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+/// A user, with the personal attributes a client writes.
+pub fn user(id: &str) -> Item {
+    let mut i = keys::user(id);
+    i.insert("Id".into(), s(id));
+    i.insert("Username".into(), s(&format!("name-of-{id}")));
+    i.insert("Email".into(), s(&format!("{id}@example.com")));
+    i
+}
+
+/// A group chat's own item.
+pub fn group_chat(chat: &str, capacity: Option<i64>, num_members: Option<i64>) -> Item {
+    let mut i = ChatItem::Chat {
+        kind: ChatKind::Group,
+        chat: chat.into(),
+    }
+    .key();
+    i.insert("Id".into(), s(chat));
+    if let Some(c) = capacity {
+        i.insert(keys::CAPACITY.into(), n(c));
+    }
+    if let Some(m) = num_members {
+        i.insert(keys::NUM_MEMBERS.into(), n(m));
+    }
+    i
+}
+
+pub fn member(kind: ChatKind, chat: &str, user: &str) -> Item {
+    ChatItem::Member {
+        kind,
+        chat: chat.into(),
+        user: user.into(),
+    }
+    .key()
+}
+
+pub fn community(c: &str) -> Item {
+    CommunityItem::Community {
+        community: c.into(),
+    }
+    .key()
+}
+
+pub fn community_member(c: &str, user: &str) -> Item {
+    CommunityItem::Member {
+        community: c.into(),
+        user: user.into(),
+    }
+    .key()
+}
+
+pub fn community_chat(c: &str, chat: &str) -> Item {
+    CommunityItem::GroupChat {
+        community: c.into(),
+        chat: chat.into(),
+    }
+    .key()
+}
+
+/// A chat request, as a client would write its copies.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: String,
+    pub user: String,
+    pub chat: String,
+    pub created: DateTime<Utc>,
+}
+
+impl Request {
+    pub fn new(id: &str, user: &str, chat: &str, created: &str) -> Self {
+        Request {
+            id: id.into(),
+            user: user.into(),
+            chat: chat.into(),
+            created: at(created),
+        }
+    }
+
+    /// (user's copy, chat's copy).
+    pub fn keys(&self) -> [RequestKey; 2] {
+        RequestKey::copies(&self.user, &self.chat, self.created, &self.id)
+    }
+
+    /// A copy (`0`: the user's, `1`: the chat's) with `status`; pending
+    /// copies carry a `PendingId`, as the client writes them.
+    pub fn copy(&self, which: usize, status: Status) -> Item {
+        RequestCopy {
+            key: Some(self.keys()[which].clone()),
+            id: self.id.clone(),
+            user_id: self.user.clone(),
+            chat_id: self.chat.clone(),
+            created_at: keys::format_time(self.created),
+            status,
+            seen: false,
+            pending_id: (status == Status::Pending).then(|| format!("pid-{}", self.id)),
+            status_reason: None,
+            joined_at: None,
+        }
+        .to_item()
+    }
+
+    pub fn both(&self, status: Status) -> [Item; 2] {
+        [self.copy(0, status), self.copy(1, status)]
+    }
+}
+
+/// The notifications of `user`.
+pub async fn notifications(chat: &Chat, user: &str) -> Vec<Item> {
+    chat.tables[&Table::Notifications]
+        .snapshot()
+        .await
+        .into_iter()
+        .filter(|i| i["PK"] == s(&keys::user_pk(user)))
+        .collect()
+}
