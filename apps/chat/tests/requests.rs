@@ -199,7 +199,9 @@ async fn two_acceptances_for_the_last_seat_add_exactly_one_member() {
         .collect();
     assert_eq!(records.len(), 2);
     let other = chat.another_worker();
-    let event = |c: &StreamChange| worker_engine::stream::decode::encode_event(&[c.clone()], None);
+    let event = |c: &StreamChange| {
+        worker_engine::stream::decode::encode_event(std::slice::from_ref(c), None)
+    };
     use worker_engine::replay::dev::EventFunction;
     let (e0, e1) = (event(&records[0]), event(&records[1]));
     let (x, y) = tokio::join!(chat.worker.invoke_stream(&e0), other.invoke_stream(&e1));
