@@ -6,8 +6,9 @@
 //!   (found through `CommunityMembersIndex`), group and private chat
 //!   memberships (through `ChatMembersIndex`; the member count follows
 //!   through [`crate::members`]), cancels the user's pending requests
-//!   (found through the sparse `PendingRequestsIndex`; both copies,
-//!   `StatusReason = user-deleted`, each only while still pending) and
+//!   (found through the sparse `PendingRequestsIndex`; both copies in one
+//!   transaction, `StatusReason = user-deleted`, only while pending or
+//!   accepted and never joined) and
 //!   deletes the user's notifications (their partition). Every step is
 //!   idempotent, so a redelivery or a retry after a partial run finishes
 //!   the job. An acceptance racing the deletion is refused by the
@@ -27,14 +28,16 @@ use async_trait::async_trait;
 use worker_engine::item::Item;
 use worker_engine::job::{Access, StreamSpec};
 use worker_engine::metrics::WriteCounter;
-use worker_engine::store::{Expr, QuerySpec, Store, WriteOp};
+use worker_engine::store::transact::{TransactOutcome, Transactions};
+use worker_engine::store::{QuerySpec, Store, WriteOp};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
 use crate::app::{JobSpec, Stores, TableHandler};
+use crate::items::RequestCopy;
 use crate::items::Status;
 use crate::keys::{self, CommunityItem, KeyError, RequestKey};
-use crate::requests::set_terminal;
+use crate::requests::refuse_copies;
 use crate::schema::Table;
 
 /// Items deleted or requests cancelled by the cascades.
@@ -69,6 +72,8 @@ pub const SPEC: JobSpec = JobSpec {
         vec![
             Arc::new(UserCascade {
                 stores: d.stores.clone(),
+                tx: d.tx.clone(),
+                requests_table: d.settings.table(Table::ChatRequests).to_owned(),
                 writes: d.writes.clone(),
             }),
             Arc::new(CommunityCascade {
@@ -124,6 +129,8 @@ async fn delete_all(
 /// Removes what a deleted user leaves.
 pub struct UserCascade {
     stores: Stores,
+    tx: Arc<dyn Transactions>,
+    requests_table: String,
     writes: Arc<WriteCounter>,
 }
 
@@ -171,8 +178,8 @@ impl UserCascade {
         Ok(removed)
     }
 
-    /// Both copies of the user's pending requests cancelled; how many
-    /// copies changed.
+    /// The user's pending requests cancelled, both copies at once (also a
+    /// copy accepted meanwhile but never joined); how many requests.
     async fn cancel_pending(&self, user: &str) -> Result<usize, ProcessError> {
         let store = self.stores.get(Table::ChatRequests);
         let pending = partition(
@@ -191,23 +198,26 @@ impl UserCascade {
             let Some(item) = store.get(&key.key(), true).await? else {
                 continue;
             };
-            let copy = crate::items::RequestCopy::from_item(&item)
+            let copy = RequestCopy::from_item(&item)
                 .map_err(|reason| ProcessError::Permanent { reason })?;
-            for k in [copy.key().clone(), copy.twin_key()] {
-                let still_pending = Expr::new("#st = :p")
-                    .name("#st", keys::STATUS)
-                    .string(":p", Status::Pending.as_str());
-                let outcome = store
-                    .update(
-                        &k.key(),
-                        set_terminal(Status::Cancelled, Some(keys::REASON_USER_DELETED)),
-                        Some(still_pending),
-                    )
-                    .await?;
-                self.writes.add(CASCADE_WRITES, 1);
-                if outcome == worker_engine::store::WriteOutcome::Applied {
-                    changed += 1;
-                }
+            let twin = match store.get(&copy.twin_key().key(), true).await? {
+                Some(i) => Some(
+                    RequestCopy::from_item(&i)
+                        .map_err(|reason| ProcessError::Permanent { reason })?,
+                ),
+                None => None,
+            };
+            let outcome = refuse_copies(
+                self.tx.as_ref(),
+                &self.requests_table,
+                [Some(&copy), twin.as_ref()],
+                Status::Cancelled,
+                keys::REASON_USER_DELETED,
+            )
+            .await?;
+            self.writes.add(CASCADE_WRITES, 1);
+            if outcome == TransactOutcome::Applied {
+                changed += 1;
             }
         }
         Ok(changed)

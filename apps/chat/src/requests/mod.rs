@@ -439,22 +439,14 @@ impl RequestSync {
     ) -> Result<&'static str, ProcessError> {
         let (status, reason) = refusal.outcome();
         let (user_copy, chat_copy) = self.copies(copy.key(), &copy.twin_key()).await?;
-        let cond = Expr::new("(#st = :p OR #st = :a) AND attribute_not_exists(#ja)")
-            .name("#st", keys::STATUS)
-            .name("#ja", keys::JOINED_AT)
-            .string(":p", Status::Pending.as_str())
-            .string(":a", Status::Accepted.as_str());
-        let ops: Vec<TransactOp> = [user_copy, chat_copy]
-            .into_iter()
-            .flatten()
-            .map(|c| TransactOp::Update {
-                table: self.table(Table::ChatRequests),
-                key: c.key().key(),
-                update: set_terminal(status, Some(reason)),
-                condition: Some(cond.clone()),
-            })
-            .collect();
-        let outcome = self.tx.transact_write(ops).await?;
+        let outcome = refuse_copies(
+            self.tx.as_ref(),
+            self.settings.table(Table::ChatRequests),
+            [user_copy.as_ref(), chat_copy.as_ref()],
+            status,
+            reason,
+        )
+        .await?;
         self.writes.add(REQUEST_WRITES, 1);
         Ok(match (outcome, refusal) {
             (TransactOutcome::Applied, Refusal::Full) => "chat full: request rejected",
@@ -463,6 +455,38 @@ impl RequestSync {
             (TransactOutcome::Cancelled(_), _) => "request changed meanwhile",
         })
     }
+}
+
+/// The copies (those that exist) of a request that is pending, or accepted
+/// and never joined, set to `status` with `reason`, in one transaction:
+/// neither copy is seen in the new status alone. Cancelled (nothing
+/// written) when a copy is neither any more.
+pub async fn refuse_copies(
+    tx: &dyn Transactions,
+    requests_table: &str,
+    copies: [Option<&RequestCopy>; 2],
+    status: Status,
+    reason: &str,
+) -> Result<TransactOutcome, StoreError> {
+    let cond = Expr::new("(#st = :p OR #st = :a) AND attribute_not_exists(#ja)")
+        .name("#st", keys::STATUS)
+        .name("#ja", keys::JOINED_AT)
+        .string(":p", Status::Pending.as_str())
+        .string(":a", Status::Accepted.as_str());
+    let ops: Vec<TransactOp> = copies
+        .into_iter()
+        .flatten()
+        .map(|c| TransactOp::Update {
+            table: requests_table.to_owned(),
+            key: c.key().key(),
+            update: set_terminal(status, Some(reason)),
+            condition: Some(cond.clone()),
+        })
+        .collect();
+    if ops.is_empty() {
+        return Ok(TransactOutcome::Cancelled(Vec::new()));
+    }
+    tx.transact_write(ops).await
 }
 
 #[async_trait]
