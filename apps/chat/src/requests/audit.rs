@@ -109,10 +109,13 @@ impl ScheduledJob<Job> for AuditRequests {
             ..Default::default()
         };
         let mut f = Figures::default();
+        let mut pages = 0;
         let complete = loop {
-            if !run.has_time() {
+            // At least one page a tick, so a late tick still progresses.
+            if pages > 0 && !run.has_time() {
                 break false;
             }
+            pages += 1;
             let page = self.store.scan_page(&spec, start.clone()).await?;
             let copies: Vec<RequestCopy> = page
                 .items
@@ -179,6 +182,7 @@ impl ScheduledJob<Job> for AuditRequests {
                 "recreated": f.recreated,
                 "missing": f.missing,
                 "resumed": was_resumed,
+                "pages": pages,
             }),
             metrics: vec![
                 Metric::count(TWINS_RECREATED, f.recreated),
