@@ -1,0 +1,246 @@
+//! Load driver for `expire-requests` (`cargo bench -p chat-worker --bench
+//! expire`).
+//!
+//! For ChatRequests tables of 10,000 and 100,000 requests (two copies
+//! each; `-- --sizes a,b` overrides), each holding the same pending set
+//! (200 pending requests past `REQUEST_EXPIRY_DAYS`, due, and 300 recent
+//! ones) and the rest decided (no `PendingId`, so not in the sparse
+//! index), it seeds the table (no stream) on a DynamoDB Local of its own,
+//! runs the job once through the worker (fixed clock) and checks that
+//! exactly the due copies expired. It prints the read capacity and the
+//! requests of the run (`DynamoStore::metrics()`). The bound: the read
+//! capacity must not grow with the table (largest/smallest <= 1.1) and
+//! every read must be of the index; otherwise the bench exits non-zero.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use chat_worker::app::{Stores, worker};
+use chat_worker::config::Settings;
+use chat_worker::items::{RequestCopy, Status};
+use chat_worker::keys::{self, Job, RequestKey};
+use chat_worker::schema::Table;
+use chrono::{DateTime, Duration, Utc};
+use serde_json::json;
+use worker_engine::clock::ManualClock;
+use worker_engine::item::Item;
+use worker_engine::store::{MetricsSnapshot, Store};
+use worker_testkit::TestTable;
+
+const DUE: usize = 200;
+const RECENT: usize = 300;
+const SEED_TASKS: usize = 4;
+const BOUND: f64 = 1.1;
+const DECIDED: [Status; 4] = [
+    Status::Accepted,
+    Status::Rejected,
+    Status::Cancelled,
+    Status::Expired,
+];
+
+fn now() -> DateTime<Utc> {
+    "2024-06-01T00:00:00Z".parse().expect("a time")
+}
+
+/// Both copies of request `i`, created at `created`, with `status`.
+fn copies(i: usize, created: DateTime<Utc>, status: Status) -> [Item; 2] {
+    let id = format!("r{i}");
+    let (user, chat) = (format!("u{}", i % 5_000), format!("g{}", i % 700));
+    RequestKey::copies(&user, &chat, created, &id).map(|k| {
+        RequestCopy {
+            key: Some(k),
+            id: id.clone(),
+            user_id: user.clone(),
+            chat_id: chat.clone(),
+            created_at: keys::format_time(created),
+            status,
+            seen: false,
+            pending_id: (status == Status::Pending).then(|| format!("pid-{i}")),
+            status_reason: None,
+            joined_at: None,
+        }
+        .to_item()
+    })
+}
+
+fn items(requests: usize) -> Vec<Item> {
+    let mut out = Vec::with_capacity(2 * requests);
+    for i in 0..requests {
+        let (created, status) = if i < DUE {
+            (
+                now() - Duration::days(40) - Duration::minutes(i as i64),
+                Status::Pending,
+            )
+        } else if i < DUE + RECENT {
+            (
+                now() - Duration::days(2) - Duration::minutes(i as i64),
+                Status::Pending,
+            )
+        } else {
+            (
+                now() - Duration::days(60) + Duration::minutes(i as i64 % 80_000),
+                DECIDED[i % 4],
+            )
+        };
+        out.extend(copies(i, created, status));
+    }
+    out
+}
+
+struct Measured {
+    requests: usize,
+    read: u64,
+    expired: u64,
+    cost: MetricsSnapshot,
+    seed_s: f64,
+    run_ms: f64,
+}
+
+async fn measure(requests: usize) -> Measured {
+    let schema = Table::ChatRequests.schema().without_stream();
+    let (_local, table) = TestTable::on_own_local(format!("chat-expire-{requests}"), &schema).await;
+    let started = Instant::now();
+    worker_testkit::seed_concurrently(&table.store, items(requests), SEED_TASKS).await;
+    let seed_s = started.elapsed().as_secs_f64();
+    eprintln!("seeded {} copies in {seed_s:.1} s", 2 * requests);
+
+    // The job reads and writes the ChatRequests table only; the other
+    // tables' stores are never called.
+    let settings = Settings::for_tables(|_| table.name.clone());
+    let stores = Stores::new(
+        Table::ALL
+            .iter()
+            .map(|t| (*t, table.store.clone() as Arc<dyn Store>)),
+    );
+    let worker = worker(
+        stores,
+        table.store.clone(),
+        settings,
+        Arc::new(ManualClock::new(now())),
+    );
+    let before = table.store.metrics().snapshot();
+    let started = Instant::now();
+    let report = worker
+        .run_job(Job::ExpireRequests, None)
+        .await
+        .expect("expire-requests runs");
+    let run_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let cost = table.store.metrics().snapshot().since(&before);
+    assert!(report.complete, "{report:?}");
+    let figure = |name: &str| report.details[name].as_u64().expect("a count");
+    assert!(
+        table
+            .store
+            .metrics()
+            .indexes()
+            .iter()
+            .all(|(_, i)| i == keys::PENDING_REQUESTS_INDEX),
+        "reads of the index only"
+    );
+    Measured {
+        requests,
+        read: figure("entries_read"),
+        expired: figure("expired"),
+        cost,
+        seed_s,
+        run_ms,
+    }
+}
+
+/// `--sizes a,b` (or `--sizes=a,b`); the default 10,000 and 100,000.
+fn sizes() -> Vec<usize> {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let list = if a == "--sizes" {
+            args.next().expect("--sizes needs a comma-separated list")
+        } else if let Some(list) = a.strip_prefix("--sizes=") {
+            list.to_owned()
+        } else {
+            continue;
+        };
+        return list
+            .split(',')
+            .map(|n| n.trim().parse().expect("--sizes: comma-separated numbers"))
+            .collect();
+    }
+    vec![10_000, 100_000]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let sizes = sizes();
+    assert!(
+        sizes.iter().all(|&n| n >= DUE + RECENT),
+        "sizes must be at least {} requests",
+        DUE + RECENT
+    );
+    println!(
+        "expire-requests: {DUE} due + {RECENT} recent pending requests per table, the rest decided (DynamoDB Local)"
+    );
+    let mut results = Vec::new();
+    for &requests in &sizes {
+        let m = measure(requests).await;
+        assert_eq!(
+            (m.read, m.expired),
+            (2 * (DUE + RECENT) as u64, 2 * DUE as u64),
+            "at {requests} requests"
+        );
+        results.push(m);
+    }
+    println!();
+    println!(
+        "{:>9} {:>8} {:>8} {:>8} {:>7} {:>6} {:>7} {:>8} {:>8}",
+        "requests", "copies", "read", "expired", "RCU", "scans", "other", "WCU", "run ms"
+    );
+    for m in &results {
+        println!(
+            "{:>9} {:>8} {:>8} {:>8} {:>7.1} {:>6} {:>7} {:>8.1} {:>8.1}",
+            m.requests,
+            2 * m.requests,
+            m.read,
+            m.expired,
+            m.cost.read_capacity,
+            m.cost.scan,
+            m.cost.read_requests() - m.cost.scan,
+            m.cost.write_capacity,
+            m.run_ms
+        );
+    }
+    let smallest = results.iter().min_by_key(|m| m.requests).expect("a size");
+    let largest = results.iter().max_by_key(|m| m.requests).expect("a size");
+    let ratio = largest.cost.read_capacity / smallest.cost.read_capacity;
+    let other_reads: u64 = results
+        .iter()
+        .map(|m| m.cost.read_requests() - m.cost.scan)
+        .sum();
+    let ok = ratio <= BOUND && other_reads == 0;
+    println!();
+    println!(
+        "RCU growth {}/{}: {ratio:.3} (goal <= {BOUND}); reads other than the index scan: {other_reads} (goal 0): {}",
+        largest.requests,
+        smallest.requests,
+        if ok { "ok" } else { "FAILED" }
+    );
+    let line = json!({
+        "bench": "chat-expire-requests",
+        "due": DUE,
+        "recent": RECENT,
+        "sizes": results.iter().map(|m| json!({
+            "requests": m.requests,
+            "entries_read": m.read,
+            "expired": m.expired,
+            "rcu": m.cost.read_capacity,
+            "wcu": m.cost.write_capacity,
+            "scan": m.cost.scan,
+            "seed_s": m.seed_s,
+            "run_ms": m.run_ms,
+        })).collect::<Vec<_>>(),
+        "rcu_ratio": ratio,
+        "bound": BOUND,
+        "ok": ok,
+    });
+    println!("{line}");
+    if !ok {
+        std::process::exit(1);
+    }
+}
