@@ -7,7 +7,7 @@
 //! mapping each): [`ByTable`] routes a record by the table its
 //! `eventSourceARN` names to the handlers of that table ([`TableHandler`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use lambda_runtime::Error;
@@ -25,6 +25,40 @@ use crate::config::{self, Settings};
 use crate::keys::Job;
 use crate::schema::Table;
 use crate::{cascade, members, requests};
+
+/// What a handler or job does on one table: the DynamoDB actions (a
+/// transaction needs its operations' own actions: `PutItem`,
+/// `UpdateItem`, `ConditionCheckItem`) and the indexes it queries. The
+/// template grants each function exactly these, table by table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableAccess {
+    pub table: Table,
+    pub actions: &'static [&'static str],
+    pub indexes: &'static [&'static str],
+}
+
+/// The actions and indexes, per table, of the stream function (`None`) or
+/// of a job's schedule function.
+pub fn table_access(
+    job: Option<Job>,
+) -> BTreeMap<Table, (BTreeSet<&'static str>, BTreeSet<&'static str>)> {
+    let lists: Vec<&[TableAccess]> = match job {
+        None => vec![
+            requests::STREAM_TABLES,
+            members::STREAM_TABLES,
+            cascade::STREAM_TABLES,
+        ],
+        Some(Job::ExpireRequests) => vec![requests::EXPIRE_TABLES],
+        Some(Job::AuditRequests) => vec![requests::AUDIT_TABLES],
+    };
+    let mut out: BTreeMap<Table, (BTreeSet<_>, BTreeSet<_>)> = BTreeMap::new();
+    for a in lists.into_iter().flatten() {
+        let e = out.entry(a.table).or_default();
+        e.0.extend(a.actions);
+        e.1.extend(a.indexes);
+    }
+    out
+}
 
 /// A stream handler, with the table whose records it handles.
 pub trait TableHandler: RecordProcessor {

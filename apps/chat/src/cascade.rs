@@ -33,7 +33,7 @@ use worker_engine::store::{QuerySpec, Store, WriteOp};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
-use crate::app::{JobSpec, Stores, TableHandler};
+use crate::app::{JobSpec, Stores, TableAccess, TableHandler};
 use crate::items::RequestCopy;
 use crate::items::Status;
 use crate::keys::{self, CommunityItem, KeyError, RequestKey};
@@ -42,6 +42,46 @@ use crate::schema::Table;
 
 /// Items deleted or requests cancelled by the cascades.
 pub const CASCADE_WRITES: &str = "CascadeWrites";
+
+/// The cascades' access, per table: the removed item confirmed gone,
+/// what it leaves found (indexes, partitions) and deleted; pending
+/// requests read and cancelled (a transaction of updates).
+pub const STREAM_TABLES: &[TableAccess] = &[
+    TableAccess {
+        table: Table::Users,
+        actions: &["dynamodb:GetItem"],
+        indexes: &[],
+    },
+    TableAccess {
+        table: Table::Communities,
+        actions: &[
+            "dynamodb:BatchWriteItem",
+            "dynamodb:GetItem",
+            "dynamodb:Query",
+        ],
+        indexes: &[keys::COMMUNITY_MEMBERS_INDEX],
+    },
+    TableAccess {
+        table: Table::GroupChats,
+        actions: &["dynamodb:BatchWriteItem", "dynamodb:Query"],
+        indexes: &[keys::CHAT_MEMBERS_INDEX],
+    },
+    TableAccess {
+        table: Table::PrivateChats,
+        actions: &["dynamodb:BatchWriteItem", "dynamodb:Query"],
+        indexes: &[keys::CHAT_MEMBERS_INDEX],
+    },
+    TableAccess {
+        table: Table::ChatRequests,
+        actions: &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"],
+        indexes: &[keys::PENDING_REQUESTS_INDEX],
+    },
+    TableAccess {
+        table: Table::Notifications,
+        actions: &["dynamodb:BatchWriteItem", "dynamodb:Query"],
+        indexes: &[],
+    },
+];
 
 /// The cascades of a user's and a community's removal.
 pub const SPEC: JobSpec = JobSpec {

@@ -37,13 +37,21 @@ use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
-use crate::app::{JobSpec, TableHandler};
+use crate::app::{JobSpec, TableAccess, TableHandler};
 use crate::items::GroupChat;
 use crate::keys::{self, ChatItem, ChatKind};
 use crate::schema::Table;
 
 /// `NumMembers` writes.
 pub const MEMBER_COUNT_WRITES: &str = "MemberCountWrites";
+
+/// The recount's access: the chat item read and updated, its members
+/// counted.
+pub const STREAM_TABLES: &[TableAccess] = &[TableAccess {
+    table: Table::GroupChats,
+    actions: &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"],
+    indexes: &[],
+}];
 
 /// The members job: the count of a group chat's members.
 pub const SPEC: JobSpec = JobSpec {

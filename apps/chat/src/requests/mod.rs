@@ -48,7 +48,7 @@ use worker_engine::store::{Expr, Store, StoreError, WriteOutcome};
 use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
-use crate::app::{Deps, JobSpec, Stores, TableHandler};
+use crate::app::{Deps, JobSpec, Stores, TableAccess, TableHandler};
 use crate::config::{EnvVar, REQUEST_EXPIRY_DAYS, ReadBy, Settings, TWIN_GRACE_MINUTES};
 use crate::items::{GroupChat, Notification, RequestCopy, Status};
 use crate::keys::{self, ChatItem, ChatKind, Job, Owner, RequestKey, RequestsItem};
@@ -65,6 +65,57 @@ pub const REQUESTS_EXPIRED: &str = "RequestsExpired";
 pub const TWINS_RECREATED: &str = "RequestTwinsRecreated";
 /// Copies without twin that `audit-requests` can only report.
 pub const TWINS_MISSING: &str = "RequestTwinsMissing";
+
+/// The stream handler's access, per table: both copies read together and
+/// updated (also inside the acceptance and refusal transactions); the
+/// acceptance's user check, notification, member item and count.
+pub const STREAM_TABLES: &[TableAccess] = &[
+    TableAccess {
+        table: Table::ChatRequests,
+        actions: &["dynamodb:BatchGetItem", "dynamodb:UpdateItem"],
+        indexes: &[],
+    },
+    TableAccess {
+        table: Table::Users,
+        actions: &["dynamodb:ConditionCheckItem"],
+        indexes: &[],
+    },
+    TableAccess {
+        table: Table::Notifications,
+        actions: &["dynamodb:PutItem"],
+        indexes: &[],
+    },
+    TableAccess {
+        table: Table::GroupChats,
+        actions: &[
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+        ],
+        indexes: &[],
+    },
+];
+
+/// `expire-requests`: a Scan of the sparse index, conditional updates.
+pub const EXPIRE_TABLES: &[TableAccess] = &[TableAccess {
+    table: Table::ChatRequests,
+    actions: &["dynamodb:Scan", "dynamodb:UpdateItem"],
+    indexes: &[keys::PENDING_REQUESTS_INDEX],
+}];
+
+/// `audit-requests`: a Scan of the table, the twins read, recreated; its
+/// checkpoint read, written and deleted.
+pub const AUDIT_TABLES: &[TableAccess] = &[TableAccess {
+    table: Table::ChatRequests,
+    actions: &[
+        "dynamodb:BatchGetItem",
+        "dynamodb:DeleteItem",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:Scan",
+    ],
+    indexes: &[],
+}];
 
 /// The requests job: its stream handler, the expiry and the twin audit.
 pub const SPEC: JobSpec = JobSpec {
@@ -107,7 +158,7 @@ pub const SPEC: JobSpec = JobSpec {
             schedule: Schedule::Rate("rate(1 hour)"),
             local_cron: "0 * * * *",
             access: Access {
-                dynamodb_actions: &["dynamodb:Query", "dynamodb:Scan", "dynamodb:UpdateItem"],
+                dynamodb_actions: &["dynamodb:Scan", "dynamodb:UpdateItem"],
                 indexes: &[keys::PENDING_REQUESTS_INDEX],
                 fallbacks: &[],
                 publishes_events: false,
