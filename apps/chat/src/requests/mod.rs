@@ -420,42 +420,53 @@ impl RequestSync {
                 .value(":zero", AttributeValue::N("0".into())),
             ),
         };
-        let ops = vec![
-            mark_joined.clone(),
-            user_exists.clone(),
-            notify.clone(),
-            put_member,
-            count,
-        ];
-        let outcome = self.tx.transact_write(ops).await?;
-        self.writes.add(REQUEST_WRITES, 1);
-        let failed = |i| outcome.failed(i);
-        if outcome == TransactOutcome::Applied {
-            return Ok("member added");
-        }
-        if failed(0) {
-            return Ok("already joined or no longer accepted");
-        }
-        if failed(1) {
-            return self.refuse(copy, Refusal::UserGone).await;
-        }
-        if failed(2) {
-            return Err(ProcessError::Permanent {
-                reason: "the acceptance's notification exists but the request is not joined".into(),
+        // Parts already there (a member who joined some other way, the
+        // notification of an earlier acceptance of the same request
+        // rewritten by a client) are left out and the rest tried again.
+        let (mut with_notification, mut with_member) = (true, true);
+        let mut chat_refused = false;
+        for _attempt in 0..3 {
+            let mut ops = vec![mark_joined.clone(), user_exists.clone()];
+            let notify_at = with_notification.then(|| {
+                ops.push(notify.clone());
+                ops.len() - 1
             });
-        }
-        if failed(3) {
-            // A member already (joined some other way): the request is
-            // done, the count is not this request's to move.
-            let outcome = self
-                .tx
-                .transact_write(vec![mark_joined, user_exists, notify])
-                .await?;
+            let member_at = with_member.then(|| {
+                ops.push(put_member.clone());
+                ops.push(count.clone());
+                ops.len() - 2
+            });
+            let outcome = self.tx.transact_write(ops).await?;
             self.writes.add(REQUEST_WRITES, 1);
-            return Ok(if outcome == TransactOutcome::Applied {
-                "already a member; request marked joined"
-            } else {
-                "already a member"
+            if outcome == TransactOutcome::Applied {
+                return Ok(match (with_member, with_notification) {
+                    (true, true) => "member added",
+                    (false, _) => "already a member; request marked joined",
+                    (true, false) => "member added (notified before)",
+                });
+            }
+            if outcome.failed(0) {
+                return Ok("already joined or no longer accepted");
+            }
+            if outcome.failed(1) {
+                return self.refuse(copy, Refusal::UserGone).await;
+            }
+            let notified = notify_at.is_some_and(|i| outcome.failed(i));
+            let member = member_at.is_some_and(|i| outcome.failed(i));
+            if notified {
+                with_notification = false;
+            }
+            if member {
+                with_member = false;
+            }
+            if !notified && !member {
+                chat_refused = member_at.is_some_and(|i| outcome.failed(i + 1));
+                break;
+            }
+        }
+        if !chat_refused {
+            return Err(ProcessError::Transient {
+                reason: "the acceptance's items changed meanwhile; deciding again".into(),
             });
         }
         // The chat's condition: gone, or full.

@@ -137,8 +137,27 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         StartAt::TrimHorizon,
     );
     let mut mapping = EventSourceLoop::new(tail, config.clone());
+    // One event source per other table's stream, as deployed.
+    let mut other_mappings = Vec::new();
+    for o in &target.others {
+        let arn = o
+            .store
+            .stream_arn()
+            .await?
+            .ok_or_else(|| CliError::NoStream {
+                app: A::NAME,
+                endpoint: target.endpoint.clone(),
+                table: o.name.clone(),
+            })?;
+        println!("  stream {arn}");
+        let tail = StreamTail::new(target.streams_client().await, arn, StartAt::TrimHorizon);
+        other_mappings.push(EventSourceLoop::new(tail, config.clone()));
+    }
     if args.starting_position == StartingPosition::Latest {
-        let skipped = mapping.skip_existing().await?;
+        let mut skipped = mapping.skip_existing().await?;
+        for m in &mut other_mappings {
+            skipped += m.skip_existing().await?;
+        }
         if skipped > 0 {
             println!("starting at latest: {skipped} existing records skipped");
         }
@@ -159,14 +178,27 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         target.table
     );
     if args.until_idle {
-        let logs = mapping
-            .run_until_idle(&worker, Duration::from_secs(600))
-            .await
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        for l in &logs {
-            println!("{}", l.line());
+        // Every stream until none has anything new (one table's writes
+        // may be another's records).
+        let mut batches = 0;
+        loop {
+            let mut round = 0;
+            for m in std::iter::once(&mut mapping).chain(other_mappings.iter_mut()) {
+                let logs = m
+                    .run_until_idle(&worker, Duration::from_secs(600))
+                    .await
+                    .map_err(|e| CliError::Usage(e.to_string()))?;
+                for l in &logs {
+                    println!("{}", l.line());
+                }
+                round += logs.len();
+            }
+            batches += round;
+            if round == 0 {
+                break;
+            }
         }
-        println!("idle after {} batches", logs.len());
+        println!("idle after {batches} batches");
         return Ok(ExitCode::SUCCESS);
     }
     let now = Utc::now();
@@ -185,16 +217,18 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     println!("polling every {} ms; Ctrl-C stops", args.poll_interval);
     let interval = Duration::from_millis(args.poll_interval.max(10));
     loop {
-        match mapping.poll_once(&worker).await {
-            Ok(report) => {
-                for l in &report.batches {
-                    println!("{} {}", Utc::now().format("%H:%M:%S"), l.line());
+        for m in std::iter::once(&mut mapping).chain(other_mappings.iter_mut()) {
+            match m.poll_once(&worker).await {
+                Ok(report) => {
+                    for l in &report.batches {
+                        println!("{} {}", Utc::now().format("%H:%M:%S"), l.line());
+                    }
                 }
+                Err(e) => eprintln!(
+                    "{} reading the stream failed (retrying): {e}",
+                    Utc::now().format("%H:%M:%S")
+                ),
             }
-            Err(e) => eprintln!(
-                "{} reading the stream failed (retrying): {e}",
-                Utc::now().format("%H:%M:%S")
-            ),
         }
         for (job, at) in ticker.due(Utc::now()) {
             let event = json!({"job": job, "scheduledTime": super::rfc3339(at)});
@@ -211,7 +245,9 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = tokio::signal::ctrl_c() => {
-                println!("stopping ({} records pending)", mapping.pending());
+                let pending: usize = mapping.pending()
+                    + other_mappings.iter().map(|m| m.pending()).sum::<usize>();
+                println!("stopping ({pending} records pending)");
                 return Ok(ExitCode::SUCCESS);
             }
         }

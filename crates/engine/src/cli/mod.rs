@@ -19,6 +19,7 @@ pub mod output;
 pub mod replay;
 pub mod run;
 pub mod table;
+pub mod tables;
 pub mod target;
 
 use std::sync::Arc;
@@ -66,6 +67,25 @@ pub trait CliApp: Send + Sync + 'static {
         lookup: &dyn Fn(&str) -> Option<String>,
         clock: Arc<dyn Clock>,
     ) -> Result<Worker<Self::Job>, ConfigError>;
+    /// The tables the worker serves besides the target table (see
+    /// [`tables`]); none by default.
+    fn other_tables() -> Vec<tables::OtherTable> {
+        Vec::new()
+    }
+    /// The worker of a command over the target table's `store` and the
+    /// [`CliApp::other_tables`] (`(variable, name, store)`), with `tx` for
+    /// transactions (refusing in a dry run). By default
+    /// [`CliApp::worker`] over the target table.
+    fn worker_on_tables(
+        store: Arc<dyn Store>,
+        others: tables::WorkerTables,
+        tx: Arc<dyn crate::store::transact::Transactions>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Worker<Self::Job>, ConfigError> {
+        let _ = (others, tx);
+        Self::worker(store, lookup, clock)
+    }
 }
 
 /// The subcommands every app's command line has: the engine's `Args`. An

@@ -291,7 +291,13 @@ pub fn worker<A: CliApp>(
         None => base,
     };
     let lookup = worker_env(&target.table, env)?;
-    let worker = A::worker(store, &lookup, clock)
+    let others = super::tables::worker_tables(&target.others, dry_run);
+    let tx: Arc<dyn crate::store::transact::Transactions> = if dry_run {
+        Arc::new(super::tables::NoTransactions)
+    } else {
+        Arc::new(target.store.as_ref().clone())
+    };
+    let worker = A::worker_on_tables(store, others, tx, &lookup, clock)
         .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
     Ok((worker, dry))
 }
@@ -373,7 +379,8 @@ async fn replay_file<J: JobName>(
                 decode_event(&ev.value).map_err(|e| CliError::input(&ev.path, e.to_string()))?;
             if apply_writes {
                 let plan = apply::plan(&decoded);
-                let applied = apply::apply(store, &plan).await?;
+                let applied =
+                    super::tables::apply_by_table(store, &target.others, &decoded, &plan).await?;
                 let after = scan_table(store, keys, None).await?;
                 report.applied = Some(AppliedWrites {
                     applied,

@@ -85,6 +85,19 @@ async fn create(args: CreateArgs, app: &AppTable) -> Result<ExitCode, CliError> 
         }
         Err(e) => return Err(e.into()),
     }
+    // The app's other tables (their variables name them).
+    for o in &target.others {
+        match o.store.create_table(&o.table.schema).await {
+            Ok(()) => println!("created table {} ({})", o.name, o.table.var),
+            Err(StoreError::Permanent { code, .. }) if code == "ResourceInUseException" => {
+                println!(
+                    "table {} ({}) already exists; left unchanged",
+                    o.name, o.table.var
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -19,6 +19,8 @@ pub struct AppTable {
     pub app: &'static str,
     pub schema: TableSchema,
     pub personal: Vec<(&'static str, Placeholder)>,
+    /// The tables its worker serves besides this one ([`CliApp::other_tables`]).
+    pub others: Vec<super::tables::OtherTable>,
 }
 
 impl AppTable {
@@ -27,6 +29,7 @@ impl AppTable {
             app: A::NAME,
             schema: A::schema(),
             personal: A::personal_attributes(),
+            others: A::other_tables(),
         }
     }
 
@@ -71,6 +74,9 @@ pub struct Target {
     pub table: String,
     /// Whose table it is.
     pub app: AppTable,
+    /// The app's other tables on the same endpoint (none for a one-table
+    /// app).
+    pub others: Vec<super::tables::OpenTable>,
     /// The embedded DynamoDB Local, stopped when the target is dropped.
     embedded: Option<DynamoDbLocal>,
 }
@@ -116,11 +122,16 @@ impl Target {
         let store =
             DynamoStore::new(store::local_client(&endpoint), table).with_key(app.schema.key);
         store.create_table(&app.schema).await?;
+        let others = super::tables::open_others(&store, &app.others);
+        for o in &others {
+            o.store.create_table(&o.table.schema).await?;
+        }
         Ok(Target {
             store: Arc::new(store),
             endpoint,
             table: table.to_owned(),
             app: app.clone(),
+            others,
             embedded: Some(local),
         })
     }
@@ -132,11 +143,14 @@ impl Target {
         } else {
             store::client(Some(endpoint)).await
         };
+        let store = DynamoStore::new(client, table).with_key(app.schema.key);
+        let others = super::tables::open_others(&store, &app.others);
         Target {
-            store: Arc::new(DynamoStore::new(client, table).with_key(app.schema.key)),
+            store: Arc::new(store),
             endpoint: endpoint.to_owned(),
             table: table.to_owned(),
             app: app.clone(),
+            others,
             embedded: None,
         }
     }

@@ -1,0 +1,254 @@
+//! The `chat-worker` command line, assembled from the engine's building
+//! blocks (`worker_engine::cli`): replay captured events through the
+//! Lambda handlers, run a job by hand, manage the tables, capture a
+//! table's stream, run a local event-source loop over all six streams.
+//!
+//! The target table (`--table`, default `ChatRequests`) is the
+//! ChatRequests table; the five others are named by their variables
+//! (`USERS_TABLE`, ...; the seed's names by default) and created beside it
+//! on the embedded DynamoDB Local and by `table create`
+//! (`CliApp::other_tables`). Table diffs and snapshots are of the target
+//! table.
+
+use std::sync::Arc;
+
+use clap::{CommandFactory, FromArgMatches, Parser};
+use worker_engine::cli::tables::{OtherTable, WorkerTables};
+use worker_engine::cli::{CliApp, Command};
+use worker_engine::clock::Clock;
+use worker_engine::env::ConfigError;
+use worker_engine::replay::redact::Placeholder;
+use worker_engine::runtime::Worker;
+use worker_engine::schema::TableSchema;
+use worker_engine::store::Store;
+use worker_engine::store::transact::Transactions;
+
+use crate::app::{APP, Stores};
+use crate::config::Settings;
+use crate::keys::Job;
+use crate::schema::Table;
+
+/// The table every `--table` falls back to: the ChatRequests table.
+pub const LOCAL_TABLE: &str = Table::ChatRequests.name();
+
+/// The chat worker, as the engine's command line sees it.
+pub struct Chat;
+
+/// The variables of `lookup`, with every table's name: its variable, else
+/// `TABLE_NAME` (the target) for ChatRequests, else the name the command
+/// opened it under.
+fn with_tables<'a>(
+    lookup: &'a dyn Fn(&str) -> Option<String>,
+    names: Vec<(&'static str, String)>,
+) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name: &str| {
+        lookup(name).or_else(|| {
+            if name == Table::ChatRequests.env_var() {
+                lookup("TABLE_NAME")
+            } else {
+                names
+                    .iter()
+                    .find(|(v, _)| *v == name)
+                    .map(|(_, n)| n.clone())
+            }
+        })
+    }
+}
+
+impl CliApp for Chat {
+    type Job = Job;
+    const NAME: &'static str = "chat-worker";
+    const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+
+    fn schema() -> TableSchema {
+        Table::ChatRequests.schema()
+    }
+
+    /// The Users table's personal attributes (the worker never logs them).
+    fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
+        vec![
+            ("Email", Placeholder::Email),
+            ("Username", Placeholder::Name),
+            ("Name", Placeholder::Name),
+        ]
+    }
+
+    fn local_cron(job: Job) -> &'static str {
+        APP.schedule(job).map_or("never", |s| s.local_cron)
+    }
+
+    fn examples() -> &'static [(&'static str, &'static str)] {
+        &[
+            (
+                "replay",
+                "Example:\n  chat-worker replay --apply-writes --now 2024-06-01T00:00:00Z events/chat/stream/request-accepted.json",
+            ),
+            (
+                "run",
+                "Example:\n  chat-worker run expire-requests --snapshot events/chat/tables/chat-requests.json --now 2024-06-01T00:00:00Z",
+            ),
+            (
+                "dev",
+                "Example:\n  chat-worker dev --cron expire-requests='* * * * *'",
+            ),
+        ]
+    }
+
+    fn other_tables() -> Vec<OtherTable> {
+        Table::ALL
+            .into_iter()
+            .filter(|t| *t != Table::ChatRequests)
+            .map(|t| OtherTable {
+                var: t.env_var(),
+                default_name: t.name(),
+                schema: t.schema(),
+            })
+            .collect()
+    }
+
+    /// Every table on `store` (only to check the configuration: the
+    /// commands use [`Chat::worker_on_tables`]).
+    fn worker(
+        store: Arc<dyn Store>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Worker<Job>, ConfigError> {
+        let names = Self::other_tables()
+            .into_iter()
+            .map(|o| (o.var, o.default_name.to_owned()))
+            .collect();
+        let settings = Settings::from_lookup(&with_tables(lookup, names))?;
+        let stores = Stores::new(Table::ALL.into_iter().map(|t| (t, store.clone())));
+        let tx: Arc<dyn Transactions> = Arc::new(worker_engine::cli::tables::NoTransactions);
+        Ok(crate::app::worker(stores, tx, settings, clock))
+    }
+
+    fn worker_on_tables(
+        store: Arc<dyn Store>,
+        others: WorkerTables,
+        tx: Arc<dyn Transactions>,
+        lookup: &dyn Fn(&str) -> Option<String>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Worker<Job>, ConfigError> {
+        let names = others.iter().map(|(v, n, _)| (*v, n.clone())).collect();
+        let settings = Settings::from_lookup(&with_tables(lookup, names))?;
+        let mut stores = vec![(Table::ChatRequests, store)];
+        for (var, _, s) in others {
+            let table = Table::ALL
+                .into_iter()
+                .find(|t| t.env_var() == var)
+                .expect("other_tables names the tables by their variables");
+            stores.push((table, s));
+        }
+        Ok(crate::app::worker(Stores::new(stores), tx, settings, clock))
+    }
+}
+
+const ABOUT: &str = "Run the chat worker locally over its six tables: replay DynamoDB Streams \
+events and schedule ticks through the handlers the Lambda functions run, run a job, manage the \
+tables, live loop over every table's stream.";
+
+const EXAMPLES: &str = "\
+Examples:
+  # What does accepting this request do? (embedded DynamoDB Local, all six tables)
+  chat-worker replay --apply-writes --now 2024-06-01T00:00:00Z events/chat/stream/request-accepted.json
+
+  # Expire old pending requests on a copy of a ChatRequests table
+  chat-worker run expire-requests --snapshot events/chat/tables/chat-requests.json --now 2024-06-01T00:00:00Z
+
+  # The six tables on a DynamoDB Local you run, then the live loop over their streams
+  chat-worker table create --endpoint-url http://127.0.0.1:8000
+  chat-worker dev --endpoint-url http://127.0.0.1:8000";
+
+/// `chat-worker`: the command line.
+#[derive(Debug, Parser)]
+#[command(name = "chat-worker", version, about = ABOUT, after_long_help = EXAMPLES)]
+pub struct Cli {
+    /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The command line with the app's defaults: [`LOCAL_TABLE`] for every
+/// `--table`, the app's jobs for `run`.
+pub fn command() -> clap::Command {
+    worker_engine::cli::with_app_defaults::<Chat>(Cli::command())
+}
+
+/// Parse the process's arguments (exits with usage on error).
+pub fn parse() -> Cli {
+    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// Parse arguments (`args[0]` is the program name).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        command().debug_assert();
+        let cli = parse_from(["chat-worker", "run", "audit-requests"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("run");
+        };
+        assert_eq!(run.table.table, "ChatRequests");
+        let e = parse_from(["chat-worker", "run", "vacuum"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expire-requests"), "{e}");
+        let names: Vec<_> = Chat::other_tables()
+            .iter()
+            .map(|o| o.default_name)
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Users",
+                "Communities",
+                "Notifications",
+                "GroupChats",
+                "PrivateChats"
+            ]
+        );
+        let schedules = worker_engine::cli::dev::schedules::<Chat>(&[]).unwrap();
+        let crons: Vec<(&str, &str)> = schedules
+            .iter()
+            .map(|(j, c, _)| (j.as_str(), c.as_str()))
+            .collect();
+        assert_eq!(
+            crons,
+            [
+                ("expire-requests", "0 * * * *"),
+                ("audit-requests", "30 3 * * *")
+            ]
+        );
+    }
+
+    #[test]
+    fn the_target_names_the_requests_table_and_variables_the_others() {
+        let lookup = |name: &str| match name {
+            "TABLE_NAME" => Some("requests-copy".to_owned()),
+            "USERS_TABLE" => Some("people".to_owned()),
+            _ => None,
+        };
+        let names = vec![
+            ("USERS_TABLE", "Users".to_owned()),
+            ("GROUP_CHATS_TABLE", "GroupChats".to_owned()),
+        ];
+        let l = with_tables(&lookup, names);
+        assert_eq!(l("CHAT_REQUESTS_TABLE").as_deref(), Some("requests-copy"));
+        assert_eq!(l("USERS_TABLE").as_deref(), Some("people"));
+        assert_eq!(l("GROUP_CHATS_TABLE").as_deref(), Some("GroupChats"));
+    }
+}

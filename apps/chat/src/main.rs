@@ -1,0 +1,9 @@
+//! `chat-worker`: the command line (see `chat_worker::cli`).
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = chat_worker::cli::parse();
+    worker_engine::cli::init_logging(cli.verbose);
+    worker_engine::cli::main_with(cli.command.run::<chat_worker::cli::Chat>())
+}
