@@ -81,6 +81,13 @@ impl RequestCopy {
         if copy.id != key.request {
             return Err("chat request: Id differs from the request id of its key".into());
         }
+        let owner_matches = match &key.owner {
+            keys::Owner::User(u) => *u == copy.user_id,
+            keys::Owner::GroupChat(c) => *c == copy.chat_id,
+        };
+        if !owner_matches {
+            return Err("chat request: UserId or ChatId differs from the owner in its PK".into());
+        }
         copy.key = Some(key);
         Ok(copy)
     }

@@ -351,3 +351,35 @@ async fn the_sparse_index_holds_only_pending_requests_after_a_shuffled_history()
         assert_eq!(n, Some(users.len() as i64));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_copies_are_skipped_without_stalling_the_stream() {
+    let mut chat = Chat::new().await;
+    let good = Request::new("r1", "u1", "g1", CREATED);
+    // A time that is not ISO-8601, an unknown status, a copy filed under
+    // another user than its UserId: each rejected alone.
+    let mut bad_time = good.copy(0, Status::Pending);
+    bad_time.insert("SK".into(), s("CHATREQUEST#yesterday#r2"));
+    let mut bad_status = Request::new("r3", "u1", "g1", CREATED).copy(0, Status::Pending);
+    bad_status.insert("Status".into(), s("maybe"));
+    let mut misfiled = Request::new("r4", "u1", "g1", CREATED).copy(0, Status::Pending);
+    misfiled.insert("UserId".into(), s("u9"));
+    for item in [bad_time, bad_status, misfiled] {
+        chat.put(Table::ChatRequests, item).await;
+    }
+    chat.put(Table::ChatRequests, good.copy(0, Status::Cancelled))
+        .await;
+    chat.put(Table::ChatRequests, good.copy(1, Status::Pending))
+        .await;
+    let records = chat.read().await;
+    let event = worker_engine::stream::decode::encode_event(&records, None);
+    use worker_engine::replay::dev::EventFunction;
+    let report = chat.worker.invoke_stream(&event).await.expect("a batch");
+    assert!(report.batch_item_failures.is_empty(), "{report:?}");
+    assert_eq!(report.rejected, 3, "{report:?}");
+    chat.settle().await;
+    assert_eq!(
+        chat.statuses(&good).await,
+        (Some(Status::Cancelled), Some(Status::Cancelled))
+    );
+}
