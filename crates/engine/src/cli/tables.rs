@@ -21,7 +21,7 @@ use crate::stream::source::table_name;
 /// A table the worker serves besides the target table.
 #[derive(Debug, Clone)]
 pub struct OtherTable {
-    /// The variable naming it (`USERS_TABLE`).
+    /// The variable naming it (`ORDERS_TABLE`).
     pub var: &'static str,
     /// Its name when the variable is not set.
     pub default_name: &'static str,
