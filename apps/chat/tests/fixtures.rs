@@ -77,9 +77,10 @@ fn args_for(f: &Fixture, target: &Target) -> ReplayArgs {
     }
 }
 
-/// The six tables as text, each under its name.
+/// The six tables as one JSON object, each table's items (sorted, one a
+/// line) under its name.
 async fn tables_text(target: &Target) -> String {
-    let mut out = String::new();
+    let mut parts = Vec::new();
     let mut stores: Vec<(String, &DynamoStore)> =
         vec![(target.table.clone(), target.store.as_ref())];
     for o in &target.others {
@@ -94,11 +95,14 @@ async fn tables_text(target: &Target) -> String {
             (keys::PK, keys::SK)
         };
         let items = scan_table(store, keys, None).await.expect("scan");
-        out.push_str(&format!("== {name}\n"));
-        out.push_str(&snapshot_text(&items, keys));
-        out.push('\n');
+        parts.push(format!(
+            "{name:?}: {}",
+            snapshot_text(&items, keys).trim_end()
+        ));
     }
-    out
+    let text = format!("{{\n{}\n}}\n", parts.join(",\n"));
+    serde_json::from_str::<Value>(&text).expect("the snapshot is JSON");
+    text
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
