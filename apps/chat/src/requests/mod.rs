@@ -20,7 +20,10 @@
 //!   `NOTIFICATION#UNREAD#<JoinedAt>#chatrequest-<id>-accepted`. The
 //!   `JoinedAt` condition makes it happen once per request: a redelivery
 //!   finds `JoinedAt` set and writes nothing, so there is never a second
-//!   member count or notification. Two acceptances racing for the last
+//!   member count or notification. A member item already there (joined
+//!   some other way) or the notification already there (a client
+//!   rewrote an accepted copy) is left out and the rest done: the count
+//!   moves only with a member item this transaction puts. Two acceptances racing for the last
 //!   seat: DynamoDB serializes the transactions on the chat item; the
 //!   loser is cancelled (a conflict is retried as transient) and on its
 //!   next attempt finds the chat full. A chat at `Capacity` (or deleted,
