@@ -274,3 +274,62 @@ pub fn to_change(r: Record, stream_arn: Option<&str>) -> StreamChange {
         size_bytes: rec.size_bytes,
     }
 }
+
+/// The records of one shard from `from` to `to` (both included, by
+/// sequence number): `GetShardIterator AT_SEQUENCE_NUMBER` then `GetRecords`
+/// until a record after `to`, the shard's end, or an empty page (caught up).
+/// What an on-failure message names ([`crate::failure_message`]) and
+/// `capture --shard` read. The stream keeps records 24 hours: an older
+/// range reads as `TrimmedDataAccessException` (an error).
+pub async fn read_range(
+    client: &Client,
+    stream_arn: &str,
+    shard_id: &str,
+    from: &SequenceNumber,
+    to: &SequenceNumber,
+) -> Result<Vec<StreamChange>, StoreError> {
+    let mut iterator = client
+        .get_shard_iterator()
+        .stream_arn(stream_arn)
+        .shard_id(shard_id)
+        .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
+        .sequence_number(from.to_string())
+        .send()
+        .await
+        .map_err(|e| {
+            err(
+                "GetShardIterator",
+                aws_smithy_types::error::display::DisplayErrorContext(e),
+            )
+        })?
+        .shard_iterator;
+    let mut out = Vec::new();
+    while let Some(it) = iterator.take() {
+        let page = client
+            .get_records()
+            .shard_iterator(it)
+            .limit(1000)
+            .send()
+            .await
+            .map_err(|e| {
+                err(
+                    "GetRecords",
+                    aws_smithy_types::error::display::DisplayErrorContext(e),
+                )
+            })?;
+        let records = page.records.unwrap_or_default();
+        if records.is_empty() {
+            break;
+        }
+        for r in records {
+            let change = to_change(r, Some(stream_arn));
+            match &change.sequence_number {
+                Some(seq) if seq > to => return Ok(out),
+                Some(seq) if seq < from => {}
+                _ => out.push(change),
+            }
+        }
+        iterator = page.next_shard_iterator;
+    }
+    Ok(out)
+}
