@@ -18,6 +18,7 @@ use worker_engine::cli::redrive::{Verdict, redrive_parked, redrive_range};
 use worker_engine::cli::target::{AppTable, EndpointOpts, Target};
 use worker_engine::clock::ManualClock;
 use worker_engine::failure_message;
+use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::park::{self, Origin, Parking};
 use worker_engine::runtime::{EveryBatch, Worker, WorkerSettings};
 use worker_engine::schedule::{JobName, Scheduler};
@@ -164,7 +165,13 @@ async fn a_record_that_fails_for_good_is_parked_and_the_rest_handled() {
     let table = TestTable::with_schema(&TableSchema::new(DEFAULT_KEY)).await;
     let (parking, _) = parking_table(&table).await;
     let reject = Arc::new(AtomicBool::new(true));
-    let w = worker(table.store.clone(), &reject, Some(parking.clone()));
+    let lines = CapturedLines::default();
+    let w = worker(table.store.clone(), &reject, Some(parking.clone())).with_metrics(Emitter::new(
+        "Test",
+        "stream",
+        Arc::new(lines.clone()),
+    ));
+    assert!(w.is_cold());
 
     let report = w.handle_stream(&batch(), None).await.unwrap();
     assert_eq!(
@@ -204,6 +211,25 @@ async fn a_record_that_fails_for_good_is_parked_and_the_rest_handled() {
     let again = w.handle_stream(&batch(), None).await.unwrap();
     assert!(again.batch_item_failures.is_empty());
     assert_eq!(parking.list().await.unwrap(), parked);
+    // RecordsParked in the metrics; ColdStart 1 on the first invocation only.
+    let emf: Vec<Value> = lines
+        .lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(emf.len(), 2);
+    assert_eq!(
+        (
+            emf[0]["RecordsParked"].as_u64(),
+            emf[0]["RecordsFailed"].as_u64()
+        ),
+        (Some(2), Some(2))
+    );
+    assert_eq!(
+        (emf[0]["ColdStart"].as_u64(), emf[1]["ColdStart"].as_u64()),
+        (Some(1), Some(0))
+    );
+    assert!(!w.is_cold());
 
     // A redrive before any fix keeps both, each with the new reason.
     let plain = worker(table.store.clone(), &reject, None);

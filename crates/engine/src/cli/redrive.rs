@@ -12,7 +12,8 @@
 //!   is deleted from the queue once every record of its range was handled
 //!   or parked.
 //!
-//! Without `--apply` nothing is written: the handlers run over a dry-run
+//! On DynamoDB Local the parking table is created when missing. Without
+//! `--apply` nothing is written: the handlers run over a dry-run
 //! store (reads from the table, writes recorded), and the command prints
 //! what each record would do. Exit status [`super::EXIT_FAILURES`] when a
 //! record still fails.
@@ -31,6 +32,7 @@ use crate::park::{self, Origin, PARKING_TABLE_ENV, Parking, ParkingSettings};
 use crate::runtime::Worker;
 use crate::schedule::JobName;
 use crate::store::layers::DryRunStore;
+use crate::store::{DynamoStore, StoreError};
 use crate::stream::decode::encode_event;
 use crate::stream::engine::{BatchReport, RecordStatus};
 use crate::stream_reader::read_range;
@@ -284,6 +286,20 @@ fn parking_settings(args: &RedriveArgs) -> Result<Option<ParkingSettings>, CliEr
     Ok(settings)
 }
 
+/// On DynamoDB Local the parking table is created when missing (in AWS the
+/// app's template creates it).
+async fn local_parking_table(
+    client: &aws_sdk_dynamodb::Client,
+    settings: &ParkingSettings,
+) -> Result<(), CliError> {
+    let store = DynamoStore::new(client.clone(), &settings.table).with_key(park::KEY);
+    match store.stream_arn().await {
+        Ok(_) => Ok(()),
+        Err(StoreError::NotFound { .. }) => Ok(store.create_table(&park::schema()).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn print_report(title: &str, report: &RedriveReport) {
     println!("{title}: {} record(s)", report.entries.len());
     for e in &report.entries {
@@ -293,8 +309,15 @@ fn print_report(title: &str, report: &RedriveReport) {
                 format!("would be handled ({writes} writes planned): {detail}")
             }
             (Verdict::Handled { detail, .. }, true) => format!("handled: {detail}"),
+            // A record of a failure message's range was never parked.
+            (Verdict::FailedAgain { reason }, false) if e.parked_for.is_none() => {
+                format!("would fail and be parked: {reason}")
+            }
+            (Verdict::FailedAgain { reason }, true) if e.parked_for.is_none() => {
+                format!("failed, parked: {reason}")
+            }
             (Verdict::FailedAgain { reason }, false) => format!("would fail again: {reason}"),
-            (Verdict::FailedAgain { reason }, true) => format!("failed again: {reason}"),
+            (Verdict::FailedAgain { reason }, true) => format!("failed again, kept: {reason}"),
             (Verdict::Retry { reason }, _) => format!("failed transiently: {reason}"),
         };
         let parked = e
@@ -316,7 +339,13 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
     } else {
         crate::store::client(Some(&target.endpoint)).await
     };
-    let parking = parking_settings(&args)?.map(|s| Parking::dynamo(client, &s));
+    let settings = parking_settings(&args)?;
+    if let Some(s) = &settings
+        && is_local(&target.endpoint)
+    {
+        local_parking_table(&client, s).await?;
+    }
+    let parking = settings.map(|s| Parking::dynamo(client, &s));
     let mode = if args.apply { "" } else { " (dry run)" };
     let mut failed = false;
 
