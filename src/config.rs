@@ -38,7 +38,7 @@ use crate::jobs::invitations::InvitationSettings;
 use crate::jobs::relationships::RelationshipSettings;
 
 pub use worker_engine::env::{ConfigError, Env};
-use worker_engine::park::{self, ParkingSettings};
+use worker_engine::park::ParkingSettings;
 
 /// An environment variable of Nishiki's worker.
 pub type EnvVar = worker_engine::job::EnvVar<Job>;
@@ -48,6 +48,9 @@ pub type ReadBy = worker_engine::job::ReadBy<Job>;
 /// The largest `STREAM_CONCURRENCY` (a larger value is clamped): the
 /// event source mapping's largest `BatchSize` for a DynamoDB stream.
 pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
+
+/// The engine's parking variables (the stream function's).
+const PARKING_ENV: [EnvVar; 2] = ParkingSettings::env_vars();
 
 /// The variables every function reads, whatever its jobs; each job
 /// declares its own in its [`crate::jobs::JobSpec`].
@@ -82,18 +85,8 @@ pub const COMMON_ENV: &[EnvVar] = &[
         default: None,
         meaning: "the one job a schedule function runs",
     },
-    EnvVar {
-        name: park::PARKING_TABLE_ENV,
-        read_by: &[ReadBy::Stream],
-        default: None,
-        meaning: "the parking table of records that fail for good (worker_engine::park)",
-    },
-    EnvVar {
-        name: park::PARKING_RETENTION_DAYS_ENV,
-        read_by: &[ReadBy::Stream],
-        default: Some("14"),
-        meaning: "parked records expire (TTL) this many days after parking",
-    },
+    PARKING_ENV[0],
+    PARKING_ENV[1],
     EnvVar {
         name: "LOG_FORMAT",
         read_by: &[ReadBy::LocalOnly],

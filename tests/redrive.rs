@@ -15,7 +15,7 @@ use serde_json::json;
 use worker_engine::park::{self, Parking};
 use worker_engine::store::{DynamoStore, ItemWriter, local_client};
 use worker_engine::stream_reader::{self, StartAt, StreamTail};
-use worker_testkit::ddb;
+use worker_testkit::{ddb, on_failure_message};
 
 fn run(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_nishiki-worker"))
@@ -52,16 +52,7 @@ async fn an_on_failure_message_is_replayed_and_its_bad_record_parked() {
     assert_eq!(records.len(), 3);
     let shard = records[1].0.clone();
     let seq = |i: usize| records[i].1.sequence_number.clone().unwrap().to_string();
-    let message = json!({
-        "requestContext": {"requestId": "r", "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:nishiki-worker-dev-stream",
-                           "condition": "RetryAttemptsExhausted", "approximateInvokeCount": 11},
-        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
-        "version": "1.0", "timestamp": "2024-03-25T09:00:00.000Z",
-        "DDBStreamBatchInfo": {"shardId": shard, "startSequenceNumber": seq(1), "endSequenceNumber": seq(2),
-                               "approximateArrivalOfFirstRecord": "2024-03-25T09:00:00Z",
-                               "approximateArrivalOfLastRecord": "2024-03-25T09:00:00Z",
-                               "batchSize": 2, "streamArn": arn}
-    });
+    let message = on_failure_message(&arn, &shard, &seq(1), &seq(2), 2);
     let dir = std::env::temp_dir().join(format!("redrive-{}", table.name));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("failure.json");

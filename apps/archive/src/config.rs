@@ -21,7 +21,7 @@
 use std::time::Duration;
 
 use worker_engine::env::{ConfigError, Env};
-use worker_engine::park::{self, ParkingSettings};
+use worker_engine::park::ParkingSettings;
 use worker_engine::schedule::JobName;
 
 use crate::keys::Job;
@@ -38,6 +38,9 @@ pub const WORKER_JOB: &str = "WORKER_JOB";
 
 /// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
 pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
+
+/// The engine's parking variables (the stream function's).
+const PARKING_ENV: [EnvVar; 2] = ParkingSettings::env_vars();
 
 /// The variables every function reads, whatever its jobs.
 pub const COMMON_ENV: &[EnvVar] = &[
@@ -71,18 +74,8 @@ pub const COMMON_ENV: &[EnvVar] = &[
         default: None,
         meaning: "the one job a schedule function runs (a tick for another is refused)",
     },
-    EnvVar {
-        name: park::PARKING_TABLE_ENV,
-        read_by: &[ReadBy::Stream],
-        default: None,
-        meaning: "the parking table of records that fail for good (worker_engine::park)",
-    },
-    EnvVar {
-        name: park::PARKING_RETENTION_DAYS_ENV,
-        read_by: &[ReadBy::Stream],
-        default: Some("14"),
-        meaning: "parked records expire (TTL) this many days after parking",
-    },
+    PARKING_ENV[0],
+    PARKING_ENV[1],
     EnvVar {
         name: "LOG_FORMAT",
         read_by: &[ReadBy::LocalOnly],

@@ -11,7 +11,9 @@
 //! sequence number and written with a conditional put, so parking the same
 //! record twice (Lambda delivers records again) keeps the first copy.
 //! Parking that fails turns the record into a batch item failure: Lambda
-//! delivers it again, nothing is lost.
+//! delivers it again, nothing is lost. (A record whose raw JSON exceeds
+//! DynamoDB's 400 KB item size cannot be parked: it is retried until the
+//! mapping gives up, and its on-failure message names it.)
 //!
 //! The table ([`schema`]): key `StreamArn` / `SequenceNumber`, no stream,
 //! encrypted at rest (the template turns SSE on), and a TTL attribute
@@ -26,6 +28,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::env::{ConfigError, Env};
+use crate::job::{EnvVar, ReadBy};
 use crate::item::Item;
 use crate::schema::{KeySchema, TableSchema};
 use crate::store::{DynamoStore, Expr, ScanSpec, Store, StoreError, WriteOutcome};
@@ -62,6 +65,25 @@ pub struct ParkingSettings {
 }
 
 impl ParkingSettings {
+    /// `PARKING_TABLE` and `PARKING_RETENTION_DAYS`, read by the stream
+    /// function, as an app lists them among its common variables.
+    pub const fn env_vars<J: 'static>() -> [EnvVar<J>; 2] {
+        [
+            EnvVar {
+                name: PARKING_TABLE_ENV,
+                read_by: const { &[ReadBy::Stream] },
+                default: None,
+                meaning: "the parking table of records that fail for good (worker_engine::park)",
+            },
+            EnvVar {
+                name: PARKING_RETENTION_DAYS_ENV,
+                read_by: const { &[ReadBy::Stream] },
+                default: Some("14"),
+                meaning: "parked records expire (TTL) this many days after parking",
+            },
+        ]
+    }
+
     /// `PARKING_TABLE` (unset or empty: `None`) and `PARKING_RETENTION_DAYS`.
     pub fn from_env(env: &Env) -> Result<Option<Self>, ConfigError> {
         let retention_days = env
@@ -337,19 +359,23 @@ impl Parking {
     }
 }
 
-/// Park every record of `report` that failed for good (`records`: the
-/// event's `Records`, as delivered). A record whose parking fails becomes a
+/// Park every record of `report` that failed for good (`event`: the
+/// DynamoDB Streams event the report is of, its `Records` as delivered). A record whose parking fails becomes a
 /// batch item failure (Lambda delivers it again), or, without a sequence
 /// number, the whole batch is retried. Sets `report.parked` and
 /// `report.parking_failed`.
 pub async fn park_failures(
     parking: &Parking,
-    records: &[Value],
+    event: &Value,
     report: &mut BatchReport,
     shard_id: Option<&str>,
     origin: Origin,
     now: DateTime<Utc>,
 ) {
+    let records = event["Records"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     let mut to_park = Vec::new();
     for r in &report.records {
         let reason = match &r.status {

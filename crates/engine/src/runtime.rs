@@ -282,13 +282,9 @@ impl<J: JobName> Worker<J> {
             None => run.await,
         };
         if let Some(parking) = &self.parking {
-            let raw = event["Records"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
             park::park_failures(
                 parking,
-                raw,
+                event,
                 &mut report,
                 None,
                 Origin::Batch,

@@ -163,42 +163,15 @@ impl StreamTail {
             if self.finished.contains(&shard) {
                 continue;
             }
-            let mut req = self
-                .client
-                .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
-                .shard_id(&shard);
-            req = match (self.positions.get(&shard), &self.start) {
-                (Some(seq), _) => req
-                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                    .sequence_number(seq.to_string()),
-                (None, StartAt::Latest) => req.shard_iterator_type(ShardIteratorType::Latest),
-                (None, _) => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            let (kind, at) = match (self.positions.get(&shard), &self.start) {
+                (Some(seq), _) => (ShardIteratorType::AfterSequenceNumber, Some(seq)),
+                (None, StartAt::Latest) => (ShardIteratorType::Latest, None),
+                (None, _) => (ShardIteratorType::TrimHorizon, None),
             };
-            let mut iterator = req
-                .send()
-                .await
-                .map_err(|e| {
-                    err(
-                        "GetShardIterator",
-                        aws_smithy_types::error::display::DisplayErrorContext(e),
-                    )
-                })?
-                .shard_iterator;
+            let mut iterator =
+                shard_iterator(&self.client, &self.stream_arn, &shard, kind, at).await?;
             while let Some(it) = iterator.take() {
-                let page = self
-                    .client
-                    .get_records()
-                    .shard_iterator(it)
-                    .limit(1000)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        err(
-                            "GetRecords",
-                            aws_smithy_types::error::display::DisplayErrorContext(e),
-                        )
-                    })?;
+                let page = get_records(&self.client, it).await?;
                 let records = page.records.unwrap_or_default();
                 let empty = records.is_empty();
                 for r in records {
@@ -230,6 +203,51 @@ impl StreamTail {
             _ => true,
         }
     }
+}
+
+/// A shard iterator of `kind` (at or after `at` for the sequence-number
+/// kinds).
+async fn shard_iterator(
+    client: &Client,
+    stream_arn: &str,
+    shard_id: &str,
+    kind: ShardIteratorType,
+    at: Option<&SequenceNumber>,
+) -> Result<Option<String>, StoreError> {
+    Ok(client
+        .get_shard_iterator()
+        .stream_arn(stream_arn)
+        .shard_id(shard_id)
+        .shard_iterator_type(kind)
+        .set_sequence_number(at.map(SequenceNumber::to_string))
+        .send()
+        .await
+        .map_err(|e| {
+            err(
+                "GetShardIterator",
+                aws_smithy_types::error::display::DisplayErrorContext(e),
+            )
+        })?
+        .shard_iterator)
+}
+
+/// One page of records (up to 1,000) from `iterator`.
+async fn get_records(
+    client: &Client,
+    iterator: String,
+) -> Result<aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput, StoreError> {
+    client
+        .get_records()
+        .shard_iterator(iterator)
+        .limit(1000)
+        .send()
+        .await
+        .map_err(|e| {
+            err(
+                "GetRecords",
+                aws_smithy_types::error::display::DisplayErrorContext(e),
+            )
+        })
 }
 
 fn image(
@@ -288,35 +306,11 @@ pub async fn read_range(
     from: &SequenceNumber,
     to: &SequenceNumber,
 ) -> Result<Vec<StreamChange>, StoreError> {
-    let mut iterator = client
-        .get_shard_iterator()
-        .stream_arn(stream_arn)
-        .shard_id(shard_id)
-        .shard_iterator_type(ShardIteratorType::AtSequenceNumber)
-        .sequence_number(from.to_string())
-        .send()
-        .await
-        .map_err(|e| {
-            err(
-                "GetShardIterator",
-                aws_smithy_types::error::display::DisplayErrorContext(e),
-            )
-        })?
-        .shard_iterator;
+    let at = ShardIteratorType::AtSequenceNumber;
+    let mut iterator = shard_iterator(client, stream_arn, shard_id, at, Some(from)).await?;
     let mut out = Vec::new();
     while let Some(it) = iterator.take() {
-        let page = client
-            .get_records()
-            .shard_iterator(it)
-            .limit(1000)
-            .send()
-            .await
-            .map_err(|e| {
-                err(
-                    "GetRecords",
-                    aws_smithy_types::error::display::DisplayErrorContext(e),
-                )
-            })?;
+        let page = get_records(client, it).await?;
         let records = page.records.unwrap_or_default();
         if records.is_empty() {
             break;

@@ -337,3 +337,35 @@ pub async fn raw_batch_write_with(
         consumed_capacity,
     }
 }
+
+/// The on-failure message Lambda sends when a DynamoDB stream mapping
+/// gives up on a batch (`worker_engine::failure_message` reads it), for the
+/// records `start..=end` of `shard` of `stream_arn`.
+pub fn on_failure_message(
+    stream_arn: &str,
+    shard: &str,
+    start: &str,
+    end: &str,
+    batch_size: u64,
+) -> Value {
+    serde_json::json!({
+        "requestContext": {
+            "requestId": "316aa6d0-8154-4a3b-9af7-85d5f4a6bc81",
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:worker-stream",
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": 11
+        },
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+        "version": "1.0",
+        "timestamp": "2024-03-25T09:00:49.717Z",
+        "DDBStreamBatchInfo": {
+            "shardId": shard,
+            "startSequenceNumber": start,
+            "endSequenceNumber": end,
+            "approximateArrivalOfFirstRecord": "2024-03-25T09:00:19Z",
+            "approximateArrivalOfLastRecord": "2024-03-25T09:00:21Z",
+            "batchSize": batch_size,
+            "streamArn": stream_arn
+        }
+    })
+}

@@ -72,8 +72,8 @@ pub struct RedriveArgs {
 /// What happened (or would happen) to one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Handled (or skipped: nothing to do); `writes` planned in a dry run.
-    Handled { detail: String, writes: usize },
+    /// Handled (or skipped: nothing to do).
+    Handled { detail: String },
     /// Failed for good again (kept parked / parked).
     FailedAgain { reason: String },
     /// Failed transiently or not attempted (kept parked / not parked).
@@ -102,6 +102,8 @@ pub struct RedriveReport {
     pub kept: usize,
     /// Records of failure ranges parked now.
     pub parked: usize,
+    /// Writes the handlers would send (a dry run; 0 with `--apply`).
+    pub planned_writes: usize,
 }
 
 impl RedriveReport {
@@ -121,15 +123,13 @@ impl RedriveReport {
 }
 
 /// The verdict of one record of a batch report.
-fn verdict(status: &RecordStatus, writes: usize) -> Verdict {
+fn verdict(status: &RecordStatus) -> Verdict {
     match status {
         RecordStatus::Handled { detail } => Verdict::Handled {
             detail: detail.clone(),
-            writes,
         },
         RecordStatus::Skipped { reason } => Verdict::Handled {
             detail: format!("skipped: {reason}"),
-            writes,
         },
         RecordStatus::Rejected { reason } | RecordStatus::Malformed { reason } => {
             Verdict::FailedAgain {
@@ -142,9 +142,8 @@ fn verdict(status: &RecordStatus, writes: usize) -> Verdict {
     }
 }
 
-/// Run an event through the worker; the report and the writes a dry run
-/// planned per record (all on the batch: a dry run cannot tell records
-/// apart, so each record shows the batch's count when it is alone).
+/// Run an event through the worker: its report, and the writes a dry run
+/// planned for the whole event.
 async fn run_event<J: JobName>(
     worker: &Worker<J>,
     event: &Value,
@@ -175,9 +174,9 @@ pub async fn redrive_parked<J: JobName>(
     for chunk in parked.chunks(CHUNK) {
         let event = json!({"Records": chunk.iter().map(|p| p.record.clone()).collect::<Vec<_>>()});
         let (report, planned) = run_event(worker, &event, dry).await?;
-        let writes = if chunk.len() == 1 { planned } else { 0 };
+        out.planned_writes += planned;
         for (p, r) in chunk.iter().zip(&report.records) {
-            let verdict = verdict(&r.status, writes);
+            let verdict = verdict(&r.status);
             if apply {
                 match &verdict {
                     Verdict::Handled { .. } => {
@@ -227,15 +226,11 @@ pub async fn redrive_range<J: JobName>(
     for chunk in changes.chunks(CHUNK) {
         let event = encode_event(chunk, Some(&range.stream_arn));
         let (mut report, planned) = run_event(worker, &event, dry).await?;
-        let writes = if chunk.len() == 1 { planned } else { 0 };
+        out.planned_writes += planned;
         if apply && let Some(parking) = parking {
-            let raw = event["Records"]
-                .as_array()
-                .map(Vec::as_slice)
-                .unwrap_or(&[]);
             park::park_failures(
                 parking,
-                raw,
+                &event,
                 &mut report,
                 Some(&range.shard_id),
                 Origin::FailureMessage,
@@ -260,7 +255,7 @@ pub async fn redrive_range<J: JobName>(
                     .unwrap_or_default(),
                 key: r.keys.clone(),
                 parked_for: None,
-                verdict: verdict(&r.status, writes),
+                verdict: verdict(&r.status),
             });
         }
     }
@@ -305,9 +300,7 @@ fn print_report(title: &str, report: &RedriveReport) {
     for e in &report.entries {
         let key = e.key.as_deref().unwrap_or("?");
         let what = match (&e.verdict, report.applied) {
-            (Verdict::Handled { detail, writes }, false) => {
-                format!("would be handled ({writes} writes planned): {detail}")
-            }
+            (Verdict::Handled { detail }, false) => format!("would be handled: {detail}"),
             (Verdict::Handled { detail, .. }, true) => format!("handled: {detail}"),
             // A record of a failure message's range was never parked.
             (Verdict::FailedAgain { reason }, false) if e.parked_for.is_none() => {
@@ -326,6 +319,12 @@ fn print_report(title: &str, report: &RedriveReport) {
             .map(|r| format!(" (parked for: {r})"))
             .unwrap_or_default();
         println!("  {} [{key}] {what}{parked}", e.sequence_number);
+    }
+    if !report.applied {
+        println!(
+            "{} write(s) planned by the handlers (none sent)",
+            report.planned_writes
+        );
     }
 }
 
