@@ -14,7 +14,6 @@ use std::process::{Command, Output};
 use serde_json::json;
 use worker_engine::park::{self, Parking};
 use worker_engine::store::{DynamoStore, ItemWriter, local_client};
-use worker_engine::stream_reader::{self, StartAt, StreamTail};
 use worker_testkit::{ddb, on_failure_message};
 
 fn run(args: &[&str]) -> Output {
@@ -42,13 +41,7 @@ async fn an_on_failure_message_is_replayed_and_its_bad_record_parked() {
         let item = ddb(json!({"PK": {"S": pk}, "SK": {"S": sk}, "GroupName": {"S": "Home"}}));
         table.store.put(item, None).await.unwrap();
     }
-    let arn = table.store.stream_arn().await.unwrap().unwrap();
-    let mut tail = StreamTail::new(
-        stream_reader::local_client(&table.endpoint),
-        arn.clone(),
-        StartAt::TrimHorizon,
-    );
-    let records = tail.poll().await.unwrap();
+    let (arn, records) = table.stream_records().await;
     assert_eq!(records.len(), 3);
     let shard = records[1].0.clone();
     let seq = |i: usize| records[i].1.sequence_number.clone().unwrap().to_string();

@@ -28,8 +28,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::env::{ConfigError, Env};
-use crate::job::{EnvVar, ReadBy};
 use crate::item::Item;
+use crate::job::{EnvVar, ReadBy};
 use crate::schema::{KeySchema, TableSchema};
 use crate::store::{DynamoStore, Expr, ScanSpec, Store, StoreError, WriteOutcome};
 use crate::stream::decode::SequenceNumber;

@@ -26,7 +26,7 @@ use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Store, local_client};
 use worker_engine::stream::decode::{ChangeKind, SequenceNumber, StreamChange, encode_event};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::stream_reader::{self, StartAt, StreamTail};
+use worker_engine::stream_reader;
 use worker_testkit::{TestTable, ddb, on_failure_message};
 
 const STREAM: &str =
@@ -325,13 +325,7 @@ async fn a_record_that_cannot_be_parked_is_reported_for_a_retry() {
 
 /// The (shard, sequence number) of every record of `table`'s stream.
 async fn stream_positions(table: &TestTable) -> (String, Vec<(String, SequenceNumber)>) {
-    let arn = table.store.stream_arn().await.unwrap().unwrap();
-    let mut tail = StreamTail::new(
-        stream_reader::local_client(&table.endpoint),
-        arn.clone(),
-        StartAt::TrimHorizon,
-    );
-    let records = tail.poll().await.unwrap();
+    let (arn, records) = table.stream_records().await;
     let positions = records
         .into_iter()
         .map(|(shard, c)| (shard, c.sequence_number.unwrap()))

@@ -126,6 +126,27 @@ impl TestTable {
     pub async fn keys(&self) -> Vec<(String, String)> {
         self.snapshot().await.iter().map(key_of).collect()
     }
+
+    /// The table's stream ARN and every record its stream holds, as
+    /// `(shard id, change)`, shard by shard in order.
+    pub async fn stream_records(
+        &self,
+    ) -> (
+        String,
+        Vec<(String, worker_engine::stream::decode::StreamChange)>,
+    ) {
+        use worker_engine::stream_reader::{self, StartAt, StreamTail};
+        let arn = self
+            .store
+            .stream_arn()
+            .await
+            .expect("describe table")
+            .expect("the table has a stream");
+        let client = stream_reader::local_client(&self.endpoint);
+        let mut tail = StreamTail::new(client, arn.clone(), StartAt::TrimHorizon);
+        let records = tail.poll().await.expect("read the stream");
+        (arn, records)
+    }
 }
 
 impl Drop for TestTable {
