@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use worker_engine::cli::capture::{CaptureArgs, capture};
-use worker_engine::cli::redrive::{Verdict, redrive_parked, redrive_range};
+use worker_engine::cli::redrive::{Verdict, park_range, redrive_parked, redrive_range};
 use worker_engine::cli::target::{AppTable, EndpointOpts, Target};
 use worker_engine::clock::ManualClock;
 use worker_engine::failure_message;
@@ -395,6 +395,14 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
         "with their images"
     );
 
+    // --park, dry run: the range listed, nothing parked.
+    let keys = DEFAULT_KEY.names();
+    let listed = park_range(&client, keys, &parking, range, false)
+        .await
+        .unwrap();
+    assert_eq!((listed.entries.len(), listed.parked), (3, 0));
+    assert!(parking.list().await.unwrap().is_empty());
+
     // Replayed with the bug still there: two handled, the draft parked with its shard.
     let reject = Arc::new(AtomicBool::new(true));
     let plain = worker(table.store.clone(), &reject, None);
@@ -412,6 +420,30 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
     assert!(
         !seen(&table, "m0").await && !seen(&table, "m4").await,
         "nothing outside the range"
+    );
+
+    // --park --apply: the whole range copied as it is (the draft's first copy kept).
+    let copied = park_range(&client, keys, &parking, range, true)
+        .await
+        .unwrap();
+    assert_eq!(copied.parked, 3);
+    let parked = parking.list().await.unwrap();
+    assert_eq!(parked.len(), 3);
+    assert!(
+        parked
+            .iter()
+            .all(|p| p.shard_id.as_deref() == Some(shard.as_str()))
+    );
+    let reasons: Vec<&str> = parked.iter().map(|p| p.reason.as_str()).collect();
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(
+                |r| r.contains("given up on by the event source mapping (RetryAttemptsExhausted)")
+            )
+            .count(),
+        2,
+        "{reasons:?}"
     );
 
     // capture --shard --from-sequence --to-sequence reads the same range.

@@ -62,6 +62,12 @@ pub struct RedriveArgs {
     /// records are handled or parked.
     #[arg(long, value_name = "URL")]
     pub queue_url: Option<String>,
+    /// With --failure-message/--queue-url: copy every record of the ranges
+    /// into the parking table without running the handlers (the fix is not
+    /// ready and the stream keeps records only 24 hours); redrive them
+    /// later.
+    #[arg(long)]
+    pub park: bool,
     /// Set a worker configuration variable (repeatable).
     #[arg(long = "env", value_name = "NAME=VALUE")]
     pub env: Vec<String>,
@@ -78,6 +84,8 @@ pub enum Verdict {
     FailedAgain { reason: String },
     /// Failed transiently or not attempted (kept parked / not parked).
     Retry { reason: String },
+    /// Copied to the parking table as it is, handlers not run (`--park`).
+    Parked { reason: String },
 }
 
 /// One record's line in a redrive report.
@@ -183,7 +191,9 @@ pub async fn redrive_parked<J: JobName>(
                         parking.remove(p).await?;
                         out.removed += 1;
                     }
-                    Verdict::FailedAgain { reason } | Verdict::Retry { reason } => {
+                    Verdict::FailedAgain { reason }
+                    | Verdict::Retry { reason }
+                    | Verdict::Parked { reason } => {
                         parking.keep(p, reason).await?;
                         out.kept += 1;
                     }
@@ -197,6 +207,69 @@ pub async fn redrive_parked<J: JobName>(
                 verdict,
             });
         }
+    }
+    Ok(out)
+}
+
+/// Read a failure message's range from the stream and copy every record
+/// into the parking table, handlers not run (with `apply`; else only
+/// listed). The reason says the mapping gave up on it; `keys`: the
+/// table's key attribute names (for the rendered key).
+pub async fn park_range(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    keys: (&str, &str),
+    parking: &Parking,
+    range: &FailureRange,
+    apply: bool,
+) -> Result<RedriveReport, CliError> {
+    let changes = read_range(
+        streams,
+        &range.stream_arn,
+        &range.shard_id,
+        &range.start,
+        &range.end,
+    )
+    .await?;
+    let event = encode_event(&changes, Some(&range.stream_arn));
+    let reason = format!(
+        "given up on by the event source mapping ({})",
+        range.condition.as_deref().unwrap_or("on-failure message")
+    );
+    let now = chrono::Utc::now();
+    let mut out = RedriveReport {
+        applied: apply,
+        ..Default::default()
+    };
+    for (raw, change) in event["Records"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(&changes)
+    {
+        let key = change.key_string(keys);
+        let mut p = park::ParkedRecord::of_record(
+            raw,
+            Some(&change.event_id),
+            change.sequence_number.as_ref(),
+            Some(&key),
+            &reason,
+            now,
+        );
+        p.shard_id = Some(range.shard_id.clone());
+        p.origin = Origin::FailureMessage;
+        if apply {
+            parking.park(&p).await?;
+            out.parked += 1;
+        }
+        out.entries.push(RedriveEntry {
+            stream_arn: p.stream_arn,
+            sequence_number: p.sequence_number,
+            key: Some(key),
+            parked_for: None,
+            verdict: Verdict::Parked {
+                reason: reason.clone(),
+            },
+        });
     }
     Ok(out)
 }
@@ -312,6 +385,8 @@ fn print_report(title: &str, report: &RedriveReport) {
             (Verdict::FailedAgain { reason }, false) => format!("would fail again: {reason}"),
             (Verdict::FailedAgain { reason }, true) => format!("failed again, kept: {reason}"),
             (Verdict::Retry { reason }, _) => format!("failed transiently: {reason}"),
+            (Verdict::Parked { reason }, false) => format!("would be parked: {reason}"),
+            (Verdict::Parked { reason }, true) => format!("parked: {reason}"),
         };
         let parked = e
             .parked_for
@@ -370,6 +445,11 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
         }
         failed = report.failed();
     } else {
+        if args.park && parking.is_none() {
+            return Err(CliError::Usage(format!(
+                "--park needs the parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
+            )));
+        }
         if args.apply && parking.is_none() {
             return Err(CliError::Usage(format!(
                 "--apply parks what fails for good: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
@@ -397,8 +477,15 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
             println!("no failure message: nothing to redrive");
         }
         for (receipt, range) in &messages {
-            let report =
-                redrive_range(&worker, dry, &streams, parking.as_ref(), range, args.apply).await?;
+            let report = match (&parking, args.park) {
+                (Some(parking), true) => {
+                    park_range(&streams, target.keys(), parking, range, args.apply).await?
+                }
+                _ => {
+                    redrive_range(&worker, dry, &streams, parking.as_ref(), range, args.apply)
+                        .await?
+                }
+            };
             print_report(
                 &format!(
                     "redrive{mode} of {} {}..{} ({})",
