@@ -424,6 +424,11 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
     let mut failed = false;
 
     if args.failure_message.is_empty() && args.queue_url.is_none() {
+        if args.park {
+            return Err(CliError::Usage(
+                "--park copies on-failure messages' ranges: give --failure-message FILE or --queue-url URL".into(),
+            ));
+        }
         let parking = parking.ok_or_else(|| {
             CliError::Usage(format!(
                 "no parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
