@@ -16,6 +16,7 @@ use crate::metrics::{CountedHandler, Emitter, WriteCounter};
 use crate::schedule::{JobReport, Scheduler};
 use crate::worker::Router;
 use worker_engine::error::HandlerError;
+use worker_engine::park::Parking;
 use worker_engine::replay::dev::InvokeError;
 use worker_engine::runtime::{Worker, WorkerSettings};
 use worker_engine::store::coalesce::Coalescing;
@@ -86,12 +87,19 @@ impl App {
     }
 
     /// Assemble from the environment (Lambda): `TABLE_NAME`, optional
-    /// `DYNAMODB_ENDPOINT_URL`, and the rest of [`Config`].
+    /// `DYNAMODB_ENDPOINT_URL`, and the rest of [`Config`]; records that
+    /// fail for good are parked in `PARKING_TABLE` when it is set.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
         let client = store::client(config.endpoint_url.as_deref()).await;
-        let store = Arc::new(DynamoStore::new(client, &config.table_name));
-        Ok(App::new(store.clone(), config, Arc::new(SystemClock)).with_store_metrics(&store))
+        let store = Arc::new(DynamoStore::new(client.clone(), &config.table_name));
+        let parking = config.parking.as_ref().map(|p| Parking::dynamo(client, p));
+        let mut app =
+            App::new(store.clone(), config, Arc::new(SystemClock)).with_store_metrics(&store);
+        if let Some(parking) = parking {
+            app.worker = app.worker.with_parking(parking);
+        }
+        Ok(app)
     }
 
     pub fn config(&self) -> &Config {

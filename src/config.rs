@@ -16,8 +16,10 @@
 //! | `FLAG_RETENTION_DAYS` | `7` | flags vanish (TTL) this long after the food expired |
 //! | `NOTIFY_EVENT_BUS` | (off) | EventBridge bus for `FoodsNearingExpiry` events |
 //! | `INVITATION_TTL` | `off` | `on`: stamp `WorkerExpiresAt` on invitation links for TTL |
-//! | `LOG_FORMAT` | `json` | `json` or `text` |
-//! | `RUST_LOG` | `info` | log filter |
+//! | `PARKING_TABLE` | (off) | the parking table of records that fail for good (`worker_engine::park`) |
+//! | `PARKING_RETENTION_DAYS` | `14` | parked records expire (TTL) this long after parking |
+//! | `LOG_FORMAT` | `json` | `json` or `text` (local runs; Lambda: `LoggingConfig.LogFormat`) |
+//! | `RUST_LOG` | `info` | log filter (local runs; Lambda: `LoggingConfig.ApplicationLogLevel`) |
 //! | `WORKER_JOB` | (any) | pins a schedule function to one job; a tick for another job is refused |
 //!
 //! [`env_vars`] declares the same list with which function reads each
@@ -36,6 +38,7 @@ use crate::jobs::invitations::InvitationSettings;
 use crate::jobs::relationships::RelationshipSettings;
 
 pub use worker_engine::env::{ConfigError, Env};
+use worker_engine::park::ParkingSettings;
 
 /// An environment variable of Nishiki's worker.
 pub type EnvVar = worker_engine::job::EnvVar<Job>;
@@ -45,6 +48,9 @@ pub type ReadBy = worker_engine::job::ReadBy<Job>;
 /// The largest `STREAM_CONCURRENCY` (a larger value is clamped): the
 /// event source mapping's largest `BatchSize` for a DynamoDB stream.
 pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
+
+/// The engine's parking variables (the stream function's).
+const PARKING_ENV: [EnvVar; 2] = ParkingSettings::env_vars();
 
 /// The variables every function reads, whatever its jobs; each job
 /// declares its own in its [`crate::jobs::JobSpec`].
@@ -79,17 +85,19 @@ pub const COMMON_ENV: &[EnvVar] = &[
         default: None,
         meaning: "the one job a schedule function runs",
     },
+    PARKING_ENV[0],
+    PARKING_ENV[1],
     EnvVar {
         name: "LOG_FORMAT",
-        read_by: &[ReadBy::All],
+        read_by: &[ReadBy::LocalOnly],
         default: Some("json"),
-        meaning: "json or text log lines (worker_engine::telemetry)",
+        meaning: "json or text log lines, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
     },
     EnvVar {
         name: "RUST_LOG",
-        read_by: &[ReadBy::All],
+        read_by: &[ReadBy::LocalOnly],
         default: Some("info"),
-        meaning: "log filter (worker_engine::telemetry)",
+        meaning: "log filter, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
     },
 ];
 
@@ -114,6 +122,9 @@ pub struct Config {
     pub relationships: RelationshipSettings,
     pub invitations: InvitationSettings,
     pub expiry: ExpirySettings,
+    /// Where the stream function parks records that fail for good (`None`:
+    /// nowhere, local runs).
+    pub parking: Option<ParkingSettings>,
 }
 
 impl Config {
@@ -128,6 +139,7 @@ impl Config {
             relationships: RelationshipSettings::default(),
             invitations: InvitationSettings::default(),
             expiry: ExpirySettings::default(),
+            parking: None,
         }
     }
 
@@ -162,6 +174,7 @@ impl Config {
         c.relationships = RelationshipSettings::from_env(&env)?;
         c.invitations = InvitationSettings::from_env(&env)?;
         c.expiry = ExpirySettings::from_env(&env)?;
+        c.parking = ParkingSettings::from_env(&env)?;
         Ok(c)
     }
 }
@@ -206,8 +219,17 @@ mod tests {
             ("FLAG_RETENTION_DAYS", "2"),
             ("NOTIFY_EVENT_BUS", "bus"),
             ("INVITATION_TTL", "on"),
+            ("PARKING_TABLE", "nishiki-worker-dev-parking"),
+            ("PARKING_RETENTION_DAYS", "30"),
         ])
         .unwrap();
+        assert_eq!(
+            c.parking,
+            Some(ParkingSettings {
+                table: "nishiki-worker-dev-parking".into(),
+                retention_days: 30
+            })
+        );
         assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
         assert_eq!(c.deadline_margin, Duration::from_millis(500));
         assert_eq!(c.stream_concurrency, 4);

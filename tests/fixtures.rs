@@ -563,6 +563,9 @@ where
         out: out.clone(),
         after_sequence: after,
         since: None,
+        shard: None,
+        from_sequence: None,
+        to_sequence: None,
         redact,
         endpoint: EndpointOpts {
             endpoint_url: table.endpoint.clone(),

@@ -41,13 +41,16 @@ use nishiki_worker::schedule::parse_tick;
 use serde_json::{Value, json};
 use support::template::{STREAM_ARN, delivered, filter_patterns, matches, nishiki_stack};
 use support::{Drain, TestTable};
+use worker_engine::deploy::PARKING_TABLE;
 use worker_engine::job::Schedule;
 use worker_engine::replay::apply;
 use worker_engine::replay::snapshot::{load_items, read_snapshot};
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
 use worker_engine::stream::decode;
-use worker_testkit::template::{ACCOUNT, REGION, Stack, strings, table_arn};
+use worker_testkit::template::{
+    ACCOUNT, REGION, Stack, is_operations_statement, operations_problems, strings, table_arn,
+};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -94,11 +97,13 @@ fn the_sandbox_table_is_the_schema_in_code() {
         named.resource("NishikiTable")["Properties"]["TableName"],
         "sandbox-db"
     );
-    // Without CreateTable there is no table resource.
-    assert!(
+    // Without CreateTable the only table is the worker's parking table.
+    assert_eq!(
         nishiki_stack(&[])
             .resources_of("AWS::DynamoDB::Table")
-            .is_empty()
+            .into_keys()
+            .collect::<Vec<_>>(),
+        [PARKING_TABLE]
     );
 }
 
@@ -131,7 +136,6 @@ fn every_function_sets_the_variables_its_code_reads() {
             "{}",
             f.logical_id
         );
-        assert_eq!(env["LOG_FORMAT"], "json");
         match f.job {
             Some(job) => assert_eq!(env["WORKER_JOB"], job.as_str(), "{}", f.logical_id),
             None => assert!(!env.contains_key("WORKER_JOB")),
@@ -373,6 +377,9 @@ fn every_role_grants_exactly_what_its_function_calls() {
             let mut stream_read = false;
             let mut put_events = false;
             for s in statements(&stack, f) {
+                if is_operations_statement(&s) {
+                    continue; // tracing and parking: operations_problems
+                }
                 assert_eq!(s["Effect"], "Allow");
                 let actions = strings(&s["Action"]);
                 let resources = strings(&s["Resource"]);
@@ -452,6 +459,31 @@ fn every_role_grants_exactly_what_its_function_calls() {
 }
 
 // ------------------------------------------------------------------ event sources, schedules, operations
+
+/// Parked, traced, logged through Lambda's controls and alarmed on the
+/// worker's own metrics (worker_testkit::template::operations_problems).
+#[test]
+fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
+    let schedule_of = |job: Job| APP.schedule(job).expect("scheduled").schedule;
+    let stack = nishiki_stack(&[]);
+    let problems = operations_problems(&stack, APP.namespace, &deploy::functions(), &schedule_of);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check sees a missing alarm and a parking table without SSE.
+    let mut t = stack.t.clone();
+    t["Resources"]
+        .as_object_mut()
+        .unwrap()
+        .remove("StreamRecordsParkedAlarm");
+    t["Resources"][PARKING_TABLE]["Properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("SSESpecification");
+    let broken = Stack::new(t, "nishiki-worker-dev", STREAM_ARN, &[]);
+    let problems = operations_problems(&broken, APP.namespace, &deploy::functions(), &schedule_of);
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(problems[0].contains("SSE"), "{problems:?}");
+    assert!(problems[1].contains("RecordsParked"), "{problems:?}");
+}
 
 #[test]
 fn the_stream_event_source_is_safe() {

@@ -51,6 +51,9 @@ fn capture_args(t: &TestTable, out: &Path) -> CaptureArgs {
         out: out.to_owned(),
         after_sequence: None,
         since: None,
+        shard: None,
+        from_sequence: None,
+        to_sequence: None,
         redact: false,
         endpoint: EndpointOpts {
             endpoint_url: t.endpoint.clone(),

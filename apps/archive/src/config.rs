@@ -8,7 +8,9 @@
 //! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
 //! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
 //! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |
-//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | all | logs (`worker_engine::telemetry`) |
+//! | `PARKING_TABLE` | (off) | stream | the parking table of records that fail for good (`worker_engine::park`) |
+//! | `PARKING_RETENTION_DAYS` | `14` | stream | parked records expire (TTL) this long after parking |
+//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | local runs | logs (`worker_engine::telemetry`; Lambda: the function's `LoggingConfig`) |
 //! | `UNZIPPED_RETENTION_HOURS` | `24` | expire-unzipped | unzipped files older than this expire |
 //! | `UNZIP_STUCK_HOURS` | `48` | expire-unzipped | unzipping files older than this are reported |
 //! | `NOTIFY_EVENT_BUS` | (off) | expire-unzipped | EventBridge bus of `UnzippedFileExpired` events |
@@ -19,6 +21,7 @@
 use std::time::Duration;
 
 use worker_engine::env::{ConfigError, Env};
+use worker_engine::park::ParkingSettings;
 use worker_engine::schedule::JobName;
 
 use crate::keys::Job;
@@ -35,6 +38,9 @@ pub const WORKER_JOB: &str = "WORKER_JOB";
 
 /// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
 pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
+
+/// The engine's parking variables (the stream function's).
+const PARKING_ENV: [EnvVar; 2] = ParkingSettings::env_vars();
 
 /// The variables every function reads, whatever its jobs.
 pub const COMMON_ENV: &[EnvVar] = &[
@@ -68,15 +74,17 @@ pub const COMMON_ENV: &[EnvVar] = &[
         default: None,
         meaning: "the one job a schedule function runs (a tick for another is refused)",
     },
+    PARKING_ENV[0],
+    PARKING_ENV[1],
     EnvVar {
         name: "LOG_FORMAT",
-        read_by: &[ReadBy::All],
+        read_by: &[ReadBy::LocalOnly],
         default: Some("json"),
         meaning: "json or text log lines (worker_engine::telemetry)",
     },
     EnvVar {
         name: "RUST_LOG",
-        read_by: &[ReadBy::All],
+        read_by: &[ReadBy::LocalOnly],
         default: Some("info"),
         meaning: "log filter (worker_engine::telemetry)",
     },
@@ -93,6 +101,8 @@ pub struct Settings {
     /// `WORKER_JOB`: the one job this process runs ticks for.
     pub job: Option<Job>,
     pub unzip: UnzipSettings,
+    /// Where the stream function parks records that fail for good.
+    pub parking: Option<ParkingSettings>,
 }
 
 impl Settings {
@@ -105,6 +115,7 @@ impl Settings {
             stream_concurrency: worker_engine::stream::engine::DEFAULT_CONCURRENCY,
             job: None,
             unzip: UnzipSettings::default(),
+            parking: None,
         }
     }
 
@@ -124,6 +135,7 @@ impl Settings {
             Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
         })?;
         s.unzip = UnzipSettings::from_env(&env)?;
+        s.parking = ParkingSettings::from_env(&env)?;
         Ok(s)
     }
 }

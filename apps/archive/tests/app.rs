@@ -46,8 +46,8 @@ fn the_description_gives_the_deployed_functions() {
             "TABLE_NAME",
             "DEADLINE_MARGIN_MS",
             "STREAM_CONCURRENCY",
-            "LOG_FORMAT",
-            "RUST_LOG"
+            "PARKING_TABLE",
+            "PARKING_RETENTION_DAYS"
         ]
     );
     assert_eq!(

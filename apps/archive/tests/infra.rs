@@ -29,10 +29,11 @@ use support::template::{
     ACCOUNT, REGION, STREAM_ARN, Stack, archive_stack, strings, table_arn, template_path,
 };
 use worker_engine::deploy::{
-    FunctionSpec, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
+    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
 use worker_engine::job::Schedule;
 use worker_engine::schedule::{JobName, parse_tick};
+use worker_testkit::template::{is_operations_statement, operations_problems};
 
 const TABLE: &str = "archive-table-dev";
 const SANDBOX_TABLE: &str = "ArchiveTable";
@@ -78,12 +79,30 @@ fn the_sandbox_table_is_the_schema_in_code() {
         named.resource(SANDBOX_TABLE)["Properties"]["TableName"],
         "sandbox"
     );
-    // Without CreateTable there is no table resource.
-    assert!(
+    // Without CreateTable the only table is the worker's parking table.
+    assert_eq!(
         archive_stack(&[])
             .resources_of("AWS::DynamoDB::Table")
-            .is_empty()
+            .into_keys()
+            .collect::<Vec<_>>(),
+        [PARKING_TABLE]
     );
+}
+
+// ------------------------------------------------------------------ operations
+
+/// Parked, traced, logged through Lambda's controls and alarmed on the
+/// worker's own metrics (worker_testkit::template::operations_problems).
+#[test]
+fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
+    let schedule_of = |job: Job| APP.schedule(job).expect("scheduled").schedule;
+    let problems = operations_problems(
+        &archive_stack(&[]),
+        APP.namespace,
+        &functions(),
+        &schedule_of,
+    );
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 // ------------------------------------------------------------------ functions
@@ -126,7 +145,6 @@ fn every_function_runs_its_binary_with_exactly_its_variables() {
             let want: BTreeSet<&str> = f.env_vars.iter().copied().collect();
             assert_eq!(have, want, "{id}: environment variables");
             assert_eq!(env["TABLE_NAME"], TABLE, "{id}");
-            assert_eq!(env["LOG_FORMAT"], "json", "{id}");
             match f.job {
                 Some(job) => assert_eq!(env["WORKER_JOB"], job.as_str(), "{id}"),
                 None => assert!(!env.contains_key("WORKER_JOB"), "{id}"),
@@ -214,6 +232,9 @@ fn every_role_grants_exactly_what_its_function_calls() {
             let stream: BTreeSet<String> =
                 STREAM_READ_ACTIONS.iter().map(|a| a.to_string()).collect();
             for s in statements(&stack, f) {
+                if is_operations_statement(&s) {
+                    continue; // tracing and parking: operations_problems
+                }
                 assert_eq!(s["Effect"], "Allow", "{id}");
                 let actions = strings(&s["Action"]);
                 let resources = strings(&s["Resource"]);

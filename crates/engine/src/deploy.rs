@@ -7,7 +7,7 @@
 //! running fixtures and jobs on DynamoDB Local and recording what the store
 //! was asked to do ([`crate::store::StoreMetrics`]).
 
-use crate::job::{Access, AppSpec, Fallback};
+use crate::job::{Access, AppSpec, Fallback, Schedule};
 use crate::schedule::JobName;
 use crate::store::Operation;
 
@@ -24,6 +24,42 @@ pub const PUT_EVENTS_ACTION: &str = "events:PutEvents";
 
 /// The logical id of the stream function in a template.
 pub const STREAM_FUNCTION: &str = "StreamFunction";
+
+/// The X-Ray actions of a function with active tracing (X-Ray has no
+/// resource-level permissions: granted on `*`).
+pub const TRACING_ACTIONS: [&str; 2] = ["xray:PutTelemetryRecords", "xray:PutTraceSegments"];
+
+/// The logical id of the parking table in a template
+/// ([`crate::park::schema`]).
+pub const PARKING_TABLE: &str = "ParkingTable";
+
+/// The worker's own metrics every template alarms on, on the stream
+/// function: anything failed for good (`RecordsFailed`), anything parked
+/// (`RecordsParked`), both `> 0`; and the stream lag
+/// (`StreamLagMaxMs`) over a template parameter.
+pub const STREAM_ALARM_METRICS: [&str; 3] = ["RecordsFailed", "RecordsParked", "StreamLagMaxMs"];
+
+/// The worker's own metrics every template alarms on, per schedule
+/// function: a failed run (`JobErrors > 0`), and runs stopped early
+/// ([`JOBS_INCOMPLETE_PERIODS`] periods in a row of `JobsIncomplete`).
+pub const JOB_ALARM_METRICS: [&str; 2] = ["JobErrors", "JobsIncomplete"];
+
+/// Periods in a row in which every run of a job stopped early before its
+/// `JobsIncomplete` alarm fires (`EvaluationPeriods` = `DatapointsToAlarm`,
+/// statistic `Minimum`): one run cut short by the deadline resumes from its
+/// checkpoint next tick; several in a row mean it never catches up.
+pub const JOBS_INCOMPLETE_PERIODS: u32 = 3;
+
+/// The period (seconds) of a job's worker-metric alarms: an hour for a job
+/// that runs at least hourly (or on demand: hourly when enabled), a day for
+/// a daily job (CloudWatch allows up to 7 days of periods of an hour or
+/// more).
+pub fn alarm_period(schedule: Schedule) -> u32 {
+    match schedule {
+        Schedule::Daily { .. } => 86_400,
+        Schedule::Rate(_) | Schedule::OnDemand => 3_600,
+    }
+}
 
 /// The DynamoDB action of a store operation.
 pub fn action_of(op: Operation) -> &'static str {

@@ -9,19 +9,35 @@
 //! - [`serve_schedule`]: schedule ticks (EventBridge Scheduler input or the
 //!   rule envelope); a failed job fails the invocation (retried, then sent
 //!   to the schedule's dead-letter queue).
+//!
+//! Each invocation runs inside the `invocation` span
+//! ([`crate::telemetry::invocation_span`]): `cold_start` and the X-Ray
+//! `trace_id` on every line it writes.
 
-use lambda_runtime::{Error, LambdaEvent, run, service_fn};
+use lambda_runtime::{Context, Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::runtime::{Worker, deadline_from_epoch_ms};
 use crate::schedule::{JobName, JobReport};
 use crate::stream::engine::BatchResponse;
+use crate::telemetry;
+
+/// The span of this invocation of `worker`.
+fn span_of<J: JobName>(worker: &Worker<J>, context: &Context) -> tracing::Span {
+    let trace = telemetry::trace_id(context.xray_trace_id.as_deref());
+    telemetry::invocation_span(worker.is_cold(), trace.as_deref())
+}
 
 /// Serve stream batches until the runtime stops.
 pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
-        let report = worker.handle_stream(&event.payload, deadline).await?;
+        let span = span_of(worker, &event.context);
+        let report = worker
+            .handle_stream(&event.payload, deadline)
+            .instrument(span)
+            .await?;
         if report.retry_whole_batch {
             return Err(Error::from(
                 "transient failure on a record without a sequence number; retrying the whole batch",
@@ -36,7 +52,11 @@ pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
 pub async fn serve_schedule<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
-        let report = worker.handle_schedule(&event.payload, deadline).await?;
+        let span = span_of(worker, &event.context);
+        let report = worker
+            .handle_schedule(&event.payload, deadline)
+            .instrument(span)
+            .await?;
         Ok::<JobReport<J>, Error>(report)
     }))
     .await

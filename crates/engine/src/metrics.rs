@@ -14,12 +14,14 @@
 //! | name | unit | from |
 //! |---|---|---|
 //! | `RecordsHandled`, `RecordsSkipped` | Count | [`BatchReport`] `handled`, `skipped` |
-//! | `RecordsFailed` | Count | permanent: `rejected` + `malformed` (logged and skipped) |
-//! | `RecordsRetried` | Count | transient: `failed` + `not_attempted` (Lambda delivers them again) |
+//! | `RecordsFailed` | Count | permanent: `rejected` + `malformed` (logged, then parked) |
+//! | `RecordsParked` | Count | `parked`: written to the parking table ([`crate::park`]) |
+//! | `RecordsRetried` | Count | transient: `failed` + `not_attempted` + `parking_failed` (Lambda delivers them again) |
 //! | `StreamLagMs` | Milliseconds | now minus each record's `ApproximateCreationDateTime`, a value list (at most 100 values: quantiles when more) |
 //! | `StreamLagMaxMs` | Milliseconds | the largest of those |
 //! | `JobRuns`, `JobsIncomplete`, `JobErrors` | Count | schedule: 1 per run; 1 when the run stopped early; 1 when it failed |
 //! | `DynamoDBRequests`, `ConsumedRCU`, `ConsumedWCU` | Count / None | [`MetricsSnapshot`] over the invocation |
+//! | `ColdStart` | Count | 1 on the first invocation of the process, else 0 |
 //!
 //! A job's own figures travel typed in its [`JobReport::metrics`]; a stream
 //! handler's writes are counted under the metric name it declares
@@ -207,9 +209,10 @@ pub fn batch_metrics(report: &BatchReport, lags_ms: &[f64]) -> Vec<Metric> {
         Metric::count("RecordsHandled", report.handled as u64),
         Metric::count("RecordsSkipped", report.skipped as u64),
         Metric::count("RecordsFailed", (report.rejected + report.malformed) as u64),
+        Metric::count(crate::park::RECORDS_PARKED, report.parked as u64),
         Metric::count(
             "RecordsRetried",
-            (report.failed + report.not_attempted) as u64,
+            (report.failed + report.not_attempted + report.parking_failed) as u64,
         ),
     ];
     if !lags_ms.is_empty() {
@@ -514,6 +517,8 @@ mod tests {
             malformed: 1,
             failed: 1,
             not_attempted: 3,
+            parked: 1,
+            parking_failed: 1,
             ..Default::default()
         };
         let m = batch_metrics(&report, &[10.0, 30.0]);
@@ -524,7 +529,8 @@ mod tests {
         assert_eq!(one("RecordsHandled"), 4.0);
         assert_eq!(one("RecordsSkipped"), 2.0);
         assert_eq!(one("RecordsFailed"), 2.0);
-        assert_eq!(one("RecordsRetried"), 4.0);
+        assert_eq!(one("RecordsRetried"), 5.0);
+        assert_eq!(one("RecordsParked"), 1.0);
         assert_eq!(one("StreamLagMaxMs"), 30.0);
         assert_eq!(
             get(&m, "StreamLagMs"),

@@ -9,9 +9,13 @@
 //!   store's gathered poll pass when the app shares requests;
 //! - schedule: parse the tick (either EventBridge shape) → refuse a tick for
 //!   another job on a pinned function (`WORKER_JOB`) → [`Scheduler::run`];
-//! - after each invocation, one EMF line when an [`Emitter`] is set.
+//! - a stream record that failed for good is parked ([`crate::park`]) when
+//!   a parking table is set, before the batch is reported;
+//! - after each invocation, one EMF line when an [`Emitter`] is set (with
+//!   `ColdStart` 1 on the process's first invocation).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -20,6 +24,7 @@ use tracing::Instrument;
 use crate::clock::Clock;
 use crate::error::HandlerError;
 use crate::metrics::{self, Emitter, Metric, WriteCounter};
+use crate::park::{self, Origin, Parking};
 use crate::replay::dev::{EventFunction, InvokeError};
 use crate::schedule::{self, JobName, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
 use crate::store::coalesce::Coalescing;
@@ -143,6 +148,18 @@ struct Observe {
     /// The DynamoDB store whose request and capacity counters the metrics
     /// report (a clone shares the counters).
     metered: Option<DynamoStore>,
+    /// No invocation has emitted its metrics yet (the cold start's).
+    cold: ColdStart,
+}
+
+/// Whether this process has run an invocation yet.
+#[derive(Debug)]
+struct ColdStart(AtomicBool);
+
+impl Default for ColdStart {
+    fn default() -> Self {
+        ColdStart(AtomicBool::new(true))
+    }
 }
 
 /// An app, assembled.
@@ -154,6 +171,8 @@ pub struct Worker<J: JobName> {
     /// The stream handlers' shared store, if they share requests.
     coalescing: Option<Arc<Coalescing>>,
     observe: Observe,
+    /// Where records that failed for good go.
+    parking: Option<Parking>,
 }
 
 impl<J: JobName> Worker<J> {
@@ -170,7 +189,34 @@ impl<J: JobName> Worker<J> {
             settings,
             coalescing: None,
             observe: Observe::default(),
+            parking: None,
         }
+    }
+
+    /// Park every stream record that fails for good here before the batch
+    /// is reported (a record that cannot be parked is retried).
+    pub fn with_parking(mut self, parking: Parking) -> Self {
+        self.parking = Some(parking);
+        self
+    }
+
+    /// The parking table, if set.
+    pub fn parking(&self) -> Option<&Parking> {
+        self.parking.as_ref()
+    }
+
+    /// Whether no invocation has finished yet in this process (the next one
+    /// is the cold start).
+    pub fn is_cold(&self) -> bool {
+        self.observe.cold.0.load(Ordering::SeqCst)
+    }
+
+    /// `ColdStart` (1 on the first invocation's line, then 0).
+    fn cold_start_metric(&self) -> Metric {
+        Metric::count(
+            "ColdStart",
+            u64::from(self.observe.cold.0.swap(false, Ordering::SeqCst)),
+        )
     }
 
     /// Run each stream batch inside this store's gathered poll pass, so
@@ -231,12 +277,24 @@ impl<J: JobName> Worker<J> {
         let (writes, requests) = self.counters();
         let processor = self.stream.for_batch(&records);
         let run = engine::run_batch(records, processor.as_ref(), &config);
-        let report = match &self.coalescing {
+        let mut report = match &self.coalescing {
             Some(c) => c.gathered(run).await,
             None => run.await,
         };
+        if let Some(parking) = &self.parking {
+            park::park_failures(
+                parking,
+                event,
+                &mut report,
+                None,
+                Origin::Batch,
+                self.clock.now(),
+            )
+            .await;
+        }
         if let Some(emitter) = &self.observe.emitter {
             let mut m = metrics::batch_metrics(&report, &lags);
+            m.push(self.cold_start_metric());
             let written = self.observe.writes.since(&writes);
             for name in &self.settings.writes_metrics {
                 let n = written.get(*name).copied().unwrap_or(0);
@@ -321,6 +379,7 @@ impl<J: JobName> Worker<J> {
         let result = self.scheduler.run(&run).instrument(span).await;
         if let Some(emitter) = &self.observe.emitter {
             let mut m = metrics::job_run_metrics(result.as_ref());
+            m.push(self.cold_start_metric());
             m.extend(
                 self.store_delta(requests)
                     .as_ref()

@@ -163,42 +163,15 @@ impl StreamTail {
             if self.finished.contains(&shard) {
                 continue;
             }
-            let mut req = self
-                .client
-                .get_shard_iterator()
-                .stream_arn(&self.stream_arn)
-                .shard_id(&shard);
-            req = match (self.positions.get(&shard), &self.start) {
-                (Some(seq), _) => req
-                    .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
-                    .sequence_number(seq.to_string()),
-                (None, StartAt::Latest) => req.shard_iterator_type(ShardIteratorType::Latest),
-                (None, _) => req.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            let (kind, at) = match (self.positions.get(&shard), &self.start) {
+                (Some(seq), _) => (ShardIteratorType::AfterSequenceNumber, Some(seq)),
+                (None, StartAt::Latest) => (ShardIteratorType::Latest, None),
+                (None, _) => (ShardIteratorType::TrimHorizon, None),
             };
-            let mut iterator = req
-                .send()
-                .await
-                .map_err(|e| {
-                    err(
-                        "GetShardIterator",
-                        aws_smithy_types::error::display::DisplayErrorContext(e),
-                    )
-                })?
-                .shard_iterator;
+            let mut iterator =
+                shard_iterator(&self.client, &self.stream_arn, &shard, kind, at).await?;
             while let Some(it) = iterator.take() {
-                let page = self
-                    .client
-                    .get_records()
-                    .shard_iterator(it)
-                    .limit(1000)
-                    .send()
-                    .await
-                    .map_err(|e| {
-                        err(
-                            "GetRecords",
-                            aws_smithy_types::error::display::DisplayErrorContext(e),
-                        )
-                    })?;
+                let page = get_records(&self.client, it).await?;
                 let records = page.records.unwrap_or_default();
                 let empty = records.is_empty();
                 for r in records {
@@ -230,6 +203,51 @@ impl StreamTail {
             _ => true,
         }
     }
+}
+
+/// A shard iterator of `kind` (at or after `at` for the sequence-number
+/// kinds).
+async fn shard_iterator(
+    client: &Client,
+    stream_arn: &str,
+    shard_id: &str,
+    kind: ShardIteratorType,
+    at: Option<&SequenceNumber>,
+) -> Result<Option<String>, StoreError> {
+    Ok(client
+        .get_shard_iterator()
+        .stream_arn(stream_arn)
+        .shard_id(shard_id)
+        .shard_iterator_type(kind)
+        .set_sequence_number(at.map(SequenceNumber::to_string))
+        .send()
+        .await
+        .map_err(|e| {
+            err(
+                "GetShardIterator",
+                aws_smithy_types::error::display::DisplayErrorContext(e),
+            )
+        })?
+        .shard_iterator)
+}
+
+/// One page of records (up to 1,000) from `iterator`.
+async fn get_records(
+    client: &Client,
+    iterator: String,
+) -> Result<aws_sdk_dynamodbstreams::operation::get_records::GetRecordsOutput, StoreError> {
+    client
+        .get_records()
+        .shard_iterator(iterator)
+        .limit(1000)
+        .send()
+        .await
+        .map_err(|e| {
+            err(
+                "GetRecords",
+                aws_smithy_types::error::display::DisplayErrorContext(e),
+            )
+        })
 }
 
 fn image(
@@ -273,4 +291,39 @@ pub fn to_change(r: Record, stream_arn: Option<&str>) -> StreamChange {
         event_source_arn: stream_arn.map(str::to_owned),
         size_bytes: rec.size_bytes,
     }
+}
+
+/// The records of one shard from `from` to `to` (both included, by
+/// sequence number): `GetShardIterator AT_SEQUENCE_NUMBER` then `GetRecords`
+/// until a record after `to`, the shard's end, or an empty page (caught up).
+/// What an on-failure message names ([`crate::failure_message`]) and
+/// `capture --shard` read. The stream keeps records 24 hours: an older
+/// range reads as `TrimmedDataAccessException` (an error).
+pub async fn read_range(
+    client: &Client,
+    stream_arn: &str,
+    shard_id: &str,
+    from: &SequenceNumber,
+    to: &SequenceNumber,
+) -> Result<Vec<StreamChange>, StoreError> {
+    let at = ShardIteratorType::AtSequenceNumber;
+    let mut iterator = shard_iterator(client, stream_arn, shard_id, at, Some(from)).await?;
+    let mut out = Vec::new();
+    while let Some(it) = iterator.take() {
+        let page = get_records(client, it).await?;
+        let records = page.records.unwrap_or_default();
+        if records.is_empty() {
+            break;
+        }
+        for r in records {
+            let change = to_change(r, Some(stream_arn));
+            match &change.sequence_number {
+                Some(seq) if seq > to => return Ok(out),
+                Some(seq) if seq < from => {}
+                _ => out.push(change),
+            }
+        }
+        iterator = page.next_shard_iterator;
+    }
+    Ok(out)
 }

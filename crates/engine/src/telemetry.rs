@@ -1,5 +1,16 @@
 //! Logging setup: JSON lines for Lambda (CloudWatch), text for the CLI.
-//! `RUST_LOG` filters (default `info`); `LOG_FORMAT=text|json` overrides.
+//!
+//! Lambda's advanced logging controls are honoured: the function's
+//! `LoggingConfig` (`LogFormat: JSON`, `ApplicationLogLevel`) reaches the
+//! process as `AWS_LAMBDA_LOG_FORMAT` (`JSON` or `Text`) and
+//! `AWS_LAMBDA_LOG_LEVEL` (`TRACE`, `DEBUG`, `INFO`, `WARN`, `ERROR`,
+//! `FATAL`). `LOG_FORMAT=text|json` and `RUST_LOG` (local runs) take
+//! precedence over them; without any, the filter is `info`.
+//!
+//! Every invocation runs in an `invocation` span ([`invocation_span`]):
+//! `cold_start` (true on the process's first invocation) and `trace_id`
+//! (the X-Ray trace id, `_X_AMZN_TRACE_ID`), so every line an invocation
+//! writes carries both.
 //!
 //! A JSON line is `{"level", "fields": {"message", ...}, "target", "span",
 //! "spans"}`: `span` is the innermost span and `spans` every span from the
@@ -24,9 +35,62 @@ pub enum LogFormat {
     Text,
 }
 
-/// The filter from `RUST_LOG`, else `info`.
+/// The filter from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`, else `info`.
 pub fn env_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"))
+    EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(filter_directive(
+            std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref(),
+        ))
+    })
+}
+
+/// The filter directive of a Lambda application log level (`FATAL` has no
+/// tracing level: `error`); anything else: `info`.
+pub fn filter_directive(lambda_level: Option<&str>) -> &'static str {
+    match lambda_level.map(str::to_ascii_uppercase).as_deref() {
+        Some("TRACE") => "trace",
+        Some("DEBUG") => "debug",
+        Some("WARN") => "warn",
+        Some("ERROR") | Some("FATAL") => "error",
+        _ => "info",
+    }
+}
+
+/// The log format: `LOG_FORMAT` (`json`/`text`), else Lambda's
+/// `AWS_LAMBDA_LOG_FORMAT` (`JSON`/`Text`), else `default`.
+pub fn log_format(
+    log_format: Option<&str>,
+    lambda_format: Option<&str>,
+    default: LogFormat,
+) -> LogFormat {
+    let parse = |v: &str| match v.to_ascii_lowercase().as_str() {
+        "json" => Some(LogFormat::Json),
+        "text" => Some(LogFormat::Text),
+        _ => None,
+    };
+    log_format
+        .and_then(parse)
+        .or_else(|| lambda_format.and_then(parse))
+        .unwrap_or(default)
+}
+
+/// The span of one Lambda invocation: every line written inside carries
+/// `cold_start` and `trace_id` (the X-Ray trace id, when tracing is on).
+pub fn invocation_span(cold_start: bool, trace_id: Option<&str>) -> tracing::Span {
+    tracing::info_span!("invocation", cold_start, trace_id)
+}
+
+/// The X-Ray trace id of the invocation: the context's, else
+/// `_X_AMZN_TRACE_ID` (Lambda sets it per invocation).
+pub fn trace_id(from_context: Option<&str>) -> Option<String> {
+    from_context
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .or_else(|| {
+            std::env::var("_X_AMZN_TRACE_ID")
+                .ok()
+                .filter(|t| !t.is_empty())
+        })
 }
 
 /// The JSON subscriber Lambda uses, writing to `writer` (tests pass a
@@ -48,11 +112,11 @@ where
 
 /// Install the global subscriber once; later calls do nothing.
 pub fn init(default: LogFormat) {
-    let format = match std::env::var("LOG_FORMAT").as_deref() {
-        Ok("json") => LogFormat::Json,
-        Ok("text") => LogFormat::Text,
-        _ => default,
-    };
+    let format = log_format(
+        std::env::var("LOG_FORMAT").ok().as_deref(),
+        std::env::var("AWS_LAMBDA_LOG_FORMAT").ok().as_deref(),
+        default,
+    );
     match format {
         LogFormat::Json => {
             let _ = json_subscriber(env_filter(), std::io::stderr).try_init();
@@ -63,6 +127,78 @@ pub fn init(default: LogFormat) {
                 .with_writer(std::io::stderr)
                 .with_target(false)
                 .try_init();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[test]
+    fn lambda_log_controls_map_to_filters_and_formats() {
+        assert_eq!(filter_directive(Some("DEBUG")), "debug");
+        assert_eq!(filter_directive(Some("FATAL")), "error");
+        assert_eq!(filter_directive(Some("warn")), "warn");
+        assert_eq!(filter_directive(None), "info");
+        assert_eq!(filter_directive(Some("loud")), "info");
+        let d = LogFormat::Text;
+        assert_eq!(log_format(None, Some("JSON"), d), LogFormat::Json);
+        assert_eq!(
+            log_format(None, Some("Text"), LogFormat::Json),
+            LogFormat::Text
+        );
+        assert_eq!(log_format(Some("text"), Some("JSON"), d), LogFormat::Text);
+        assert_eq!(log_format(None, None, d), d);
+    }
+
+    #[derive(Clone, Default)]
+    struct Lines(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_line_of_an_invocation_carries_cold_start_and_trace_id() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = json_subscriber(EnvFilter::new("info"), move || writer.clone());
+        tracing::subscriber::with_default(subscriber, || {
+            let span = invocation_span(true, Some("Root=1-5759e988-bd862e3fe1be46a994272793"));
+            let _in = span.enter();
+            let inner = tracing::info_span!("batch", size = 2);
+            let _b = inner.enter();
+            tracing::info!("one");
+            tracing::warn!("two");
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let parsed: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(parsed.len(), 2);
+        for line in parsed {
+            let invocation = line["spans"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|s| s["name"] == "invocation")
+                .cloned()
+                .unwrap_or_else(|| panic!("{line}"));
+            assert_eq!(invocation["cold_start"], true);
+            assert_eq!(
+                invocation["trace_id"],
+                "Root=1-5759e988-bd862e3fe1be46a994272793"
+            );
         }
     }
 }

@@ -126,6 +126,27 @@ impl TestTable {
     pub async fn keys(&self) -> Vec<(String, String)> {
         self.snapshot().await.iter().map(key_of).collect()
     }
+
+    /// The table's stream ARN and every record its stream holds, as
+    /// `(shard id, change)`, shard by shard in order.
+    pub async fn stream_records(
+        &self,
+    ) -> (
+        String,
+        Vec<(String, worker_engine::stream::decode::StreamChange)>,
+    ) {
+        use worker_engine::stream_reader::{self, StartAt, StreamTail};
+        let arn = self
+            .store
+            .stream_arn()
+            .await
+            .expect("describe table")
+            .expect("the table has a stream");
+        let client = stream_reader::local_client(&self.endpoint);
+        let mut tail = StreamTail::new(client, arn.clone(), StartAt::TrimHorizon);
+        let records = tail.poll().await.expect("read the stream");
+        (arn, records)
+    }
 }
 
 impl Drop for TestTable {
@@ -336,4 +357,36 @@ pub async fn raw_batch_write_with(
         time: started.elapsed(),
         consumed_capacity,
     }
+}
+
+/// The on-failure message Lambda sends when a DynamoDB stream mapping
+/// gives up on a batch (`worker_engine::failure_message` reads it), for the
+/// records `start..=end` of `shard` of `stream_arn`.
+pub fn on_failure_message(
+    stream_arn: &str,
+    shard: &str,
+    start: &str,
+    end: &str,
+    batch_size: u64,
+) -> Value {
+    serde_json::json!({
+        "requestContext": {
+            "requestId": "316aa6d0-8154-4a3b-9af7-85d5f4a6bc81",
+            "functionArn": "arn:aws:lambda:us-east-1:123456789012:function:worker-stream",
+            "condition": "RetryAttemptsExhausted",
+            "approximateInvokeCount": 11
+        },
+        "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+        "version": "1.0",
+        "timestamp": "2024-03-25T09:00:49.717Z",
+        "DDBStreamBatchInfo": {
+            "shardId": shard,
+            "startSequenceNumber": start,
+            "endSequenceNumber": end,
+            "approximateArrivalOfFirstRecord": "2024-03-25T09:00:19Z",
+            "approximateArrivalOfLastRecord": "2024-03-25T09:00:21Z",
+            "batchSize": batch_size,
+            "streamArn": stream_arn
+        }
+    })
 }

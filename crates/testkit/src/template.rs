@@ -7,6 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde_json::{Map, Value, json};
+use worker_engine::deploy::{
+    FunctionSpec, JOB_ALARM_METRICS, JOBS_INCOMPLETE_PERIODS, PARKING_TABLE, STREAM_ALARM_METRICS,
+    TRACING_ACTIONS, alarm_period,
+};
+use worker_engine::job::Schedule;
+use worker_engine::park;
+use worker_engine::schedule::JobName;
 
 /// What `!Ref AWS::NoValue` evaluates to (dropped from lists and maps).
 pub const NO_VALUE: &str = "\u{0}AWS::NoValue";
@@ -303,4 +310,244 @@ pub fn strings(v: &Value) -> BTreeSet<String> {
 
 pub fn table_arn(table: &str) -> String {
     format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}")
+}
+
+/// Whether a role statement is one of those every app's roles carry beside
+/// their own table access, which [`operations_problems`] checks: X-Ray
+/// tracing (on `*`), or the stream function's parking.
+pub fn is_operations_statement(s: &Value) -> bool {
+    let actions = strings(&s["Action"]);
+    let tracing: BTreeSet<String> = TRACING_ACTIONS.iter().map(|a| a.to_string()).collect();
+    let parking: BTreeSet<String> = park::PARK_ACTIONS.iter().map(|a| a.to_string()).collect();
+    actions == tracing
+        || (actions == parking
+            && strings(&s["Resource"]) == BTreeSet::from([format!("getatt:{PARKING_TABLE}.Arn")]))
+}
+
+/// A value as text (parameters resolve to strings, literals may be numbers).
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// The statements of a function's role (`Role: !GetAtt <Role>.Arn`).
+fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
+    let f = stack.resource(function);
+    let Some(role) = f["Properties"]["Role"]
+        .as_str()
+        .and_then(|r| r.strip_prefix("getatt:"))
+        .and_then(|r| r.strip_suffix(".Arn"))
+    else {
+        return Vec::new();
+    };
+    stack.resource(role)["Properties"]["Policies"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| {
+            p["PolicyDocument"]["Statement"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// What every app's template needs to run in production, checked against
+/// the engine (empty: all there):
+///
+/// - the parking table is [`park::schema`] with SSE on and TTL on
+///   [`park::TTL_ATTRIBUTE`]; the stream function gets `PARKING_TABLE` (the
+///   table), `PARKING_RETENTION_DAYS` (the `ParkingRetentionDays`
+///   parameter) and a [`park::PARK_ACTIONS`] grant on it;
+/// - every function is traced (`Tracing: Active`, the X-Ray grant) and
+///   logs through Lambda's controls (`LoggingConfig`: JSON, the `LogLevel`
+///   parameter as `ApplicationLogLevel`; no `LOG_FORMAT`/`RUST_LOG`);
+/// - the stream event source has `MetricsConfig: {Metrics: [EventCount]}`;
+/// - alarms on the worker's own metrics (namespace `namespace`, dimension
+///   `Function`): [`STREAM_ALARM_METRICS`] on the stream function (`> 0`;
+///   the lag over the `StreamLagAlarmMs` parameter), [`JOB_ALARM_METRICS`]
+///   on each schedule function (`JobErrors > 0`; `JobsIncomplete` minimum
+///   `>= 1` for [`JOBS_INCOMPLETE_PERIODS`] periods in a row of
+///   [`alarm_period`] of its schedule).
+pub fn operations_problems<J: JobName>(
+    stack: &Stack,
+    namespace: &str,
+    functions: &[FunctionSpec<J>],
+    schedule_of: &dyn Fn(J) -> Schedule,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            problems.push(what);
+        }
+    };
+    let param = |name: &str| text(&stack.resolve(&json!({"Ref": name})));
+
+    // The parking table.
+    if stack.t["Resources"].get(PARKING_TABLE).is_none() {
+        check(false, format!("no {PARKING_TABLE} resource"));
+    } else {
+        let t = stack.resource(PARKING_TABLE);
+        let mut props = t["Properties"].clone();
+        let obj = props.as_object_mut().expect("Properties");
+        let sse = obj.remove("SSESpecification");
+        let ttl = obj.remove("TimeToLiveSpecification");
+        check(
+            sse == Some(json!({"SSEEnabled": true})),
+            format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
+        );
+        check(
+            ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
+            format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
+        );
+        let want = park::schema().to_cloudformation(props["TableName"].clone());
+        check(
+            props == want["Properties"],
+            format!(
+                "{PARKING_TABLE}: {props} is not worker_engine::park::schema() {}",
+                want["Properties"]
+            ),
+        );
+        check(
+            t["DeletionPolicy"] == "Retain",
+            format!("{PARKING_TABLE}: DeletionPolicy Retain"),
+        );
+    }
+
+    let globals = stack.resolve(&stack.t["Globals"]["Function"]);
+    for f in functions {
+        let id = f.logical_id;
+        let func = stack.resource(id);
+        let p = &func["Properties"];
+        let tracing = p.get("Tracing").unwrap_or(&globals["Tracing"]);
+        check(tracing == "Active", format!("{id}: Tracing: Active"));
+        let logging = &p["LoggingConfig"];
+        check(
+            logging["LogFormat"] == "JSON"
+                && text(&logging["ApplicationLogLevel"]) == param("LogLevel"),
+            format!("{id}: LoggingConfig JSON with ApplicationLogLevel = LogLevel ({logging})"),
+        );
+        let env = stack.env(id);
+        check(
+            !env.contains_key("LOG_FORMAT") && !env.contains_key("RUST_LOG"),
+            format!("{id}: logs are set by LoggingConfig, not LOG_FORMAT/RUST_LOG"),
+        );
+        let statements = role_statements(stack, id);
+        let granted = |actions: &[&str], resource: &str| {
+            let want: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
+            statements.iter().any(|s| {
+                s["Effect"] == "Allow"
+                    && strings(&s["Action"]) == want
+                    && strings(&s["Resource"]) == BTreeSet::from([resource.to_owned()])
+            })
+        };
+        check(
+            granted(&TRACING_ACTIONS, "*"),
+            format!("{id}: the role grants {TRACING_ACTIONS:?}"),
+        );
+        let alarm = |metric: &str| -> Option<Value> {
+            stack
+                .resources_of("AWS::CloudWatch::Alarm")
+                .into_values()
+                .map(|a| a["Properties"].clone())
+                .find(|a| {
+                    a["Namespace"] == namespace
+                        && a["MetricName"] == metric
+                        && a["Dimensions"]
+                            == json!([{"Name": "Function", "Value": format!("ref:{id}")}])
+                })
+        };
+        match f.job {
+            None => {
+                check(
+                    env.get(park::PARKING_TABLE_ENV)
+                        == Some(&json!(format!("ref:{PARKING_TABLE}"))),
+                    format!("{id}: {} = !Ref {PARKING_TABLE}", park::PARKING_TABLE_ENV),
+                );
+                check(
+                    env.get(park::PARKING_RETENTION_DAYS_ENV).map(text)
+                        == Some(param("ParkingRetentionDays"))
+                        && param("ParkingRetentionDays")
+                            == park::DEFAULT_RETENTION_DAYS.to_string(),
+                    format!(
+                        "{id}: {} = !Ref ParkingRetentionDays (default {})",
+                        park::PARKING_RETENTION_DAYS_ENV,
+                        park::DEFAULT_RETENTION_DAYS
+                    ),
+                );
+                check(
+                    granted(&park::PARK_ACTIONS, &format!("getatt:{PARKING_TABLE}.Arn")),
+                    format!(
+                        "{id}: the role grants {:?} on {PARKING_TABLE}",
+                        park::PARK_ACTIONS
+                    ),
+                );
+                let sources: Vec<&Value> = p["Events"]
+                    .as_object()
+                    .into_iter()
+                    .flat_map(|e| e.values())
+                    .filter(|e| e["Type"] == "DynamoDB")
+                    .collect();
+                check(
+                    !sources.is_empty()
+                        && sources.iter().all(|s| {
+                            s["Properties"]["MetricsConfig"] == json!({"Metrics": ["EventCount"]})
+                        }),
+                    format!("{id}: MetricsConfig {{Metrics: [EventCount]}} on its event source"),
+                );
+                for metric in STREAM_ALARM_METRICS {
+                    let Some(a) = alarm(metric) else {
+                        check(false, format!("{id}: no {metric} alarm"));
+                        continue;
+                    };
+                    let want = if metric == "StreamLagMaxMs" {
+                        param("StreamLagAlarmMs")
+                    } else {
+                        "0".to_owned()
+                    };
+                    check(
+                        text(&a["Threshold"]) == want
+                            && a["ComparisonOperator"] == "GreaterThanThreshold",
+                        format!("{id}: {metric} alarm > {want}"),
+                    );
+                }
+            }
+            Some(job) => {
+                let period = alarm_period(schedule_of(job));
+                for metric in JOB_ALARM_METRICS {
+                    let Some(a) = alarm(metric) else {
+                        check(false, format!("{id}: no {metric} alarm"));
+                        continue;
+                    };
+                    check(
+                        text(&a["Period"]) == period.to_string(),
+                        format!("{id}: {metric} alarm period {period}"),
+                    );
+                    if metric == "JobsIncomplete" {
+                        let n = JOBS_INCOMPLETE_PERIODS.to_string();
+                        check(
+                            a["Statistic"] == "Minimum"
+                                && text(&a["EvaluationPeriods"]) == n
+                                && text(&a["DatapointsToAlarm"]) == n
+                                && text(&a["Threshold"]) == "1"
+                                && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold",
+                            format!(
+                                "{id}: JobsIncomplete alarm: every run incomplete for {n} periods in a row"
+                            ),
+                        );
+                    } else {
+                        check(
+                            text(&a["Threshold"]) == "0"
+                                && a["ComparisonOperator"] == "GreaterThanThreshold",
+                            format!("{id}: {metric} alarm > 0"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    problems
 }

@@ -31,6 +31,16 @@ pub struct CaptureArgs {
     /// whole retention (24 h).
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub since: Option<DateTime<Utc>>,
+    /// Only this shard, from --from-sequence to --to-sequence (both
+    /// included): an on-failure message's `shardId` and range.
+    #[arg(long, value_name = "ID", requires_all = ["from_sequence", "to_sequence"], conflicts_with_all = ["after_sequence", "since"])]
+    pub shard: Option<String>,
+    /// The first sequence number of --shard's range.
+    #[arg(long, value_name = "SEQ", requires = "shard")]
+    pub from_sequence: Option<SequenceNumber>,
+    /// The last sequence number of --shard's range.
+    #[arg(long, value_name = "SEQ", requires = "shard")]
+    pub to_sequence: Option<SequenceNumber>,
     /// Replace the app's personal attributes (e-mail addresses, names)
     /// with stable placeholders (`user-<n>@example.invalid`, `user-<n>`); ids
     /// are kept.
@@ -58,8 +68,17 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
         (None, Some(t)) => StartAt::Since(t),
         (None, None) => StartAt::TrimHorizon,
     };
-    let mut tail = StreamTail::new(target.streams_client().await, arn.clone(), start);
-    let records = tail.poll().await?;
+    let records = match (&args.shard, &args.from_sequence, &args.to_sequence) {
+        (Some(shard), Some(from), Some(to)) => {
+            let client = target.streams_client().await;
+            let range = crate::stream_reader::read_range(&client, &arn, shard, from, to).await?;
+            range.into_iter().map(|c| (shard.clone(), c)).collect()
+        }
+        _ => {
+            let mut tail = StreamTail::new(target.streams_client().await, arn.clone(), start);
+            tail.poll().await?
+        }
+    };
     let mut shards: Vec<&str> = records.iter().map(|(s, _)| s.as_str()).collect();
     shards.sort_unstable();
     shards.dedup();

@@ -16,6 +16,7 @@ pub mod capture;
 pub mod dev;
 pub mod events;
 pub mod output;
+pub mod redrive;
 pub mod replay;
 pub mod run;
 pub mod table;
@@ -104,6 +105,8 @@ pub enum Command {
     Capture(capture::CaptureArgs),
     /// Local event-source loop: the worker reacts live to writes to a table.
     Dev(dev::DevArgs),
+    /// Replay parked records (or an on-failure message's range) through the current handlers.
+    Redrive(redrive::RedriveArgs),
 }
 
 impl Command {
@@ -115,6 +118,7 @@ impl Command {
             Command::Table(args) => table::run::<A>(args).await,
             Command::Capture(args) => capture::run::<A>(args).await,
             Command::Dev(args) => dev::run::<A>(args).await,
+            Command::Redrive(args) => redrive::run::<A>(args).await,
         }
     }
 }

@@ -7,7 +7,8 @@
 //! processor must already cope with items arriving in any order):
 //!
 //! - a malformed record (decode error) or a [`ProcessError::Permanent`] is
-//!   logged, counted and skipped; processing continues;
+//!   logged, counted and skipped; processing continues (the worker then
+//!   parks it, [`crate::park`], before the batch is reported);
 //! - a [`ProcessError::Transient`] stops the batch: the earliest failed
 //!   record's sequence number is the only batch item failure (Lambda retries
 //!   from there) and no record after it starts any more: they are
@@ -245,6 +246,12 @@ pub struct BatchReport {
     pub malformed: usize,
     pub failed: usize,
     pub not_attempted: usize,
+    /// Records that failed for good and were parked
+    /// ([`crate::park::park_failures`]; 0 when nothing parks).
+    pub parked: usize,
+    /// Records that failed for good and could not be parked: reported as
+    /// batch item failures so that Lambda delivers them again.
+    pub parking_failed: usize,
     /// A record that must be retried has no sequence number: the invocation
     /// must fail so that Lambda retries the whole batch.
     pub retry_whole_batch: bool,
