@@ -455,6 +455,7 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
             app: "test",
             schema: TableSchema::new(DEFAULT_KEY),
             personal: vec![],
+            others: vec![],
         },
     )
     .await;
