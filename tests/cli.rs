@@ -426,7 +426,11 @@ async fn run_job_reports_and_changes_the_table() {
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["report"]["job"], "sweep-invitations");
     assert_eq!(v["report"]["complete"], true);
-    assert_eq!(v["diff"]["removed"].as_array().unwrap().len(), 1);
+    let writes = v["writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["op"], "DELETE");
+    assert_eq!(writes[0]["result"], "applied");
+    assert!(v["diff"].is_null(), "no scan of a table it did not start");
     assert!(v["metrics"]["write_capacity"].as_f64().unwrap() > 0.0);
     let o = run(&[
         "run",
@@ -441,9 +445,154 @@ async fn run_job_reports_and_changes_the_table() {
     let text = stdout(&o);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        text.contains("ran audit on table") && text.contains("table changes:"),
+        text.contains("ran audit on table") && text.contains("writes made:"),
         "{text}"
     );
+}
+
+/// This machine's own address that is not loopback (the guard must see a
+/// remote endpoint while the test still reaches it), if it has one.
+fn own_address() -> Option<std::net::IpAddr> {
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // Connecting a UDP socket sends nothing; it picks the outgoing address.
+    udp.connect("192.0.2.255:9").ok()?;
+    let ip = udp.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Every command that writes refuses an endpoint that is not on this
+/// machine without --allow-remote-writes, before sending anything: the
+/// listener at that endpoint never sees a connection.
+#[test]
+fn write_commands_refuse_a_remote_endpoint_touching_nothing() {
+    let Some(ip) = own_address() else {
+        eprintln!("no non-loopback address on this machine: skipped");
+        return;
+    };
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let snapshot = events("tables/household.json");
+    let group_deleted = events("stream/group-deleted.json");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["table", "load", &snapshot],
+        vec!["table", "create"],
+        vec!["replay", "--apply-writes", &group_deleted],
+        vec!["replay", "--snapshot", &snapshot, &group_deleted],
+        vec!["run", "audit", "--snapshot", &snapshot],
+        vec!["dev", "--until-idle"],
+        vec!["checkpoints", "reset", "audit"],
+    ];
+    for c in &commands {
+        let mut args = c.clone();
+        args.extend(["--endpoint-url", &url, "--table", "live-table"]);
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{c:?}: {err}");
+        assert!(
+            err.contains("refusing to write") && err.contains("--allow-remote-writes"),
+            "{c:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{c:?}: one line: {err}");
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the remote endpoint was contacted: {other:?}"),
+    }
+    // The variables the README names are read as the flags.
+    let o = bin()
+        .args(["table", "load", &snapshot])
+        .env("DYNAMODB_ENDPOINT_URL", &url)
+        .env("TABLE_NAME", "live-table")
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+    assert!(listener.accept().is_err(), "still untouched");
+}
+
+/// `run` on a table it did not start reads only what the job reads: the
+/// writes come from the store's own record, no Scan is sent (counted by a
+/// proxy in front of DynamoDB Local); `--diff` asks for the scans and says
+/// what they cost first.
+// The proxy serves on the runtime while the command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_its_writes_without_scanning_the_table() {
+    use worker_testkit::fault_proxy::{FaultConfig, FaultProxy};
+    let t = household_table().await;
+    let proxy = FaultProxy::start(&t.endpoint, FaultConfig::none())
+        .await
+        .unwrap();
+    let url = proxy.endpoint_url();
+    let args = [
+        "run",
+        "sweep-invitations",
+        "--json",
+        "--endpoint-url",
+        &url,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["writes"].as_array().unwrap().len(), 1, "{v}");
+    let stats = proxy.stats();
+    assert_eq!(stats.operation("Scan"), 0, "{:?}", stats.operations);
+    assert_eq!(stats.operation("DeleteItem"), 1, "{:?}", stats.operations);
+    let mut with_diff = args.to_vec();
+    with_diff.push("--diff");
+    let o = run(&with_diff);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--diff scans") && stderr(&o).contains("read units per scan"),
+        "{}",
+        stderr(&o)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["diff"].is_object(), "{v}");
+    assert!(proxy.stats().operation("Scan") >= 2);
+}
+
+/// Against an endpoint that is not on this machine `run` is a dry run
+/// unless --allow-remote-writes: the job reads, plans its delete, and no
+/// write request leaves the command.
+// The proxy serves on the runtime while the command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_against_a_remote_table_is_a_dry_run() {
+    use worker_testkit::fault_proxy::{FaultConfig, FaultProxy};
+    let Some(ip) = own_address() else {
+        eprintln!("no non-loopback address on this machine: skipped");
+        return;
+    };
+    let t = household_table().await;
+    let before = t.keys().await;
+    let proxy = FaultProxy::start_on(&format!("{ip}:0"), &t.endpoint, FaultConfig::none())
+        .await
+        .unwrap();
+    let url = proxy.endpoint_url();
+    let o = run(&[
+        "run",
+        "sweep-invitations",
+        "--json",
+        "--endpoint-url",
+        &url,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dry run"), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["dryRun"], true);
+    assert_eq!(v["plannedWrites"].as_array().unwrap().len(), 1, "{v}");
+    let ops = proxy.stats().operations;
+    for write in ["PutItem", "DeleteItem", "UpdateItem", "BatchWriteItem"] {
+        assert!(!ops.contains_key(write), "{write} sent: {ops:?}");
+    }
+    assert_eq!(t.keys().await, before, "nothing changed");
 }
 
 /// The `dev` loop from the command line: the group deletion in the stream

@@ -56,6 +56,14 @@ impl CliApp for Nishiki {
         ]
     }
 
+    fn template_path() -> Option<&'static str> {
+        Some("infra/template.yaml")
+    }
+
+    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
+        Some(crate::keys::ItemKey::Checkpoint(job).to_attributes())
+    }
+
     fn local_cron(job: Job) -> &'static str {
         crate::jobs::APP
             .schedule(job)

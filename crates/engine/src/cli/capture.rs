@@ -19,7 +19,7 @@ use crate::stream::decode::{SequenceNumber, encode_event};
 use crate::stream_reader::{StartAt, StreamTail};
 
 /// Options of `capture`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct CaptureArgs {
     /// Where to write the event.
     #[arg(long, value_name = "FILE")]
@@ -36,6 +36,9 @@ pub struct CaptureArgs {
     /// are kept.
     #[arg(long)]
     pub redact: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub endpoint: EndpointOpts,
 }
@@ -91,6 +94,16 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
 pub async fn run<A: CliApp>(args: CaptureArgs) -> Result<ExitCode, CliError> {
     let target = Target::open_endpoint(&args.endpoint, &AppTable::of::<A>()).await?;
     let c = capture(&target, &args).await?;
+    if args.json {
+        super::output::print_json(&serde_json::json!({
+            "file": args.out.display().to_string(),
+            "records": c.records,
+            "shards": c.shards,
+            "streamArn": c.stream_arn,
+            "redactedValues": args.redact.then_some(c.redacted_values),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "captured {} records from {} shard(s) of {} into {}{}",
         c.records,

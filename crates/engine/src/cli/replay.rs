@@ -18,9 +18,12 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{Value, json};
 
+use super::deployment::{DeployOpts, deadline};
 use super::events::{EventFile, EventKind, load_event_file};
 use super::output::{diff_block, planned_json, planned_line, print_json};
-use super::target::{AppTable, TableOpts, Target};
+use super::target::{
+    AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
+};
 use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::replay::apply::{self, NotApplied};
@@ -30,12 +33,12 @@ use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snaps
 use crate::runtime::Worker;
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
-use crate::store::layers::{DryRunStore, PlannedWrite};
+use crate::store::layers::{DryRunStore, PlannedWrite, RecordingStore};
 use crate::stream::decode::decode_event;
 use crate::stream::engine::BatchReport;
 
 /// Options of `replay`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct ReplayArgs {
     /// Event files, run in the order given: DynamoDB Streams events (as
     /// Lambda delivers them) and schedule ticks (EventBridge Scheduler input
@@ -70,6 +73,10 @@ pub struct ReplayArgs {
     pub env: Vec<String>,
     #[command(flatten)]
     pub table: TableOpts,
+    #[command(flatten)]
+    pub remote: RemoteWriteOpts,
+    #[command(flatten)]
+    pub deploy: DeployOpts,
 }
 
 /// What `--apply-writes` did before a stream file was handled.
@@ -272,6 +279,15 @@ pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job
 /// they are recorded instead of sent).
 pub type CommandWorker<J> = (Worker<J>, Option<Arc<DryRunStore>>);
 
+/// A worker for a command with the layer that knows its writes: the
+/// dry-run layer (writes planned, not sent) or the recording layer (writes
+/// sent and written down with their outcome).
+pub type RecordedWorker<J> = (
+    Worker<J>,
+    Option<Arc<DryRunStore>>,
+    Option<Arc<RecordingStore>>,
+);
+
 /// The worker over the target's table: a fixed clock with `now`, writes
 /// recorded instead of sent with `dry_run`.
 pub fn worker<A: CliApp>(
@@ -280,20 +296,47 @@ pub fn worker<A: CliApp>(
     dry_run: bool,
     env: &[String],
 ) -> Result<CommandWorker<A::Job>, CliError> {
-    let clock: Arc<dyn Clock> = match now {
-        Some(t) => Arc::new(ManualClock::new(t)),
-        None => Arc::new(SystemClock),
-    };
     let base: Arc<dyn Store> = target.store.clone();
     let dry = dry_run.then(|| Arc::new(DryRunStore::new(base.clone())));
     let store: Arc<dyn Store> = match &dry {
         Some(d) => d.clone(),
         None => base,
     };
+    Ok((app_worker::<A>(target, store, now, env)?, dry))
+}
+
+/// [`worker`], whose writes, when sent, are also recorded (what the
+/// command reports instead of reading the table back).
+pub fn recording_worker<A: CliApp>(
+    target: &Target,
+    now: Option<DateTime<Utc>>,
+    dry_run: bool,
+    env: &[String],
+) -> Result<RecordedWorker<A::Job>, CliError> {
+    let base: Arc<dyn Store> = target.store.clone();
+    if dry_run {
+        let dry = Arc::new(DryRunStore::new(base));
+        let w = app_worker::<A>(target, dry.clone(), now, env)?;
+        return Ok((w, Some(dry), None));
+    }
+    let rec = Arc::new(RecordingStore::new(base));
+    let w = app_worker::<A>(target, rec.clone(), now, env)?;
+    Ok((w, None, Some(rec)))
+}
+
+fn app_worker<A: CliApp>(
+    target: &Target,
+    store: Arc<dyn Store>,
+    now: Option<DateTime<Utc>>,
+    env: &[String],
+) -> Result<Worker<A::Job>, CliError> {
+    let clock: Arc<dyn Clock> = match now {
+        Some(t) => Arc::new(ManualClock::new(t)),
+        None => Arc::new(SystemClock),
+    };
     let lookup = worker_env(&target.table, env)?;
-    let worker = A::worker(store, &lookup, clock)
-        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
-    Ok((worker, dry))
+    A::worker(store, &lookup, clock)
+        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
 }
 
 /// Load a snapshot file into the target's table (batched writes).
@@ -321,7 +364,15 @@ pub async fn replay<A: CliApp>(
         .as_ref()
         .map(|p| read_snapshot(p, target.keys()))
         .transpose()?;
-    let (app, dry) = worker::<A>(target, args.now, args.dry_run, &args.env)?;
+    let dry_run = args.dry_run || remote_dry_run(target, args);
+    let (app, dry) = worker::<A>(target, args.now, dry_run, &args.env)?;
+    let deployment = args.deploy.deployment::<A>()?;
+    let stream_timeout = args.deploy.timeout(
+        deployment
+            .as_ref()
+            .and_then(|d| d.stream.as_ref())
+            .and_then(|s| s.timeout_secs),
+    );
     if let Some(items) = snapshot {
         let pb = super::output::bar(items.len() as u64, "loading snapshot");
         load_items(target.store.clone(), items, 4, Some(&pb)).await?;
@@ -329,7 +380,14 @@ pub async fn replay<A: CliApp>(
     }
     let mut files = Vec::with_capacity(events.len());
     for ev in &events {
-        files.push(replay_file(target, &app, dry.as_deref(), ev, args.apply_writes).await?);
+        let timeout = match &ev.kind {
+            EventKind::Stream { .. } => stream_timeout,
+            EventKind::Schedule { job, .. } => args
+                .deploy
+                .timeout(deployment.as_ref().and_then(|d| d.job_timeout(job))),
+        };
+        files
+            .push(replay_file(target, &app, dry.as_deref(), ev, args.apply_writes, timeout).await?);
     }
     let snapshot_written = match &args.write_snapshot {
         Some(path) => {
@@ -351,6 +409,7 @@ async fn replay_file<J: JobName>(
     dry: Option<&DryRunStore>,
     ev: &EventFile,
     apply_writes: bool,
+    timeout: Option<std::time::Duration>,
 ) -> Result<FileReport<J>, CliError> {
     let store = target.store.as_ref();
     let keys = target.keys();
@@ -382,7 +441,7 @@ async fn replay_file<J: JobName>(
                 });
                 before = after;
             }
-            match app.handle_stream(&ev.value, None).await {
+            match app.handle_stream(&ev.value, deadline(timeout)).await {
                 Ok(batch) => {
                     report.records = record_lines(&batch, &decoded, keys);
                     report.batch = Some(batch);
@@ -390,7 +449,8 @@ async fn replay_file<J: JobName>(
                 Err(e) => report.error = Some(e.to_string()),
             }
         }
-        EventKind::Schedule { .. } => match app.handle_schedule(&ev.value, None).await {
+        EventKind::Schedule { .. } => match app.handle_schedule(&ev.value, deadline(timeout)).await
+        {
             Ok(job) => report.job = Some(job),
             Err(e) => report.error = Some(e.to_string()),
         },
@@ -401,6 +461,12 @@ async fn replay_file<J: JobName>(
     let after = scan_table(store, keys, None).await?;
     report.diff = diff_tables(&before, &after, keys);
     Ok(report)
+}
+
+/// Whether the handlers' writes are planned instead of sent because the
+/// table is not on this machine and remote writes are not allowed.
+fn remote_dry_run(target: &Target, args: &ReplayArgs) -> bool {
+    !target.is_embedded() && !is_loopback(&target.endpoint) && !args.remote.allow_remote_writes
 }
 
 /// `<app> replay`.
@@ -414,14 +480,33 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
     if let Some(p) = &args.snapshot {
         read_snapshot(p, app.keys())?;
     }
+    if args.apply_writes || args.snapshot.is_some() {
+        refuse_remote_writes(
+            args.table.endpoint_url.as_deref(),
+            args.remote,
+            if args.apply_writes {
+                "replay --apply-writes"
+            } else {
+                "replay --snapshot"
+            },
+        )?;
+    }
     let target = Target::open(&args.table, &app).await?;
+    if remote_dry_run(&target, &args) && !args.dry_run {
+        eprintln!(
+            "{} is not on this machine: dry run, nothing is written (add --allow-remote-writes to write)",
+            target.describe()
+        );
+    } else if !args.dry_run {
+        target.announce_writes().await;
+    }
     let report = replay::<A>(&target, &args).await?;
     if args.json {
         print_json(&json!({
             "table": target.table,
             "endpoint": if target.is_embedded() { Value::Null } else { Value::from(target.endpoint.clone()) },
             "now": args.now.map(super::rfc3339),
-            "dryRun": args.dry_run,
+            "dryRun": args.dry_run || remote_dry_run(&target, &args),
             "files": report.files.iter().map(FileReport::to_json).collect::<Vec<_>>(),
             "snapshotWritten": report.snapshot_written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
             "failed": report.failed(),
@@ -436,7 +521,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
                 .unwrap_or_default()
         );
         for f in &report.files {
-            for line in f.text(args.dry_run) {
+            for line in f.text(args.dry_run || remote_dry_run(&target, &args)) {
                 println!("{line}");
             }
         }
