@@ -53,6 +53,18 @@ impl CliApp for Nishiki {
         vec![
             (crate::items::attr::EMAIL_ADDRESS, Placeholder::Email),
             (crate::items::attr::USER_NAME, Placeholder::Name),
+            (crate::items::attr::GROUP_NAME, Placeholder::Label("group")),
+            (
+                crate::items::attr::CONTAINER_NAME,
+                Placeholder::Label("container"),
+            ),
+            // A food's name, inside a container's Foods (and on flags).
+            (crate::items::attr::FOOD_NAME, Placeholder::Label("food")),
+            // A link hash is a bearer secret: whoever has it joins the group.
+            (
+                crate::items::attr::INVITATION_LINK_HASH,
+                Placeholder::Label("invitation"),
+            ),
         ]
     }
 
