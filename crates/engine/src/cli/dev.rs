@@ -175,15 +175,27 @@ pub fn schedules_from<A: CliApp>(
     deployment: Option<&Deployment>,
     overrides: &[String],
 ) -> Result<Vec<(String, String, Schedule)>, CliError> {
-    let mut exprs: Vec<(A::Job, String, Option<String>)> = A::Job::ALL
+    // (job, expression, time zone, where it comes from)
+    let mut exprs: Vec<(A::Job, String, Option<String>, String)> = A::Job::ALL
         .iter()
-        .map(
-            |j| match deployment.and_then(|d| d.schedule_of(j.as_str())) {
-                Some(s) if s.enabled => (*j, s.expression.clone(), s.time_zone.clone()),
-                Some(_) => (*j, "never".to_owned(), None),
-                None => (*j, A::local_cron(*j).to_owned(), None),
-            },
-        )
+        .map(|j| {
+            let from = |d: &Deployment, id: &str| format!("schedule {id} of {}", d.file);
+            match deployment.and_then(|d| d.schedule_of(j.as_str()).map(|s| (d, s))) {
+                Some((d, s)) if s.enabled => (
+                    *j,
+                    s.expression.clone(),
+                    s.time_zone.clone(),
+                    from(d, &s.id),
+                ),
+                Some((d, s)) => (*j, "never".to_owned(), None, from(d, &s.id)),
+                None => (
+                    *j,
+                    A::local_cron(*j).to_owned(),
+                    None,
+                    format!("local schedule of {j}"),
+                ),
+            }
+        })
         .collect();
     for o in overrides {
         let (name, expr) = o.split_once('=').ok_or_else(|| {
@@ -197,23 +209,22 @@ pub fn schedules_from<A: CliApp>(
                 A::Job::known()
             ))
         })?;
-        if let Some(slot) = exprs.iter_mut().find(|(j, _, _)| *j == job) {
-            slot.1 = expr.trim().to_owned();
-            slot.2 = None;
+        if let Some(slot) = exprs.iter_mut().find(|(j, ..)| *j == job) {
+            *slot = (job, expr.trim().to_owned(), None, format!("--cron {job}"));
         }
     }
     exprs
         .into_iter()
-        .map(|(job, expr, zone)| {
+        .map(|(job, expr, zone, from)| {
             let schedule: Schedule = expr
                 .parse()
-                .map_err(|e| CliError::Usage(format!("schedule of {job}: {e}")))?;
+                .map_err(|e| CliError::Usage(format!("{from}: {e}")))?;
             match zone.filter(|z| z != "UTC") {
                 None => Ok((job.as_str().to_owned(), expr, schedule)),
                 Some(z) => {
-                    let tz: chrono_tz::Tz = z.parse().map_err(|_| {
-                        CliError::Usage(format!("schedule of {job}: unknown time zone {z:?}"))
-                    })?;
+                    let tz: chrono_tz::Tz = z
+                        .parse()
+                        .map_err(|_| CliError::Usage(format!("{from}: unknown time zone {z:?}")))?;
                     Ok((
                         job.as_str().to_owned(),
                         format!("{expr} {z}"),
