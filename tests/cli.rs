@@ -267,6 +267,7 @@ async fn replay_prints_outcomes_failures_and_the_diff() {
     let out = tmp(&format!("{}-after.json", t.name));
     let o = run(&[
         "replay",
+        "--diff",
         "--endpoint-url",
         &t.endpoint,
         "--table",
@@ -307,22 +308,34 @@ async fn replay_prints_outcomes_failures_and_the_diff() {
         std::fs::read_to_string(events("golden/group-deleted.json")).unwrap(),
         "--write-snapshot is the table after the replay"
     );
-    // Replaying it again: nothing left to do.
-    let o = run(&[
-        "replay",
-        "--endpoint-url",
-        &t.endpoint,
-        "--table",
-        &t.name,
-        "--now",
-        NOW,
-        &events("stream/group-deleted.json"),
-    ]);
+    assert!(stderr(&o).contains("--diff scans"), "{}", stderr(&o));
+    // Replaying it again: nothing left to change; without --diff the
+    // writes sent are listed (idempotent deletes of what is gone).
+    let again = |diff: bool| {
+        let mut args = vec![
+            "replay",
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+            "--now",
+            NOW,
+        ];
+        if diff {
+            args.push("--diff");
+        }
+        let file = events("stream/group-deleted.json");
+        args.push(&file);
+        stdout(&run(&args))
+    };
+    let text = again(true);
     assert!(
-        stdout(&o).contains("table changes by the worker: 0 added, 0 changed, 0 removed"),
-        "{}",
-        stdout(&o)
+        text.contains("table changes by the worker: 0 added, 0 changed, 0 removed"),
+        "{text}"
     );
+    let text = again(false);
+    assert!(text.contains("writes made by the worker: "), "{text}");
+    assert!(!text.contains("table changes"), "{text}");
 }
 
 #[tokio::test]
@@ -362,9 +375,20 @@ async fn replay_json_for_scripts() {
     assert_eq!(tick["tick"]["job"], "sweep-invitations");
     assert_eq!(tick["tick"]["source"], "rule");
     assert_eq!(tick["job"]["job"], "sweep-invitations");
-    let removed = tick["diff"]["removed"].as_array().unwrap();
-    assert_eq!(removed.len(), 1, "the expired link: {tick}");
-    assert_eq!(removed[0]["key"]["SK"]["S"], "InvitationLinkHash");
+    assert!(
+        tick["diff"].is_null(),
+        "no scan of a table it did not start"
+    );
+    let writes = tick["writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 1, "the expired link: {tick}");
+    assert_eq!(writes[0]["op"], "DELETE");
+    assert!(
+        writes[0]["key"]
+            .as_str()
+            .unwrap()
+            .ends_with("/InvitationLinkHash"),
+        "{tick}"
+    );
     assert_eq!(v["failed"], false);
 }
 

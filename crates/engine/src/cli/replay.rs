@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 
 use super::deployment::{DeployOpts, deadline};
 use super::events::{EventFile, EventKind, load_event_file};
-use super::output::{diff_block, planned_json, planned_line, print_json};
+use super::output::{diff_block, made_json, made_line, planned_json, planned_line, print_json};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
@@ -33,7 +33,7 @@ use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snaps
 use crate::runtime::Worker;
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
-use crate::store::layers::{DryRunStore, PlannedWrite, RecordingStore};
+use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use crate::stream::decode::decode_event;
 use crate::stream::engine::BatchReport;
 
@@ -63,6 +63,12 @@ pub struct ReplayArgs {
     /// Compute and print what the handlers would write; write nothing.
     #[arg(long, conflicts_with = "apply_writes")]
     pub dry_run: bool,
+    /// On a table the command did not start itself: scan the whole table
+    /// around each file to show what changed (the cost, from the table's
+    /// size, is printed first). Without it the writes made are shown and
+    /// the command reads only what the handlers read.
+    #[arg(long)]
+    pub diff: bool,
     /// Print the report as JSON (for scripts).
     #[arg(long)]
     pub json: bool,
@@ -106,6 +112,11 @@ pub struct FileReport<J: JobName> {
     pub error: Option<String>,
     /// `--dry-run`: the writes the handlers would have made.
     pub planned: Vec<PlannedWrite>,
+    /// The writes the handlers made, with their outcome.
+    pub writes: Vec<MadeWrite>,
+    /// Whether the table was scanned around the file (`diff` and the
+    /// applied writes' diff are set only then).
+    pub scanned: bool,
     /// What the worker changed in the table.
     pub diff: TableDiff,
 }
@@ -136,7 +147,9 @@ impl<J: JobName> FileReport<J> {
             for n in &a.not_applied {
                 out.push(format!("    #{} not applied: {}", n.index, n.reason));
             }
-            out.extend(diff_block(&a.diff, self.keys, "    "));
+            if self.scanned {
+                out.extend(diff_block(&a.diff, self.keys, "    "));
+            }
         }
         if let Some(b) = &self.batch {
             if self.records.is_empty() {
@@ -185,12 +198,22 @@ impl<J: JobName> FileReport<J> {
                     .iter()
                     .map(|w| format!("    {}", planned_line(w, self.keys))),
             );
-        } else {
+        } else if self.scanned {
             out.push(format!(
                 "  table changes by the worker: {}",
                 self.diff.summary()
             ));
             out.extend(diff_block(&self.diff, self.keys, "    "));
+        } else {
+            out.push(format!(
+                "  writes made by the worker: {}",
+                self.writes.len()
+            ));
+            out.extend(
+                self.writes
+                    .iter()
+                    .map(|w| format!("    {}", made_line(w, self.keys))),
+            );
         }
         out
     }
@@ -208,7 +231,7 @@ impl<J: JobName> FileReport<J> {
             "applied": self.applied.as_ref().map(|a| json!({
                 "writes": a.applied,
                 "notApplied": a.not_applied.iter().map(|n| json!({"index": n.index, "reason": n.reason})).collect::<Vec<_>>(),
-                "diff": a.diff.to_json(self.keys),
+                "diff": self.scanned.then(|| a.diff.to_json(self.keys)),
             })),
             "records": self.records,
             "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
@@ -216,7 +239,8 @@ impl<J: JobName> FileReport<J> {
             "job": self.job,
             "error": self.error,
             "plannedWrites": self.planned.iter().map(|w| planned_json(w, self.keys)).collect::<Vec<_>>(),
-            "diff": self.diff.to_json(self.keys),
+            "writes": self.writes.iter().map(|w| made_json(w, self.keys)).collect::<Vec<_>>(),
+            "diff": self.scanned.then(|| self.diff.to_json(self.keys)),
         })
     }
 }
@@ -365,7 +389,8 @@ pub async fn replay<A: CliApp>(
         .map(|p| read_snapshot(p, target.keys()))
         .transpose()?;
     let dry_run = args.dry_run || remote_dry_run(target, args);
-    let (app, dry) = worker::<A>(target, args.now, dry_run, &args.env)?;
+    let (app, dry, recorder) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
+    let scan = target.is_embedded() || args.diff;
     let deployment = args.deploy.deployment::<A>()?;
     let stream_timeout = args.deploy.timeout(
         deployment
@@ -386,8 +411,17 @@ pub async fn replay<A: CliApp>(
                 .deploy
                 .timeout(deployment.as_ref().and_then(|d| d.job_timeout(job))),
         };
-        files
-            .push(replay_file(target, &app, dry.as_deref(), ev, args.apply_writes, timeout).await?);
+        files.push(
+            replay_file(
+                target,
+                &app,
+                (dry.as_deref(), recorder.as_deref()),
+                ev,
+                (args.apply_writes, scan),
+                timeout,
+            )
+            .await?,
+        );
     }
     let snapshot_written = match &args.write_snapshot {
         Some(path) => {
@@ -403,17 +437,25 @@ pub async fn replay<A: CliApp>(
     })
 }
 
+/// Run one file; `layers`: the dry-run or recording layer of the worker;
+/// `(apply_writes, scan)`: perform the service's writes first, scan the
+/// table around the file for a diff.
 async fn replay_file<J: JobName>(
     target: &Target,
     app: &Worker<J>,
-    dry: Option<&DryRunStore>,
+    layers: (Option<&DryRunStore>, Option<&RecordingStore>),
     ev: &EventFile,
-    apply_writes: bool,
+    (apply_writes, scan): (bool, bool),
     timeout: Option<std::time::Duration>,
 ) -> Result<FileReport<J>, CliError> {
+    let (dry, recorder) = layers;
     let store = target.store.as_ref();
     let keys = target.keys();
-    let mut before = scan_table(store, keys, None).await?;
+    let mut before = if scan {
+        scan_table(store, keys, None).await?
+    } else {
+        Vec::new()
+    };
     let mut report = FileReport {
         file: ev.path.clone(),
         keys,
@@ -424,6 +466,8 @@ async fn replay_file<J: JobName>(
         job: None,
         error: None,
         planned: Vec::new(),
+        writes: Vec::new(),
+        scanned: scan,
         diff: TableDiff::default(),
     };
     match &ev.kind {
@@ -433,13 +477,19 @@ async fn replay_file<J: JobName>(
             if apply_writes {
                 let plan = apply::plan(&decoded);
                 let applied = apply::apply(store, &plan).await?;
-                let after = scan_table(store, keys, None).await?;
+                let diff = if scan {
+                    let after = scan_table(store, keys, None).await?;
+                    let diff = diff_tables(&before, &after, keys);
+                    before = after;
+                    diff
+                } else {
+                    TableDiff::default()
+                };
                 report.applied = Some(AppliedWrites {
                     applied,
                     not_applied: plan.not_applied,
-                    diff: diff_tables(&before, &after, keys),
+                    diff,
                 });
-                before = after;
             }
             match app.handle_stream(&ev.value, deadline(timeout)).await {
                 Ok(batch) => {
@@ -458,8 +508,13 @@ async fn replay_file<J: JobName>(
     if let Some(d) = dry {
         report.planned = d.take_planned();
     }
-    let after = scan_table(store, keys, None).await?;
-    report.diff = diff_tables(&before, &after, keys);
+    if let Some(r) = recorder {
+        report.writes = r.take_made();
+    }
+    if scan {
+        let after = scan_table(store, keys, None).await?;
+        report.diff = diff_tables(&before, &after, keys);
+    }
     Ok(report)
 }
 
@@ -492,6 +547,13 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
         )?;
     }
     let target = Target::open(&args.table, &app).await?;
+    if args.diff && !target.is_embedded() {
+        let (items, bytes, units) = super::run::scan_cost(&target).await?;
+        eprintln!(
+            "--diff scans {} twice per file: {items} items, {bytes} bytes by DescribeTable (refreshed about every 6 h), about {units:.0} read units per scan",
+            target.describe()
+        );
+    }
     if remote_dry_run(&target, &args) && !args.dry_run {
         eprintln!(
             "{} is not on this machine: dry run, nothing is written (add --allow-remote-writes to write)",
