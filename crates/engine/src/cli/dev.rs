@@ -579,6 +579,8 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         args.poll_interval
     ));
     let interval = Duration::from_millis(args.poll_interval.max(10));
+    // One listener for the whole loop: a Ctrl-C during a poll is not lost.
+    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
         match events.poll_once(&function).await {
             Ok(report) => {
@@ -627,7 +629,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         }
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
-            _ = tokio::signal::ctrl_c() => {
+            _ = &mut stop => {
                 say(format!("stopping ({} records pending)", events.pending()));
                 save_state(&events, &mut state)?;
                 finish(&all_logs, &ticks, &failures, &events, &state);

@@ -165,7 +165,7 @@ impl Redactor {
     }
 
     /// Redact every change, then replace the values redacted anywhere
-    /// where they appear in a key string (`Group#<id>` when the id's
+    /// where they appear in a key string (`Team#<id>` when the id's
     /// attribute is redacted), in the keys and the images' key attributes.
     pub fn redact_changes(&mut self, changes: &mut [StreamChange]) {
         for c in changes.iter_mut() {
@@ -278,7 +278,7 @@ mod tests {
         let capture = || {
             vec![
                 change("g1", "Group", "Alice", "g1"),
-                change("u1", "Group#g1", "Bob", "g1"),
+                change("u1", "Team#g1", "Bob", "g1"),
             ]
         };
         let (mut a, mut b) = (capture(), capture());
@@ -299,10 +299,10 @@ mod tests {
             placeholder,
             "the id in a key, replaced alike"
         );
-        assert_eq!(s(&a[1], "SK"), format!("Group#{placeholder}"));
+        assert_eq!(s(&a[1], "SK"), format!("Team#{placeholder}"));
         assert_eq!(
             a[1].keys["SK"],
-            AttributeValue::S(format!("Group#{placeholder}"))
+            AttributeValue::S(format!("Team#{placeholder}"))
         );
         assert_eq!(s(&a[1], "PK"), "u1", "values not redacted are kept");
         assert!(!format!("{a:?}").contains("Alice"));
@@ -315,7 +315,7 @@ mod tests {
         );
         let mut numbered = capture();
         Redactor::new(rules).redact_changes(&mut numbered);
-        assert_eq!(s(&numbered[1], "SK"), "Group#ref-1");
+        assert_eq!(s(&numbered[1], "SK"), "Team#ref-1");
     }
 
     #[test]
