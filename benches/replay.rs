@@ -111,7 +111,9 @@ async fn main() {
         table: TableOpts {
             endpoint_url: Some(table.endpoint.clone()),
             table: table.name.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     };
     let before = target.store.metrics().snapshot();
     let t = Instant::now();

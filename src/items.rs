@@ -29,6 +29,12 @@ pub mod attr {
     pub const EMAIL_ADDRESS: &str = "EMailAddress";
     /// A user's name (User items; personal data, not indexed).
     pub const USER_NAME: &str = "UserName";
+    /// A group's name (Group items; written by people, not indexed).
+    pub const GROUP_NAME: &str = "GroupName";
+    /// A container's name (Container items).
+    pub const CONTAINER_NAME: &str = "ContainerName";
+    /// A food's name (in a container's `Foods`, and on expiry flags).
+    pub const FOOD_NAME: &str = "Name";
     /// Every attribute a service index is keyed on.
     pub const INDEXED: [&str; 5] = [
         GROUP_ID,

@@ -267,6 +267,7 @@ async fn replay_prints_outcomes_failures_and_the_diff() {
     let out = tmp(&format!("{}-after.json", t.name));
     let o = run(&[
         "replay",
+        "--diff",
         "--endpoint-url",
         &t.endpoint,
         "--table",
@@ -307,22 +308,34 @@ async fn replay_prints_outcomes_failures_and_the_diff() {
         std::fs::read_to_string(events("golden/group-deleted.json")).unwrap(),
         "--write-snapshot is the table after the replay"
     );
-    // Replaying it again: nothing left to do.
-    let o = run(&[
-        "replay",
-        "--endpoint-url",
-        &t.endpoint,
-        "--table",
-        &t.name,
-        "--now",
-        NOW,
-        &events("stream/group-deleted.json"),
-    ]);
+    assert!(stderr(&o).contains("--diff scans"), "{}", stderr(&o));
+    // Replaying it again: nothing left to change; without --diff the
+    // writes sent are listed (idempotent deletes of what is gone).
+    let again = |diff: bool| {
+        let mut args = vec![
+            "replay",
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+            "--now",
+            NOW,
+        ];
+        if diff {
+            args.push("--diff");
+        }
+        let file = events("stream/group-deleted.json");
+        args.push(&file);
+        stdout(&run(&args))
+    };
+    let text = again(true);
     assert!(
-        stdout(&o).contains("table changes by the worker: 0 added, 0 changed, 0 removed"),
-        "{}",
-        stdout(&o)
+        text.contains("table changes by the worker: 0 added, 0 changed, 0 removed"),
+        "{text}"
     );
+    let text = again(false);
+    assert!(text.contains("writes made by the worker: "), "{text}");
+    assert!(!text.contains("table changes"), "{text}");
 }
 
 #[tokio::test]
@@ -362,9 +375,20 @@ async fn replay_json_for_scripts() {
     assert_eq!(tick["tick"]["job"], "sweep-invitations");
     assert_eq!(tick["tick"]["source"], "rule");
     assert_eq!(tick["job"]["job"], "sweep-invitations");
-    let removed = tick["diff"]["removed"].as_array().unwrap();
-    assert_eq!(removed.len(), 1, "the expired link: {tick}");
-    assert_eq!(removed[0]["key"]["SK"]["S"], "InvitationLinkHash");
+    assert!(
+        tick["diff"].is_null(),
+        "no scan of a table it did not start"
+    );
+    let writes = tick["writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 1, "the expired link: {tick}");
+    assert_eq!(writes[0]["op"], "DELETE");
+    assert!(
+        writes[0]["key"]
+            .as_str()
+            .unwrap()
+            .ends_with("/InvitationLinkHash"),
+        "{tick}"
+    );
     assert_eq!(v["failed"], false);
 }
 
@@ -426,7 +450,11 @@ async fn run_job_reports_and_changes_the_table() {
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["report"]["job"], "sweep-invitations");
     assert_eq!(v["report"]["complete"], true);
-    assert_eq!(v["diff"]["removed"].as_array().unwrap().len(), 1);
+    let writes = v["writes"].as_array().unwrap();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0]["op"], "DELETE");
+    assert_eq!(writes[0]["result"], "applied");
+    assert!(v["diff"].is_null(), "no scan of a table it did not start");
     assert!(v["metrics"]["write_capacity"].as_f64().unwrap() > 0.0);
     let o = run(&[
         "run",
@@ -441,9 +469,154 @@ async fn run_job_reports_and_changes_the_table() {
     let text = stdout(&o);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
-        text.contains("ran audit on table") && text.contains("table changes:"),
+        text.contains("ran audit on table") && text.contains("writes made:"),
         "{text}"
     );
+}
+
+/// This machine's own address that is not loopback (the guard must see a
+/// remote endpoint while the test still reaches it), if it has one.
+fn own_address() -> Option<std::net::IpAddr> {
+    let udp = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    // Connecting a UDP socket sends nothing; it picks the outgoing address.
+    udp.connect("192.0.2.255:9").ok()?;
+    let ip = udp.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// Every command that writes refuses an endpoint that is not on this
+/// machine without --allow-remote-writes, before sending anything: the
+/// listener at that endpoint never sees a connection.
+#[test]
+fn write_commands_refuse_a_remote_endpoint_touching_nothing() {
+    let Some(ip) = own_address() else {
+        eprintln!("no non-loopback address on this machine: skipped");
+        return;
+    };
+    let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let snapshot = events("tables/household.json");
+    let group_deleted = events("stream/group-deleted.json");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["table", "load", &snapshot],
+        vec!["table", "create"],
+        vec!["replay", "--apply-writes", &group_deleted],
+        vec!["replay", "--snapshot", &snapshot, &group_deleted],
+        vec!["run", "audit", "--snapshot", &snapshot],
+        vec!["dev", "--until-idle"],
+        vec!["checkpoints", "reset", "audit"],
+    ];
+    for c in &commands {
+        let mut args = c.clone();
+        args.extend(["--endpoint-url", &url, "--table", "live-table"]);
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{c:?}: {err}");
+        assert!(
+            err.contains("refusing to write") && err.contains("--allow-remote-writes"),
+            "{c:?}: {err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{c:?}: one line: {err}");
+    }
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the remote endpoint was contacted: {other:?}"),
+    }
+    // The variables the README names are read as the flags.
+    let o = bin()
+        .args(["table", "load", &snapshot])
+        .env("DYNAMODB_ENDPOINT_URL", &url)
+        .env("TABLE_NAME", "live-table")
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+    assert!(listener.accept().is_err(), "still untouched");
+}
+
+/// `run` on a table it did not start reads only what the job reads: the
+/// writes come from the store's own record, no Scan is sent (counted by a
+/// proxy in front of DynamoDB Local); `--diff` asks for the scans and says
+/// what they cost first.
+// The proxy serves on the runtime while the command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_its_writes_without_scanning_the_table() {
+    use worker_testkit::fault_proxy::{FaultConfig, FaultProxy};
+    let t = household_table().await;
+    let proxy = FaultProxy::start(&t.endpoint, FaultConfig::none())
+        .await
+        .unwrap();
+    let url = proxy.endpoint_url();
+    let args = [
+        "run",
+        "sweep-invitations",
+        "--json",
+        "--endpoint-url",
+        &url,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+    ];
+    let o = run(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["writes"].as_array().unwrap().len(), 1, "{v}");
+    let stats = proxy.stats();
+    assert_eq!(stats.operation("Scan"), 0, "{:?}", stats.operations);
+    assert_eq!(stats.operation("DeleteItem"), 1, "{:?}", stats.operations);
+    let mut with_diff = args.to_vec();
+    with_diff.push("--diff");
+    let o = run(&with_diff);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--diff scans") && stderr(&o).contains("read units per scan"),
+        "{}",
+        stderr(&o)
+    );
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert!(v["diff"].is_object(), "{v}");
+    assert!(proxy.stats().operation("Scan") >= 2);
+}
+
+/// Against an endpoint that is not on this machine `run` is a dry run
+/// unless --allow-remote-writes: the job reads, plans its delete, and no
+/// write request leaves the command.
+// The proxy serves on the runtime while the command runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_against_a_remote_table_is_a_dry_run() {
+    use worker_testkit::fault_proxy::{FaultConfig, FaultProxy};
+    let Some(ip) = own_address() else {
+        eprintln!("no non-loopback address on this machine: skipped");
+        return;
+    };
+    let t = household_table().await;
+    let before = t.keys().await;
+    let proxy = FaultProxy::start_on(&format!("{ip}:0"), &t.endpoint, FaultConfig::none())
+        .await
+        .unwrap();
+    let url = proxy.endpoint_url();
+    let o = run(&[
+        "run",
+        "sweep-invitations",
+        "--json",
+        "--endpoint-url",
+        &url,
+        "--table",
+        &t.name,
+        "--now",
+        NOW,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("dry run"), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["dryRun"], true);
+    assert_eq!(v["plannedWrites"].as_array().unwrap().len(), 1, "{v}");
+    let ops = proxy.stats().operations;
+    for write in ["PutItem", "DeleteItem", "UpdateItem", "BatchWriteItem"] {
+        assert!(!ops.contains_key(write), "{write} sent: {ops:?}");
+    }
+    assert_eq!(t.keys().await, before, "nothing changed");
 }
 
 /// The `dev` loop from the command line: the group deletion in the stream
@@ -511,4 +684,413 @@ fn replay_starts_its_own_dynamodb_local_by_default() {
         std::fs::read_to_string(&out).unwrap(),
         std::fs::read_to_string(events("golden/group-deleted.json")).unwrap()
     );
+}
+
+/// `infra/template.yaml` with some text replaced, as a file.
+fn template_copy(name: &str, replace: &[(&str, &str)]) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/template.yaml");
+    let mut text = std::fs::read_to_string(path).unwrap();
+    for (from, to) in replace {
+        assert!(text.contains(from), "{from} is in the template");
+        text = text.replacen(from, to, 1);
+    }
+    write(name, &text)
+}
+
+/// The service's writes of the group-deletion fixture, done on the table.
+async fn service_deletes_the_group(t: &TestTable) {
+    let events_file = events("stream/group-deleted.json");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
+    let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
+    let plan = worker_engine::replay::apply::plan(&decoded);
+    worker_engine::replay::apply::apply(t.store.as_ref(), &plan)
+        .await
+        .unwrap();
+}
+
+/// `dev` takes the event source mapping and the schedules from the
+/// template: changing them in a copy changes what `dev` does.
+#[tokio::test]
+async fn dev_follows_the_deployment_template() {
+    let t = household_table().await;
+    service_deletes_the_group(&t).await;
+    let dev = |template: &str| {
+        let o = run(&[
+            "dev",
+            "--template",
+            template,
+            "--json",
+            "--until-idle",
+            "--starting-position",
+            "trim-horizon",
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+    };
+    let deployed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("infra/template.yaml")
+        .display()
+        .to_string();
+    let v = dev(&deployed);
+    let m = &v["mapping"];
+    assert_eq!(m["batchSize"], 1000, "{m}");
+    assert_eq!(m["batchingWindowSecs"], 1);
+    assert_eq!(m["maxRetries"], 10);
+    assert_eq!(m["bisect"], true);
+    assert_eq!(m["maxRecordAgeSecs"], 21600);
+    assert_eq!(m["timeoutSecs"], 120.0);
+    assert_eq!(m["filters"].as_array().unwrap().len(), 1);
+    assert_eq!(m["failureFile"], "dev-failures.jsonl");
+    let first_batches = v["batches"].as_array().unwrap().len();
+    assert!(first_batches >= 1, "{v}");
+    let schedule = |v: &Value, job: &str| {
+        v["schedules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["job"] == job)
+            .unwrap()["schedule"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(schedule(&v, "flag-expiring"), "cron(5 0 * * ? *)");
+    assert_eq!(schedule(&v, "sweep-invitations"), "rate(15 minutes)");
+    assert_eq!(
+        schedule(&v, "backfill"),
+        "never",
+        "its schedule is DISABLED"
+    );
+
+    // A copy with smaller batches, another zone and no filter.
+    let copy = template_copy(
+        "template-small-batches.yaml",
+        &[
+            ("BatchSize: 1000", "BatchSize: 2"),
+            ("    Default: UTC\n", "    Default: Asia/Tokyo\n"),
+            ("Default: 15\n", "Default: 5\n"),
+        ],
+    );
+    let t2 = household_table().await;
+    service_deletes_the_group(&t2).await;
+    let o = run(&[
+        "dev",
+        "--template",
+        &copy,
+        "--json",
+        "--until-idle",
+        "--starting-position",
+        "trim-horizon",
+        "--endpoint-url",
+        &t2.endpoint,
+        "--table",
+        &t2.name,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(v["mapping"]["batchSize"], 2);
+    let batches = v["batches"].as_array().unwrap();
+    assert!(batches.len() > first_batches, "smaller batches: {v}");
+    assert!(batches.iter().all(|b| b["records"].as_u64().unwrap() <= 2));
+    assert_eq!(
+        schedule(&v, "flag-expiring"),
+        "cron(5 0 * * ? *) Asia/Tokyo"
+    );
+    assert_eq!(schedule(&v, "sweep-invitations"), "rate(5 minutes)");
+    // Both loops leave the same table.
+    assert_eq!(t.keys().await, t2.keys().await);
+}
+
+/// `dev --state-file`: a restart resumes after the last record done, so
+/// nothing is handled twice and nothing is skipped.
+#[tokio::test]
+async fn dev_state_file_resumes_without_reprocessing() {
+    let t = household_table().await;
+    service_deletes_the_group(&t).await;
+    let state = tmp("dev-state.json");
+    let _ = std::fs::remove_file(&state);
+    let dev = || {
+        let o = run(&[
+            "dev",
+            "--json",
+            "--until-idle",
+            "--starting-position",
+            "trim-horizon",
+            "--state-file",
+            &state.display().to_string(),
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+    };
+    let handled = |v: &Value| -> u64 {
+        v["batches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["handled"].as_u64().unwrap())
+            .sum()
+    };
+    let first = dev();
+    assert!(handled(&first) > 0, "{first}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    assert!(!saved["shards"].as_object().unwrap().is_empty(), "{saved}");
+    let again = dev();
+    assert_eq!(
+        again["batches"].as_array().unwrap().len(),
+        0,
+        "nothing re-processed: {again}"
+    );
+    assert!(has_saved_position(&again));
+    // A write after the restart is handled, once.
+    t.put_json(&[serde_json::json!({
+        "PK": {"S": "9e000000-0000-4000-8000-0000000000aa"},
+        "SK": {"S": "User"},
+        "UserName": {"S": "late"},
+        "EMailAddress": {"S": "late@example.invalid"}
+    })])
+    .await;
+    let third = dev();
+    let records: u64 = third["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(records, 1, "{third}");
+}
+
+fn has_saved_position(v: &Value) -> bool {
+    v["position"].as_object().is_some_and(|p| !p.is_empty())
+}
+
+/// A table with more containers and users than one backfill page (1,000
+/// items evaluated per page), so a short deadline cuts the job between
+/// pages.
+async fn backfill_table() -> TestTable {
+    let t = household_table().await;
+    let filler: Vec<Value> = (0..1500)
+        .map(|i| {
+            serde_json::json!({
+                "PK": {"S": format!("9e000000-0000-4000-8000-{i:012}")},
+                "SK": {"S": "User"},
+                "UserName": {"S": format!("u{i}")},
+                "EMailAddress": {"S": format!("u{i}@example.invalid")}
+            })
+        })
+        .collect();
+    t.put_json(&filler).await;
+    t
+}
+
+/// A job cut by `--timeout` stops at the deadline with its checkpoint and
+/// the next run resumes there, as the next tick does when deployed: the
+/// final table is the one an uncut run leaves. `checkpoints list|reset`
+/// show and remove the checkpoint.
+#[tokio::test]
+async fn a_job_cut_by_the_timeout_resumes_to_the_same_table() {
+    let (cut, whole) = (backfill_table().await, backfill_table().await);
+    let backfill = |t: &TestTable, timeout: &str| {
+        let o = run(&[
+            "run",
+            "backfill",
+            "--json",
+            "--timeout",
+            timeout,
+            "--env",
+            "DEADLINE_MARGIN_MS=990",
+            "--now",
+            NOW,
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+    };
+    let v = backfill(&whole, "0");
+    assert_eq!(v["report"]["complete"], true, "{v}");
+    let mut runs = Vec::new();
+    let mut checked_list = false;
+    loop {
+        // 1 s minus a 990 ms margin: room to start one page, never two.
+        let v = backfill(&cut, "1");
+        let complete = v["report"]["complete"] == true;
+        runs.push(v);
+        if complete || runs.len() >= 40 {
+            break;
+        }
+        if !checked_list {
+            let o = run(&[
+                "checkpoints",
+                "list",
+                "--json",
+                "--endpoint-url",
+                &cut.endpoint,
+                "--table",
+                &cut.name,
+            ]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let l: Value = serde_json::from_str(&stdout(&o)).unwrap();
+            let b = l["checkpoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["job"] == "backfill")
+                .unwrap()
+                .clone();
+            if b["checkpoint"].is_object() {
+                assert_eq!(b["key"], "WorkerCheckpoint/backfill", "{b}");
+                checked_list = true;
+            }
+        }
+    }
+    assert_eq!(runs.last().unwrap()["report"]["complete"], true, "{runs:?}");
+    assert!(
+        runs.iter()
+            .any(|r| r["report"]["complete"] == false && r["writes"].as_array().unwrap().len() > 1),
+        "at least one run made progress and was cut: {runs:?}"
+    );
+    assert!(
+        checked_list,
+        "checkpoints list showed the cut job's checkpoint"
+    );
+    let snapshot = |t: &TestTable| {
+        let t = t.store.clone();
+        async move {
+            let items = worker_engine::replay::snapshot::scan_table(t.as_ref(), KEYS, None)
+                .await
+                .unwrap();
+            snapshot_text(&items, KEYS)
+        }
+    };
+    assert!(
+        snapshot(&cut).await == snapshot(&whole).await,
+        "same final table"
+    );
+
+    // Reset: the checkpoint goes, the next run starts over (and converges).
+    let o = run(&[
+        "checkpoints",
+        "reset",
+        "backfill",
+        "--endpoint-url",
+        &cut.endpoint,
+        "--table",
+        &cut.name,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("deleted the checkpoint of backfill"),
+        "{}",
+        stdout(&o)
+    );
+    let o = run(&[
+        "checkpoints",
+        "list",
+        "--endpoint-url",
+        &cut.endpoint,
+        "--table",
+        &cut.name,
+    ]);
+    assert!(
+        stdout(&o).contains("backfill") && stdout(&o).contains("none (WorkerCheckpoint/backfill)"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn completions_for_every_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = run(&["completions", shell]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        assert!(
+            text.contains("nishiki-worker") && text.contains("checkpoints"),
+            "{shell}"
+        );
+        assert!(text.contains("allow-remote-writes"), "{shell}");
+    }
+}
+
+/// `capture --redact --redact-key`: names of groups, containers and foods,
+/// link hashes and any --redact-attr are replaced by keyed hashes, the same
+/// in every capture with the same key, and a redacted id is replaced alike
+/// where it is part of a key, so the fixture keeps its relationships.
+#[tokio::test]
+async fn keyed_redaction_is_stable_and_keeps_relationships() {
+    let t = household_table().await;
+    let capture = |name: &str, key: &str| {
+        let out = tmp(name);
+        let o = run(&[
+            "capture",
+            "--json",
+            "--redact",
+            "--redact-key",
+            key,
+            "--redact-attr",
+            "GroupId",
+            "--out",
+            &out.display().to_string(),
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
+        assert_eq!(v["keyedRedaction"], true);
+        std::fs::read_to_string(out).unwrap()
+    };
+    let a = capture("redacted-a.json", "team key");
+    let b = capture("redacted-b.json", "team key");
+    assert_eq!(a, b, "same key, same fixture");
+    for secret in [
+        "Home",
+        "Carol's flat",
+        "Milk",
+        "Coffee beans",
+        "7f3c2a1b9e8d4c6a5b0f1e2d3c4b5a69",
+        "9e000000-0000-4000-8000-00000000a001",
+        "@example.com",
+    ] {
+        assert!(!a.contains(secret), "{secret} left in the capture");
+    }
+    let event: Value = serde_json::from_str(&a).unwrap();
+    let records = event["Records"].as_array().unwrap();
+    let image = |r: &Value, attr: &str| {
+        r["dynamodb"]["NewImage"][attr]["S"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    // A membership's GroupId and the group's own key: the same placeholder.
+    let membership = records
+        .iter()
+        .find(|r| image(r, "GroupId").is_some())
+        .expect("a membership");
+    let group_id = image(membership, "GroupId").unwrap();
+    assert!(group_id.starts_with("value-"), "{group_id}");
+    assert_eq!(
+        membership["dynamodb"]["Keys"]["SK"]["S"],
+        format!("Group#{group_id}")
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| r["dynamodb"]["Keys"]["PK"]["S"] == group_id.as_str()
+                && r["dynamodb"]["Keys"]["SK"]["S"] == "Group"),
+        "the group item carries the same placeholder"
+    );
+    assert!(a.contains("\"group-") && a.contains("\"food-") && a.contains("\"invitation-"));
+    let other = capture("redacted-c.json", "another key");
+    assert_ne!(a, other, "another key, other placeholders");
 }

@@ -78,7 +78,9 @@ fn args_for(f: &Fixture, table: &TestTable, with_snapshot: bool) -> ReplayArgs {
         table: TableOpts {
             endpoint_url: Some(table.endpoint.clone()),
             table: table.name.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     }
 }
 
@@ -570,7 +572,9 @@ where
         endpoint: EndpointOpts {
             endpoint_url: table.endpoint.clone(),
             table: table.name.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     };
     let captured = capture(&target, &args).await.unwrap();
     assert!(captured.records > 0, "{name}: nothing captured");

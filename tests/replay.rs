@@ -58,7 +58,9 @@ fn capture_args(t: &TestTable, out: &Path) -> CaptureArgs {
         endpoint: EndpointOpts {
             endpoint_url: t.endpoint.clone(),
             table: t.name.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     }
 }
 

@@ -53,7 +53,27 @@ impl CliApp for Nishiki {
         vec![
             (crate::items::attr::EMAIL_ADDRESS, Placeholder::Email),
             (crate::items::attr::USER_NAME, Placeholder::Name),
+            (crate::items::attr::GROUP_NAME, Placeholder::Label("group")),
+            (
+                crate::items::attr::CONTAINER_NAME,
+                Placeholder::Label("container"),
+            ),
+            // A food's name, inside a container's Foods (and on flags).
+            (crate::items::attr::FOOD_NAME, Placeholder::Label("food")),
+            // A link hash is a bearer secret: whoever has it joins the group.
+            (
+                crate::items::attr::INVITATION_LINK_HASH,
+                Placeholder::Label("invitation"),
+            ),
         ]
+    }
+
+    fn template_path() -> Option<&'static str> {
+        Some("infra/template.yaml")
+    }
+
+    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
+        Some(crate::keys::ItemKey::Checkpoint(job).to_attributes())
     }
 
     fn local_cron(job: Job) -> &'static str {
@@ -90,7 +110,8 @@ const LONG_ABOUT_TAIL: &str = "\
 Every command that needs a table starts its own in-memory DynamoDB Local by default (installed on \
 first use), creates the table from the schema in code, and stops it at the end. Point it at another \
 table with --endpoint-url URL --table NAME (a DynamoDB Local you run, or AWS with credentials from \
-the environment).
+the environment, --profile, --region). A command that writes refuses an endpoint that is not on this \
+machine unless --allow-remote-writes is given (run and replay do a dry run there instead).
 
 Exit status: 0 success; 1 error (bad input, no table, DynamoDB unreachable); 2 bad usage; \
 3 the command ran but a record failed (batchItemFailures) or a job failed.";
@@ -140,6 +161,8 @@ Examples:
 const RUN_EXAMPLES: &str = "\
 Examples:
   nishiki-worker run sweep-invitations --snapshot events/tables/household.json --now 2024-03-25T09:00:00Z
+  nishiki-worker run backfill --endpoint-url https://dynamodb.eu-west-1.amazonaws.com \\
+      --table nishiki-table-prod-db --profile prod --allow-remote-writes
   nishiki-worker run audit --endpoint-url http://127.0.0.1:8000 --table my-table --dry-run --env AUDIT_GRACE_SECS=0";
 
 const CAPTURE_EXAMPLES: &str = "\
@@ -149,7 +172,8 @@ Examples:
       --table nishiki-table-prod-db --since 2024-03-25T08:00:00Z --redact --out incident.json";
 
 const DEV_EXAMPLES: &str = "\
-Default schedules (UTC): sweep-invitations */15 * * * *, audit 0 3 * * *, flag-expiring 5 0 * * *,
+Settings and schedules come from infra/template.yaml (run from the repository root) or --template;
+without one: sweep-invitations */15 * * * *, audit 0 3 * * *, flag-expiring 5 0 * * * (UTC),
 backfill never.
 
 Examples:
@@ -159,7 +183,10 @@ Examples:
 
   # Your own DynamoDB Local, small batches, audit every minute
   nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --batch-size 10 \\
-      --bisect --cron audit='* * * * *' --env INVITATION_TTL=on";
+      --bisect --cron audit='* * * * *' --env INVITATION_TTL=on
+
+  # Keep the stream position across restarts
+  nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --state-file dev-state.json";
 
 /// The command line with Nishiki's defaults: the table every `--table`
 /// falls back to, and the jobs `run` accepts.

@@ -55,6 +55,8 @@ async fn replay_apply_writes_lists_the_files_and_flags_the_unzipped_one() {
         "archive-worker",
         "replay",
         "--apply-writes",
+        // A table the command did not start: the diff needs the scans.
+        "--diff",
         "--endpoint-url",
         &table.endpoint,
         "--table",

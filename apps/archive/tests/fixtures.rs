@@ -75,7 +75,9 @@ fn args_for(f: &Fixture, table: &TestTable, with_snapshot: bool) -> ReplayArgs {
         table: TableOpts {
             endpoint_url: Some(table.endpoint.clone()),
             table: table.name.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     }
 }
 

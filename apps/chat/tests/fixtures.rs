@@ -73,7 +73,9 @@ fn args_for(f: &Fixture, target: &Target) -> ReplayArgs {
         table: TableOpts {
             endpoint_url: Some(target.endpoint.clone()),
             table: target.table.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     }
 }
 

@@ -31,3 +31,4 @@ pub mod store;
 pub mod stream;
 pub mod stream_reader;
 pub mod telemetry;
+pub mod template;

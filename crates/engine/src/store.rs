@@ -1130,6 +1130,23 @@ impl DynamoStore {
         Ok(())
     }
 
+    /// The table's item count and size in bytes as DescribeTable reports
+    /// them (DynamoDB refreshes both about every six hours).
+    pub async fn table_size(&self) -> Result<(i64, i64), StoreError> {
+        let d = self
+            .client
+            .describe_table()
+            .table_name(&self.table)
+            .send()
+            .await
+            .map_err(|e| StoreError::from_sdk("DescribeTable", e))?;
+        let t = d.table();
+        Ok((
+            t.and_then(|t| t.item_count()).unwrap_or(0),
+            t.and_then(|t| t.table_size_bytes()).unwrap_or(0),
+        ))
+    }
+
     /// The ARN of the table's latest stream, if it has one.
     pub async fn stream_arn(&self) -> Result<Option<String>, StoreError> {
         let d = self

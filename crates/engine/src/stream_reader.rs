@@ -102,6 +102,21 @@ impl StreamTail {
         &self.stream_arn
     }
 
+    /// The last sequence number read, per shard.
+    pub fn positions(&self) -> impl Iterator<Item = (&String, &SequenceNumber)> {
+        self.positions.iter()
+    }
+
+    /// Resume shards after these sequence numbers (a checkpoint saved by a
+    /// previous reader); other shards start where [`StartAt`] says.
+    pub fn resume_after(
+        mut self,
+        positions: impl IntoIterator<Item = (String, SequenceNumber)>,
+    ) -> Self {
+        self.positions.extend(positions);
+        self
+    }
+
     /// The shards of the stream, parents before children.
     async fn shards(&self) -> Result<Vec<(String, Option<String>)>, StoreError> {
         let mut shards = Vec::new();

@@ -383,6 +383,8 @@ async fn replay_reports_each_record_and_the_title_key_it_set() {
     let Command::Replay(args) = parse(&[
         "minimal",
         "replay",
+        // A table the command did not start: the diff needs the scans.
+        "--diff",
         "--endpoint-url",
         &table.endpoint,
         "--table",
@@ -434,6 +436,13 @@ async fn replay_reports_each_record_and_the_title_key_it_set() {
     assert_eq!(change.path, keys::TITLE_KEY);
     assert_eq!(change.old, None);
     assert_eq!(change.new, Some(AttributeValue::S("hello world".into())));
+    let [write] = replayed.writes.as_slice() else {
+        panic!("one write made: {:?}", replayed.writes);
+    };
+    assert_eq!(
+        write.result,
+        worker_engine::store::layers::WriteResult::Applied
+    );
     let text = replayed.text(false);
     let line = format!(
         "    ~ NOTE#a/NOTE: {}: (absent) → \"hello world\"",

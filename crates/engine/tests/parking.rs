@@ -470,7 +470,9 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
         endpoint: EndpointOpts {
             endpoint_url: table.endpoint.clone(),
             table: table.name.clone(),
+            ..Default::default()
         },
+        ..Default::default()
     };
     let captured = capture(&target, &args).await.unwrap();
     assert_eq!(captured.records, 3);

@@ -93,6 +93,15 @@ pub struct FaultConfig {
 }
 
 impl FaultConfig {
+    /// No faults: the proxy only forwards and counts.
+    pub fn none() -> Self {
+        FaultConfig {
+            plan: FaultPlan::None,
+            seed: 0,
+            latency_ms: (20, 120),
+        }
+    }
+
     pub fn random(seed: u64, rate: f64) -> Self {
         FaultConfig {
             plan: FaultPlan::random(rate),
@@ -115,6 +124,9 @@ pub struct FaultStats {
     /// Times a stale upstream keep-alive connection was replaced before
     /// anything was sent on it successfully.
     pub upstream_reconnects: u64,
+    /// Requests received, by DynamoDB operation (`X-Amz-Target`: `Scan`,
+    /// `PutItem`, ...).
+    pub operations: BTreeMap<String, u64>,
 }
 
 impl FaultStats {
@@ -129,7 +141,14 @@ impl FaultStats {
             .map(|(_, n)| n)
             .sum()
     }
+    /// Requests of one operation (`Scan`, `DeleteItem`, ...).
+    pub fn operation(&self, name: &str) -> u64 {
+        self.operations.get(name).copied().unwrap_or(0)
+    }
     pub fn add(&mut self, other: &FaultStats) {
+        for (k, n) in &other.operations {
+            *self.operations.entry(k.clone()).or_default() += n;
+        }
         self.requests += other.requests;
         self.forwarded += other.forwarded;
         self.upstream_reconnects += other.upstream_reconnects;
@@ -150,8 +169,11 @@ struct State {
 
 impl State {
     /// Decide the fate of the next request (and count it).
-    fn decide(&mut self) -> (Option<FaultKind>, Duration) {
+    fn decide(&mut self, operation: Option<&str>) -> (Option<FaultKind>, Duration) {
         self.stats.requests += 1;
+        if let Some(op) = operation {
+            *self.stats.operations.entry(op.to_owned()).or_default() += 1;
+        }
         let kind = match &self.plan {
             FaultPlan::None => None,
             FaultPlan::Random { rate, kinds } => {
@@ -199,6 +221,17 @@ impl FaultProxy {
     /// Listen on `127.0.0.1:0` and forward to `upstream_url`
     /// (`http://127.0.0.1:PORT`, DynamoDB Local's endpoint).
     pub async fn start(upstream_url: &str, config: FaultConfig) -> io::Result<FaultProxy> {
+        FaultProxy::start_on("127.0.0.1:0", upstream_url, config).await
+    }
+
+    /// Listen on `bind` (e.g. this machine's own non-loopback address, for a
+    /// client that must see a remote endpoint) and forward to
+    /// `upstream_url`.
+    pub async fn start_on(
+        bind: &str,
+        upstream_url: &str,
+        config: FaultConfig,
+    ) -> io::Result<FaultProxy> {
         let hostport = upstream_url
             .strip_prefix("http://")
             .unwrap_or(upstream_url)
@@ -207,7 +240,7 @@ impl FaultProxy {
             .await?
             .next()
             .ok_or_else(|| io::Error::other(format!("cannot resolve {hostport}")))?;
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let listener = TcpListener::bind(bind).await?;
         let addr = listener.local_addr()?;
         let first_left = match config.plan {
             FaultPlan::FirstN { n, .. } => n,
@@ -282,6 +315,8 @@ struct Conn {
 /// One HTTP/1.1 message as raw bytes (head and body, unchanged).
 struct Message {
     raw: Vec<u8>,
+    /// The DynamoDB operation of a request (`X-Amz-Target`'s last part).
+    operation: Option<String>,
     /// The sender asked to close the connection after this message.
     close: bool,
 }
@@ -351,6 +386,7 @@ impl Conn {
         let mut content_length: Option<usize> = None;
         let mut chunked = false;
         let mut close = start.ends_with("HTTP/1.0");
+        let mut operation = None;
         for l in lines {
             let Some((name, value)) = l.split_once(':') else {
                 continue;
@@ -364,6 +400,9 @@ impl Conn {
                 }
                 "transfer-encoding" => chunked = value.to_ascii_lowercase().contains("chunked"),
                 "connection" => close = value.eq_ignore_ascii_case("close"),
+                "x-amz-target" => {
+                    operation = value.rsplit('.').next().map(str::to_owned);
+                }
                 _ => {}
             }
         }
@@ -395,7 +434,11 @@ impl Conn {
             raw.append(&mut self.buf);
             close = true;
         }
-        Ok(Some(Message { raw, close }))
+        Ok(Some(Message {
+            raw,
+            operation,
+            close,
+        }))
     }
 }
 
@@ -430,7 +473,11 @@ async fn serve(client: TcpStream, shared: &Shared) -> io::Result<()> {
         let Some(request) = client.message(false).await? else {
             return Ok(());
         };
-        let (fault, delay) = shared.state.lock().expect("state lock").decide();
+        let (fault, delay) = shared
+            .state
+            .lock()
+            .expect("state lock")
+            .decide(request.operation.as_deref());
         let canned = match fault {
             Some(FaultKind::Throttle) => Some(error_response(
                 "400 Bad Request",

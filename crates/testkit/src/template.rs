@@ -30,44 +30,9 @@ pub fn load(path: &Path) -> Value {
     to_json(&yaml)
 }
 
-/// A YAML value in CloudFormation's JSON form: `!Ref x` -> `{"Ref": x}`,
-/// `!GetAtt A.B` -> `{"Fn::GetAtt": ["A", "B"]}`, `!Sub`/`!If`/... ->
-/// `{"Fn::Sub": ...}`.
-pub fn to_json(v: &serde_yaml_ng::Value) -> Value {
-    use serde_yaml_ng::Value as Y;
-    match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(*b),
-        Y::Number(n) => serde_json::to_value(n).expect("a YAML number is a JSON number"),
-        Y::String(s) => Value::String(s.clone()),
-        Y::Sequence(items) => Value::Array(items.iter().map(to_json).collect()),
-        Y::Mapping(m) => Value::Object(
-            m.iter()
-                .map(|(k, v)| {
-                    let k = k.as_str().expect("template keys are strings").to_owned();
-                    (k, to_json(v))
-                })
-                .collect(),
-        ),
-        Y::Tagged(t) => {
-            let tag = t.tag.to_string();
-            let name = tag.trim_start_matches('!');
-            let inner = to_json(&t.value);
-            match name {
-                "Ref" => json!({ "Ref": inner }),
-                "Condition" => json!({ "Condition": inner }),
-                "GetAtt" => match inner {
-                    Value::String(s) => {
-                        let (res, attr) = s.split_once('.').expect("!GetAtt Resource.Attribute");
-                        json!({ "Fn::GetAtt": [res, attr] })
-                    }
-                    other => json!({ "Fn::GetAtt": other }),
-                },
-                other => json!({ format!("Fn::{other}"): inner }),
-            }
-        }
-    }
-}
+/// The YAML reader and the intrinsic's shape are the engine's (local runs
+/// read the same templates: [`worker_engine::template`]).
+pub use worker_engine::template::{single, to_json};
 
 /// The template with its intrinsic functions evaluated for given parameter
 /// values (defaults otherwise): references to resources become
@@ -284,16 +249,6 @@ impl Stack {
         }
         vars
     }
-}
-
-/// `{"Fn::X": arg}` as `("Fn::X", arg)`.
-pub fn single(v: &Value) -> Option<(&str, &Value)> {
-    let m = v.as_object()?;
-    if m.len() != 1 {
-        return None;
-    }
-    let (k, arg) = m.iter().next()?;
-    (k == "Ref" || k == "Condition" || k.starts_with("Fn::")).then_some((k.as_str(), arg))
 }
 
 /// A string or a list of strings, as a set.

@@ -32,7 +32,7 @@ pub const MAX_FOODS_PER_EVENT: usize = 100;
 
 /// Attribute names of the flag item.
 pub mod flag_attr {
-    pub const NAME: &str = "Name";
+    pub const NAME: &str = crate::items::attr::FOOD_NAME;
     pub const EXPIRY: &str = "Expiry";
     pub const EXPIRY_DATE: &str = "ExpiryDate";
     pub const STATUS: &str = "Status";

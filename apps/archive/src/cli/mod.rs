@@ -40,6 +40,14 @@ impl CliApp for Archive {
         Vec::new()
     }
 
+    fn template_path() -> Option<&'static str> {
+        Some("infra/archive.yaml")
+    }
+
+    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
+        Some(crate::keys::checkpoint(job))
+    }
+
     fn local_cron(job: Job) -> &'static str {
         APP.schedule(job).map_or("never", |s| s.local_cron)
     }

@@ -14,12 +14,12 @@ use clap::Args;
 
 use super::target::{AppTable, EndpointOpts, Target};
 use super::{CliApp, CliError, parse_now};
-use crate::replay::redact::Redactor;
+use crate::replay::redact::{Placeholder, Redactor};
 use crate::stream::decode::{SequenceNumber, encode_event};
 use crate::stream_reader::{StartAt, StreamTail};
 
 /// Options of `capture`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct CaptureArgs {
     /// Where to write the event.
     #[arg(long, value_name = "FILE")]
@@ -41,13 +41,34 @@ pub struct CaptureArgs {
     /// The last sequence number of --shard's range.
     #[arg(long, value_name = "SEQ", requires = "shard")]
     pub to_sequence: Option<SequenceNumber>,
-    /// Replace the app's personal attributes (e-mail addresses, names)
-    /// with stable placeholders (`user-<n>@example.invalid`, `user-<n>`); ids
-    /// are kept.
+    /// Replace the app's personal attributes (e-mail addresses, names of
+    /// people and things, secrets such as link hashes) with stable
+    /// placeholders (`user-<n>@example.invalid`, `user-<n>`, `group-<n>`,
+    /// ...), also where such a value is part of a key; other ids are kept.
     #[arg(long)]
     pub redact: bool,
+    /// Also replace the values of this attribute (repeatable; implies
+    /// --redact), e.g. an id a fixture must not carry.
+    #[arg(long = "redact-attr", value_name = "NAME")]
+    pub redact_attr: Vec<String>,
+    /// Make each placeholder a keyed hash of its value (HMAC-SHA256) instead
+    /// of a count: the same value gets the same placeholder in every
+    /// capture made with the same key, so fixtures redacted apart still
+    /// join. Implies --redact.
+    #[arg(long, env = "REDACT_KEY", hide_env_values = true, value_name = "KEY")]
+    pub redact_key: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+}
+
+impl CaptureArgs {
+    /// Whether any redaction was asked for.
+    pub fn redacting(&self) -> bool {
+        self.redact || self.redact_key.is_some() || !self.redact_attr.is_empty()
+    }
 }
 
 /// What a capture wrote.
@@ -84,11 +105,16 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
     shards.dedup();
     let shard_count = shards.len();
     let mut changes: Vec<_> = records.into_iter().map(|(_, c)| c).collect();
-    let mut redactor = Redactor::new(target.app.personal.iter().copied());
-    if args.redact {
-        for c in &mut changes {
-            redactor.redact_change(c);
-        }
+    let rules = target.app.personal.iter().copied();
+    let mut redactor = match &args.redact_key {
+        Some(key) => Redactor::keyed(rules, key.as_bytes()),
+        None => Redactor::new(rules),
+    };
+    for name in &args.redact_attr {
+        redactor = redactor.with_rule(name, Placeholder::Label("value"));
+    }
+    if args.redacting() {
+        redactor.redact_changes(&mut changes);
     }
     let event = encode_event(&changes, Some(&arn));
     let text = serde_json::to_string_pretty(&event).expect("JSON values always serialize");
@@ -110,13 +136,24 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
 pub async fn run<A: CliApp>(args: CaptureArgs) -> Result<ExitCode, CliError> {
     let target = Target::open_endpoint(&args.endpoint, &AppTable::of::<A>()).await?;
     let c = capture(&target, &args).await?;
+    if args.json {
+        super::output::print_json(&serde_json::json!({
+            "file": args.out.display().to_string(),
+            "records": c.records,
+            "shards": c.shards,
+            "streamArn": c.stream_arn,
+            "redactedValues": args.redacting().then_some(c.redacted_values),
+            "keyedRedaction": args.redact_key.is_some(),
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "captured {} records from {} shard(s) of {} into {}{}",
         c.records,
         c.shards,
         c.stream_arn,
         args.out.display(),
-        if args.redact {
+        if args.redacting() {
             format!(" ({} personal values replaced)", c.redacted_values)
         } else {
             String::new()

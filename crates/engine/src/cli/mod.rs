@@ -1,6 +1,9 @@
 //! The building blocks of an app's command line: one clap `Args` struct and
 //! one `run` function per subcommand (`replay`, `run`, `table`, `capture`,
-//! `dev`), generic over the app ([`CliApp`]). An app's `main` declares its
+//! `dev`, `checkpoints`, `completions`), generic over the app ([`CliApp`]).
+//! Every command that writes passes the one guard
+//! [`target::refuse_remote_writes`] before it connects, and
+//! [`target::Target::announce_writes`] before its first write. An app's `main` declares its
 //! own `Parser` (its name, about text and examples) whose subcommands are
 //! these `Args`, and dispatches to these functions; see `docs/ENGINE.md`.
 //!
@@ -13,6 +16,9 @@
 //! [`with_app_defaults`]; [`parse`] parses with them.
 
 pub mod capture;
+pub mod checkpoints;
+pub mod completions;
+pub mod deployment;
 pub mod dev;
 pub mod events;
 pub mod output;
@@ -58,6 +64,19 @@ pub trait CliApp: Send + Sync + 'static {
     /// (`replay`, `run`, `table`, `capture`, `dev`).
     fn examples() -> &'static [(&'static str, &'static str)] {
         &[]
+    }
+    /// The app's deployment template, relative to the directory the
+    /// command runs in: `dev`, `run` and `replay` take their settings
+    /// (mapping, schedules, time zones, timeouts) from it when `--template`
+    /// is not given and the file exists. `None`: no template.
+    fn template_path() -> Option<&'static str> {
+        None
+    }
+    /// The key of a job's resume checkpoint, if the job keeps one
+    /// (`checkpoints list|reset`).
+    fn checkpoint_key(job: Self::Job) -> Option<crate::store::Key> {
+        let _ = job;
+        None
     }
     /// The worker over `store` for a local run, configured through `lookup`
     /// (the process environment with the command's `--env` overrides and
@@ -107,6 +126,10 @@ pub enum Command {
     Dev(dev::DevArgs),
     /// Replay parked records (or an on-failure message's range) through the current handlers.
     Redrive(redrive::RedriveArgs),
+    /// List the jobs' resume checkpoints, or reset one.
+    Checkpoints(checkpoints::CheckpointsArgs),
+    /// Print a shell completion script.
+    Completions(completions::CompletionsArgs),
 }
 
 impl Command {
@@ -119,6 +142,8 @@ impl Command {
             Command::Capture(args) => capture::run::<A>(args).await,
             Command::Dev(args) => dev::run::<A>(args).await,
             Command::Redrive(args) => redrive::run::<A>(args).await,
+            Command::Checkpoints(args) => checkpoints::run::<A>(args).await,
+            Command::Completions(args) => completions::run::<A>(args).await,
         }
     }
 }
@@ -197,6 +222,12 @@ pub enum CliError {
         endpoint: String,
         table: String,
     },
+    /// A command that writes was pointed at a table that is not on this
+    /// machine without `--allow-remote-writes`.
+    #[error(
+        "refusing to write to {endpoint} with `{command}`: it is not on this machine. Check --endpoint-url and --table (DYNAMODB_ENDPOINT_URL, TABLE_NAME); to write there, add --allow-remote-writes"
+    )]
+    RemoteWrites { command: String, endpoint: String },
     #[error("{0}")]
     Store(#[from] StoreError),
     #[error("cannot start DynamoDB Local: {0}")]

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
 use crate::replay::diff::TableDiff;
 use crate::store::DynamoStore;
-use crate::store::layers::PlannedWrite;
+use crate::store::layers::{MadeWrite, PlannedWrite, WriteResult};
 
 /// `PUT PK/SK {attrs} [if cond]`, `DELETE PK/SK [if cond]`,
 /// `UPDATE PK/SK <expr> [if cond]`.
@@ -52,6 +52,24 @@ pub fn planned_json(w: &PlannedWrite, keys: (&str, &str)) -> Value {
             "op": "UPDATE", "key": key_text(key, keys), "update": update, "condition": condition,
         }),
     }
+}
+
+/// A write made, as [`planned_line`] with its outcome when it was not
+/// applied (`... -> condition failed`).
+pub fn made_line(w: &MadeWrite, keys: (&str, &str)) -> String {
+    let line = planned_line(&w.write, keys);
+    match w.result {
+        WriteResult::Applied => line,
+        WriteResult::ConditionFailed => format!("{line} -> condition failed, nothing changed"),
+        WriteResult::Failed => format!("{line} -> request failed"),
+    }
+}
+
+/// The same as JSON: [`planned_json`] with `"result"`.
+pub fn made_json(w: &MadeWrite, keys: (&str, &str)) -> Value {
+    let mut v = planned_json(&w.write, keys);
+    v["result"] = json!(w.result);
+    v
 }
 
 /// The diff's lines, indented, or `(no changes)`.

@@ -25,7 +25,9 @@ use clap::Args;
 use serde_json::{Value, json};
 
 use super::replay::worker;
-use super::target::{AppTable, EndpointOpts, Target, is_local};
+use super::target::{
+    AppTable, EndpointOpts, RemoteWriteOpts, Target, is_local, refuse_remote_writes,
+};
 use super::{CliApp, CliError, EXIT_FAILURES};
 use crate::failure_message::{self, FailureRange};
 use crate::park::{self, Origin, PARKING_TABLE_ENV, Parking, ParkingSettings};
@@ -73,6 +75,8 @@ pub struct RedriveArgs {
     pub env: Vec<String>,
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    #[command(flatten)]
+    pub remote: RemoteWriteOpts,
 }
 
 /// What happened (or would happen) to one record.
@@ -405,7 +409,17 @@ fn print_report(title: &str, report: &RedriveReport) {
 
 /// `<app> redrive`.
 pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
+    if args.apply {
+        refuse_remote_writes(
+            Some(&args.endpoint.endpoint_url),
+            args.remote,
+            "redrive --apply",
+        )?;
+    }
     let target = Target::open_endpoint(&args.endpoint, &AppTable::of::<A>()).await?;
+    if args.apply {
+        target.announce_writes().await;
+    }
     let (worker, dry) = worker::<A>(&target, None, !args.apply, &args.env)?;
     let dry = dry.as_deref();
     let client = if is_local(&target.endpoint) {

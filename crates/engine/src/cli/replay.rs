@@ -18,9 +18,12 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{Value, json};
 
+use super::deployment::{DeployOpts, deadline};
 use super::events::{EventFile, EventKind, load_event_file};
-use super::output::{diff_block, planned_json, planned_line, print_json};
-use super::target::{AppTable, TableOpts, Target};
+use super::output::{diff_block, made_json, made_line, planned_json, planned_line, print_json};
+use super::target::{
+    AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
+};
 use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::replay::apply::{self, NotApplied};
@@ -30,12 +33,12 @@ use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snaps
 use crate::runtime::Worker;
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
-use crate::store::layers::{DryRunStore, PlannedWrite};
+use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use crate::stream::decode::decode_event;
 use crate::stream::engine::BatchReport;
 
 /// Options of `replay`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct ReplayArgs {
     /// Event files, run in the order given: DynamoDB Streams events (as
     /// Lambda delivers them) and schedule ticks (EventBridge Scheduler input
@@ -60,6 +63,12 @@ pub struct ReplayArgs {
     /// Compute and print what the handlers would write; write nothing.
     #[arg(long, conflicts_with = "apply_writes")]
     pub dry_run: bool,
+    /// On a table the command did not start itself: scan the whole table
+    /// around each file to show what changed (the cost, from the table's
+    /// size, is printed first). Without it the writes made are shown and
+    /// the command reads only what the handlers read.
+    #[arg(long)]
+    pub diff: bool,
     /// Print the report as JSON (for scripts).
     #[arg(long)]
     pub json: bool,
@@ -70,6 +79,10 @@ pub struct ReplayArgs {
     pub env: Vec<String>,
     #[command(flatten)]
     pub table: TableOpts,
+    #[command(flatten)]
+    pub remote: RemoteWriteOpts,
+    #[command(flatten)]
+    pub deploy: DeployOpts,
 }
 
 /// What `--apply-writes` did before a stream file was handled.
@@ -99,6 +112,11 @@ pub struct FileReport<J: JobName> {
     pub error: Option<String>,
     /// `--dry-run`: the writes the handlers would have made.
     pub planned: Vec<PlannedWrite>,
+    /// The writes the handlers made, with their outcome.
+    pub writes: Vec<MadeWrite>,
+    /// Whether the table was scanned around the file (`diff` and the
+    /// applied writes' diff are set only then).
+    pub scanned: bool,
     /// What the worker changed in the table.
     pub diff: TableDiff,
 }
@@ -129,7 +147,9 @@ impl<J: JobName> FileReport<J> {
             for n in &a.not_applied {
                 out.push(format!("    #{} not applied: {}", n.index, n.reason));
             }
-            out.extend(diff_block(&a.diff, self.keys, "    "));
+            if self.scanned {
+                out.extend(diff_block(&a.diff, self.keys, "    "));
+            }
         }
         if let Some(b) = &self.batch {
             if self.records.is_empty() {
@@ -178,12 +198,22 @@ impl<J: JobName> FileReport<J> {
                     .iter()
                     .map(|w| format!("    {}", planned_line(w, self.keys))),
             );
-        } else {
+        } else if self.scanned {
             out.push(format!(
                 "  table changes by the worker: {}",
                 self.diff.summary()
             ));
             out.extend(diff_block(&self.diff, self.keys, "    "));
+        } else {
+            out.push(format!(
+                "  writes made by the worker: {}",
+                self.writes.len()
+            ));
+            out.extend(
+                self.writes
+                    .iter()
+                    .map(|w| format!("    {}", made_line(w, self.keys))),
+            );
         }
         out
     }
@@ -201,7 +231,7 @@ impl<J: JobName> FileReport<J> {
             "applied": self.applied.as_ref().map(|a| json!({
                 "writes": a.applied,
                 "notApplied": a.not_applied.iter().map(|n| json!({"index": n.index, "reason": n.reason})).collect::<Vec<_>>(),
-                "diff": a.diff.to_json(self.keys),
+                "diff": self.scanned.then(|| a.diff.to_json(self.keys)),
             })),
             "records": self.records,
             "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
@@ -209,7 +239,8 @@ impl<J: JobName> FileReport<J> {
             "job": self.job,
             "error": self.error,
             "plannedWrites": self.planned.iter().map(|w| planned_json(w, self.keys)).collect::<Vec<_>>(),
-            "diff": self.diff.to_json(self.keys),
+            "writes": self.writes.iter().map(|w| made_json(w, self.keys)).collect::<Vec<_>>(),
+            "diff": self.scanned.then(|| self.diff.to_json(self.keys)),
         })
     }
 }
@@ -272,6 +303,15 @@ pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job
 /// they are recorded instead of sent).
 pub type CommandWorker<J> = (Worker<J>, Option<Arc<DryRunStore>>);
 
+/// A worker for a command with the layer that knows its writes: the
+/// dry-run layer (writes planned, not sent) or the recording layer (writes
+/// sent and written down with their outcome).
+pub type RecordedWorker<J> = (
+    Worker<J>,
+    Option<Arc<DryRunStore>>,
+    Option<Arc<RecordingStore>>,
+);
+
 /// The worker over the target's table: a fixed clock with `now`, writes
 /// recorded instead of sent with `dry_run`.
 pub fn worker<A: CliApp>(
@@ -280,15 +320,44 @@ pub fn worker<A: CliApp>(
     dry_run: bool,
     env: &[String],
 ) -> Result<CommandWorker<A::Job>, CliError> {
-    let clock: Arc<dyn Clock> = match now {
-        Some(t) => Arc::new(ManualClock::new(t)),
-        None => Arc::new(SystemClock),
-    };
     let base: Arc<dyn Store> = target.store.clone();
     let dry = dry_run.then(|| Arc::new(DryRunStore::new(base.clone())));
     let store: Arc<dyn Store> = match &dry {
         Some(d) => d.clone(),
         None => base,
+    };
+    Ok((app_worker::<A>(target, store, dry_run, now, env)?, dry))
+}
+
+/// [`worker`], whose writes, when sent, are also recorded (what the
+/// command reports instead of reading the table back).
+pub fn recording_worker<A: CliApp>(
+    target: &Target,
+    now: Option<DateTime<Utc>>,
+    dry_run: bool,
+    env: &[String],
+) -> Result<RecordedWorker<A::Job>, CliError> {
+    let base: Arc<dyn Store> = target.store.clone();
+    if dry_run {
+        let dry = Arc::new(DryRunStore::new(base));
+        let w = app_worker::<A>(target, dry.clone(), true, now, env)?;
+        return Ok((w, Some(dry), None));
+    }
+    let rec = Arc::new(RecordingStore::new(base));
+    let w = app_worker::<A>(target, rec.clone(), false, now, env)?;
+    Ok((w, None, Some(rec)))
+}
+
+fn app_worker<A: CliApp>(
+    target: &Target,
+    store: Arc<dyn Store>,
+    dry_run: bool,
+    now: Option<DateTime<Utc>>,
+    env: &[String],
+) -> Result<Worker<A::Job>, CliError> {
+    let clock: Arc<dyn Clock> = match now {
+        Some(t) => Arc::new(ManualClock::new(t)),
+        None => Arc::new(SystemClock),
     };
     let lookup = worker_env(&target.table, env)?;
     let others = super::tables::worker_tables(&target.others, dry_run);
@@ -297,9 +366,8 @@ pub fn worker<A: CliApp>(
     } else {
         Arc::new(target.store.as_ref().clone())
     };
-    let worker = A::worker_on_tables(store, others, tx, &lookup, clock)
-        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
-    Ok((worker, dry))
+    A::worker_on_tables(store, others, tx, &lookup, clock)
+        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
 }
 
 /// Load a snapshot file into the target's table (batched writes).
@@ -327,7 +395,16 @@ pub async fn replay<A: CliApp>(
         .as_ref()
         .map(|p| read_snapshot(p, target.keys()))
         .transpose()?;
-    let (app, dry) = worker::<A>(target, args.now, args.dry_run, &args.env)?;
+    let dry_run = args.dry_run || remote_dry_run(target, args);
+    let (app, dry, recorder) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
+    let scan = target.is_embedded() || args.diff;
+    let deployment = args.deploy.deployment::<A>()?;
+    let stream_timeout = args.deploy.timeout(
+        deployment
+            .as_ref()
+            .and_then(|d| d.stream.as_ref())
+            .and_then(|s| s.timeout_secs),
+    );
     if let Some(items) = snapshot {
         let pb = super::output::bar(items.len() as u64, "loading snapshot");
         load_items(target.store.clone(), items, 4, Some(&pb)).await?;
@@ -335,7 +412,23 @@ pub async fn replay<A: CliApp>(
     }
     let mut files = Vec::with_capacity(events.len());
     for ev in &events {
-        files.push(replay_file(target, &app, dry.as_deref(), ev, args.apply_writes).await?);
+        let timeout = match &ev.kind {
+            EventKind::Stream { .. } => stream_timeout,
+            EventKind::Schedule { job, .. } => args
+                .deploy
+                .timeout(deployment.as_ref().and_then(|d| d.job_timeout(job))),
+        };
+        files.push(
+            replay_file(
+                target,
+                &app,
+                (dry.as_deref(), recorder.as_deref()),
+                ev,
+                (args.apply_writes, scan),
+                timeout,
+            )
+            .await?,
+        );
     }
     let snapshot_written = match &args.write_snapshot {
         Some(path) => {
@@ -351,16 +444,25 @@ pub async fn replay<A: CliApp>(
     })
 }
 
+/// Run one file; `layers`: the dry-run or recording layer of the worker;
+/// `(apply_writes, scan)`: perform the service's writes first, scan the
+/// table around the file for a diff.
 async fn replay_file<J: JobName>(
     target: &Target,
     app: &Worker<J>,
-    dry: Option<&DryRunStore>,
+    layers: (Option<&DryRunStore>, Option<&RecordingStore>),
     ev: &EventFile,
-    apply_writes: bool,
+    (apply_writes, scan): (bool, bool),
+    timeout: Option<std::time::Duration>,
 ) -> Result<FileReport<J>, CliError> {
+    let (dry, recorder) = layers;
     let store = target.store.as_ref();
     let keys = target.keys();
-    let mut before = scan_table(store, keys, None).await?;
+    let mut before = if scan {
+        scan_table(store, keys, None).await?
+    } else {
+        Vec::new()
+    };
     let mut report = FileReport {
         file: ev.path.clone(),
         keys,
@@ -371,6 +473,8 @@ async fn replay_file<J: JobName>(
         job: None,
         error: None,
         planned: Vec::new(),
+        writes: Vec::new(),
+        scanned: scan,
         diff: TableDiff::default(),
     };
     match &ev.kind {
@@ -381,15 +485,21 @@ async fn replay_file<J: JobName>(
                 let plan = apply::plan(&decoded);
                 let applied =
                     super::tables::apply_by_table(store, &target.others, &decoded, &plan).await?;
-                let after = scan_table(store, keys, None).await?;
+                let diff = if scan {
+                    let after = scan_table(store, keys, None).await?;
+                    let diff = diff_tables(&before, &after, keys);
+                    before = after;
+                    diff
+                } else {
+                    TableDiff::default()
+                };
                 report.applied = Some(AppliedWrites {
                     applied,
                     not_applied: plan.not_applied,
-                    diff: diff_tables(&before, &after, keys),
+                    diff,
                 });
-                before = after;
             }
-            match app.handle_stream(&ev.value, None).await {
+            match app.handle_stream(&ev.value, deadline(timeout)).await {
                 Ok(batch) => {
                     report.records = record_lines(&batch, &decoded, keys);
                     report.batch = Some(batch);
@@ -397,7 +507,8 @@ async fn replay_file<J: JobName>(
                 Err(e) => report.error = Some(e.to_string()),
             }
         }
-        EventKind::Schedule { .. } => match app.handle_schedule(&ev.value, None).await {
+        EventKind::Schedule { .. } => match app.handle_schedule(&ev.value, deadline(timeout)).await
+        {
             Ok(job) => report.job = Some(job),
             Err(e) => report.error = Some(e.to_string()),
         },
@@ -405,9 +516,20 @@ async fn replay_file<J: JobName>(
     if let Some(d) = dry {
         report.planned = d.take_planned();
     }
-    let after = scan_table(store, keys, None).await?;
-    report.diff = diff_tables(&before, &after, keys);
+    if let Some(r) = recorder {
+        report.writes = r.take_made();
+    }
+    if scan {
+        let after = scan_table(store, keys, None).await?;
+        report.diff = diff_tables(&before, &after, keys);
+    }
     Ok(report)
+}
+
+/// Whether the handlers' writes are planned instead of sent because the
+/// table is not on this machine and remote writes are not allowed.
+fn remote_dry_run(target: &Target, args: &ReplayArgs) -> bool {
+    !target.is_embedded() && !is_loopback(&target.endpoint) && !args.remote.allow_remote_writes
 }
 
 /// `<app> replay`.
@@ -421,14 +543,40 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
     if let Some(p) = &args.snapshot {
         read_snapshot(p, app.keys())?;
     }
+    if args.apply_writes || args.snapshot.is_some() {
+        refuse_remote_writes(
+            args.table.endpoint_url.as_deref(),
+            args.remote,
+            if args.apply_writes {
+                "replay --apply-writes"
+            } else {
+                "replay --snapshot"
+            },
+        )?;
+    }
     let target = Target::open(&args.table, &app).await?;
+    if args.diff && !target.is_embedded() {
+        let (items, bytes, units) = super::run::scan_cost(&target).await?;
+        eprintln!(
+            "--diff scans {} twice per file: {items} items, {bytes} bytes by DescribeTable (refreshed about every 6 h), about {units:.0} read units per scan",
+            target.describe()
+        );
+    }
+    if remote_dry_run(&target, &args) && !args.dry_run {
+        eprintln!(
+            "{} is not on this machine: dry run, nothing is written (add --allow-remote-writes to write)",
+            target.describe()
+        );
+    } else if !args.dry_run {
+        target.announce_writes().await;
+    }
     let report = replay::<A>(&target, &args).await?;
     if args.json {
         print_json(&json!({
             "table": target.table,
             "endpoint": if target.is_embedded() { Value::Null } else { Value::from(target.endpoint.clone()) },
             "now": args.now.map(super::rfc3339),
-            "dryRun": args.dry_run,
+            "dryRun": args.dry_run || remote_dry_run(&target, &args),
             "files": report.files.iter().map(FileReport::to_json).collect::<Vec<_>>(),
             "snapshotWritten": report.snapshot_written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
             "failed": report.failed(),
@@ -443,7 +591,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
                 .unwrap_or_default()
         );
         for f in &report.files {
-            for line in f.text(args.dry_run) {
+            for line in f.text(args.dry_run || remote_dry_run(&target, &args)) {
                 println!("{line}");
             }
         }

@@ -8,16 +8,21 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{Value, json};
 
-use super::output::{diff_block, job_spinner, planned_json, planned_line, print_json};
-use super::replay::{check_config, load_snapshot, worker};
-use super::target::{AppTable, TableOpts, Target};
+use super::deployment::{DeployOpts, deadline, describe_timeout};
+use super::output::{
+    diff_block, job_spinner, made_json, made_line, planned_json, planned_line, print_json,
+};
+use super::replay::{check_config, load_snapshot, recording_worker};
+use super::target::{
+    AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
+};
 use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
 use crate::replay::diff::diff_tables;
 use crate::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
 use crate::schedule::JobName;
 
 /// Options of `run`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
     /// The job to run (the app lists its jobs: [`super::job_names`]).
     #[arg(value_name = "JOB")]
@@ -35,6 +40,12 @@ pub struct RunArgs {
     /// Compute and print what the job would write; write nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// On a table the command did not start itself: scan the whole table
+    /// before and after the job to show what changed (the cost, from the
+    /// table's size, is printed first). Without it only the writes the job
+    /// made are shown and the command reads only what the job reads.
+    #[arg(long)]
+    pub diff: bool,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -44,6 +55,18 @@ pub struct RunArgs {
     pub env: Vec<String>,
     #[command(flatten)]
     pub table: TableOpts,
+    #[command(flatten)]
+    pub remote: RemoteWriteOpts,
+    #[command(flatten)]
+    pub deploy: DeployOpts,
+}
+
+/// What reading the whole table twice (`--diff`) costs, from DescribeTable:
+/// `(items, bytes, read units per scan)` (eventually consistent reads: one
+/// unit per 8 KB).
+pub async fn scan_cost(target: &Target) -> Result<(i64, i64, f64), CliError> {
+    let (items, bytes) = target.store.table_size().await?;
+    Ok((items, bytes, (bytes as f64 / 8192.0).ceil()))
 }
 
 /// `<app> run`.
@@ -73,31 +96,77 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
     }
     if let Some(p) = &args.snapshot {
         read_snapshot(p, app.keys())?;
+        // Loading a snapshot writes.
+        refuse_remote_writes(
+            args.table.endpoint_url.as_deref(),
+            args.remote,
+            "run --snapshot",
+        )?;
     }
+    let deployment = args.deploy.deployment::<A>()?;
+    let timeout = args.deploy.timeout(
+        deployment
+            .as_ref()
+            .and_then(|d| d.job_timeout(job.as_str())),
+    );
     let target = Target::open(&args.table, &app).await?;
+    // A table elsewhere is only read unless remote writes are allowed.
+    let remote = !target.is_embedded() && !is_loopback(&target.endpoint);
+    let dry_run = args.dry_run || (remote && !args.remote.allow_remote_writes);
+    if dry_run && !args.dry_run {
+        eprintln!(
+            "{} is not on this machine: dry run, nothing is written (add --allow-remote-writes to write)",
+            target.describe()
+        );
+    }
+    let destination = if dry_run {
+        None
+    } else {
+        target.announce_writes().await
+    };
     if let Some(p) = &args.snapshot {
         load_snapshot(&target, p).await?;
     }
     let keys = target.keys();
-    let (worker, dry) = worker::<A>(&target, args.now, args.dry_run, &args.env)?;
-    let before = scan_table(target.store.as_ref(), keys, None).await?;
+    let scan = target.is_embedded() || args.diff;
+    if args.diff && !target.is_embedded() {
+        let (items, bytes, units) = scan_cost(&target).await?;
+        eprintln!(
+            "--diff scans {} twice (before and after the job): {items} items, {bytes} bytes by DescribeTable (refreshed about every 6 h), about {units:.0} read units per scan",
+            target.describe()
+        );
+    }
+    let (worker, dry, recorder) = recording_worker::<A>(&target, args.now, dry_run, &args.env)?;
+    let before = if scan {
+        Some(scan_table(target.store.as_ref(), keys, None).await?)
+    } else {
+        None
+    };
     let (spinner, ticker) = job_spinner(job.as_str(), target.store.clone());
     let started = std::time::Instant::now();
     let metrics_before = target.store.metrics().snapshot();
-    let result = worker.run_job(job, None).await;
+    let result = worker.run_job(job, deadline(timeout)).await;
     ticker.abort();
     spinner.finish_and_clear();
     let elapsed = started.elapsed();
     let metrics = target.store.metrics().snapshot().since(&metrics_before);
     let planned = dry.map(|d| d.take_planned()).unwrap_or_default();
-    let after = scan_table(target.store.as_ref(), keys, None).await?;
-    let diff = diff_tables(&before, &after, keys);
-    let written = match &args.write_snapshot {
-        Some(path) => {
-            write_snapshot(path, &after, keys)?;
+    let made = recorder.map(|r| r.take_made()).unwrap_or_default();
+    let after = if scan || args.write_snapshot.is_some() {
+        Some(scan_table(target.store.as_ref(), keys, None).await?)
+    } else {
+        None
+    };
+    let diff = match (&before, &after) {
+        (Some(b), Some(a)) => Some(diff_tables(b, a, keys)),
+        _ => None,
+    };
+    let written = match (&args.write_snapshot, &after) {
+        (Some(path), Some(after)) => {
+            write_snapshot(path, after, keys)?;
             Some((path.display().to_string(), after.len()))
         }
-        None => None,
+        _ => None,
     };
     let failed = result.is_err();
     if args.json {
@@ -107,24 +176,30 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         };
         print_json(&json!({
             "job": job.as_str(),
+            "table": target.table,
+            "endpoint": if target.is_embedded() { Value::Null } else { Value::from(target.endpoint.clone()) },
             "now": args.now.map(super::rfc3339),
-            "dryRun": args.dry_run,
+            "dryRun": dry_run,
+            "timeoutSecs": timeout.map(|t| t.as_secs_f64()),
+            "writingTo": destination,
             "report": report,
             "error": error,
             "elapsedMs": elapsed.as_millis() as u64,
             "metrics": metrics,
             "plannedWrites": planned.iter().map(|w| planned_json(w, keys)).collect::<Vec<_>>(),
-            "diff": diff.to_json(keys),
+            "writes": made.iter().map(|w| made_json(w, keys)).collect::<Vec<_>>(),
+            "diff": diff.as_ref().map(|d| d.to_json(keys)),
             "snapshotWritten": written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
         }));
     } else {
         println!(
-            "ran {job} on {}{} in {:.1} s",
+            "ran {job} on {}{} in {:.1} s ({})",
             target.describe(),
             args.now
                 .map(|t| format!(", now = {}", super::rfc3339(t)))
                 .unwrap_or_default(),
-            elapsed.as_secs_f64()
+            elapsed.as_secs_f64(),
+            describe_timeout(timeout)
         );
         match &result {
             Ok(r) => {
@@ -132,7 +207,11 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
                     "{}: {}{}",
                     r.job,
                     r.summary,
-                    if r.complete { "" } else { " (stopped early)" }
+                    if r.complete {
+                        ""
+                    } else {
+                        " (stopped at the deadline; run it again to resume, as the next tick would)"
+                    }
                 );
                 println!(
                     "details: {}",
@@ -150,7 +229,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             metrics.read_capacity,
             metrics.write_capacity
         );
-        if args.dry_run {
+        if dry_run {
             println!(
                 "planned writes (dry run, nothing written): {}",
                 planned.len()
@@ -158,10 +237,15 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             for w in &planned {
                 println!("  {}", planned_line(w, keys));
             }
-        } else {
+        } else if let Some(diff) = &diff {
             println!("table changes: {}", diff.summary());
-            for l in diff_block(&diff, keys, "  ") {
+            for l in diff_block(diff, keys, "  ") {
                 println!("{l}");
+            }
+        } else {
+            println!("writes made: {}", made.len());
+            for w in &made {
+                println!("  {}", made_line(w, keys));
             }
         }
         if let Some((file, n)) = &written {

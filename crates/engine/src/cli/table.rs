@@ -6,8 +6,10 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::output::{bar, counter};
-use super::target::{AppTable, EndpointOpts, Target};
+use serde_json::json;
+
+use super::output::{bar, counter, print_json};
+use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
 use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 use crate::store::StoreError;
@@ -34,24 +36,32 @@ pub enum TableCommand {
 }
 
 /// Options of `table create`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct CreateArgs {
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    #[command(flatten)]
+    pub remote: RemoteWriteOpts,
 }
 
 /// Options of `table snapshot`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct SnapshotArgs {
     /// Where to write the snapshot.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub endpoint: EndpointOpts,
 }
 
 /// Options of `table load`.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct LoadArgs {
     /// The snapshot to load.
     #[arg(value_name = "FILE")]
@@ -59,8 +69,13 @@ pub struct LoadArgs {
     /// BatchWriteItem calls in flight at once.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub concurrency: u16,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    #[command(flatten)]
+    pub remote: RemoteWriteOpts,
 }
 
 /// `<app> table ...`.
@@ -74,16 +89,26 @@ pub async fn run<A: CliApp>(args: TableArgs) -> Result<ExitCode, CliError> {
 }
 
 async fn create(args: CreateArgs, app: &AppTable) -> Result<ExitCode, CliError> {
-    let target = Target::connect(&args.endpoint.endpoint_url, &args.endpoint.table, app).await;
-    match target.store.create_table(&app.schema).await {
-        Ok(()) => {
-            let arn = target.stream_arn().await?;
-            println!("created {} (stream {arn})", target.describe());
-        }
+    let e = &args.endpoint;
+    refuse_remote_writes(Some(&e.endpoint_url), args.remote, "table create")?;
+    let target = Target::connect_with(&e.endpoint_url, &e.table, app, &e.aws).await;
+    target.announce_writes().await;
+    let (created, arn) = match target.store.create_table(&app.schema).await {
+        Ok(()) => (true, target.stream_arn().await?),
         Err(StoreError::Permanent { code, .. }) if code == "ResourceInUseException" => {
-            println!("{} already exists; left unchanged", target.describe());
+            (false, target.stream_arn().await.unwrap_or_default())
         }
         Err(e) => return Err(e.into()),
+    };
+    if args.json {
+        print_json(&json!({
+            "table": target.table, "endpoint": target.endpoint,
+            "created": created, "streamArn": arn,
+        }));
+    } else if created {
+        println!("created {} (stream {arn})", target.describe());
+    } else {
+        println!("{} already exists; left unchanged", target.describe());
     }
     // The app's other tables (their variables name them).
     for o in &target.others {
@@ -108,6 +133,14 @@ async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliErr
     pb.finish_and_clear();
     write_snapshot(&args.file, &items, target.keys())?;
     let m = target.store.metrics().snapshot();
+    if args.json {
+        print_json(&json!({
+            "table": target.table, "endpoint": target.endpoint,
+            "file": args.file.display().to_string(), "items": items.len(),
+            "scanPages": m.scan, "readCapacity": m.read_capacity,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "wrote {} items of {} to {} ({} scan pages, {:.1} RCU)",
         items.len(),
@@ -121,7 +154,9 @@ async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliErr
 
 async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
     let items = read_snapshot(&args.file, app.keys())?;
+    refuse_remote_writes(Some(&args.endpoint.endpoint_url), args.remote, "table load")?;
     let target = Target::open_endpoint(&args.endpoint, app).await?;
+    target.announce_writes().await;
     let pb = bar(items.len() as u64, "loading");
     let started = std::time::Instant::now();
     let report = load_items(
@@ -132,6 +167,16 @@ async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
     )
     .await?;
     pb.finish_and_clear();
+    if args.json {
+        print_json(&json!({
+            "table": target.table, "endpoint": target.endpoint,
+            "file": args.file.display().to_string(), "items": report.items,
+            "requests": report.requests, "retriedItems": report.retried_items,
+            "writeCapacity": report.consumed_capacity,
+            "elapsedMs": started.elapsed().as_millis() as u64,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "loaded {} items from {} into {} in {:.1} s ({} BatchWriteItem requests, {} items retried, {:.1} WCU)",
         report.items,

@@ -39,32 +39,61 @@ impl AppTable {
     }
 }
 
+/// Credentials and region of a command that may reach AWS.
+#[derive(Debug, Clone, Default, Args)]
+pub struct AwsOpts {
+    /// AWS region of the endpoint (and of the account check before a
+    /// write). Default: the environment's or the profile's; us-east-1 for
+    /// an endpoint that is not AWS.
+    #[arg(long, env = "AWS_REGION", value_name = "REGION")]
+    pub region: Option<String>,
+    /// Named profile of the shared AWS config and credentials files.
+    #[arg(long, env = "AWS_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
+}
+
 /// Where the table is; by default an embedded DynamoDB Local.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct TableOpts {
     /// DynamoDB endpoint: a DynamoDB Local (http://127.0.0.1:8000) or AWS
     /// (https://dynamodb.eu-west-1.amazonaws.com, credentials and region from
-    /// the environment). Default: start an in-memory DynamoDB Local for this
-    /// command and create the table in it.
-    #[arg(long, value_name = "URL")]
+    /// the environment, --profile or --region). Default: start an in-memory
+    /// DynamoDB Local for this command and create the table in it.
+    #[arg(long, env = "DYNAMODB_ENDPOINT_URL", value_name = "URL")]
     pub endpoint_url: Option<String>,
     /// The table (the app gives the default).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
     pub table: String,
+    #[command(flatten)]
+    pub aws: AwsOpts,
 }
 
 /// A table on an endpoint given explicitly (commands that manage or read a
 /// table that outlives them).
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct EndpointOpts {
     /// DynamoDB endpoint: a DynamoDB Local (http://127.0.0.1:8000) or AWS
     /// (https://dynamodb.eu-west-1.amazonaws.com, credentials and region from
-    /// the environment).
-    #[arg(long, value_name = "URL")]
+    /// the environment, --profile or --region).
+    #[arg(long, env = "DYNAMODB_ENDPOINT_URL", value_name = "URL")]
     pub endpoint_url: String,
     /// The table (the app gives the default).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
     pub table: String,
+    #[command(flatten)]
+    pub aws: AwsOpts,
+}
+
+/// The permission a command that writes needs to write to a table that is
+/// not on this machine.
+#[derive(Debug, Clone, Copy, Default, Args)]
+pub struct RemoteWriteOpts {
+    /// Write to an endpoint that is not on this machine (AWS, or a
+    /// DynamoDB Local elsewhere). Without it such a command refuses before
+    /// sending anything (`run` does a dry run instead); with it, the account,
+    /// region and table are printed before the first write.
+    #[arg(long)]
+    pub allow_remote_writes: bool,
 }
 
 /// An open table.
@@ -77,19 +106,98 @@ pub struct Target {
     /// The app's other tables on the same endpoint (none for a one-table
     /// app).
     pub others: Vec<super::tables::OpenTable>,
+    /// The AWS settings the clients were made with.
+    pub aws: AwsOpts,
     /// The embedded DynamoDB Local, stopped when the target is dropped.
     embedded: Option<DynamoDbLocal>,
 }
 
+/// The host of an endpoint URL (`[::1]` as `::1`), without scheme, port
+/// or path.
+pub fn endpoint_host(endpoint: &str) -> &str {
+    let rest = endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if let Some(v6) = authority.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or("");
+    }
+    authority.split(':').next().unwrap_or("")
+}
+
+/// Whether the endpoint is on this machine: `localhost`, a loopback
+/// address (127.0.0.0/8, ::1) or the unspecified address (which connects
+/// to this machine). Decided from the URL alone, without a request.
+pub fn is_loopback(endpoint: &str) -> bool {
+    let host = endpoint_host(endpoint).to_ascii_lowercase();
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
+}
+
 /// Whether the endpoint is on this machine (no AWS credentials needed).
 pub fn is_local(endpoint: &str) -> bool {
-    let rest = endpoint
-        .strip_prefix("http://")
-        .or_else(|| endpoint.strip_prefix("https://"))
-        .unwrap_or(endpoint);
-    ["127.", "localhost", "[::1]", "0.0.0.0"]
-        .iter()
-        .any(|p| rest.starts_with(p))
+    is_loopback(endpoint)
+}
+
+/// Whether the endpoint is AWS's own (its account can be asked).
+pub fn is_aws(endpoint: &str) -> bool {
+    let host = endpoint_host(endpoint).to_ascii_lowercase();
+    host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
+}
+
+/// The shared guard of every command that writes: `Ok` when the endpoint
+/// is on this machine (`None` is the embedded DynamoDB Local) or remote
+/// writes are allowed; otherwise an error saying how to allow them.
+/// Decided from the URL alone: nothing is sent.
+pub fn refuse_remote_writes(
+    endpoint: Option<&str>,
+    allow: RemoteWriteOpts,
+    command: &str,
+) -> Result<(), CliError> {
+    match endpoint {
+        Some(url) if !is_loopback(url) && !allow.allow_remote_writes => {
+            Err(CliError::RemoteWrites {
+                command: command.to_owned(),
+                endpoint: url.to_owned(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The AWS configuration of a command (no endpoint: each client sets its
+/// own). For an endpoint that is not AWS, missing region and credentials
+/// default to us-east-1 and dummy keys (a DynamoDB Local elsewhere).
+pub async fn sdk_config(endpoint: Option<&str>, aws: &AwsOpts) -> aws_config::SdkConfig {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(p) = &aws.profile {
+        loader = loader.profile_name(p);
+    }
+    let custom = endpoint.is_some_and(|e| !is_aws(e));
+    match &aws.region {
+        Some(r) => loader = loader.region(aws_config::Region::new(r.clone())),
+        None if custom
+            && std::env::var_os("AWS_REGION").is_none()
+            && std::env::var_os("AWS_DEFAULT_REGION").is_none() =>
+        {
+            loader = loader.region(aws_config::Region::new("us-east-1"));
+        }
+        None => {}
+    }
+    if custom && aws.profile.is_none() && std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
+        loader = loader.credentials_provider(aws_sdk_dynamodb::config::Credentials::new(
+            "local",
+            "local",
+            None,
+            None,
+            "worker-local",
+        ));
+    }
+    loader.load().await
 }
 
 impl Target {
@@ -99,7 +207,7 @@ impl Target {
         match &opts.endpoint_url {
             None => Target::embedded(&opts.table, app).await,
             Some(url) => {
-                let t = Target::connect(url, &opts.table, app).await;
+                let t = Target::connect_with(url, &opts.table, app, &opts.aws).await;
                 t.require_table().await?;
                 Ok(t)
             }
@@ -108,7 +216,7 @@ impl Target {
 
     /// Open an existing table at an explicit endpoint.
     pub async fn open_endpoint(opts: &EndpointOpts, app: &AppTable) -> Result<Target, CliError> {
-        let t = Target::connect(&opts.endpoint_url, &opts.table, app).await;
+        let t = Target::connect_with(&opts.endpoint_url, &opts.table, app, &opts.aws).await;
         t.require_table().await?;
         Ok(t)
     }
@@ -132,16 +240,33 @@ impl Target {
             table: table.to_owned(),
             app: app.clone(),
             others,
+            aws: AwsOpts::default(),
             embedded: Some(local),
         })
     }
 
     /// A table at an endpoint, without checking anything.
     pub async fn connect(endpoint: &str, table: &str, app: &AppTable) -> Target {
+        Target::connect_with(endpoint, table, app, &AwsOpts::default()).await
+    }
+
+    /// A table at an endpoint with the given region and profile, without
+    /// checking anything.
+    pub async fn connect_with(
+        endpoint: &str,
+        table: &str,
+        app: &AppTable,
+        aws: &AwsOpts,
+    ) -> Target {
         let client = if is_local(endpoint) {
             store::local_client(endpoint)
         } else {
-            store::client(Some(endpoint)).await
+            let config = sdk_config(Some(endpoint), aws).await;
+            aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(&config)
+                    .endpoint_url(endpoint)
+                    .build(),
+            )
         };
         let store = DynamoStore::new(client, table).with_key(app.schema.key);
         let others = super::tables::open_others(&store, &app.others);
@@ -151,8 +276,38 @@ impl Target {
             table: table.to_owned(),
             app: app.clone(),
             others,
+            aws: aws.clone(),
             embedded: None,
         }
+    }
+
+    /// Before the first write to a table that is not on this machine: say
+    /// which account (STS GetCallerIdentity, for an AWS endpoint), region
+    /// and table will be written to, on stderr. Nothing for a local table.
+    pub async fn announce_writes(&self) -> Option<WriteDestination> {
+        if self.is_embedded() || is_loopback(&self.endpoint) {
+            return None;
+        }
+        let config = sdk_config(Some(&self.endpoint), &self.aws).await;
+        let region = config
+            .region()
+            .map_or_else(|| "(none)".to_owned(), |r| r.to_string());
+        let account = if is_aws(&self.endpoint) {
+            caller_account(&config).await
+        } else {
+            "n/a (not an AWS endpoint)".to_owned()
+        };
+        let d = WriteDestination {
+            account,
+            region,
+            table: self.table.clone(),
+            endpoint: self.endpoint.clone(),
+        };
+        eprintln!(
+            "writing to table {} at {} (account {}, region {})",
+            d.table, d.endpoint, d.account, d.region
+        );
+        Some(d)
     }
 
     /// The table's key attribute names.
@@ -217,8 +372,49 @@ impl Target {
         if is_local(&self.endpoint) {
             crate::stream_reader::local_client(&self.endpoint)
         } else {
-            crate::stream_reader::client(Some(&self.endpoint)).await
+            let config = sdk_config(Some(&self.endpoint), &self.aws).await;
+            aws_sdk_dynamodbstreams::Client::from_conf(
+                aws_sdk_dynamodbstreams::config::Builder::from(&config)
+                    .endpoint_url(streams_endpoint(&self.endpoint))
+                    .build(),
+            )
         }
+    }
+}
+
+/// The Streams API endpoint beside a DynamoDB endpoint
+/// (`dynamodb.R.amazonaws.com` -> `streams.dynamodb.R.amazonaws.com`; any
+/// other endpoint serves both).
+fn streams_endpoint(endpoint: &str) -> String {
+    let host = endpoint_host(endpoint);
+    if is_aws(endpoint) && host.starts_with("dynamodb.") {
+        endpoint.replacen(host, &format!("streams.{host}"), 1)
+    } else {
+        endpoint.to_owned()
+    }
+}
+
+/// Where a command is about to write, as printed before its first write.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct WriteDestination {
+    pub account: String,
+    pub region: String,
+    pub table: String,
+    pub endpoint: String,
+}
+
+/// The account of the credentials (STS GetCallerIdentity), or why it is
+/// unknown.
+async fn caller_account(config: &aws_config::SdkConfig) -> String {
+    let sts = aws_sdk_sts::Client::new(config);
+    let call = sts.get_caller_identity().send();
+    match tokio::time::timeout(std::time::Duration::from_secs(10), call).await {
+        Ok(Ok(id)) => id.account().unwrap_or("(unknown)").to_owned(),
+        Ok(Err(e)) => format!(
+            "unknown (STS GetCallerIdentity failed: {})",
+            aws_smithy_types::error::display::DisplayErrorContext(&e)
+        ),
+        Err(_) => "unknown (STS GetCallerIdentity timed out)".to_owned(),
     }
 }
 
@@ -232,5 +428,44 @@ mod tests {
         assert!(is_local("http://localhost:8000"));
         assert!(is_local("http://[::1]:8000"));
         assert!(!is_local("https://dynamodb.eu-west-1.amazonaws.com"));
+        assert!(is_loopback("http://127.8.0.1:8000/"));
+        assert!(is_loopback("http://0.0.0.0:8000"));
+        assert!(is_loopback("http://LOCALHOST"));
+        assert!(!is_loopback("http://192.0.2.2:8000"));
+        assert!(!is_loopback("http://127.0.0.1.example.com:8000"));
+        assert!(!is_loopback("http://localhost.example.com"));
+        assert!(!is_loopback("http://[fd00::2]:8000"));
+        assert_eq!(endpoint_host("http://user@[::1]:80/x"), "::1");
+        assert!(is_aws("https://dynamodb.eu-west-1.amazonaws.com"));
+        assert!(!is_aws("http://192.0.2.2:8000"));
+        assert_eq!(
+            streams_endpoint("https://dynamodb.eu-west-1.amazonaws.com"),
+            "https://streams.dynamodb.eu-west-1.amazonaws.com"
+        );
+    }
+
+    #[test]
+    fn remote_writes_are_refused_unless_allowed() {
+        let deny = RemoteWriteOpts::default();
+        let allow = RemoteWriteOpts {
+            allow_remote_writes: true,
+        };
+        assert!(refuse_remote_writes(None, deny, "run").is_ok());
+        assert!(refuse_remote_writes(Some("http://127.0.0.1:8000"), deny, "run").is_ok());
+        let e = refuse_remote_writes(
+            Some("https://dynamodb.eu-west-1.amazonaws.com"),
+            deny,
+            "table load",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("--allow-remote-writes") && e.contains("table load"),
+            "{e}"
+        );
+        assert!(
+            refuse_remote_writes(Some("https://dynamodb.eu-west-1.amazonaws.com"), allow, "x")
+                .is_ok()
+        );
     }
 }

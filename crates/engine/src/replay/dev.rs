@@ -64,6 +64,97 @@ impl RecordSource for StreamTail {
     }
 }
 
+/// A record source as the mapping delivers it: records whose JSON (as
+/// Lambda delivers it) matches none of the `FilterCriteria` patterns are
+/// dropped, as Lambda drops them (counted), and records older than the
+/// maximum record age are set aside for the failure destination.
+pub struct MappingSource<S: RecordSource> {
+    inner: S,
+    filters: Vec<Value>,
+    max_age: Option<chrono::Duration>,
+    /// Records dropped by the filters.
+    pub filtered: usize,
+    expired: Vec<(String, StreamChange)>,
+}
+
+impl<S: RecordSource> MappingSource<S> {
+    pub fn new(inner: S, filters: Vec<Value>, max_age: Option<Duration>) -> Self {
+        MappingSource {
+            inner,
+            filters,
+            max_age: max_age.and_then(|a| chrono::Duration::from_std(a).ok()),
+            filtered: 0,
+            expired: Vec::new(),
+        }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// Records given up on for their age since the last call.
+    pub fn take_expired(&mut self) -> Vec<(String, StreamChange)> {
+        std::mem::take(&mut self.expired)
+    }
+}
+
+#[async_trait]
+impl<S: RecordSource> RecordSource for MappingSource<S> {
+    async fn next_records(&mut self) -> Result<Vec<(String, StreamChange)>, StoreError> {
+        let now = Utc::now();
+        let mut out = Vec::new();
+        for (shard, change) in self.inner.next_records().await? {
+            let old = match (self.max_age, change.approximate_creation) {
+                (Some(max), Some(created)) => now.signed_duration_since(created) > max,
+                _ => false,
+            };
+            if old {
+                self.expired.push((shard, change));
+                continue;
+            }
+            if !self.filters.is_empty() {
+                let event = encode_event(std::slice::from_ref(&change), None);
+                let record = &event["Records"][0];
+                if !crate::template::filter::delivered(&self.filters, record) {
+                    self.filtered += 1;
+                    continue;
+                }
+            }
+            out.push((shard, change));
+        }
+        Ok(out)
+    }
+}
+
+/// What the failure destination of a mapping would receive for records
+/// given up on (Lambda's on-failure record of a DynamoDB stream: the
+/// batch's shard and sequence range, not the records).
+pub fn failure_record(
+    condition: &str,
+    shard: &str,
+    first: Option<&str>,
+    last: Option<&str>,
+    records: usize,
+    attempts: u32,
+    stream_arn: &str,
+) -> Value {
+    serde_json::json!({
+        "version": "1.0",
+        "timestamp": Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        "requestContext": {
+            "condition": condition,
+            "approximateInvokeCount": attempts,
+        },
+        "DDBStreamBatchInfo": {
+            "shardId": shard,
+            "startSequenceNumber": first,
+            "endSequenceNumber": last,
+            "batchSize": records,
+            "streamArn": stream_arn,
+        },
+    })
+}
+
 /// The event source mapping settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MappingConfig {
@@ -310,6 +401,9 @@ pub struct EventSourceLoop<S: RecordSource> {
     source: S,
     config: MappingConfig,
     shards: Vec<ShardQueue>,
+    /// The last record done (handled or discarded) per shard: where the
+    /// mapping resumes after a restart.
+    checkpoints: std::collections::BTreeMap<String, SequenceNumber>,
 }
 
 impl<S: RecordSource> EventSourceLoop<S> {
@@ -318,7 +412,24 @@ impl<S: RecordSource> EventSourceLoop<S> {
             source,
             config,
             shards: Vec::new(),
+            checkpoints: Default::default(),
         }
+    }
+
+    /// The last record done per shard (handled, or discarded after the
+    /// retries): what a restart resumes after.
+    pub fn checkpoints(&self) -> &std::collections::BTreeMap<String, SequenceNumber> {
+        &self.checkpoints
+    }
+
+    /// The record source.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+
+    /// The record source, mutably.
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
     }
 
     pub fn config(&self) -> &MappingConfig {
@@ -445,7 +556,15 @@ impl<S: RecordSource> EventSourceLoop<S> {
                 Action::Checkpoint => tracing::info!("{}", log.line()),
             }
             logs.push(log);
-            queue.pending.drain(..decision.done + decision.discarded);
+            let drained = decision.done + decision.discarded;
+            if let Some(seq) = drained
+                .checked_sub(1)
+                .and_then(|i| queue.pending.get(i))
+                .and_then(|(_, c)| c.sequence_number.clone())
+            {
+                self.checkpoints.insert(queue.shard.clone(), seq);
+            }
+            queue.pending.drain(..drained);
             queue.retries = decision.retries;
             queue.limit = decision.next_limit;
             if matches!(decision.action, Action::Retry { .. }) {
@@ -512,6 +631,9 @@ fn lowest(ids: &[String]) -> Option<String> {
 pub enum Schedule {
     /// A cron expression (UTC).
     Cron(Box<croner::Cron>),
+    /// A cron expression in a time zone (EventBridge Scheduler's
+    /// `ScheduleExpressionTimezone`).
+    CronIn(Box<croner::Cron>, chrono_tz::Tz),
     /// Every fixed period, from the loop's start.
     Every(Duration),
     /// Never (run it by hand).
@@ -591,11 +713,24 @@ impl FromStr for Schedule {
 }
 
 impl Schedule {
+    /// The same schedule with its cron read in `tz` (rates and `never`
+    /// are the same in every zone).
+    pub fn in_zone(self, tz: chrono_tz::Tz) -> Schedule {
+        match self {
+            Schedule::Cron(c) | Schedule::CronIn(c, _) => Schedule::CronIn(c, tz),
+            other => other,
+        }
+    }
+
     /// The first fire time strictly after `after` (`start` anchors rates).
     pub fn next_after(&self, after: DateTime<Utc>, start: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             Schedule::Never => None,
             Schedule::Cron(c) => c.find_next_occurrence(&after, false).ok(),
+            Schedule::CronIn(c, tz) => c
+                .find_next_occurrence(&after.with_timezone(tz), false)
+                .ok()
+                .map(|t| t.with_timezone(&Utc)),
             Schedule::Every(period) => {
                 let period = chrono::Duration::from_std(*period).ok()?;
                 let elapsed = after.signed_duration_since(start);

@@ -1,6 +1,9 @@
 //! Store decorators: [`DryRunStore`] (reads pass through, writes are
-//! recorded instead of sent). The fault and race layers tests use live in
-//! the test kit (`worker-testkit`), out of what Lambda runs.
+//! recorded instead of sent) and [`RecordingStore`] (everything passes
+//! through, the writes made are written down with their outcome, so a
+//! command can say what it changed without reading the table). The fault
+//! and race layers tests use live in the test kit (`worker-testkit`), out
+//! of what Lambda runs.
 
 use std::sync::{Arc, Mutex};
 
@@ -127,4 +130,107 @@ impl Store for DryRunStore {
 /// A condition as a plan shows it: its expression's text.
 fn text(condition: Option<Expr>) -> Option<String> {
     condition.map(|c| c.text)
+}
+
+/// What became of a write sent through a [`RecordingStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteResult {
+    /// The table accepted it.
+    Applied,
+    /// Its condition did not hold: nothing changed.
+    ConditionFailed,
+    /// The request failed (the error went back to the caller); the table
+    /// may or may not have it (a timeout after the write).
+    Failed,
+}
+
+/// A write made through a [`RecordingStore`], in the order it was sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MadeWrite {
+    pub write: PlannedWrite,
+    pub result: WriteResult,
+}
+
+/// Every request goes to the inner store; the writes are recorded with
+/// their outcome (a batch as one entry per item, applied when the batch
+/// call returned).
+pub struct RecordingStore {
+    inner: Arc<dyn Store>,
+    made: Mutex<Vec<MadeWrite>>,
+}
+
+impl RecordingStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        RecordingStore {
+            inner,
+            made: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Take the writes made so far.
+    pub fn take_made(&self) -> Vec<MadeWrite> {
+        std::mem::take(&mut *self.made.lock().expect("made lock"))
+    }
+
+    fn record(&self, writes: Vec<PlannedWrite>, result: WriteResult) {
+        let mut made = self.made.lock().expect("made lock");
+        made.extend(writes.into_iter().map(|write| MadeWrite { write, result }));
+    }
+}
+
+#[async_trait]
+impl Store for RecordingStore {
+    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+        if !request.is_write() {
+            return self.inner.call(request).await;
+        }
+        let writes = match &request {
+            Request::Put { item, condition } => vec![PlannedWrite::Put {
+                item: item.clone(),
+                condition: condition.as_ref().map(|c| c.text.clone()),
+            }],
+            Request::Delete { key, condition } => vec![PlannedWrite::Delete {
+                key: (*key).clone(),
+                condition: condition.as_ref().map(|c| c.text.clone()),
+            }],
+            Request::Update {
+                key,
+                update,
+                condition,
+            } => vec![PlannedWrite::Update {
+                key: (*key).clone(),
+                update: update.text.clone(),
+                condition: condition.as_ref().map(|c| c.text.clone()),
+            }],
+            Request::BatchWrite { ops } => ops
+                .iter()
+                .map(|op| match op {
+                    WriteOp::Put(item) => PlannedWrite::Put {
+                        item: item.clone(),
+                        condition: None,
+                    },
+                    WriteOp::Delete(key) => PlannedWrite::Delete {
+                        key: key.clone(),
+                        condition: None,
+                    },
+                })
+                .collect(),
+            other => {
+                return Err(StoreError::Permanent {
+                    operation: "Recording",
+                    code: "NotRecorded".into(),
+                    message: format!("the recording layer cannot describe {other:?}"),
+                });
+            }
+        };
+        let reply = self.inner.call(request).await;
+        let result = match &reply {
+            Ok(Reply::Written(WriteOutcome::ConditionFailed)) => WriteResult::ConditionFailed,
+            Ok(_) => WriteResult::Applied,
+            Err(_) => WriteResult::Failed,
+        };
+        self.record(writes, result);
+        reply
+    }
 }
