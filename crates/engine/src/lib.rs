@@ -21,6 +21,7 @@ pub mod job;
 pub mod lambda;
 pub mod local;
 pub mod metrics;
+pub mod notify;
 pub mod replay;
 pub mod runtime;
 pub mod schedule;
