@@ -55,7 +55,7 @@ impl CliApp for Shop {
         &[
             (
                 "replay",
-                "Example:\n  shop-worker replay --apply-writes events/shop/stream/products-written.json",
+                "Example:\n  shop-worker replay --snapshot events/shop/tables/shop.json --apply-writes events/shop/stream/products-written.json",
             ),
             (
                 "run",
@@ -91,7 +91,7 @@ ticks through the handlers the Lambda functions run, run a job, backfill a table
 const EXAMPLES: &str = "\
 Examples:
   # What does the worker derive for these writes? (embedded DynamoDB Local)
-  shop-worker replay --apply-writes events/shop/stream/products-written.json
+  shop-worker replay --snapshot events/shop/tables/shop.json --apply-writes events/shop/stream/products-written.json
 
   # Orders stuck on a copy of a table, at a fixed time
   shop-worker run stuck-orders --snapshot events/shop/tables/shop.json --now 2024-07-01T00:00:00Z
