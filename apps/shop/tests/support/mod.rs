@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod template;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
