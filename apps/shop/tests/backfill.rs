@@ -90,3 +90,36 @@ async fn backfill_equals_the_streams_result_and_resumes() {
     assert_eq!(report["details"]["written"], json!(0));
     assert_eq!(report["details"]["up_to_date"], json!(before.len()));
 }
+
+/// `shop-worker backfill` on a table: the whole pass in one run.
+#[tokio::test]
+async fn the_command_line_backfills_a_table() {
+    let h = history(&mut Seeded::new(8), 150);
+    let table = TestTable::with_schema(&schema()).await;
+    apply(table.store.as_ref(), &h.writes).await;
+    let cli = shop_worker::cli::parse_from([
+        "shop-worker",
+        "backfill",
+        "--endpoint-url",
+        &table.endpoint,
+        "--table",
+        &table.name,
+    ])
+    .unwrap();
+    let code = cli.command.run().await.expect("backfill runs");
+    assert_eq!(code, std::process::ExitCode::SUCCESS);
+    for item in table.snapshot().await {
+        let d = shop_worker::derive::rules::Derivation::of(&item)
+            .unwrap()
+            .unwrap();
+        assert!(d.satisfied_by(&item), "{}", d.key);
+    }
+    assert!(
+        table
+            .store
+            .get(&keys::checkpoint(Job::Backfill), true)
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
