@@ -137,11 +137,7 @@ impl KeyError {
         matches!(self, KeyError::Foreign)
     }
 
-    fn malformed(what: &'static str, _value: &str, reason: &'static str) -> Self {
-        KeyError::Malformed { what, reason }
-    }
-
-    fn personal(what: &'static str, reason: &'static str) -> Self {
+    fn malformed(what: &'static str, reason: &'static str) -> Self {
         KeyError::Malformed { what, reason }
     }
 }
@@ -155,7 +151,7 @@ pub struct Id(String);
 impl Id {
     /// Parse an id; `what` names it in the error.
     pub fn parse_as(what: &'static str, s: &str) -> Result<Id, KeyError> {
-        let bad = |reason| KeyError::malformed(what, s, reason);
+        let bad = |reason| KeyError::malformed(what, reason);
         if s.len() != 27 || !s.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(bad("not a KSUID (27 base62 characters)"));
         }
@@ -212,7 +208,6 @@ impl At {
         } else {
             Err(KeyError::malformed(
                 what,
-                &secs.to_string(),
                 "not epoch seconds of ten digits (2001 to 2286)",
             ))
         }
@@ -229,7 +224,7 @@ impl At {
 
     /// Parse `AT#<seconds>`.
     pub fn parse(s: &str) -> Result<At, KeyError> {
-        let bad = |reason| KeyError::malformed("AT key", s, reason);
+        let bad = |reason| KeyError::malformed("AT key", reason);
         let digits = s
             .strip_prefix(AT_PREFIX)
             .ok_or_else(|| bad("no AT# prefix"))?;
@@ -245,7 +240,6 @@ pub fn check_status(status: &str) -> Result<(), KeyError> {
     if status.is_empty() || status.contains('#') || status.len() > 64 {
         return Err(KeyError::malformed(
             "order status",
-            status,
             "empty, longer than 64 or containing #",
         ));
     }
@@ -290,7 +284,7 @@ impl ItemKey {
         let id = |prefix: &str, what: &'static str| {
             let rest = sk
                 .strip_prefix(prefix)
-                .ok_or_else(|| KeyError::malformed("SK", sk, "does not match its PK"))?;
+                .ok_or_else(|| KeyError::malformed("SK", "does not match its PK"))?;
             Id::parse_as(what, rest)
         };
         match pk {
@@ -302,7 +296,7 @@ impl ItemKey {
                 let job = sk
                     .strip_prefix(CHECKPOINT_PREFIX)
                     .and_then(Job::parse)
-                    .ok_or_else(|| KeyError::malformed("checkpoint SK", sk, "not a job"))?;
+                    .ok_or_else(|| KeyError::malformed("checkpoint SK", "not a job"))?;
                 Ok(ItemKey::Checkpoint(job))
             }
             _ => match pk.strip_prefix(USER_PREFIX) {
@@ -394,7 +388,7 @@ impl Sku {
     pub fn parse(s: &str) -> Result<Sku, KeyError> {
         let non_empty = |rest: &str, what| {
             if rest.is_empty() {
-                Err(KeyError::personal(what, "empty"))
+                Err(KeyError::malformed(what, "empty"))
             } else {
                 Ok(rest.to_owned())
             }
@@ -406,7 +400,7 @@ impl Sku {
         } else if let Some(rest) = s.strip_prefix(EMAIL_PREFIX) {
             non_empty(rest, "e-mail address").map(Sku::Email)
         } else {
-            Err(KeyError::personal(
+            Err(KeyError::malformed(
                 "SKU",
                 "not CAT#NAME#, BRAND#NAME# or EMAIL#",
             ))
@@ -468,7 +462,7 @@ impl Gsi1 {
         }
         let brand = pk
             .strip_prefix(BRAND_PREFIX)
-            .ok_or_else(|| KeyError::malformed("GSI1PK", pk, "not BRAND# or ORDER#STATUS#"))?;
+            .ok_or_else(|| KeyError::malformed("GSI1PK", "not BRAND# or ORDER#STATUS#"))?;
         let (category, created) = id_at(sk, CAT_PREFIX, "GSI1SK", "category id")?;
         Ok(Gsi1::ProductByBrand {
             brand: Id::parse_as("brand id", brand)?,
@@ -502,7 +496,7 @@ impl Gsi2 {
     pub fn parse(pk: &str, sk: &str) -> Result<Gsi2, KeyError> {
         let category = pk
             .strip_prefix(CAT_PREFIX)
-            .ok_or_else(|| KeyError::malformed("GSI2PK", pk, "not CAT#"))?;
+            .ok_or_else(|| KeyError::malformed("GSI2PK", "not CAT#"))?;
         let (brand, created) = id_at(sk, BRAND_PREFIX, "GSI2SK", "brand id")?;
         Ok(Gsi2 {
             category: Id::parse_as("category id", category)?,
@@ -521,10 +515,10 @@ fn id_at(
 ) -> Result<(Id, At), KeyError> {
     let rest = s
         .strip_prefix(prefix)
-        .ok_or_else(|| KeyError::malformed(what, s, "wrong prefix"))?;
+        .ok_or_else(|| KeyError::malformed(what, "wrong prefix"))?;
     let (raw_id, at) = rest
         .split_once(AT_INFIX)
-        .ok_or_else(|| KeyError::malformed(what, s, "no #AT#"))?;
+        .ok_or_else(|| KeyError::malformed(what, "no #AT#"))?;
     Ok((
         Id::parse_as(id, raw_id)?,
         At::parse(&format!("{AT_PREFIX}{at}"))?,
