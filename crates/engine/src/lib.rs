@@ -26,6 +26,7 @@ pub mod replay;
 pub mod runtime;
 pub mod schedule;
 pub mod schema;
+pub mod settings;
 pub mod store;
 pub mod stream;
 pub mod stream_reader;
