@@ -8,87 +8,30 @@
 //! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
 //! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
 //! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |
-//! | `PARKING_TABLE` | (off) | stream | the parking table of records that fail for good (`worker_engine::park`) |
-//! | `PARKING_RETENTION_DAYS` | `14` | stream | parked records expire (TTL) this long after parking |
-//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | local runs | logs (`worker_engine::telemetry`; Lambda: the function's `LoggingConfig`) |
+//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | all | logs (`worker_engine::telemetry`) |
 //! | `UNZIPPED_RETENTION_HOURS` | `24` | expire-unzipped | unzipped files older than this expire |
 //! | `UNZIP_STUCK_HOURS` | `48` | expire-unzipped | unzipping files older than this are reported |
 //! | `NOTIFY_EVENT_BUS` | (off) | expire-unzipped | EventBridge bus of `UnzippedFileExpired` events |
 //!
-//! [`COMMON_ENV`] and each job's `SPEC` declare the same list with who
-//! reads each variable.
+//! [`COMMON_ENV`] (`worker_engine::settings`) and each job's `SPEC`
+//! declare the same list with who reads each variable.
 
 use std::time::Duration;
 
 use worker_engine::env::{ConfigError, Env};
 use worker_engine::park::ParkingSettings;
-use worker_engine::schedule::JobName;
+use worker_engine::settings::CommonSettings;
 
 use crate::keys::Job;
 use crate::unzip::UnzipSettings;
 
 pub type EnvVar = worker_engine::job::EnvVar<Job>;
-pub type ReadBy = worker_engine::job::ReadBy<Job>;
 
-pub const TABLE_NAME: &str = "TABLE_NAME";
-pub const ENDPOINT: &str = "DYNAMODB_ENDPOINT_URL";
-pub const DEADLINE_MARGIN_MS: &str = "DEADLINE_MARGIN_MS";
-pub const STREAM_CONCURRENCY: &str = "STREAM_CONCURRENCY";
-pub const WORKER_JOB: &str = "WORKER_JOB";
-
-/// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
-pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
-
-/// The engine's parking variables (the stream function's).
-const PARKING_ENV: [EnvVar; 2] = ParkingSettings::env_vars();
+/// What `TABLE_NAME` names.
+const TABLE: &str = "the archive table";
 
 /// The variables every function reads, whatever its jobs.
-pub const COMMON_ENV: &[EnvVar] = &[
-    EnvVar {
-        name: TABLE_NAME,
-        read_by: &[ReadBy::All],
-        default: None,
-        meaning: "the archive table",
-    },
-    EnvVar {
-        name: ENDPOINT,
-        read_by: &[ReadBy::LocalOnly],
-        default: None,
-        meaning: "another DynamoDB endpoint (DynamoDB Local)",
-    },
-    EnvVar {
-        name: DEADLINE_MARGIN_MS,
-        read_by: &[ReadBy::All],
-        default: Some("2000"),
-        meaning: "stop this long before the Lambda deadline",
-    },
-    EnvVar {
-        name: STREAM_CONCURRENCY,
-        read_by: &[ReadBy::Stream],
-        default: Some("1000"),
-        meaning: "items of a stream batch handled at once (1: strictly in order)",
-    },
-    EnvVar {
-        name: WORKER_JOB,
-        read_by: &[ReadBy::Schedule],
-        default: None,
-        meaning: "the one job a schedule function runs (a tick for another is refused)",
-    },
-    PARKING_ENV[0],
-    PARKING_ENV[1],
-    EnvVar {
-        name: "LOG_FORMAT",
-        read_by: &[ReadBy::LocalOnly],
-        default: Some("json"),
-        meaning: "json or text log lines (worker_engine::telemetry)",
-    },
-    EnvVar {
-        name: "RUST_LOG",
-        read_by: &[ReadBy::LocalOnly],
-        default: Some("info"),
-        meaning: "log filter (worker_engine::telemetry)",
-    },
-];
+pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, TABLE);
 
 /// Everything the worker is configured with.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,37 +49,34 @@ pub struct Settings {
 }
 
 impl Settings {
+    fn of(common: CommonSettings<Job>, unzip: UnzipSettings) -> Self {
+        Settings {
+            table_name: common.table_name,
+            endpoint_url: common.endpoint_url,
+            deadline_margin: common.deadline_margin,
+            stream_concurrency: common.stream_concurrency,
+            job: common.job,
+            unzip,
+            parking: common.parking,
+        }
+    }
+
     /// The defaults, on `table_name`.
     pub fn for_table(table_name: impl Into<String>) -> Self {
-        Settings {
-            table_name: table_name.into(),
-            endpoint_url: None,
-            deadline_margin: Duration::from_millis(2000),
-            stream_concurrency: worker_engine::stream::engine::DEFAULT_CONCURRENCY,
-            job: None,
-            unzip: UnzipSettings::default(),
-            parking: None,
-        }
+        Settings::of(
+            CommonSettings::for_table(table_name),
+            UnzipSettings::default(),
+        )
     }
 
     /// Read the settings through `lookup` (the process environment on
     /// Lambda); errors name the variable and what a valid value is.
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env = Env::new(lookup);
-        let mut s = Settings::for_table(env.required(TABLE_NAME, "the archive table")?);
-        s.endpoint_url = env.non_empty(ENDPOINT);
-        if let Some(ms) = env.number(DEADLINE_MARGIN_MS)? {
-            s.deadline_margin = Duration::from_millis(ms);
-        }
-        if let Some(n) = env.number(STREAM_CONCURRENCY)? {
-            s.stream_concurrency = n.clamp(1, MAX_STREAM_CONCURRENCY as u64) as usize;
-        }
-        s.job = env.parse(WORKER_JOB, |v| {
-            Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
-        })?;
-        s.unzip = UnzipSettings::from_env(&env)?;
-        s.parking = ParkingSettings::from_env(&env)?;
-        Ok(s)
+        Ok(Settings::of(
+            CommonSettings::from_env(&env, TABLE)?,
+            UnzipSettings::from_env(&env)?,
+        ))
     }
 }
 

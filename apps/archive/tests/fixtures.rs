@@ -13,22 +13,18 @@
 
 mod support;
 
-use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use archive_worker::cli::Archive;
 use archive_worker::items::{ArchivedFile, Stage};
 use archive_worker::keys::{self, FileTime, ItemKey};
 use archive_worker::schema::schema;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
-use worker_engine::cli::replay::{ReplayArgs, replay};
-use worker_engine::cli::target::{AppTable, TableOpts, Target};
 use worker_engine::item::Item;
-use worker_engine::replay::snapshot::{
-    load_items, read_snapshot, scan_table, snapshot_text, write_snapshot,
-};
+use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 use worker_engine::stream::decode::encode_event;
+use worker_testkit::fixtures::{self, Fixture, write_json};
 use worker_testkit::workload::{Write, apply};
 use worker_testkit::{Drain, TestTable};
 
@@ -38,104 +34,12 @@ const STREAM_ARN: &str =
     "arn:aws:dynamodb:eu-west-1:123456789012:table/archive/stream/2024-03-01T00:00:00.000";
 
 fn events_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/archive")
-}
-
-/// One entry of the manifest.
-#[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
-struct Fixture {
-    name: String,
-    about: String,
-    events: Vec<String>,
-    snapshot: String,
-    now: String,
-    #[serde(rename = "applyWrites")]
-    apply_writes: bool,
-    golden: String,
-}
-
-fn manifest() -> Vec<Fixture> {
-    let text = std::fs::read_to_string(events_dir().join("manifest.json"))
-        .expect("events/archive/manifest.json");
-    let v: Value = serde_json::from_str(&text).expect("the manifest is JSON");
-    serde_json::from_value(v["fixtures"].clone()).expect("the manifest's shape")
-}
-
-fn args_for(f: &Fixture, table: &TestTable, with_snapshot: bool) -> ReplayArgs {
-    let dir = events_dir();
-    ReplayArgs {
-        files: f.events.iter().map(|e| dir.join(e)).collect(),
-        snapshot: with_snapshot.then(|| dir.join(&f.snapshot)),
-        apply_writes: f.apply_writes,
-        now: Some(f.now.parse().expect("an RFC 3339 time")),
-        write_snapshot: None,
-        dry_run: false,
-        json: false,
-        env: Vec::new(),
-        table: TableOpts {
-            endpoint_url: Some(table.endpoint.clone()),
-            table: table.name.clone(),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    fixtures::events_dir(env!("CARGO_MANIFEST_DIR"), "archive")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_fixture_replays_to_its_golden_twice() {
-    let update = std::env::var_os("UPDATE_GOLDEN").is_some();
-    let fixtures = manifest();
-    assert!(fixtures.len() >= 7, "the manifest lists every fixture");
-    let mut problems = Vec::new();
-    for f in &fixtures {
-        let table = TestTable::with_schema(&schema()).await;
-        let target =
-            Target::connect(&table.endpoint, &table.name, &AppTable::of::<Archive>()).await;
-        let first = replay::<Archive>(&target, &args_for(f, &table, true))
-            .await
-            .unwrap_or_else(|e| panic!("{}: {e}", f.name));
-        for file in first.files.iter().filter(|file| file.failed()) {
-            problems.push(format!(
-                "{}: {} failed: {:?}",
-                f.name, file.file, file.error
-            ));
-        }
-        let once = snapshot_text(
-            &scan_table(table.store.as_ref(), KEYS, None)
-                .await
-                .expect("scan"),
-            KEYS,
-        );
-        replay::<Archive>(&target, &args_for(f, &table, false))
-            .await
-            .unwrap_or_else(|e| panic!("{} (again): {e}", f.name));
-        let twice = snapshot_text(
-            &scan_table(table.store.as_ref(), KEYS, None)
-                .await
-                .expect("scan"),
-            KEYS,
-        );
-        if once != twice {
-            problems.push(format!("{}: a second replay changed the table", f.name));
-        }
-        let golden = events_dir().join(&f.golden);
-        if update {
-            if std::fs::read_to_string(&golden).ok().as_deref() != Some(once.as_str()) {
-                std::fs::create_dir_all(golden.parent().expect("a folder")).expect("mkdir");
-                std::fs::write(&golden, &once).expect("write the golden");
-            }
-        } else {
-            let expected = std::fs::read_to_string(&golden)
-                .unwrap_or_else(|e| panic!("{}: {e} (run with UPDATE_GOLDEN=1)", golden.display()));
-            if expected != once {
-                problems.push(format!(
-                    "{}: the table differs from {} (intended? UPDATE_GOLDEN=1)",
-                    f.name, f.golden
-                ));
-            }
-        }
-    }
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    fixtures::replay_every_fixture_twice::<Archive>(&events_dir(), 7).await;
 }
 
 /// Every event file is replayed by an entry; every file named exists; the
@@ -143,22 +47,7 @@ async fn every_fixture_replays_to_its_golden_twice() {
 #[test]
 fn the_manifest_covers_every_fixture() {
     let dir = events_dir();
-    let fixtures = manifest();
-    let used: BTreeSet<String> = fixtures.iter().flat_map(|f| f.events.clone()).collect();
-    for sub in ["stream", "schedule"] {
-        for entry in std::fs::read_dir(dir.join(sub)).expect("a folder") {
-            let name = format!(
-                "{sub}/{}",
-                entry.expect("an entry").file_name().to_string_lossy()
-            );
-            assert!(used.contains(&name), "{name} is not in the manifest");
-        }
-    }
-    for f in &fixtures {
-        for p in f.events.iter().chain([&f.snapshot, &f.golden]) {
-            assert!(dir.join(p).is_file(), "{}: {p} does not exist", f.name);
-        }
-    }
+    fixtures::the_manifest_covers_every_fixture(&dir);
     let rebuilt = std::fs::read_to_string(dir.join("golden/rebuild-lookup.json")).expect("golden");
     let built = std::fs::read_to_string(dir.join("tables/archive.json")).expect("table");
     assert_eq!(
@@ -264,31 +153,6 @@ fn stream_fixtures() -> Vec<(&'static str, &'static str, Vec<Write>)> {
     ]
 }
 
-fn fixture(
-    name: &str,
-    about: &str,
-    events: Vec<String>,
-    snapshot: &str,
-    apply_writes: bool,
-    golden: &str,
-) -> Fixture {
-    Fixture {
-        name: name.into(),
-        about: about.into(),
-        events,
-        snapshot: snapshot.into(),
-        now: NOW.into(),
-        apply_writes,
-        golden: format!("golden/{golden}.json"),
-    }
-}
-
-fn write_json(path: &Path, v: &Value) {
-    std::fs::create_dir_all(path.parent().expect("a folder")).expect("mkdir");
-    let text = serde_json::to_string_pretty(v).expect("JSON") + "\n";
-    std::fs::write(path, text).expect("write");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "rewrites events/archive: REGENERATE_FIXTURES=1 ... -- --ignored regenerate"]
 async fn regenerate() {
@@ -337,7 +201,7 @@ async fn regenerate() {
     write_snapshot(&dir.join("tables/damaged-lookup.json"), &damaged, KEYS).expect("write");
 
     // Stream captures, each from the table above.
-    let mut fixtures = Vec::new();
+    let mut entries = Vec::new();
     for (name, about, writes) in stream_fixtures() {
         let table = TestTable::with_schema(&schema()).await;
         load_items(table.store.clone(), items.clone(), 4, None)
@@ -352,11 +216,12 @@ async fn regenerate() {
             &dir.join(format!("stream/{name}.json")),
             &encode_event(&records, Some(STREAM_ARN)),
         );
-        fixtures.push(fixture(
+        entries.push(Fixture::new(
             name,
             about,
             vec![format!("stream/{name}.json")],
             "tables/archive.json",
+            NOW,
             true,
             name,
         ));
@@ -364,41 +229,26 @@ async fn regenerate() {
 
     // Ticks, in both EventBridge shapes.
     for job in ["expire-unzipped", "rebuild-lookup"] {
-        write_json(
-            &dir.join(format!("schedule/{job}.scheduler.json")),
-            &json!({"job": job, "scheduledTime": NOW}),
-        );
-        write_json(
-            &dir.join(format!("schedule/{job}.rule.json")),
-            &json!({
-                "version": "0",
-                "id": "7d3c2b1a-0f9e-4d8c-b7a6-958473625140",
-                "detail-type": "Scheduled Event",
-                "source": "aws.events",
-                "account": "123456789012",
-                "time": NOW,
-                "region": "eu-west-1",
-                "resources": [format!("arn:aws:events:eu-west-1:123456789012:rule/archive-worker-{job}")],
-                "detail": {},
-            }),
-        );
+        fixtures::write_ticks(&dir, "archive-worker", job, NOW);
     }
     let expire = "expire-unzipped: the unzipped file of 30 h ago is deleted (announced when NOTIFY_EVENT_BUS is set; a local run never publishes) and its file's flag is left to the stream; the unzipping file of 72 h ago is reported stuck.";
     let rebuild = "rebuild-lookup on the damaged lookup: stale entries pruned, lists canonical, missing days listed: the table the stream built.";
     for shape in ["scheduler", "rule"] {
-        fixtures.push(fixture(
+        entries.push(Fixture::new(
             &format!("expire-unzipped-{shape}"),
             expire,
             vec![format!("schedule/expire-unzipped.{shape}.json")],
             "tables/archive.json",
+            NOW,
             false,
             "expire-unzipped",
         ));
-        fixtures.push(fixture(
+        entries.push(Fixture::new(
             &format!("rebuild-lookup-{shape}"),
             rebuild,
             vec![format!("schedule/rebuild-lookup.{shape}.json")],
             "tables/damaged-lookup.json",
+            NOW,
             false,
             "rebuild-lookup",
         ));
@@ -407,7 +257,7 @@ async fn regenerate() {
         &dir.join("manifest.json"),
         &json!({
             "about": "Fixtures replayed by apps/archive/tests/fixtures.rs: each entry loads `snapshot`, replays `events` with `--now` (and `--apply-writes` when set) and must leave the table equal to `golden`.",
-            "fixtures": fixtures,
+            "fixtures": entries,
         }),
     );
 }

@@ -1,503 +1,77 @@
-//! `infra/archive.yaml` checked against the code:
-//!
-//! - the sandbox table equals `src/schema.rs` (keys, the `KeyName` index,
-//!   the stream);
-//! - every function of `APP.functions()` exists, runs its binary (the
-//!   package's `archive-stream` / `archive-schedule`), sets exactly the
-//!   variables its `FunctionSpec` lists (`WORKER_JOB` pinned for a job),
-//!   with values `Settings::from_lookup` accepts;
-//! - every role grants exactly the function's DynamoDB actions on the table
-//!   ARN and its index ARNs, stream reads only to the stream function, and
-//!   `events:PutEvents` on the bus only where the access says
-//!   `publishes_events` (and a bus is set);
-//! - the event source mapping, the schedules (input a tick of the job, the
-//!   expression of its `Schedule`), queues, log groups, alarms and outputs.
+//! `infra/archive.yaml` checked against the code, by the test kit's template
+//! checks (`worker_testkit::infra`, which lists them):
+//! the sandbox table against `src/schema.rs` (the `KeyName` index); every function, role,
+//! variable, event source, schedule, queue, log group, alarm and output
+//! against the jobs' descriptions (`APP.functions()`).
 //!
 //! `cargo test -p archive-worker --test infra`; `scripts/lint-infra
 //! infra/archive.yaml` runs cfn-lint on the same file.
 
 mod support;
 
-use std::collections::BTreeSet;
-
-use archive_worker::app::APP;
+use archive_worker::app::{APP, Deps};
 use archive_worker::config::Settings;
 use archive_worker::keys::Job;
 use archive_worker::schema::schema;
-use serde_json::{Value, json};
-use support::template::{
-    ACCOUNT, REGION, STREAM_ARN, Stack, archive_stack, strings, table_arn, template_path,
-};
-use worker_engine::deploy::{
-    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
-};
-use worker_engine::job::Schedule;
-use worker_engine::schedule::{JobName, parse_tick};
-use worker_testkit::template::{is_operations_statement, operations_problems};
+use support::template::{STREAM_ARN, archive_stack, template_path};
+use worker_engine::stream::engine::RecordProcessor;
+use worker_testkit::infra::{AppTemplate, SettingsView};
 
-const TABLE: &str = "archive-table-dev";
-const SANDBOX_TABLE: &str = "ArchiveTable";
-
-fn functions() -> Vec<FunctionSpec<Job>> {
-    APP.check().expect("APP is consistent");
-    APP.functions()
+fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
+    AppTemplate {
+        app: &APP,
+        schema: schema(),
+        table: "archive-table-dev",
+        table_prefix: "archive-table-",
+        sandbox_table: "ArchiveTable",
+        binary_prefix: "archive-",
+        manifest_dir: env!("CARGO_MANIFEST_DIR"),
+        template_path: template_path(),
+        stream_arn: STREAM_ARN,
+        stack: archive_stack,
+        settings: |lookup| {
+            Settings::from_lookup(lookup)
+                .map(|s| SettingsView {
+                    job: s.job,
+                    table_name: s.table_name,
+                    event_bus: s.unzip.event_bus,
+                })
+                .map_err(|e| e.to_string())
+        },
+    }
 }
-
-/// The package's binary of a `FunctionSpec` binary (`stream` →
-/// `archive-stream`): named apart from the root package's (Cargo.toml).
-fn binary(f: &FunctionSpec<Job>) -> String {
-    format!("archive-{}", f.binary)
-}
-
-// ------------------------------------------------------------------ the table
 
 #[test]
 fn the_sandbox_table_is_the_schema_in_code() {
-    let stack = archive_stack(&[("CreateTable", "true")]);
-    let table = stack.resource(SANDBOX_TABLE);
-    assert_eq!(
-        stack.t["Resources"][SANDBOX_TABLE]["Condition"], "CreateTable",
-        "the table is created only on request"
-    );
-    let want = schema().to_cloudformation(json!(TABLE));
-    assert_eq!(table["Type"], want["Type"]);
-    assert_eq!(table["DeletionPolicy"], "Retain");
-    assert_eq!(table["UpdateReplacePolicy"], "Retain");
-    assert_eq!(
-        table["Properties"], want["Properties"],
-        "infra/archive.yaml's table drifted from apps/archive/src/schema.rs"
-    );
-
-    // The name follows the stage, or the TableName parameter.
-    let prod = archive_stack(&[("CreateTable", "true"), ("Stage", "prod")]);
-    assert_eq!(
-        prod.resource(SANDBOX_TABLE)["Properties"]["TableName"],
-        "archive-table-prod"
-    );
-    let named = archive_stack(&[("CreateTable", "true"), ("TableName", "sandbox")]);
-    assert_eq!(
-        named.resource(SANDBOX_TABLE)["Properties"]["TableName"],
-        "sandbox"
-    );
-    // Without CreateTable the only table is the worker's parking table.
-    assert_eq!(
-        archive_stack(&[])
-            .resources_of("AWS::DynamoDB::Table")
-            .into_keys()
-            .collect::<Vec<_>>(),
-        [PARKING_TABLE]
-    );
+    template().the_sandbox_table_is_the_schema_in_code();
 }
-
-// ------------------------------------------------------------------ operations
-
-/// Parked, traced, logged through Lambda's controls and alarmed on the
-/// worker's own metrics (worker_testkit::template::operations_problems).
-#[test]
-fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
-    let schedule_of = |job: Job| APP.schedule(job).expect("scheduled").schedule;
-    let problems = operations_problems(
-        &archive_stack(&[]),
-        APP.namespace,
-        &functions(),
-        &schedule_of,
-    );
-    assert!(problems.is_empty(), "{}", problems.join("\n"));
-}
-
-// ------------------------------------------------------------------ functions
 
 #[test]
 fn every_function_runs_its_binary_with_exactly_its_variables() {
-    let cargo = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .expect("Cargo.toml");
-    for (bus, stack) in [
-        ("", archive_stack(&[])),
-        ("bus", archive_stack(&[("NotifyEventBus", "bus")])),
-    ] {
-        let ids: BTreeSet<String> = stack
-            .resources_of("AWS::Serverless::Function")
-            .into_keys()
-            .collect();
-        let want: BTreeSet<String> = functions()
-            .iter()
-            .map(|f| f.logical_id.to_owned())
-            .collect();
-        assert_eq!(ids, want, "one template function per APP function");
-
-        for f in &functions() {
-            let id = f.logical_id;
-            let raw = &stack.t["Resources"][id];
-            assert_eq!(raw["Metadata"]["BuildMethod"], "rust-cargolambda", "{id}");
-            assert_eq!(
-                raw["Metadata"]["BuildProperties"]["Binary"],
-                binary(f),
-                "{id}"
-            );
-            assert!(
-                cargo.contains(&format!("name = \"{}\"", binary(f))),
-                "{id}: {} is a binary of apps/archive/Cargo.toml",
-                binary(f)
-            );
-
-            let env = stack.env(id);
-            let have: BTreeSet<&str> = env.keys().map(String::as_str).collect();
-            let want: BTreeSet<&str> = f.env_vars.iter().copied().collect();
-            assert_eq!(have, want, "{id}: environment variables");
-            assert_eq!(env["TABLE_NAME"], TABLE, "{id}");
-            match f.job {
-                Some(job) => assert_eq!(env["WORKER_JOB"], job.as_str(), "{id}"),
-                None => assert!(!env.contains_key("WORKER_JOB"), "{id}"),
-            }
-            // A configuration the code accepts, pinned as declared.
-            let settings = Settings::from_lookup(&|name| {
-                env.get(name).map(|v| match v {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-            })
-            .unwrap_or_else(|e| panic!("{id}: {e}"));
-            assert_eq!(settings.job, f.job, "{id}");
-            assert_eq!(settings.table_name, TABLE, "{id}");
-            if f.publishes_events {
-                assert_eq!(
-                    settings.unzip.event_bus.as_deref(),
-                    (!bus.is_empty()).then_some(bus),
-                    "{id}: NOTIFY_EVENT_BUS"
-                );
-            }
-        }
-    }
-    // With CreateTable the functions use the new table.
-    let sandbox = archive_stack(&[("CreateTable", "true")]);
-    for f in &functions() {
-        assert_eq!(
-            sandbox.env(f.logical_id)["TABLE_NAME"],
-            format!("ref:{SANDBOX_TABLE}")
-        );
-    }
-    let stack = archive_stack(&[]);
-    let globals = stack.resolve(&stack.t["Globals"]["Function"]);
-    assert_eq!(globals["Runtime"], "provided.al2023");
-    assert_eq!(globals["Handler"], "bootstrap");
-    assert_eq!(globals["Architectures"], json!(["x86_64"]));
-}
-
-// ------------------------------------------------------------------ roles
-
-/// The statements of a function's role.
-fn statements(stack: &Stack, f: &FunctionSpec<Job>) -> Vec<Value> {
-    let func = stack.resource(f.logical_id);
-    let role_id = func["Properties"]["Role"]
-        .as_str()
-        .and_then(|r| r.strip_prefix("getatt:"))
-        .and_then(|r| r.strip_suffix(".Arn"))
-        .unwrap_or_else(|| panic!("{}: Role is !GetAtt <Role>.Arn", f.logical_id));
-    let role = stack.resource(role_id);
-    assert_eq!(role["Type"], "AWS::IAM::Role");
-    assert!(
-        role["Properties"].get("ManagedPolicyArns").is_none(),
-        "{role_id}: no managed policies"
-    );
-    assert!(
-        func["Properties"].get("Policies").is_none(),
-        "{}: the role holds the policies",
-        f.logical_id
-    );
-    role["Properties"]["Policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
-        .collect()
+    template().every_function_runs_its_binary_with_exactly_its_variables();
 }
 
 #[test]
 fn every_role_grants_exactly_what_its_function_calls() {
-    let mut roles = BTreeSet::new();
-    for (bus, stack) in [
-        ("", archive_stack(&[])),
-        (
-            "archive-events",
-            archive_stack(&[("NotifyEventBus", "archive-events")]),
-        ),
-    ] {
-        for f in &functions() {
-            let id = f.logical_id;
-            roles.insert(stack.resource(id)["Properties"]["Role"].to_string());
-            let mut data_actions = BTreeSet::new();
-            let mut data_resources = BTreeSet::new();
-            let mut stream_read = false;
-            let mut put_events = false;
-            let stream: BTreeSet<String> =
-                STREAM_READ_ACTIONS.iter().map(|a| a.to_string()).collect();
-            for s in statements(&stack, f) {
-                if is_operations_statement(&s) {
-                    continue; // tracing and parking: operations_problems
-                }
-                assert_eq!(s["Effect"], "Allow", "{id}");
-                let actions = strings(&s["Action"]);
-                let resources = strings(&s["Resource"]);
-                for a in &actions {
-                    assert!(!a.contains('*'), "{id}: wildcard action {a}");
-                }
-                assert!(!resources.iter().any(|r| r.contains('*')), "{id}: {s}");
-                if actions.iter().any(|a| stream.contains(a)) {
-                    assert_eq!(actions, stream, "{id}: the stream read actions together");
-                    assert!(f.reads_stream, "{id}: stream read without a stream");
-                    assert_eq!(resources, BTreeSet::from([STREAM_ARN.to_owned()]));
-                    stream_read = true;
-                } else if actions.iter().any(|a| a.starts_with("dynamodb:")) {
-                    assert!(
-                        actions.iter().all(|a| a.starts_with("dynamodb:")),
-                        "{id}: {actions:?}"
-                    );
-                    data_actions.extend(actions);
-                    data_resources.extend(resources);
-                } else if actions.contains(PUT_EVENTS_ACTION) {
-                    assert_eq!(actions.len(), 1, "{id}: {actions:?}");
-                    assert!(f.publishes_events, "{id}: events:PutEvents");
-                    assert_eq!(
-                        resources,
-                        BTreeSet::from([format!(
-                            "arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{bus}"
-                        )])
-                    );
-                    put_events = true;
-                } else {
-                    // Its own failure queue and log group, nothing else.
-                    for a in &actions {
-                        assert!(
-                            [
-                                "sqs:SendMessage",
-                                "logs:CreateLogStream",
-                                "logs:PutLogEvents"
-                            ]
-                            .contains(&a.as_str()),
-                            "{id}: unexpected action {a}"
-                        );
-                    }
-                    for r in &resources {
-                        assert!(r.starts_with("getatt:"), "{id}: {r}");
-                    }
-                }
-            }
-            let want: BTreeSet<String> = f.dynamodb_actions.iter().map(|a| a.to_string()).collect();
-            assert_eq!(data_actions, want, "{id}: DynamoDB actions");
-            let table = table_arn(TABLE);
-            let mut want_resources = BTreeSet::from([table.clone()]);
-            want_resources.extend(f.indexes.iter().map(|i| format!("{table}/index/{i}")));
-            assert_eq!(data_resources, want_resources, "{id}: resources");
-            assert_eq!(stream_read, f.reads_stream, "{id}: stream read");
-            assert_eq!(
-                put_events,
-                f.publishes_events && !bus.is_empty(),
-                "{id}: PutEvents only where declared, with a bus"
-            );
-        }
-    }
-    assert_eq!(roles.len(), functions().len(), "one role per function");
+    template().every_role_grants_exactly_what_its_function_calls();
 }
-
-// ------------------------------------------------------------------ event source, schedules, operations
 
 #[test]
 fn the_stream_event_source_reports_batch_item_failures_and_is_bounded() {
-    let stack = archive_stack(&[]);
-    let f = stack.resource(STREAM_FUNCTION);
-    let sources: Vec<&Value> = f["Properties"]["Events"]
-        .as_object()
-        .expect("the stream function has Events")
-        .values()
-        .filter(|e| e["Type"] == "DynamoDB")
-        .collect();
-    assert_eq!(sources.len(), 1, "one DynamoDB event source");
-    let source = &sources[0]["Properties"];
-    assert_eq!(source["Stream"], STREAM_ARN);
-    assert_eq!(source["StartingPosition"], "TRIM_HORIZON");
-    assert_eq!(
-        source["FunctionResponseTypes"],
-        json!(["ReportBatchItemFailures"])
-    );
-    assert_eq!(source["BisectBatchOnFunctionError"], true);
-    let retries = source["MaximumRetryAttempts"].as_i64().unwrap();
-    assert!((0..=100).contains(&retries), "bounded retries");
-    let age = source["MaximumRecordAgeInSeconds"].as_i64().unwrap();
-    assert!((60..=86_400).contains(&age), "bounded record age");
-    let batch = source["BatchSize"].as_i64().unwrap();
-    assert!((1..=1000).contains(&batch));
-    assert!(source["MaximumBatchingWindowInSeconds"].as_i64().unwrap() <= 300);
-    assert_eq!(source["DestinationConfig"]["OnFailure"]["Type"], "SQS");
-    assert_eq!(
-        source["DestinationConfig"]["OnFailure"]["Destination"],
-        "getatt:StreamFailureQueue.Arn"
-    );
-    // Each setting carries a one-line reason in the template.
-    let text = std::fs::read_to_string(template_path()).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    for setting in [
-        "StartingPosition:",
-        "BatchSize:",
-        "MaximumBatchingWindowInSeconds:",
-        "FunctionResponseTypes:",
-        "BisectBatchOnFunctionError:",
-        "MaximumRetryAttempts:",
-        "MaximumRecordAgeInSeconds:",
-        "DestinationConfig:",
-    ] {
-        let i = lines
-            .iter()
-            .position(|l| l.trim_start().starts_with(setting) && l.starts_with("            "))
-            .unwrap_or_else(|| panic!("{setting} in the event source"));
-        assert!(
-            lines[i - 1].trim_start().starts_with('#'),
-            "{setting} has a comment with its reason"
-        );
-    }
-    // With CreateTable the mapping reads the new table's stream.
-    let sandbox = archive_stack(&[("CreateTable", "true")]);
-    let s = &sandbox.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]
-        ["Stream"];
-    assert_eq!(*s, format!("getatt:{SANDBOX_TABLE}.StreamArn"));
+    template().the_stream_event_source_reports_batch_item_failures_and_is_bounded();
 }
 
 #[test]
 fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue() {
-    let stack = archive_stack(&[]);
-    let schedules = stack.resources_of("AWS::Scheduler::Schedule");
-    assert_eq!(schedules.len(), Job::ALL.len());
-    let queues = stack.resources_of("AWS::SQS::Queue");
-    for &job in Job::ALL {
-        let f = APP.function_of(job);
-        let target_arn = format!("getatt:{}.Arn", f.logical_id);
-        let (id, s) = schedules
-            .iter()
-            .find(|(_, s)| s["Properties"]["Target"]["Arn"] == target_arn.as_str())
-            .unwrap_or_else(|| panic!("no schedule for {job}"));
-        let p = &s["Properties"];
-        let input = p["Target"]["Input"].as_str().unwrap();
-        assert!(input.contains("<aws.scheduler.scheduled-time>"), "{id}");
-        let tick: Value = serde_json::from_str(
-            &input.replace("<aws.scheduler.scheduled-time>", "2024-03-25T00:05:00Z"),
-        )
-        .unwrap_or_else(|e| panic!("{id}: input is JSON: {e}"));
-        let tick = parse_tick::<Job>(&tick).unwrap_or_else(|e| panic!("{id}: {e}"));
-        assert_eq!(tick.job, job, "{id}");
-        assert!(tick.scheduled_time.is_some(), "{id}");
-        assert_eq!(p["Target"]["RoleArn"], "getatt:SchedulerRole.Arn", "{id}");
-        let retry = &p["Target"]["RetryPolicy"];
-        assert!(retry["MaximumRetryAttempts"].as_i64().is_some(), "{id}");
-        assert!(retry["MaximumEventAgeInSeconds"].as_i64().is_some(), "{id}");
-        let dlq = p["Target"]["DeadLetterConfig"]["Arn"].as_str().unwrap();
-        let queue = dlq
-            .strip_prefix("getatt:")
-            .and_then(|q| q.strip_suffix(".Arn"))
-            .unwrap();
-        assert!(queues.contains_key(queue), "{id}: DLQ {queue}");
-        // The function's failed runs go to the same queue.
-        let func = stack.resource(f.logical_id);
-        assert_eq!(
-            func["Properties"]["EventInvokeConfig"]["DestinationConfig"]["OnFailure"]["Destination"],
-            dlq,
-            "{id}"
-        );
-        let expr = p["ScheduleExpression"].as_str().unwrap();
-        let spec = APP.schedule(job).expect("every job is scheduled");
-        assert_eq!(spec.function, f.logical_id, "{id}");
-        match spec.schedule {
-            Schedule::Rate(rate) => {
-                assert_eq!(expr, rate, "{id}");
-                assert_eq!(p["State"], "ENABLED", "{id}");
-            }
-            Schedule::OnDemand => assert_eq!(p["State"], "DISABLED", "{id} runs on demand"),
-            other => panic!("{id}: {other:?} is not used by the archive app"),
-        }
-    }
-    // SchedulesState turns every schedule off (the first deployment).
-    let off = archive_stack(&[("SchedulesState", "DISABLED")]);
-    for (id, s) in off.resources_of("AWS::Scheduler::Schedule") {
-        assert_eq!(s["Properties"]["State"], "DISABLED", "{id}");
-    }
-    // The scheduler may invoke exactly the schedule functions.
-    let role = stack.resource("SchedulerRole");
-    let invoke: BTreeSet<String> = role["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["Action"] == "lambda:InvokeFunction")
-        .flat_map(|s| strings(&s["Resource"]))
-        .collect();
-    let want: BTreeSet<String> = Job::ALL
-        .iter()
-        .map(|j| format!("getatt:{}.Arn", APP.function_of(*j).logical_id))
-        .collect();
-    assert_eq!(invoke, want);
+    template().every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue();
 }
 
 #[test]
 fn logs_alarms_and_outputs_cover_every_function_and_queue() {
-    let stack = archive_stack(&[]);
-    let alarms = stack.resources_of("AWS::CloudWatch::Alarm");
-    let alarm_on = |metric: &str, dim: &str, value: &str| {
-        alarms.values().any(|a| {
-            let p = &a["Properties"];
-            p["MetricName"] == metric
-                && p["Dimensions"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .any(|d| d["Name"] == dim && d["Value"] == value)
-        })
-    };
-    let outputs = stack.resolve(&stack.t["Outputs"]);
-    let output_values: BTreeSet<String> = outputs
-        .as_object()
-        .unwrap()
-        .values()
-        .map(|o| o["Value"].as_str().unwrap().to_owned())
-        .collect();
-    let logs = stack.resources_of("AWS::Logs::LogGroup");
-    for f in &functions() {
-        let id = f.logical_id;
-        let name = format!("ref:{id}");
-        assert!(
-            alarm_on("Errors", "FunctionName", &name),
-            "{id}: Errors alarm"
-        );
-        assert!(output_values.contains(&name), "{id}: output");
-        let func = stack.resource(id);
-        let group = func["Properties"]["LoggingConfig"]["LogGroup"]
-            .as_str()
-            .and_then(|g| g.strip_prefix("ref:"))
-            .unwrap_or_else(|| panic!("{id}: LoggingConfig.LogGroup"));
-        let lg = &logs[group];
-        assert_eq!(lg["Properties"]["RetentionInDays"], "30", "{id}");
-        assert_eq!(
-            lg["Properties"]["LogGroupName"],
-            format!(
-                "/aws/lambda/{}",
-                func["Properties"]["FunctionName"].as_str().unwrap()
-            ),
-            "{id}"
-        );
-    }
-    assert!(alarm_on(
-        "IteratorAge",
-        "FunctionName",
-        &format!("ref:{STREAM_FUNCTION}")
-    ));
-    let queues = stack.resources_of("AWS::SQS::Queue");
-    assert_eq!(
-        queues.len(),
-        1 + Job::ALL.len(),
-        "stream failures + a DLQ per job"
-    );
-    for q in queues.keys() {
-        let name = format!("getatt:{q}.QueueName");
-        assert!(
-            alarm_on("ApproximateNumberOfMessagesVisible", "QueueName", &name),
-            "{q}: queue alarm"
-        );
-        assert!(output_values.contains(&name), "{q}: output");
-    }
+    template().logs_alarms_and_outputs_cover_every_function_and_queue();
+}
+
+#[test]
+fn alarms_on_the_workers_metrics_name_metrics_their_function_writes() {
+    template().alarms_on_the_workers_metrics_name_metrics_their_function_writes();
 }

@@ -60,6 +60,27 @@ const APP_WORDS: &[&str] = &[
     "USERS_TABLE",
     "CHAT_REQUESTS_TABLE",
     "GROUP_CHATS_TABLE",
+    // the shop app (apps/shop): derived index attributes, key strings,
+    // fields, worker-owned attributes, jobs, events and variables
+    "GSI1PK",
+    "GSI1SK",
+    "GSI2PK",
+    "GSI2SK",
+    "SKU",
+    "ORDER#STATUS",
+    "BRAND#",
+    "PRO#",
+    "CAT#",
+    "EMAIL#",
+    "brand_id",
+    "category_id",
+    "total_price",
+    "worker_missing_refs",
+    "CHECKPOINT#",
+    "stuck-orders",
+    "OrderStuck",
+    "STUCK_STATUSES",
+    "STUCK_AFTER_HOURS",
 ];
 
 fn files(dir: &Path, out: &mut Vec<PathBuf>) {

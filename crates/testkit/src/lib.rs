@@ -16,6 +16,8 @@
 //!   the code.
 
 pub mod fault_proxy;
+pub mod fixtures;
+pub mod infra;
 pub mod layers;
 pub mod recorded;
 pub mod template;

@@ -1,0 +1,92 @@
+//! The shop worker, described once ([`APP`]: its variables and jobs)
+//! and assembled on the engine's [`Worker`]. The Lambda mains, the command
+//! line, the dev loop and the tests all run events through [`worker`], so a
+//! replay runs exactly the code Lambda runs.
+
+use std::sync::Arc;
+
+use lambda_runtime::Error;
+use worker_engine::clock::{Clock, SystemClock};
+use worker_engine::job::AppSpec;
+use worker_engine::metrics::WriteCounter;
+use worker_engine::notify::{EventBridgePublisher, EventPublisher};
+use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
+use worker_engine::schedule::Scheduler;
+use worker_engine::store::{self, DynamoStore, Store};
+use worker_engine::stream::engine::RecordProcessor;
+
+use crate::config::{self, Settings};
+use crate::keys::Job;
+use crate::{derive, refs, stuck};
+
+/// A job of the shop worker, described once.
+pub type JobSpec = worker_engine::job::JobSpec<Job, Deps, dyn RecordProcessor>;
+
+/// The shop worker: its common variables and its jobs, in the order
+/// their stream handlers see a change.
+pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
+    name: "shop-worker",
+    namespace: "ShopWorker",
+    env: config::COMMON_ENV,
+    jobs: &[&derive::SPEC, &refs::SPEC, &stuck::SPEC],
+};
+
+/// What the handlers and jobs are built from.
+pub struct Deps {
+    /// The table.
+    pub store: Arc<dyn Store>,
+    pub settings: Settings,
+    pub publisher: Arc<dyn EventPublisher>,
+    /// The stream handlers' writes, by metric.
+    pub writes: Arc<WriteCounter>,
+}
+
+/// The worker over `store`: every job registered.
+pub fn worker(
+    store: Arc<dyn Store>,
+    settings: Settings,
+    publisher: Arc<dyn EventPublisher>,
+    clock: Arc<dyn Clock>,
+) -> Worker<Job> {
+    let deps = Deps {
+        store,
+        settings,
+        publisher,
+        writes: Arc::default(),
+    };
+    let handlers = AllHandlers(APP.handlers(&deps));
+    let scheduler = APP
+        .scheduled(&deps)
+        .into_iter()
+        .fold(Scheduler::default(), Scheduler::with);
+    let worker_settings = WorkerSettings {
+        deadline_margin: deps.settings.deadline_margin,
+        stream_concurrency: deps.settings.stream_concurrency,
+        pinned_job: deps.settings.job,
+        writes_metrics: APP.stream_specs().map(|s| s.writes_metric).collect(),
+    };
+    Worker::new(
+        Box::new(EveryBatch(handlers)),
+        scheduler,
+        clock,
+        worker_settings,
+    )
+    .with_write_counter(deps.writes)
+}
+
+/// The worker as Lambda runs it: settings from the environment, events to
+/// EventBridge, DynamoDB request counts in the metrics.
+pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
+    let lookup = |name: &str| std::env::var(name).ok();
+    let settings = Settings::from_lookup(&lookup)?;
+    let client = store::client(settings.endpoint_url.as_deref()).await;
+    let dynamo = DynamoStore::new(client, &settings.table_name);
+    let publisher = Arc::new(EventBridgePublisher::default());
+    Ok(worker(
+        Arc::new(dynamo.clone()),
+        settings,
+        publisher,
+        Arc::new(SystemClock),
+    )
+    .with_store_metrics(&dynamo))
+}

@@ -1,0 +1,16 @@
+//! Lambda bootstrap of the schedule functions (one per job, pinned with
+//! `WORKER_JOB`): EventBridge Scheduler input or rule events.
+
+use lambda_runtime::Error;
+use shop_worker::app::{APP, worker_from_env};
+use worker_engine::metrics::Emitter;
+use worker_engine::telemetry::{self, LogFormat};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    telemetry::init(LogFormat::Json);
+    let worker = worker_from_env()
+        .await?
+        .with_metrics(Emitter::stdout_from_env(APP.namespace, "schedule"));
+    worker_engine::lambda::serve_schedule(&worker).await
+}

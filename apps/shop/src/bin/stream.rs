@@ -1,0 +1,17 @@
+//! Lambda bootstrap of the stream function: DynamoDB Streams batches of the
+//! shop table. Its event source mapping sets
+//! `FunctionResponseTypes: [ReportBatchItemFailures]`.
+
+use lambda_runtime::Error;
+use shop_worker::app::{APP, worker_from_env};
+use worker_engine::metrics::Emitter;
+use worker_engine::telemetry::{self, LogFormat};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    telemetry::init(LogFormat::Json);
+    let worker = worker_from_env()
+        .await?
+        .with_metrics(Emitter::stdout_from_env(APP.namespace, "stream"));
+    worker_engine::lambda::serve_stream(&worker).await
+}

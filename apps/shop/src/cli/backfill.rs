@@ -1,0 +1,86 @@
+//! `shop-worker backfill`: the backfill pass run to its end on a table
+//! (no deadline), with a progress bar over the table's item count.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use worker_engine::cli::CliError;
+use worker_engine::cli::target::{AppTable, TableOpts, Target};
+use worker_engine::error::HandlerError;
+use worker_engine::schedule::{JobRun, Tick, TickSource};
+
+use super::Shop;
+use crate::derive::backfill::{Backfill, Figures};
+use crate::keys::Job;
+
+/// Options of `backfill`.
+#[derive(Debug, Clone, Args)]
+pub struct BackfillArgs {
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub table: TableOpts,
+}
+
+/// The bar: a length when the table tells its item count, a spinner
+/// otherwise.
+fn bar(items: Option<u64>) -> ProgressBar {
+    let pb = match items.filter(|n| *n > 0) {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} items {msg} ({elapsed}, eta {eta})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        None => ProgressBar::new_spinner(),
+    };
+    pb.set_message("read");
+    pb
+}
+
+/// `shop-worker backfill`.
+pub async fn run(args: BackfillArgs) -> Result<ExitCode, CliError> {
+    let app = AppTable::of::<Shop>();
+    let target = Target::open(&args.table, &app).await?;
+    target.require_table().await?;
+    let items = target
+        .store
+        .client()
+        .describe_table()
+        .table_name(&target.table)
+        .send()
+        .await
+        .ok()
+        .and_then(|d| d.table?.item_count)
+        .and_then(|n| u64::try_from(n).ok());
+    let pb = bar(items);
+    let backfill = Backfill::new(target.store.clone());
+    let run = JobRun {
+        now: chrono::Utc::now(),
+        tick: Tick {
+            job: Job::Backfill,
+            scheduled_time: None,
+            source: TickSource::Manual,
+        },
+        deadline: None,
+        margin: std::time::Duration::ZERO,
+    };
+    let progress = |f: &Figures| {
+        pb.set_position(f.scanned);
+        pb.set_message(format!("read, {} written", f.written));
+    };
+    let report = backfill.tick(&run, &progress).await.map_err(|e| match e {
+        HandlerError::Store(e) => CliError::Store(e),
+        other => CliError::Usage(other.to_string()),
+    })?;
+    pb.finish_and_clear();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        println!("backfill on {}: {}", target.describe(), report.summary);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,121 @@
+//! Configuration from the environment (Lambda) or any lookup (tests, the
+//! command line's `--env`).
+//!
+//! | variable | default | read by | meaning |
+//! |---|---|---|---|
+//! | `TABLE_NAME` | (required) | all | the shop table |
+//! | `DYNAMODB_ENDPOINT_URL` | AWS | local runs | another endpoint (DynamoDB Local) |
+//! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
+//! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
+//! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |
+//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | all | logs (`worker_engine::telemetry`) |
+//! | `STUCK_STATUSES` | `PENDING,PAID` | stuck-orders | the statuses an order can be stuck in |
+//! | `STUCK_AFTER_HOURS` | `48` | stuck-orders | an order unchanged this long in one of them is stuck |
+//! | `NOTIFY_EVENT_BUS` | (off) | stuck-orders | EventBridge bus of `OrderStuck` events |
+//!
+//! [`COMMON_ENV`] (`worker_engine::settings`) and each job's `SPEC`
+//! declare the same list with who reads each variable.
+
+use std::time::Duration;
+
+use worker_engine::env::{ConfigError, Env};
+use worker_engine::settings::CommonSettings;
+
+use crate::keys::Job;
+use crate::stuck::StuckSettings;
+
+pub type EnvVar = worker_engine::job::EnvVar<Job>;
+
+/// What `TABLE_NAME` names.
+const TABLE: &str = "the shop table";
+
+/// The variables every function reads, whatever its jobs.
+pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, TABLE);
+
+/// Everything the worker is configured with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub table_name: String,
+    pub endpoint_url: Option<String>,
+    pub deadline_margin: Duration,
+    /// Items of a stream batch handled at once (at least 1).
+    pub stream_concurrency: usize,
+    /// `WORKER_JOB`: the one job this process runs ticks for.
+    pub job: Option<Job>,
+    pub stuck: StuckSettings,
+}
+
+impl Settings {
+    fn of(common: CommonSettings<Job>, stuck: StuckSettings) -> Self {
+        Settings {
+            table_name: common.table_name,
+            endpoint_url: common.endpoint_url,
+            deadline_margin: common.deadline_margin,
+            stream_concurrency: common.stream_concurrency,
+            job: common.job,
+            stuck,
+        }
+    }
+
+    /// The defaults, on `table_name`.
+    pub fn for_table(table_name: impl Into<String>) -> Self {
+        Settings::of(
+            CommonSettings::for_table(table_name),
+            StuckSettings::default(),
+        )
+    }
+
+    /// Read the settings through `lookup` (the process environment on
+    /// Lambda); errors name the variable and what a valid value is.
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(lookup);
+        Ok(Settings::of(
+            CommonSettings::from_env(&env, TABLE)?,
+            StuckSettings::from_env(&env)?,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::from_lookup(&|k| vars.get(k).cloned())
+    }
+
+    #[test]
+    fn settings_from_the_environment() {
+        let s = settings(&[("TABLE_NAME", "shop")]).unwrap();
+        assert_eq!(s, Settings::for_table("shop"));
+        assert_eq!(s.stuck.statuses, ["PENDING", "PAID"]);
+        assert_eq!(s.stuck.after_hours, 48);
+        let s = settings(&[
+            ("TABLE_NAME", "shop"),
+            ("WORKER_JOB", "stuck-orders"),
+            ("STUCK_STATUSES", " SHIPPED , PAID ,"),
+            ("STUCK_AFTER_HOURS", "6"),
+            ("NOTIFY_EVENT_BUS", "bus"),
+            ("STREAM_CONCURRENCY", "0"),
+        ])
+        .unwrap();
+        assert_eq!(s.job, Some(Job::StuckOrders));
+        assert_eq!(s.stuck.statuses, ["SHIPPED", "PAID"]);
+        assert_eq!(s.stuck.after_hours, 6);
+        assert_eq!(s.stuck.event_bus.as_deref(), Some("bus"));
+        assert_eq!(s.stream_concurrency, 1);
+        let e = settings(&[]).unwrap_err();
+        assert_eq!(e.name, "TABLE_NAME");
+        let e = settings(&[("TABLE_NAME", "t"), ("WORKER_JOB", "vacuum")]).unwrap_err();
+        assert!(e.to_string().contains("stuck-orders"), "{e}");
+        let e = settings(&[("TABLE_NAME", "t"), ("STUCK_AFTER_HOURS", "2d")]).unwrap_err();
+        assert_eq!(e.name, "STUCK_AFTER_HOURS");
+        let e = settings(&[("TABLE_NAME", "t"), ("STUCK_STATUSES", "A#B")]).unwrap_err();
+        assert_eq!(e.name, "STUCK_STATUSES");
+    }
+}

@@ -1,0 +1,360 @@
+//! What an item's index attributes must be, from its own fields only
+//! (pure; the stream handler and `backfill` both decide here).
+//!
+//! | entity | derived | from |
+//! |---|---|---|
+//! | Category, Brand | `SKU = CAT#NAME#<name>` / `BRAND#NAME#<name>` | `name` |
+//! | User | `SKU = EMAIL#<email>` | `email` |
+//! | Product | `GSI1PK`, `GSI1SK`, `GSI2PK`, `GSI2SK` | `brand_id`, `category_id`, `created_at` |
+//! | Order | `GSI1PK`, `GSI1SK` | `status`, `updated_at` |
+//!
+//! A missing source field (absent or empty) means the derived attributes
+//! are absent too: the item leaves the index rather than stay listed under
+//! stale keys. A malformed one (an id that is not a KSUID, a time that is
+//! not ten digits of epoch seconds, a status with `#`) is an error naming
+//! the item's key and the field, never the value.
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use worker_engine::item::Item;
+use worker_engine::store::Expr;
+
+use crate::items::{self, FieldError};
+use crate::keys::{self, Gsi1, Gsi2, ItemKey, KeyError, Sku};
+
+/// Why an item's attributes cannot be derived.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeriveError {
+    #[error("malformed key: {0}")]
+    Key(#[from] KeyError),
+    #[error("{key}: {error}")]
+    Field { key: String, error: FieldError },
+}
+
+/// The derived attributes an item's fields call for, and the fields (with
+/// the values seen) they were derived from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Derivation {
+    pub key: ItemKey,
+    /// Each source field and the value seen (`None`: absent).
+    pub sources: Vec<(&'static str, Option<AttributeValue>)>,
+    /// Each derived attribute and its value (`None`: must be absent).
+    pub derived: Vec<(&'static str, Option<String>)>,
+}
+
+impl Derivation {
+    /// The derivation of `item`; `Ok(None)` for items the worker derives
+    /// nothing for (checkpoints, other designs' items).
+    pub fn of(item: &Item) -> Result<Option<Derivation>, DeriveError> {
+        let key = match ItemKey::from_item(item) {
+            Ok(ItemKey::Checkpoint(_)) => return Ok(None),
+            Ok(k) => k,
+            Err(e) if e.is_foreign() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let field = |e: FieldError| DeriveError::Field {
+            key: key.to_string(),
+            error: e,
+        };
+        let (sources, derived): (&[&'static str], Vec<(&'static str, Option<String>)>) = match &key
+        {
+            ItemKey::Category(_) | ItemKey::Brand(_) => {
+                let name = items::text(item, keys::NAME).map_err(field)?;
+                let sku = name.map(|n| match key {
+                    ItemKey::Category(_) => Sku::CategoryName(n.to_owned()),
+                    _ => Sku::BrandName(n.to_owned()),
+                });
+                (&[keys::NAME], vec![(keys::SKU, sku.map(|s| s.value()))])
+            }
+            ItemKey::User(_) => {
+                let email = items::text(item, keys::EMAIL).map_err(field)?;
+                let sku = email.map(|e| Sku::Email(e.to_owned()).value());
+                (&[keys::EMAIL], vec![(keys::SKU, sku)])
+            }
+            ItemKey::Product(_) => {
+                let brand = items::id(item, keys::BRAND_ID).map_err(field)?;
+                let category = items::id(item, keys::CATEGORY_ID).map_err(field)?;
+                let created = items::at(item, keys::CREATED_AT).map_err(field)?;
+                let (g1, g2) = match (brand, category, created) {
+                    (Some(brand), Some(category), Some(created)) => {
+                        let g1 = Gsi1::ProductByBrand {
+                            brand: brand.clone(),
+                            category: category.clone(),
+                            created,
+                        };
+                        let g2 = Gsi2 {
+                            category,
+                            brand,
+                            created,
+                        };
+                        (Some(g1.parts()), Some(g2.parts()))
+                    }
+                    _ => (None, None),
+                };
+                (
+                    &[keys::BRAND_ID, keys::CATEGORY_ID, keys::CREATED_AT],
+                    vec![
+                        (keys::GSI1PK, g1.as_ref().map(|g| g.0.clone())),
+                        (keys::GSI1SK, g1.map(|g| g.1)),
+                        (keys::GSI2PK, g2.as_ref().map(|g| g.0.clone())),
+                        (keys::GSI2SK, g2.map(|g| g.1)),
+                    ],
+                )
+            }
+            ItemKey::Order { .. } => {
+                let status = items::text(item, keys::STATUS).map_err(field)?;
+                let updated = items::at(item, keys::UPDATED_AT).map_err(field)?;
+                let g1 = match (status, updated) {
+                    (Some(s), Some(t)) => Some(
+                        Gsi1::order_by_status(s, t)
+                            .map_err(|_| {
+                                field(FieldError {
+                                    field: keys::STATUS,
+                                    reason: "is empty, longer than 64 or contains #".into(),
+                                })
+                            })?
+                            .parts(),
+                    ),
+                    _ => None,
+                };
+                (
+                    &[keys::STATUS, keys::UPDATED_AT],
+                    vec![
+                        (keys::GSI1PK, g1.as_ref().map(|g| g.0.clone())),
+                        (keys::GSI1SK, g1.map(|g| g.1)),
+                    ],
+                )
+            }
+            ItemKey::Checkpoint(_) => unreachable!("returned above"),
+        };
+        Ok(Some(Derivation {
+            sources: sources
+                .iter()
+                .map(|f| (*f, item.get(*f).cloned()))
+                .collect(),
+            derived,
+            key,
+        }))
+    }
+
+    /// Whether `item` carries exactly the derived attributes.
+    pub fn satisfied_by(&self, item: &Item) -> bool {
+        self.derived
+            .iter()
+            .all(|(attr, want)| match (item.get(*attr), want) {
+                (None, None) => true,
+                (Some(AttributeValue::S(have)), Some(want)) => have == want,
+                _ => false,
+            })
+    }
+
+    /// The UpdateItem: SET (or REMOVE) every derived attribute, on the
+    /// condition that the item exists and its source fields still hold
+    /// the values derived from.
+    pub fn update(&self) -> (Expr, Expr) {
+        let mut set = Vec::new();
+        let mut remove = Vec::new();
+        let mut update = Expr::new("");
+        for (i, (attr, want)) in self.derived.iter().enumerate() {
+            let name = format!("#d{i}");
+            update = update.name(&name, attr);
+            match want {
+                Some(v) => {
+                    let value = format!(":d{i}");
+                    set.push(format!("{name} = {value}"));
+                    update = update.string(&value, v.clone());
+                }
+                None => remove.push(name),
+            }
+        }
+        let mut text = Vec::new();
+        if !set.is_empty() {
+            text.push(format!("SET {}", set.join(", ")));
+        }
+        if !remove.is_empty() {
+            text.push(format!("REMOVE {}", remove.join(", ")));
+        }
+        update.text = text.join(" ");
+        let mut condition = Expr::exists(keys::PK);
+        for (i, (field, seen)) in self.sources.iter().enumerate() {
+            let name = format!("#s{i}");
+            condition = condition.and(match seen {
+                Some(v) => Expr::new(format!("{name} = :s{i}"))
+                    .name(&name, field)
+                    .value(&format!(":s{i}"), v.clone()),
+                None => Expr::new(format!("attribute_not_exists({name})")).name(&name, field),
+            });
+        }
+        (update, condition)
+    }
+
+    /// The item with its derived attributes applied (what the update
+    /// leaves, when its condition holds).
+    pub fn apply(&self, item: &Item) -> Item {
+        let mut out = item.clone();
+        for (attr, want) in &self.derived {
+            match want {
+                Some(v) => out.insert((*attr).to_owned(), AttributeValue::S(v.clone())),
+                None => out.remove(*attr),
+            };
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::items::{Named, Order, Product, Stamps, User};
+    use crate::keys::Id;
+
+    const T: i64 = 1_719_473_962;
+
+    fn id(n: u8) -> Id {
+        Id::at(T - 1000 + i64::from(n), [n; 16])
+    }
+
+    fn stamps() -> Stamps {
+        Stamps {
+            created_at: T,
+            updated_at: T + 5,
+        }
+    }
+
+    fn product(brand: Option<Id>) -> Product {
+        Product {
+            id: id(1),
+            name: Some("Tea".into()),
+            price: Some(3.5),
+            stock: Some(4),
+            brand_id: brand,
+            category_id: Some(id(3)),
+            stamps: stamps(),
+        }
+    }
+
+    fn derived(item: &Item) -> Vec<(&'static str, Option<String>)> {
+        Derivation::of(item).unwrap().unwrap().derived
+    }
+
+    #[test]
+    fn each_entity_derives_its_index_keys() {
+        let cat = Named {
+            key: ItemKey::Category(id(3)),
+            name: Some("Drinks".into()),
+            stamps: stamps(),
+        };
+        assert_eq!(
+            derived(&cat.to_item()),
+            [("SKU", Some("CAT#NAME#Drinks".into()))]
+        );
+        let brand = Named {
+            key: ItemKey::Brand(id(2)),
+            ..cat
+        };
+        assert_eq!(
+            derived(&brand.to_item()),
+            [("SKU", Some("BRAND#NAME#Drinks".into()))]
+        );
+        let user = User {
+            id: id(4),
+            name: None,
+            email: Some("a@b.c".into()),
+            stamps: stamps(),
+        };
+        assert_eq!(
+            derived(&user.to_item()),
+            [("SKU", Some("EMAIL#a@b.c".into()))]
+        );
+        let p = product(Some(id(2)));
+        assert_eq!(
+            derived(&p.to_item()),
+            [
+                ("GSI1PK", Some(format!("BRAND#{}", id(2)))),
+                ("GSI1SK", Some(format!("CAT#{}#AT#{T}", id(3)))),
+                ("GSI2PK", Some(format!("CAT#{}", id(3)))),
+                ("GSI2SK", Some(format!("BRAND#{}#AT#{T}", id(2)))),
+            ]
+        );
+        let o = Order {
+            user: id(4),
+            id: id(5),
+            status: Some("PAID".into()),
+            total_price: Some(10.0),
+            stamps: stamps(),
+        };
+        assert_eq!(
+            derived(&o.to_item()),
+            [
+                ("GSI1PK", Some("ORDER#STATUS#PAID".into())),
+                ("GSI1SK", Some(format!("AT#{}", T + 5))),
+            ]
+        );
+        assert_eq!(
+            Derivation::of(&keys::checkpoint(keys::Job::Audit)),
+            Ok(None)
+        );
+        assert_eq!(Derivation::of(&keys::key_of("OTHER", "x")), Ok(None));
+    }
+
+    #[test]
+    fn a_missing_source_removes_and_a_malformed_one_is_an_error() {
+        let item = product(None).to_item();
+        let d = Derivation::of(&item).unwrap().unwrap();
+        assert!(d.derived.iter().all(|(_, v)| v.is_none()));
+        assert!(d.satisfied_by(&item), "nothing to remove");
+        let (update, condition) = d.update();
+        assert_eq!(update.text, "REMOVE #d0, #d1, #d2, #d3");
+        assert!(
+            condition.text.contains("attribute_not_exists(#s0)"),
+            "{}",
+            condition.text
+        );
+
+        let mut bad = item.clone();
+        bad.insert(
+            keys::BRAND_ID.into(),
+            AttributeValue::S("bob@example.com".into()),
+        );
+        let e = Derivation::of(&bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("PROD/PRO#{}: brand_id", id(1))),
+            "{e}"
+        );
+        assert!(!e.contains("bob"), "{e}");
+        let mut bad = item;
+        bad.insert(keys::CREATED_AT.into(), keys::n(12));
+        assert!(Derivation::of(&bad).is_err());
+        assert!(Derivation::of(&keys::key_of("CAT", "CAT#1")).is_err());
+    }
+
+    #[test]
+    fn the_update_is_conditional_on_the_sources_seen() {
+        let item = product(Some(id(2))).to_item();
+        let d = Derivation::of(&item).unwrap().unwrap();
+        assert!(!d.satisfied_by(&item));
+        let done = d.apply(&item);
+        assert!(d.satisfied_by(&done));
+        assert_eq!(
+            Derivation::of(&done).unwrap().unwrap(),
+            d,
+            "derived from the fields only"
+        );
+        let (update, condition) = d.update();
+        assert_eq!(
+            update.text,
+            "SET #d0 = :d0, #d1 = :d1, #d2 = :d2, #d3 = :d3"
+        );
+        assert_eq!(
+            condition.text,
+            "(((attribute_exists(#cond_k)) AND (#s0 = :s0)) AND (#s1 = :s1)) AND (#s2 = :s2)"
+        );
+        assert_eq!(condition.names["#s2"], "created_at");
+        assert_eq!(
+            condition.values[":s0"],
+            AttributeValue::S(id(2).to_string())
+        );
+        let mut stale = done.clone();
+        stale.insert(keys::GSI1SK.into(), AttributeValue::S("AT#1".into()));
+        assert!(!d.satisfied_by(&stale));
+    }
+}

@@ -1,0 +1,31 @@
+//! shop-worker: the stream-and-schedule worker of the shop single table,
+//! on `worker-engine` (see `docs/ENGINE.md`).
+//!
+//! The table (a contract, from the seed `004`): categories, brands,
+//! products, users and orders under `PK`/`SK`, found through a local index
+//! on `SKU` and two global indexes (`GSI1PK/GSI1SK`, `GSI2PK/GSI2SK`)
+//! whose keys are composites of each entity's own fields. The worker
+//!
+//! - derives those index attributes from the fields, from the stream, and
+//!   never overwrites a newer write with stale keys ([`derive`]); derives
+//!   them for every existing item on demand (`backfill`);
+//! - reports and flags products whose brand or category does not exist
+//!   (`audit`), and a deleted brand's or category's products ([`refs`]);
+//! - reports orders stuck in a status (`stuck-orders`, [`stuck`]).
+//!
+//! Layout, pure core first: [`keys`] (every key string, built and parsed
+//! there only), [`schema`], [`items`] (typed items), `derive::rules`,
+//! `refs::rules` and `stuck::rules` (decisions without I/O); then the
+//! handlers and jobs, [`app`], [`cli`], and the Lambda bootstraps in
+//! `src/bin`.
+
+pub mod app;
+pub mod checkpoint;
+pub mod cli;
+pub mod config;
+pub mod derive;
+pub mod items;
+pub mod keys;
+pub mod refs;
+pub mod schema;
+pub mod stuck;

@@ -1,0 +1,168 @@
+//! References: a product's `brand_id` and `category_id` name an existing
+//! brand and category ([`rules`]).
+//!
+//! - [`DeletedReferences`], the stream handler: the removal of a brand or a
+//!   category reports its products, found through `GSI1` (`GSI1PK =
+//!   BRAND#<id>`) or `GSI2` (`GSI2PK = CAT#<id>`) instead of a scan, and
+//!   flags each with `worker_missing_refs` (an `ADD` to the set, on the
+//!   condition that the product still names the deleted id). A record of
+//!   a brand or category that exists again (a consistent read) flags
+//!   nothing. The index is eventually consistent: a product whose keys
+//!   were derived within the index's lag may be missed; the `audit` finds
+//!   it;
+//! - [`audit::Audit`], scheduled: every product's references checked
+//!   against the brands and categories that exist; the flag set or removed
+//!   to match (conditional on the references read), the products missing
+//!   one reported by id.
+
+pub mod audit;
+pub mod rules;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::metrics::WriteCounter;
+use worker_engine::store::{QuerySpec, Store, WriteOutcome};
+use worker_engine::stream::decode::StreamChange;
+use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+
+use crate::app::JobSpec;
+use crate::items::ProductRefs;
+use crate::keys::{self, ItemKey, Job};
+
+/// Flags written by the stream handler (products of a deleted reference).
+pub const REF_FLAG_WRITES: &str = "ReferenceFlagWrites";
+/// Products `audit` found with a missing reference.
+pub const PRODUCTS_MISSING_REFS: &str = "ProductsMissingRefs";
+/// Flags `audit` set, changed or removed.
+pub const REF_FLAGS_CHANGED: &str = "ReferenceFlagsChanged";
+
+/// Product ids listed in a report or a log line, at most.
+pub const MAX_LISTED: usize = 50;
+
+/// The references job: its stream handler and the audit.
+pub const SPEC: JobSpec = JobSpec {
+    name: "references",
+    summary: "products whose brand or category does not exist are flagged (worker_missing_refs) and reported; a deleted brand's or category's products are found through GSI1/GSI2",
+    env: &[],
+    stream: Some(StreamSpec {
+        handler: "deleted-references",
+        writes_metric: REF_FLAG_WRITES,
+        access: Access {
+            dynamodb_actions: &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"],
+            indexes: &[keys::GSI1, keys::GSI2],
+            fallbacks: &[],
+            publishes_events: false,
+        },
+    }),
+    scheduled: &[ScheduleSpec {
+        job: Job::Audit,
+        function: "AuditFunction",
+        schedule: Schedule::Rate("rate(1 day)"),
+        local_cron: "0 3 * * *",
+        access: Access {
+            dynamodb_actions: &[
+                "dynamodb:DeleteItem",
+                "dynamodb:GetItem",
+                "dynamodb:PutItem",
+                "dynamodb:Query",
+                "dynamodb:UpdateItem",
+            ],
+            indexes: &[],
+            fallbacks: &[Fallback {
+                action: "dynamodb:PutItem",
+                why: "a pass cut short by the deadline saves where it resumes (WORKER/CHECKPOINT#audit)",
+            }],
+            publishes_events: false,
+        },
+        metrics: &[PRODUCTS_MISSING_REFS, REF_FLAGS_CHANGED],
+    }],
+    handlers: |d| {
+        vec![Arc::new(DeletedReferences {
+            store: d.store.clone(),
+            writes: d.writes.clone(),
+        })]
+    },
+    jobs: |d| vec![Arc::new(audit::Audit::new(d.store.clone()))],
+};
+
+/// Reports and flags the products of a deleted brand or category.
+pub struct DeletedReferences {
+    store: Arc<dyn Store>,
+    writes: Arc<WriteCounter>,
+}
+
+#[async_trait]
+impl RecordProcessor for DeletedReferences {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        if !change.kind.is_removal() {
+            return Ok(RecordOutcome::skipped("not a removal"));
+        }
+        let key = match ItemKey::from_item(&change.keys) {
+            Ok(k @ (ItemKey::Brand(_) | ItemKey::Category(_))) => k,
+            _ => return Ok(RecordOutcome::skipped("not a brand or category")),
+        };
+        if self.store.get(&key.key(), true).await?.is_some() {
+            return Ok(RecordOutcome::skipped("exists again"));
+        }
+        let (spec, field, what, deleted) = match &key {
+            ItemKey::Brand(id) => (
+                QuerySpec::partition(keys::GSI1PK, &keys::brand_partition(id)).on_index(keys::GSI1),
+                keys::BRAND_ID,
+                "brand",
+                id,
+            ),
+            ItemKey::Category(id) => (
+                QuerySpec::partition(keys::GSI2PK, &keys::category_partition(id))
+                    .on_index(keys::GSI2),
+                keys::CATEGORY_ID,
+                "category",
+                id,
+            ),
+            _ => unreachable!("matched above"),
+        };
+        let found = self.store.query_all(&spec).await?;
+        let mut flagged = 0;
+        let mut ids = Vec::new();
+        for item in &found {
+            let Ok(Some(p)) = ProductRefs::from_item(item) else {
+                continue;
+            };
+            ids.push(p.id.to_string());
+            let seen = if field == keys::BRAND_ID {
+                &p.brand_id
+            } else {
+                &p.category_id
+            };
+            if seen.as_ref() != Some(deleted) {
+                continue; // the index lags a change of reference
+            }
+            let outcome = self
+                .store
+                .update(&p.key(), rules::add_flag(field), Some(rules::same_refs(&p)))
+                .await?;
+            if outcome == WriteOutcome::Applied {
+                flagged += 1;
+            }
+        }
+        self.writes.add(REF_FLAG_WRITES, flagged);
+        if ids.is_empty() {
+            return Ok(RecordOutcome::skipped(format!(
+                "deleted {what} had no product"
+            )));
+        }
+        ids.truncate(MAX_LISTED);
+        tracing::warn!(
+            deleted = %key,
+            products = found.len(),
+            flagged,
+            product_ids = %ids.join(","),
+            "products name a deleted {what}"
+        );
+        Ok(RecordOutcome::handled(format!(
+            "{} product(s) of the deleted {what}, {flagged} flagged",
+            found.len()
+        )))
+    }
+}

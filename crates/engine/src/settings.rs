@@ -1,0 +1,183 @@
+//! The variables every app's functions read, whatever its jobs: the table,
+//! a local endpoint, the deadline margin, the stream concurrency and the
+//! job a schedule function is pinned to, and the parking table of the
+//! stream function ([`crate::park`]). An app declares them with
+//! [`common_env!`](crate::common_env) (its `AppSpec::env`) and reads them
+//! with [`CommonSettings::from_env`], then adds its jobs' own.
+
+use std::time::Duration;
+
+use crate::env::{ConfigError, Env};
+use crate::park::ParkingSettings;
+use crate::schedule::JobName;
+
+pub const TABLE_NAME: &str = "TABLE_NAME";
+pub const ENDPOINT: &str = "DYNAMODB_ENDPOINT_URL";
+pub const DEADLINE_MARGIN_MS: &str = "DEADLINE_MARGIN_MS";
+pub const STREAM_CONCURRENCY: &str = "STREAM_CONCURRENCY";
+pub const WORKER_JOB: &str = "WORKER_JOB";
+
+/// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
+pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
+
+/// The variables every function reads, as an app's `&[EnvVar<J>]`:
+/// `common_env!(Job, "the orders table")` (the text says what `TABLE_NAME`
+/// names).
+#[macro_export]
+macro_rules! common_env {
+    ($job:ty, $table:expr) => {
+        &[
+            $crate::job::EnvVar::<$job> {
+                name: $crate::settings::TABLE_NAME,
+                read_by: &[$crate::job::ReadBy::All],
+                default: None,
+                meaning: $table,
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::settings::ENDPOINT,
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: None,
+                meaning: "another DynamoDB endpoint (DynamoDB Local)",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::settings::DEADLINE_MARGIN_MS,
+                read_by: &[$crate::job::ReadBy::All],
+                default: Some("2000"),
+                meaning: "stop this long before the Lambda deadline",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::settings::STREAM_CONCURRENCY,
+                read_by: &[$crate::job::ReadBy::Stream],
+                default: Some("1000"),
+                meaning: "items of a stream batch handled at once (1: strictly in order)",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::settings::WORKER_JOB,
+                read_by: &[$crate::job::ReadBy::Schedule],
+                default: None,
+                meaning: "the one job a schedule function runs (a tick for another is refused)",
+            },
+            $crate::park::ParkingSettings::env_vars::<$job>()[0],
+            $crate::park::ParkingSettings::env_vars::<$job>()[1],
+            $crate::job::EnvVar::<$job> {
+                name: "LOG_FORMAT",
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: Some("json"),
+                meaning: "json or text log lines, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: "RUST_LOG",
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: Some("info"),
+                meaning: "log filter, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
+            },
+        ]
+    };
+}
+
+/// What the common variables configure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommonSettings<J> {
+    pub table_name: String,
+    pub endpoint_url: Option<String>,
+    pub deadline_margin: Duration,
+    /// Items of a stream batch handled at once (1 to
+    /// [`MAX_STREAM_CONCURRENCY`]).
+    pub stream_concurrency: usize,
+    /// `WORKER_JOB`: the one job this process runs ticks for.
+    pub job: Option<J>,
+    /// Where the stream function parks records that fail for good (`None`:
+    /// `PARKING_TABLE` unset, they are logged and counted only).
+    pub parking: Option<ParkingSettings>,
+}
+
+impl<J: JobName> CommonSettings<J> {
+    /// The defaults, on `table_name`.
+    pub fn for_table(table_name: impl Into<String>) -> Self {
+        CommonSettings {
+            table_name: table_name.into(),
+            endpoint_url: None,
+            deadline_margin: Duration::from_millis(2000),
+            stream_concurrency: crate::stream::engine::DEFAULT_CONCURRENCY,
+            job: None,
+            parking: None,
+        }
+    }
+
+    /// Read them; `table` says what `TABLE_NAME` names (in the error when
+    /// it is missing). Errors name the variable and a valid value.
+    pub fn from_env(env: &Env, table: &str) -> Result<Self, ConfigError> {
+        let mut s = CommonSettings::for_table(env.required(TABLE_NAME, table)?);
+        s.endpoint_url = env.non_empty(ENDPOINT);
+        if let Some(ms) = env.number(DEADLINE_MARGIN_MS)? {
+            s.deadline_margin = Duration::from_millis(ms);
+        }
+        if let Some(n) = env.number(STREAM_CONCURRENCY)? {
+            s.stream_concurrency = n.clamp(1, MAX_STREAM_CONCURRENCY as u64) as usize;
+        }
+        s.job = env.parse(WORKER_JOB, |v| {
+            J::parse(v).ok_or(format!("expected one of {}", J::known()))
+        })?;
+        s.parking = ParkingSettings::from_env(env)?;
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::EnvVar;
+    use std::collections::HashMap;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+    enum Job {
+        Sweep,
+    }
+
+    impl JobName for Job {
+        const ALL: &'static [Job] = &[Job::Sweep];
+        fn as_str(self) -> &'static str {
+            "sweep"
+        }
+    }
+
+    impl std::fmt::Display for Job {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.as_str())
+        }
+    }
+
+    const ENV: &[EnvVar<Job>] = common_env!(Job, "the notes table");
+
+    fn read(vars: &[(&str, &str)]) -> Result<CommonSettings<Job>, ConfigError> {
+        let vars: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let lookup = |k: &str| vars.get(k).cloned();
+        CommonSettings::from_env(&Env::new(&lookup), "the notes table")
+    }
+
+    #[test]
+    fn the_common_variables() {
+        assert_eq!(ENV.len(), 7);
+        assert!(ENV[0].is_read_by(None) && ENV[0].is_read_by(Some(Job::Sweep)));
+        assert!(ENV[1].local_only());
+        assert_eq!(
+            read(&[("TABLE_NAME", "t")]).unwrap(),
+            CommonSettings::for_table("t")
+        );
+        let s = read(&[
+            ("TABLE_NAME", "t"),
+            ("WORKER_JOB", "sweep"),
+            ("STREAM_CONCURRENCY", "0"),
+            ("DEADLINE_MARGIN_MS", "500"),
+        ])
+        .unwrap();
+        assert_eq!((s.job, s.stream_concurrency), (Some(Job::Sweep), 1));
+        assert_eq!(s.deadline_margin, Duration::from_millis(500));
+        assert_eq!(read(&[]).unwrap_err().name, "TABLE_NAME");
+        let e = read(&[("TABLE_NAME", "t"), ("WORKER_JOB", "vacuum")]).unwrap_err();
+        assert!(e.to_string().contains("sweep"), "{e}");
+    }
+}
