@@ -160,9 +160,18 @@ mod tests {
 
     #[test]
     fn the_common_variables() {
-        assert_eq!(ENV.len(), 7);
+        assert_eq!(ENV.len(), 9);
         assert!(ENV[0].is_read_by(None) && ENV[0].is_read_by(Some(Job::Sweep)));
         assert!(ENV[1].local_only());
+        // The parking table is the stream function's; logs are set by
+        // Lambda's LoggingConfig when deployed.
+        let parking = ENV.iter().find(|v| v.name == "PARKING_TABLE").unwrap();
+        assert!(parking.is_read_by(None) && !parking.is_read_by(Some(Job::Sweep)));
+        assert!(
+            ENV.iter()
+                .filter(|v| v.name == "RUST_LOG" || v.name == "LOG_FORMAT")
+                .all(|v| v.local_only())
+        );
         assert_eq!(
             read(&[("TABLE_NAME", "t")]).unwrap(),
             CommonSettings::for_table("t")
@@ -176,6 +185,9 @@ mod tests {
         .unwrap();
         assert_eq!((s.job, s.stream_concurrency), (Some(Job::Sweep), 1));
         assert_eq!(s.deadline_margin, Duration::from_millis(500));
+        assert_eq!(s.parking, None);
+        let parked = read(&[("TABLE_NAME", "t"), ("PARKING_TABLE", "p")]).unwrap();
+        assert_eq!(parked.parking.map(|p| p.table), Some("p".to_owned()));
         assert_eq!(read(&[]).unwrap_err().name, "TABLE_NAME");
         let e = read(&[("TABLE_NAME", "t"), ("WORKER_JOB", "vacuum")]).unwrap_err();
         assert!(e.to_string().contains("sweep"), "{e}");
