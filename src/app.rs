@@ -89,7 +89,7 @@ impl App {
     /// `DYNAMODB_ENDPOINT_URL`, and the rest of [`Config`].
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
-        let client = store::client(config.endpoint_url.as_deref()).await;
+        let client = store::lambda_client(config.endpoint_url.as_deref());
         let store = Arc::new(DynamoStore::new(client, &config.table_name));
         Ok(App::new(store.clone(), config, Arc::new(SystemClock)).with_store_metrics(&store))
     }

@@ -21,7 +21,7 @@ use crate::stream::engine::BatchResponse;
 pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<Value>| async move {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
-        let report = worker.handle_stream(&event.payload, deadline).await?;
+        let report = worker.handle_stream_event(event.payload, deadline).await?;
         if report.retry_whole_batch {
             return Err(Error::from(
                 "transient failure on a record without a sequence number; retrying the whole batch",

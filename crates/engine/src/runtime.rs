@@ -221,6 +221,28 @@ impl<J: JobName> Worker<J> {
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
         let records = decode::decode_event(event)?;
+        self.run_stream(records, deadline).await
+    }
+
+    /// [`Self::handle_stream`] taking the event: it is dropped once
+    /// decoded, before the batch runs (Lambda's [`crate::lambda`] entry
+    /// point). A 6 MB event parsed into a `Value` takes several times its
+    /// size; the decoded records are all the batch needs.
+    pub async fn handle_stream_event(
+        &self,
+        event: Value,
+        deadline: Option<Instant>,
+    ) -> Result<BatchReport, EventError<J>> {
+        let records = decode::decode_event(&event)?;
+        drop(event);
+        self.run_stream(records, deadline).await
+    }
+
+    async fn run_stream(
+        &self,
+        records: Vec<Result<StreamChange, RecordError>>,
+        deadline: Option<Instant>,
+    ) -> Result<BatchReport, EventError<J>> {
         let config = EngineConfig {
             deadline,
             deadline_margin: self.settings.deadline_margin,
