@@ -91,7 +91,7 @@ impl App {
     /// fail for good are parked in `PARKING_TABLE` when it is set.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
-        let client = store::client(config.endpoint_url.as_deref()).await;
+        let client = store::lambda_client(config.endpoint_url.as_deref());
         let store = Arc::new(DynamoStore::new(client.clone(), &config.table_name));
         let parking = config.parking.as_ref().map(|p| Parking::dynamo(client, p));
         let mut app =

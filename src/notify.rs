@@ -100,9 +100,7 @@ impl EventBridgePublisher {
     async fn client(&self) -> &aws_sdk_eventbridge::Client {
         self.client
             .get_or_init(|| async {
-                let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .load()
-                    .await;
+                let config = worker_engine::aws::lambda_config(None);
                 aws_sdk_eventbridge::Client::new(&config)
             })
             .await

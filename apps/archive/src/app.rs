@@ -88,7 +88,7 @@ pub fn worker(
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let lookup = |name: &str| std::env::var(name).ok();
     let settings = Settings::from_lookup(&lookup)?;
-    let client = store::client(settings.endpoint_url.as_deref()).await;
+    let client = store::lambda_client(settings.endpoint_url.as_deref());
     let dynamo = DynamoStore::new(client.clone(), &settings.table_name);
     let parking = settings
         .parking

@@ -396,7 +396,7 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let env = Env::new(&lookup);
     let table = env.required(TABLE_NAME, "the notes table")?;
     let pinned = pinned_job(&env)?;
-    let client = store::client(env.non_empty(ENDPOINT).as_deref()).await;
+    let client = store::lambda_client(env.non_empty(ENDPOINT).as_deref());
     let store = DynamoStore::new(client, table);
     Ok(worker(Arc::new(store.clone()), Arc::new(SystemClock), pinned).with_store_metrics(&store))
 }

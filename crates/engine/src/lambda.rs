@@ -35,7 +35,7 @@ pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
         let span = span_of(worker, &event.context);
         let report = worker
-            .handle_stream(&event.payload, deadline)
+            .handle_stream_event(event.payload, deadline)
             .instrument(span)
             .await?;
         if report.retry_whole_batch {

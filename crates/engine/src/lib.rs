@@ -11,6 +11,7 @@
 //!
 //! See `docs/ENGINE.md` for how to serve a new table.
 
+pub mod aws;
 pub mod cli;
 pub mod clock;
 pub mod deploy;

@@ -11,6 +11,7 @@
 //! # async fn demo() -> Result<(), worker_engine::local::LocalError> {
 //! // In tests: one instance per process, started on first use and shared by every test.
 //! let ddb = worker_engine::local::shared().await?;
+//! // (`worker_engine::store::local_client` builds the same client.)
 //! let config = aws_sdk_dynamodb::Config::builder()
 //!     .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
 //!     .region(aws_sdk_dynamodb::config::Region::new("us-east-1"))
@@ -18,6 +19,7 @@
 //!         "local", "local", None, None, "dynamodb-local",
 //!     ))
 //!     .endpoint_url(ddb.endpoint_url())
+//!     .http_client(worker_engine::aws::https_client())
 //!     .build();
 //! let client = aws_sdk_dynamodb::Client::from_conf(config);
 //! # let _ = client;

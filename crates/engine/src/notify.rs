@@ -71,9 +71,7 @@ impl EventPublisher for EventBridgePublisher {
         let client = self
             .client
             .get_or_init(|| async {
-                let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                    .load()
-                    .await;
+                let config = crate::aws::lambda_config(None);
                 aws_sdk_eventbridge::Client::new(&config)
             })
             .await;

@@ -267,6 +267,34 @@ impl<J: JobName> Worker<J> {
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
         let records = decode::decode_event(event)?;
+        self.run_stream(records, Some(event), deadline).await
+    }
+
+    /// [`Self::handle_stream`] taking the event (Lambda's [`crate::lambda`]
+    /// entry point): without a parking table it is dropped once decoded,
+    /// before the batch runs, since a 6 MB event parsed into a `Value` takes
+    /// several times its size and the decoded records are all the batch
+    /// needs. With one, it is kept: a record that fails for good is parked
+    /// as it came.
+    pub async fn handle_stream_event(
+        &self,
+        event: Value,
+        deadline: Option<Instant>,
+    ) -> Result<BatchReport, EventError<J>> {
+        let records = decode::decode_event(&event)?;
+        if self.parking.is_some() {
+            return self.run_stream(records, Some(&event), deadline).await;
+        }
+        drop(event);
+        self.run_stream(records, None, deadline).await
+    }
+
+    async fn run_stream(
+        &self,
+        records: Vec<Result<StreamChange, RecordError>>,
+        event: Option<&Value>,
+        deadline: Option<Instant>,
+    ) -> Result<BatchReport, EventError<J>> {
         let config = EngineConfig {
             deadline,
             deadline_margin: self.settings.deadline_margin,
@@ -281,7 +309,7 @@ impl<J: JobName> Worker<J> {
             Some(c) => c.gathered(run).await,
             None => run.await,
         };
-        if let Some(parking) = &self.parking {
+        if let (Some(parking), Some(event)) = (&self.parking, event) {
             park::park_failures(
                 parking,
                 event,

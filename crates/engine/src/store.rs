@@ -1007,7 +1007,7 @@ impl StoreMetrics {
 /// region and credentials default to `us-east-1` and dummy keys, so no AWS
 /// account is needed.
 pub async fn client(endpoint_url: Option<&str>) -> Client {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    let mut loader = crate::aws::defaults();
     if let Some(url) = endpoint_url {
         loader = loader.endpoint_url(url);
         if std::env::var_os("AWS_REGION").is_none()
@@ -1030,6 +1030,12 @@ pub async fn client(endpoint_url: Option<&str>) -> Client {
     Client::new(&loader.load().await)
 }
 
+/// The client of a Lambda function: [`crate::aws::lambda_config`] (region
+/// and credentials from Lambda's environment variables only).
+pub fn lambda_client(endpoint_url: Option<&str>) -> Client {
+    Client::new(&crate::aws::lambda_config(endpoint_url))
+}
+
 /// A client for a local endpoint that reads nothing from the environment:
 /// region `us-east-1`, dummy static credentials, no instance metadata.
 pub fn local_client(endpoint_url: &str) -> Client {
@@ -1044,6 +1050,7 @@ pub fn local_client(endpoint_url: &str) -> Client {
             "worker-local",
         ))
         .endpoint_url(endpoint_url)
+        .http_client(crate::aws::https_client())
         .build();
     Client::from_conf(config)
 }

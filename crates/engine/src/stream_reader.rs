@@ -28,6 +28,7 @@ pub fn local_client(endpoint_url: &str) -> Client {
             "worker-local",
         ))
         .endpoint_url(endpoint_url)
+        .http_client(crate::aws::https_client())
         .build();
     Client::from_conf(config)
 }
@@ -39,7 +40,7 @@ pub async fn client(endpoint_url: Option<&str>) -> Client {
             local_client(url)
         }
         _ => {
-            let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+            let mut loader = crate::aws::defaults();
             if let Some(url) = endpoint_url {
                 loader = loader.endpoint_url(url);
             }

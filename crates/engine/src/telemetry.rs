@@ -24,8 +24,10 @@
 //! Metrics are separate: CloudWatch Embedded Metric Format lines on stdout.
 
 use tracing::Subscriber;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::{LevelFilter, Targets};
 use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::layer::{Filter, Layer, SubscriberExt};
+use tracing_subscriber::registry::Registry;
 use tracing_subscriber::util::SubscriberInitExt;
 
 /// Output format of log lines.
@@ -35,13 +37,20 @@ pub enum LogFormat {
     Text,
 }
 
-/// The filter from `RUST_LOG`, else `AWS_LAMBDA_LOG_LEVEL`, else `info`.
-pub fn env_filter() -> EnvFilter {
-    EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(filter_directive(
-            std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref(),
-        ))
-    })
+/// The filter from `RUST_LOG` (`level` and `target=level` directives,
+/// comma-separated), else `AWS_LAMBDA_LOG_LEVEL`, else `info`. A
+/// `tracing_subscriber::filter::Targets`, not an `EnvFilter`: its span and
+/// field directives need the regex engine, about 1 MB of each Lambda
+/// `bootstrap`; a `RUST_LOG` it cannot read falls back to the Lambda level.
+pub fn env_filter() -> Targets {
+    std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|v| v.parse::<Targets>().ok())
+        .unwrap_or_else(|| {
+            filter_directive(std::env::var("AWS_LAMBDA_LOG_LEVEL").ok().as_deref())
+                .parse::<Targets>()
+                .unwrap_or_else(|_| Targets::new().with_default(LevelFilter::INFO))
+        })
 }
 
 /// The filter directive of a Lambda application log level (`FATAL` has no
@@ -94,20 +103,23 @@ pub fn trace_id(from_context: Option<&str>) -> Option<String> {
 }
 
 /// The JSON subscriber Lambda uses, writing to `writer` (tests pass a
-/// capturing writer): no timestamp (CloudWatch stamps each line), the
-/// current span and the span list on every line.
-pub fn json_subscriber<W>(filter: EnvFilter, writer: W) -> impl Subscriber + Send + Sync + 'static
+/// capturing writer and any filter, e.g. an `EnvFilter`): no timestamp
+/// (CloudWatch stamps each line), the current span and the span list on
+/// every line.
+pub fn json_subscriber<F, W>(filter: F, writer: W) -> impl Subscriber + Send + Sync + 'static
 where
+    F: Filter<Registry> + Send + Sync + 'static,
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer)
-        .json()
-        .with_current_span(true)
-        .with_span_list(true)
-        .without_time()
-        .finish()
+    tracing_subscriber::registry().with(
+        tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .json()
+            .with_current_span(true)
+            .with_span_list(true)
+            .without_time()
+            .with_filter(filter),
+    )
 }
 
 /// Install the global subscriber once; later calls do nothing.
@@ -122,10 +134,13 @@ pub fn init(default: LogFormat) {
             let _ = json_subscriber(env_filter(), std::io::stderr).try_init();
         }
         LogFormat::Text => {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(env_filter())
-                .with_writer(std::io::stderr)
-                .with_target(false)
+            let _ = tracing_subscriber::registry()
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(std::io::stderr)
+                        .with_target(false)
+                        .with_filter(env_filter()),
+                )
                 .try_init();
         }
     }
@@ -171,7 +186,10 @@ mod tests {
     fn every_line_of_an_invocation_carries_cold_start_and_trace_id() {
         let lines = Lines::default();
         let writer = lines.clone();
-        let subscriber = json_subscriber(EnvFilter::new("info"), move || writer.clone());
+        let subscriber =
+            json_subscriber(Targets::new().with_default(LevelFilter::INFO), move || {
+                writer.clone()
+            });
         tracing::subscriber::with_default(subscriber, || {
             let span = invocation_span(true, Some("Root=1-5759e988-bd862e3fe1be46a994272793"));
             let _in = span.enter();

@@ -587,6 +587,7 @@ pub fn client_via(proxy: &FaultProxy, max_attempts: u32) -> aws_sdk_dynamodb::Cl
             "worker-local",
         ))
         .endpoint_url(proxy.endpoint_url())
+        .http_client(worker_engine::aws::https_client())
         .retry_config(
             RetryConfig::standard()
                 .with_max_attempts(max_attempts)

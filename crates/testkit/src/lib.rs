@@ -13,13 +13,16 @@
 //! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes;
 //! - [`workload`]: seeded histories delivered at least once, in any order;
 //! - [`template`]: a SAM template read and evaluated, to check it against
-//!   the code.
+//!   the code;
+//! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
+//!   process.
 
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;
 pub mod layers;
 pub mod recorded;
+pub mod runtime_api;
 pub mod template;
 pub mod workload;
 

@@ -553,9 +553,7 @@ mod queue {
 
     impl Queue {
         pub async fn new(url: String) -> Self {
-            let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .load()
-                .await;
+            let config = crate::aws::defaults().load().await;
             Queue {
                 client: aws_sdk_sqs::Client::new(&config),
                 url,

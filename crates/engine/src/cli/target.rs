@@ -173,7 +173,7 @@ pub fn refuse_remote_writes(
 /// own). For an endpoint that is not AWS, missing region and credentials
 /// default to us-east-1 and dummy keys (a DynamoDB Local elsewhere).
 pub async fn sdk_config(endpoint: Option<&str>, aws: &AwsOpts) -> aws_config::SdkConfig {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    let mut loader = crate::aws::defaults();
     if let Some(p) = &aws.profile {
         loader = loader.profile_name(p);
     }
