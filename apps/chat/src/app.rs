@@ -14,6 +14,7 @@ use lambda_runtime::Error;
 use worker_engine::clock::{Clock, SystemClock};
 use worker_engine::job::AppSpec;
 use worker_engine::metrics::WriteCounter;
+use worker_engine::park::Parking;
 use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
 use worker_engine::schedule::Scheduler;
 use worker_engine::store::transact::Transactions;
@@ -175,15 +176,25 @@ pub fn stores_of(dynamo: &BTreeMap<Table, DynamoStore>) -> Stores {
 }
 
 /// The worker as Lambda runs it: settings from the environment, every
-/// table's DynamoDB requests and capacity in the metrics.
+/// table's DynamoDB requests and capacity in the metrics, records that fail
+/// for good parked in `PARKING_TABLE` when it is set.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let lookup = |name: &str| std::env::var(name).ok();
     let settings = Settings::from_lookup(&lookup)?;
-    let client = store::client(settings.endpoint_url.as_deref()).await;
-    let first = DynamoStore::new(client, settings.table(Table::ChatRequests));
+    let client = store::lambda_client(settings.endpoint_url.as_deref());
+    let first = DynamoStore::new(client.clone(), settings.table(config::HOME_TABLE));
     let dynamo = dynamo_stores(&first, &settings);
     let tx = Arc::new(first.clone());
-    Ok(worker(stores_of(&dynamo), tx, settings, Arc::new(SystemClock)).with_store_metrics(&first))
+    let parking = settings
+        .parking
+        .as_ref()
+        .map(|p| Parking::dynamo(client, p));
+    let worker =
+        worker(stores_of(&dynamo), tx, settings, Arc::new(SystemClock)).with_store_metrics(&first);
+    Ok(match parking {
+        Some(parking) => worker.with_parking(parking),
+        None => worker,
+    })
 }
 
 #[cfg(test)]

@@ -13,19 +13,23 @@
 //! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
 //! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
 //! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |
-//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | all | logs (`worker_engine::telemetry`) |
+//! | `PARKING_TABLE` | (off) | stream | where records that fail for good are parked (`worker_engine::park`) |
+//! | `PARKING_RETENTION_DAYS` | `14` | stream | how long a parked record is kept |
+//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | local runs | logs (Lambda: `LoggingConfig`; `worker_engine::telemetry`) |
 //! | `REQUEST_EXPIRY_DAYS` | `30` | expire-requests | pending requests older than this expire |
 //! | `TWIN_GRACE_MINUTES` | `60` | audit-requests | a copy's twin may be missing this long |
 //!
-//! [`COMMON_ENV`] and each job's `SPEC` declare the same list with who
-//! reads each variable. Every function reads every table's name: the
+//! [`COMMON_ENV`] (the table variables, then `worker_engine::settings`'
+//! common ones) and each job's `SPEC` declare the same list with who reads
+//! each variable. Every function reads every table's name: the
 //! stream function tells the tables' records apart by it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use worker_engine::env::{ConfigError, Env};
-use worker_engine::schedule::JobName;
+use worker_engine::park::ParkingSettings;
+use worker_engine::settings::CommonSettings;
 
 use crate::keys::Job;
 use crate::schema::Table;
@@ -33,15 +37,8 @@ use crate::schema::Table;
 pub type EnvVar = worker_engine::job::EnvVar<Job>;
 pub type ReadBy = worker_engine::job::ReadBy<Job>;
 
-pub const ENDPOINT: &str = "DYNAMODB_ENDPOINT_URL";
-pub const DEADLINE_MARGIN_MS: &str = "DEADLINE_MARGIN_MS";
-pub const STREAM_CONCURRENCY: &str = "STREAM_CONCURRENCY";
-pub const WORKER_JOB: &str = "WORKER_JOB";
 pub const REQUEST_EXPIRY_DAYS: &str = "REQUEST_EXPIRY_DAYS";
 pub const TWIN_GRACE_MINUTES: &str = "TWIN_GRACE_MINUTES";
-
-/// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
-pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
 
 const fn table_var(t: Table, meaning: &'static str) -> EnvVar {
     EnvVar {
@@ -52,51 +49,20 @@ const fn table_var(t: Table, meaning: &'static str) -> EnvVar {
     }
 }
 
-/// The variables every function reads, whatever its jobs.
-pub const COMMON_ENV: &[EnvVar] = &[
+/// The variables every function reads, whatever its jobs: each table's
+/// name, then the engine's common variables (`worker_engine::settings`).
+pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job;
     table_var(Table::Users, "the Users table"),
     table_var(Table::Communities, "the Communities table"),
     table_var(Table::Notifications, "the Notifications table"),
     table_var(Table::GroupChats, "the GroupChats table"),
     table_var(Table::PrivateChats, "the PrivateChats table"),
     table_var(Table::ChatRequests, "the ChatRequests table"),
-    EnvVar {
-        name: ENDPOINT,
-        read_by: &[ReadBy::LocalOnly],
-        default: None,
-        meaning: "another DynamoDB endpoint (DynamoDB Local)",
-    },
-    EnvVar {
-        name: DEADLINE_MARGIN_MS,
-        read_by: &[ReadBy::All],
-        default: Some("2000"),
-        meaning: "stop this long before the Lambda deadline",
-    },
-    EnvVar {
-        name: STREAM_CONCURRENCY,
-        read_by: &[ReadBy::Stream],
-        default: Some("1000"),
-        meaning: "items of a stream batch handled at once (1: strictly in order)",
-    },
-    EnvVar {
-        name: WORKER_JOB,
-        read_by: &[ReadBy::Schedule],
-        default: None,
-        meaning: "the one job a schedule function runs (a tick for another is refused)",
-    },
-    EnvVar {
-        name: "LOG_FORMAT",
-        read_by: &[ReadBy::All],
-        default: Some("json"),
-        meaning: "json or text log lines (worker_engine::telemetry)",
-    },
-    EnvVar {
-        name: "RUST_LOG",
-        read_by: &[ReadBy::All],
-        default: Some("info"),
-        meaning: "log filter (worker_engine::telemetry)",
-    },
-];
+);
+
+/// The table the worker's own store is opened on (its transactions and
+/// request counts).
+pub const HOME_TABLE: Table = Table::ChatRequests;
 
 /// Everything the worker is configured with.
 #[derive(Debug, Clone, PartialEq)]
@@ -111,20 +77,29 @@ pub struct Settings {
     pub job: Option<Job>,
     pub expiry_days: u64,
     pub twin_grace_minutes: u64,
+    /// Where the stream function parks records that fail for good.
+    pub parking: Option<ParkingSettings>,
 }
 
 impl Settings {
-    /// The defaults, on tables named by `name`.
-    pub fn for_tables(name: impl Fn(Table) -> String) -> Self {
+    fn of(tables: BTreeMap<Table, String>, common: CommonSettings<Job>) -> Self {
         Settings {
-            tables: Table::ALL.iter().map(|t| (*t, name(*t))).collect(),
-            endpoint_url: None,
-            deadline_margin: Duration::from_millis(2000),
-            stream_concurrency: worker_engine::stream::engine::DEFAULT_CONCURRENCY,
-            job: None,
+            tables,
+            endpoint_url: common.endpoint_url,
+            deadline_margin: common.deadline_margin,
+            stream_concurrency: common.stream_concurrency,
+            job: common.job,
             expiry_days: 30,
             twin_grace_minutes: 60,
+            parking: common.parking,
         }
+    }
+
+    /// The defaults, on tables named by `name`.
+    pub fn for_tables(name: impl Fn(Table) -> String) -> Self {
+        let tables: BTreeMap<Table, String> = Table::ALL.iter().map(|t| (*t, name(*t))).collect();
+        let home = tables[&HOME_TABLE].clone();
+        Settings::of(tables, CommonSettings::for_table(home))
     }
 
     /// The name of `table`.
@@ -140,17 +115,8 @@ impl Settings {
         for t in Table::ALL {
             tables.insert(t, env.required(t.env_var(), "a table name")?);
         }
-        let mut s = Settings::for_tables(|t| tables[&t].clone());
-        s.endpoint_url = env.non_empty(ENDPOINT);
-        if let Some(ms) = env.number(DEADLINE_MARGIN_MS)? {
-            s.deadline_margin = Duration::from_millis(ms);
-        }
-        if let Some(n) = env.number(STREAM_CONCURRENCY)? {
-            s.stream_concurrency = n.clamp(1, MAX_STREAM_CONCURRENCY as u64) as usize;
-        }
-        s.job = env.parse(WORKER_JOB, |v| {
-            Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
-        })?;
+        let home = tables[&HOME_TABLE].clone();
+        let mut s = Settings::of(tables, CommonSettings::from_env_on(&env, home)?);
         if let Some(d) = env.number(REQUEST_EXPIRY_DAYS)? {
             s.expiry_days = d;
         }
@@ -197,6 +163,15 @@ mod tests {
         assert_eq!(s.job, Some(Job::ExpireRequests));
         assert_eq!((s.expiry_days, s.twin_grace_minutes), (7, 5));
         assert_eq!(s.stream_concurrency, 1);
+        assert_eq!(s.parking, None, "no PARKING_TABLE: nothing is parked");
+        let s = settings(&[("PARKING_TABLE", "parked")]).unwrap();
+        assert_eq!(
+            s.parking,
+            Some(ParkingSettings {
+                table: "parked".into(),
+                retention_days: 14
+            })
+        );
         let e = settings(&[("GROUP_CHATS_TABLE", "")]).unwrap_err();
         assert_eq!(e.name, "GROUP_CHATS_TABLE");
         let e = settings(&[("WORKER_JOB", "vacuum")]).unwrap_err();

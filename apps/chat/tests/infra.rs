@@ -3,7 +3,9 @@
 //! variables its description lists, each role grants, table by table,
 //! exactly the actions and indexes of `app::table_access`, and every
 //! table's stream has its own event source mapping that reports batch
-//! item failures.
+//! item failures; beside them the worker's parking table, tracing, Lambda's
+//! logging controls and the alarms on the worker's own metrics
+//! (`worker_testkit::template::operations_problems`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -12,9 +14,11 @@ use chat_worker::app::{APP, table_access};
 use chat_worker::keys::Job;
 use chat_worker::schema::Table;
 use serde_json::{Value, json};
-use worker_engine::deploy::FunctionSpec;
+use worker_engine::deploy::{FunctionSpec, JOB_ALARM_METRICS, PARKING_TABLE, STREAM_ALARM_METRICS};
 use worker_engine::schedule::JobName;
-use worker_testkit::template::{self, Stack, strings};
+use worker_testkit::template::{
+    self, Stack, is_operations_statement, operations_problems, strings,
+};
 
 fn stack() -> Stack {
     let t = template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/chat.yaml"));
@@ -30,7 +34,13 @@ fn functions() -> Vec<FunctionSpec<Job>> {
 fn the_tables_are_the_schemas_in_code() {
     let stack = stack();
     let tables = stack.resources_of("AWS::DynamoDB::Table");
-    assert_eq!(tables.len(), 6);
+    let mut want: BTreeSet<&str> = Table::ALL.iter().map(|t| t.logical_id()).collect();
+    want.insert(PARKING_TABLE);
+    assert_eq!(
+        tables.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+        want,
+        "the six tables and the worker's parking table"
+    );
     for t in Table::ALL {
         let r = stack.resource(t.logical_id());
         let mut expected = t.schema().to_cloudformation(Value::Null);
@@ -101,6 +111,9 @@ fn every_role_grants_table_by_table_exactly_what_its_function_calls() {
         let mut granted: BTreeMap<Table, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
         let mut streams = BTreeSet::new();
         for s in statements(&stack, &f) {
+            if is_operations_statement(&s) {
+                continue; // tracing and parking: operations_problems
+            }
             assert_eq!(s["Effect"], "Allow");
             let actions = strings(&s["Action"]);
             let resources = strings(&s["Resource"]);
@@ -231,12 +244,20 @@ fn every_job_has_its_schedule_and_every_function_and_metric_an_alarm() {
         .filter(|a| a["Properties"]["Namespace"] == APP.namespace)
         .map(|a| a["Properties"]["MetricName"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        metrics,
-        BTreeSet::from([
-            "RecordsFailed",
-            chat_worker::requests::REQUEST_CONFLICTS,
-            chat_worker::requests::TWINS_MISSING
-        ])
-    );
+    let mut want = BTreeSet::from([
+        chat_worker::requests::REQUEST_CONFLICTS,
+        chat_worker::requests::TWINS_MISSING,
+    ]);
+    want.extend(STREAM_ALARM_METRICS);
+    want.extend(JOB_ALARM_METRICS);
+    assert_eq!(metrics, want);
+}
+
+/// Parked, traced, logged through Lambda's controls, every mapping's
+/// EventCount metrics, and alarmed on the worker's own metrics.
+#[test]
+fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
+    let schedule_of = |job: Job| APP.schedule(job).expect("scheduled").schedule;
+    let problems = operations_problems(&stack(), APP.namespace, &functions(), &schedule_of);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

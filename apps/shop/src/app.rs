@@ -10,6 +10,7 @@ use worker_engine::clock::{Clock, SystemClock};
 use worker_engine::job::AppSpec;
 use worker_engine::metrics::WriteCounter;
 use worker_engine::notify::{EventBridgePublisher, EventPublisher};
+use worker_engine::park::Parking;
 use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
 use worker_engine::schedule::Scheduler;
 use worker_engine::store::{self, DynamoStore, Store};
@@ -75,18 +76,27 @@ pub fn worker(
 }
 
 /// The worker as Lambda runs it: settings from the environment, events to
-/// EventBridge, DynamoDB request counts in the metrics.
+/// EventBridge, DynamoDB request counts in the metrics, records that fail
+/// for good parked in `PARKING_TABLE` when it is set.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let lookup = |name: &str| std::env::var(name).ok();
     let settings = Settings::from_lookup(&lookup)?;
-    let client = store::client(settings.endpoint_url.as_deref()).await;
-    let dynamo = DynamoStore::new(client, &settings.table_name);
+    let client = store::lambda_client(settings.endpoint_url.as_deref());
+    let dynamo = DynamoStore::new(client.clone(), &settings.table_name);
+    let parking = settings
+        .parking
+        .as_ref()
+        .map(|p| Parking::dynamo(client, p));
     let publisher = Arc::new(EventBridgePublisher::default());
-    Ok(worker(
+    let worker = worker(
         Arc::new(dynamo.clone()),
         settings,
         publisher,
         Arc::new(SystemClock),
     )
-    .with_store_metrics(&dynamo))
+    .with_store_metrics(&dynamo);
+    Ok(match parking {
+        Some(parking) => worker.with_parking(parking),
+        None => worker,
+    })
 }

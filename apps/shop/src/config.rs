@@ -8,7 +8,9 @@
 //! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
 //! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
 //! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |
-//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | all | logs (`worker_engine::telemetry`) |
+//! | `PARKING_TABLE` | (off) | stream | where records that fail for good are parked (`worker_engine::park`) |
+//! | `PARKING_RETENTION_DAYS` | `14` | stream | how long a parked record is kept |
+//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | local runs | logs (Lambda: `LoggingConfig`; `worker_engine::telemetry`) |
 //! | `STUCK_STATUSES` | `PENDING,PAID` | stuck-orders | the statuses an order can be stuck in |
 //! | `STUCK_AFTER_HOURS` | `48` | stuck-orders | an order unchanged this long in one of them is stuck |
 //! | `NOTIFY_EVENT_BUS` | (off) | stuck-orders | EventBridge bus of `OrderStuck` events |
@@ -19,6 +21,7 @@
 use std::time::Duration;
 
 use worker_engine::env::{ConfigError, Env};
+use worker_engine::park::ParkingSettings;
 use worker_engine::settings::CommonSettings;
 
 use crate::keys::Job;
@@ -43,6 +46,8 @@ pub struct Settings {
     /// `WORKER_JOB`: the one job this process runs ticks for.
     pub job: Option<Job>,
     pub stuck: StuckSettings,
+    /// Where the stream function parks records that fail for good.
+    pub parking: Option<ParkingSettings>,
 }
 
 impl Settings {
@@ -54,6 +59,7 @@ impl Settings {
             stream_concurrency: common.stream_concurrency,
             job: common.job,
             stuck,
+            parking: common.parking,
         }
     }
 
@@ -109,6 +115,15 @@ mod tests {
         assert_eq!(s.stuck.after_hours, 6);
         assert_eq!(s.stuck.event_bus.as_deref(), Some("bus"));
         assert_eq!(s.stream_concurrency, 1);
+        assert_eq!(s.parking, None, "no PARKING_TABLE: nothing is parked");
+        let s = settings(&[("TABLE_NAME", "shop"), ("PARKING_TABLE", "parked")]).unwrap();
+        assert_eq!(
+            s.parking,
+            Some(ParkingSettings {
+                table: "parked".into(),
+                retention_days: 14
+            })
+        );
         let e = settings(&[]).unwrap_err();
         assert_eq!(e.name, "TABLE_NAME");
         let e = settings(&[("TABLE_NAME", "t"), ("WORKER_JOB", "vacuum")]).unwrap_err();

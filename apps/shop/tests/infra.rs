@@ -2,7 +2,8 @@
 //! checks (`worker_testkit::infra`, which lists them):
 //! the sandbox table against `src/schema.rs` (the LSI, GSI1 and GSI2); every function, role,
 //! variable, event source, schedule, queue, log group, alarm and output
-//! against the jobs' descriptions (`APP.functions()`).
+//! against the jobs' descriptions (`APP.functions()`); the parking table,
+//! tracing, logging controls and alarms on the worker's own metrics.
 //!
 //! `cargo test -p shop-worker --test infra`; `scripts/lint-infra
 //! infra/shop.yaml` runs cfn-lint on the same file.
@@ -44,6 +45,13 @@ fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
 #[test]
 fn the_sandbox_table_is_the_schema_in_code() {
     template().the_sandbox_table_is_the_schema_in_code();
+}
+
+/// Parked, traced, logged through Lambda's controls and alarmed on the
+/// worker's own metrics (worker_testkit::template::operations_problems).
+#[test]
+fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
+    template().operations();
 }
 
 #[test]

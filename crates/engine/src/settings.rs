@@ -23,16 +23,25 @@ pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
 /// The variables every function reads, as an app's `&[EnvVar<J>]`:
 /// `common_env!(Job, "the orders table")` (the text says what `TABLE_NAME`
 /// names).
+///
+/// An app of several tables names each by a variable of its own instead of
+/// `TABLE_NAME`: `common_env!(Job; USERS, ORDERS)` lists its `EnvVar`s first,
+/// then the others (read with [`CommonSettings::from_env_on`]).
 #[macro_export]
 macro_rules! common_env {
     ($job:ty, $table:expr) => {
-        &[
+        $crate::common_env!($job;
             $crate::job::EnvVar::<$job> {
                 name: $crate::settings::TABLE_NAME,
                 read_by: &[$crate::job::ReadBy::All],
                 default: None,
                 meaning: $table,
-            },
+            }
+        )
+    };
+    ($job:ty; $($first:expr),+ $(,)?) => {
+        &[
+            $($first,)+
             $crate::job::EnvVar::<$job> {
                 name: $crate::settings::ENDPOINT,
                 read_by: &[$crate::job::ReadBy::LocalOnly],
@@ -107,7 +116,14 @@ impl<J: JobName> CommonSettings<J> {
     /// Read them; `table` says what `TABLE_NAME` names (in the error when
     /// it is missing). Errors name the variable and a valid value.
     pub fn from_env(env: &Env, table: &str) -> Result<Self, ConfigError> {
-        let mut s = CommonSettings::for_table(env.required(TABLE_NAME, table)?);
+        Self::from_env_on(env, env.required(TABLE_NAME, table)?)
+    }
+
+    /// Read them but `TABLE_NAME`, on `table_name`: an app of several tables
+    /// reads their variables itself (`common_env!(Job; ...)`) and names the
+    /// one its worker's own store is opened on.
+    pub fn from_env_on(env: &Env, table_name: String) -> Result<Self, ConfigError> {
+        let mut s = CommonSettings::for_table(table_name);
         s.endpoint_url = env.non_empty(ENDPOINT);
         if let Some(ms) = env.number(DEADLINE_MARGIN_MS)? {
             s.deadline_margin = Duration::from_millis(ms);
@@ -172,6 +188,17 @@ mod tests {
                 .filter(|v| v.name == "RUST_LOG" || v.name == "LOG_FORMAT")
                 .all(|v| v.local_only())
         );
+        // Several tables: their own variables first, instead of TABLE_NAME.
+        const TABLES: &[EnvVar<Job>] = common_env!(Job;
+            EnvVar { name: "NOTES_TABLE", read_by: &[crate::job::ReadBy::All], default: None, meaning: "notes" },
+            EnvVar { name: "TAGS_TABLE", read_by: &[crate::job::ReadBy::All], default: None, meaning: "tags" },
+        );
+        let names: Vec<&str> = TABLES.iter().map(|v| v.name).collect();
+        assert_eq!(&names[..2], ["NOTES_TABLE", "TAGS_TABLE"]);
+        assert_eq!(
+            names[2..],
+            ENV[1..].iter().map(|v| v.name).collect::<Vec<_>>()[..]
+        );
         assert_eq!(
             read(&[("TABLE_NAME", "t")]).unwrap(),
             CommonSettings::for_table("t")
@@ -189,6 +216,10 @@ mod tests {
         let parked = read(&[("TABLE_NAME", "t"), ("PARKING_TABLE", "p")]).unwrap();
         assert_eq!(parked.parking.map(|p| p.table), Some("p".to_owned()));
         assert_eq!(read(&[]).unwrap_err().name, "TABLE_NAME");
+        let lookup = |k: &str| (k == "PARKING_TABLE").then(|| "parked".to_owned());
+        let s = CommonSettings::<Job>::from_env_on(&Env::new(&lookup), "notes".into()).unwrap();
+        assert_eq!(s.table_name, "notes");
+        assert_eq!(s.parking.map(|p| p.table).as_deref(), Some("parked"));
         let e = read(&[("TABLE_NAME", "t"), ("WORKER_JOB", "vacuum")]).unwrap_err();
         assert!(e.to_string().contains("sweep"), "{e}");
     }

@@ -14,20 +14,27 @@
 //!   `publishes_events` (and a bus is set);
 //! - the event source mapping, the schedules (input a tick of the job, the
 //!   expression of its `Schedule`), queues, log groups, alarms (those in
-//!   the app's namespace name a metric their function writes) and outputs.
+//!   the app's namespace name a metric their function writes) and outputs;
+//! - what every app needs to run in production ([`AppTemplate::operations`]:
+//!   [`operations_problems`]): the parking table, tracing, Lambda's logging
+//!   controls, the mapping's metrics and the alarms on the worker's own
+//!   metrics. The other checks skip the operations grants
+//!   ([`is_operations_statement`]) and the parking table.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use serde_json::{Value, json};
 use worker_engine::deploy::{
-    FunctionSpec, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
+    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
 use worker_engine::job::{AppSpec, Schedule};
 use worker_engine::schedule::{JobName, parse_tick};
 use worker_engine::schema::TableSchema;
 
-use crate::template::{ACCOUNT, REGION, Stack, strings, table_arn};
+use crate::template::{
+    ACCOUNT, REGION, Stack, is_operations_statement, operations_problems, strings, table_arn,
+};
 
 /// What the checks read of the app's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,11 +139,38 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
             named.resource(self.sandbox_table)["Properties"]["TableName"],
             "sandbox"
         );
-        // Without CreateTable there is no table resource.
-        assert!(
+        // Without CreateTable the only table is the worker's parking table.
+        assert_eq!(
             (self.stack)(&[])
                 .resources_of("AWS::DynamoDB::Table")
-                .is_empty()
+                .into_keys()
+                .collect::<Vec<_>>(),
+            [PARKING_TABLE]
+        );
+    }
+
+    // ------------------------------------------------------------------ operations
+
+    /// Parked, traced, logged through Lambda's controls and alarmed on the
+    /// worker's own metrics ([`operations_problems`], all of them listed).
+    pub fn operations(&self) {
+        let schedule_of = |job: J| {
+            self.app
+                .schedule(job)
+                .expect("every job is scheduled")
+                .schedule
+        };
+        let problems = operations_problems(
+            &(self.stack)(&[]),
+            self.app.namespace,
+            &self.functions(),
+            &schedule_of,
+        );
+        assert!(
+            problems.is_empty(),
+            "{}:\n{}",
+            self.template_path.display(),
+            problems.join("\n")
         );
     }
 
@@ -180,7 +214,6 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
                 let want: BTreeSet<&str> = f.env_vars.iter().copied().collect();
                 assert_eq!(have, want, "{id}: environment variables");
                 assert_eq!(env["TABLE_NAME"], self.table, "{id}");
-                assert_eq!(env["LOG_FORMAT"], "json", "{id}");
                 match f.job {
                     Some(job) => assert_eq!(env["WORKER_JOB"], job.as_str(), "{id}"),
                     None => assert!(!env.contains_key("WORKER_JOB"), "{id}"),
@@ -240,6 +273,9 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
                 let stream: BTreeSet<String> =
                     STREAM_READ_ACTIONS.iter().map(|a| a.to_string()).collect();
                 for s in statements(&stack, f) {
+                    if is_operations_statement(&s) {
+                        continue; // tracing and parking: `operations`
+                    }
                     assert_eq!(s["Effect"], "Allow", "{id}");
                     let actions = strings(&s["Action"]);
                     let resources = strings(&s["Resource"]);
@@ -537,7 +573,10 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
                     "RecordsHandled",
                     "RecordsSkipped",
                     "RecordsFailed",
+                    worker_engine::park::RECORDS_PARKED,
                     "RecordsRetried",
+                    "StreamLagMs",
+                    "StreamLagMaxMs",
                 ]
                 .into_iter()
                 .chain(self.app.stream_specs().map(|s| s.writes_metric))

@@ -100,6 +100,8 @@ Examples:
   shop-worker backfill --endpoint-url http://127.0.0.1:8000 --table shop";
 
 /// The subcommands: the engine's, and `backfill`.
+// Parsed once per process: the engine's variant being larger costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum ShopCommand {
     #[command(flatten)]
