@@ -50,15 +50,31 @@ pub const JOB_ALARM_METRICS: [&str; 2] = ["JobErrors", "JobsIncomplete"];
 /// checkpoint next tick; several in a row mean it never catches up.
 pub const JOBS_INCOMPLETE_PERIODS: u32 = 3;
 
-/// The period (seconds) of a job's worker-metric alarms: an hour for a job
-/// that runs at least hourly (or on demand: hourly when enabled), a day for
-/// a daily job (CloudWatch allows up to 7 days of periods of an hour or
-/// more).
+/// The period (seconds) of a job's worker-metric alarms: the job's own
+/// interval, at least an hour (a job that runs more often, or on demand,
+/// is judged hourly) and at most a day (`rate(1 day)` and daily jobs), so
+/// `JOBS_INCOMPLETE_PERIODS` periods in a row are that many runs
+/// (CloudWatch allows up to 7 days of periods of an hour or more).
 pub fn alarm_period(schedule: Schedule) -> u32 {
     match schedule {
         Schedule::Daily { .. } => 86_400,
-        Schedule::Rate(_) | Schedule::OnDemand => 3_600,
+        Schedule::Rate(expr) => rate_seconds(expr).unwrap_or(3_600).clamp(3_600, 86_400),
+        Schedule::OnDemand => 3_600,
     }
+}
+
+/// The interval of an EventBridge `rate(N unit)` expression, in seconds.
+fn rate_seconds(expr: &str) -> Option<u32> {
+    let inner = expr.trim().strip_prefix("rate(")?.strip_suffix(')')?;
+    let (n, unit) = inner.trim().split_once(' ')?;
+    let n: u32 = n.parse().ok()?;
+    let unit = match unit.trim().trim_end_matches('s') {
+        "minute" => 60,
+        "hour" => 3_600,
+        "day" => 86_400,
+        _ => return None,
+    };
+    n.checked_mul(unit)
 }
 
 /// The DynamoDB action of a store operation.
@@ -164,5 +180,23 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
         std::iter::once(self.stream_function())
             .chain(J::ALL.iter().map(|j| self.function_of(*j)))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_alarm_period_is_its_interval_between_an_hour_and_a_day() {
+        let rate = |e| alarm_period(Schedule::Rate(e));
+        assert_eq!(rate("rate(15 minutes)"), 3_600);
+        assert_eq!(rate("rate(1 hour)"), 3_600);
+        assert_eq!(rate("rate(6 hours)"), 21_600);
+        assert_eq!(rate("rate(1 day)"), 86_400);
+        assert_eq!(rate("rate(7 days)"), 86_400);
+        assert_eq!(rate("cron(0 3 * * ? *)"), 3_600);
+        assert_eq!(alarm_period(Schedule::OnDemand), 3_600);
+        assert_eq!(alarm_period(Schedule::Daily { zone_env: "TZ" }), 86_400);
     }
 }
