@@ -96,9 +96,7 @@ impl App {
         let parking = config.parking.as_ref().map(|p| Parking::dynamo(client, p));
         let mut app =
             App::new(store.clone(), config, Arc::new(SystemClock)).with_store_metrics(&store);
-        if let Some(parking) = parking {
-            app.worker = app.worker.with_parking(parking);
-        }
+        app.worker = app.worker.with_parking(parking);
         Ok(app)
     }
 

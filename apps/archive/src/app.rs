@@ -102,8 +102,5 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
         Arc::new(SystemClock),
     )
     .with_store_metrics(&dynamo);
-    Ok(match parking {
-        Some(parking) => worker.with_parking(parking),
-        None => worker,
-    })
+    Ok(worker.with_parking(parking))
 }

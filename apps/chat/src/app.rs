@@ -191,10 +191,7 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
         .map(|p| Parking::dynamo(client, p));
     let worker =
         worker(stores_of(&dynamo), tx, settings, Arc::new(SystemClock)).with_store_metrics(&first);
-    Ok(match parking {
-        Some(parking) => worker.with_parking(parking),
-        None => worker,
-    })
+    Ok(worker.with_parking(parking))
 }
 
 #[cfg(test)]

@@ -194,9 +194,10 @@ impl<J: JobName> Worker<J> {
     }
 
     /// Park every stream record that fails for good here before the batch
-    /// is reported (a record that cannot be parked is retried).
-    pub fn with_parking(mut self, parking: Parking) -> Self {
-        self.parking = Some(parking);
+    /// is reported (a record that cannot be parked is retried). `None`
+    /// (`PARKING_TABLE` unset): such records are logged and counted only.
+    pub fn with_parking(mut self, parking: impl Into<Option<Parking>>) -> Self {
+        self.parking = parking.into();
         self
     }
 

@@ -100,10 +100,7 @@ fn worker(
             writes_metrics: vec![],
         },
     );
-    match parking {
-        Some(p) => w.with_parking(p),
-        None => w,
-    }
+    w.with_parking(parking)
 }
 
 /// A parking table next to `table` on the same DynamoDB Local.
