@@ -6,8 +6,14 @@
 //! certificates; plain `http://` endpoints (DynamoDB Local) work too. An
 //! SDK client built without it fails its first request with "no HTTP
 //! client".
+//!
+//! A Lambda function's clients ([`lambda_config`]) trust the Amazon Trust
+//! Services roots instead, built into the binary (`aws_roots.pem`): every
+//! AWS endpoint a function calls chains to one of them, and reading and
+//! parsing the system's certificate bundle (about 150 certificates) was
+//! the largest step of a `bootstrap`'s start before its first invocation.
 
-use aws_smithy_http_client::tls::{Provider, rustls_provider::CryptoMode};
+use aws_smithy_http_client::tls::{Provider, TlsContext, TrustStore, rustls_provider::CryptoMode};
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 
 /// A new HTTPS client, its connection pool its own. Not one per process:
@@ -16,6 +22,28 @@ use aws_smithy_runtime_api::client::http::SharedHttpClient;
 pub fn https_client() -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
+}
+
+/// The root certificates of Amazon Trust Services (Amazon Root CA 1 to 4
+/// and Starfield Services Root Certificate Authority - G2), which sign the
+/// certificates of every AWS service endpoint.
+const AWS_ROOTS: &[u8] = include_bytes!("aws_roots.pem");
+
+/// [`https_client`] trusting only [`AWS_ROOTS`]: no certificate file is
+/// read when the client is built. Only for AWS endpoints (or `http://`).
+pub fn aws_https_client() -> SharedHttpClient {
+    let roots = TrustStore::empty()
+        .with_native_roots(false)
+        .with_pem_certificate(AWS_ROOTS);
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .tls_context(
+            TlsContext::builder()
+                .with_trust_store(roots)
+                .build()
+                .expect("a TLS context"),
+        )
         .build_https()
 }
 
@@ -33,7 +61,9 @@ pub fn defaults() -> aws_config::ConfigLoader {
 /// `bootstrap`s. Elsewhere (the command line, on AWS), export the
 /// credentials into the environment (`aws configure export-credentials
 /// --format env`). With `endpoint_url` (DynamoDB Local) a missing region is
-/// `us-east-1` and missing credentials are dummy ones.
+/// `us-east-1` and missing credentials are dummy ones. The HTTP client is
+/// [`aws_https_client`]: an endpoint whose certificate is not signed by
+/// Amazon Trust Services (a TLS-inspecting proxy) is refused.
 pub fn lambda_config(endpoint_url: Option<&str>) -> aws_config::SdkConfig {
     use aws_sdk_dynamodb::config::{Credentials, SharedCredentialsProvider};
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
@@ -55,11 +85,49 @@ pub fn lambda_config(endpoint_url: Option<&str>) -> aws_config::SdkConfig {
     };
     let mut config = aws_config::SdkConfig::builder()
         .behavior_version(aws_config::BehaviorVersion::latest())
-        .http_client(https_client())
+        .http_client(aws_https_client())
         .region(region.map(aws_config::Region::new))
         .credentials_provider(credentials);
     if let Some(url) = endpoint_url {
         config = config.endpoint_url(url);
     }
     config.build()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+
+    #[test]
+    fn the_built_in_roots_are_the_five_amazon_trust_services_certificates() {
+        let certs = CertificateDer::pem_slice_iter(AWS_ROOTS)
+            .collect::<Result<Vec<_>, _>>()
+            .expect("valid PEM");
+        assert_eq!(certs.len(), 5);
+        let names: Vec<&str> = std::str::from_utf8(AWS_ROOTS)
+            .expect("text")
+            .lines()
+            .filter_map(|l| l.strip_prefix("# "))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "Amazon Root CA 1",
+                "Amazon Root CA 2",
+                "Amazon Root CA 3",
+                "Amazon Root CA 4",
+                "Starfield Services Root Certificate Authority - G2"
+            ]
+        );
+        // Each is a self-signed root: the DER is a SEQUENCE, and distinct.
+        for cert in &certs {
+            assert_eq!(cert.as_ref()[0], 0x30);
+        }
+        let mut unique: Vec<&[u8]> = certs.iter().map(|c| c.as_ref()).collect();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 5);
+    }
 }
