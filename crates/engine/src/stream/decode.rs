@@ -41,6 +41,8 @@ use serde_json::{Map, Value, json};
 
 use crate::item::{Item, redact_quoted};
 
+mod direct;
+
 /// Key attribute names used when none are configured: `("PK", "SK")`.
 pub const DEFAULT_KEY_ATTRIBUTES: (&str, &str) = (
     crate::schema::DEFAULT_KEY.partition_key,
@@ -301,8 +303,24 @@ pub fn is_stream_event(v: &Value) -> bool {
     })
 }
 
-/// Parse and decode an event from its raw bytes.
+/// Parse and decode an event from its raw bytes, as [`decode_event`] would
+/// decode its parsed JSON.
+///
+/// An event of well-formed records is read straight from the bytes, in one
+/// pass and without a `Value` (`direct`); one that holds anything else (a
+/// malformed record, a binary attribute, a duplicate field) is parsed into
+/// a `Value` and decoded by [`decode_event`], which gives the reasons.
 pub fn decode_event_bytes(
+    bytes: &[u8],
+) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    if let Some(records) = direct::decode(bytes) {
+        return Ok(records.into_iter().map(Ok).collect());
+    }
+    decode_event_bytes_parsed(bytes)
+}
+
+/// [`decode_event_bytes`] through a `Value`, always.
+fn decode_event_bytes_parsed(
     bytes: &[u8],
 ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -1757,6 +1775,92 @@ mod tests {
         assert_eq!(event["Records"][3]["eventName"], "REMOVE");
     }
 
+    #[test]
+    fn the_byte_level_path_reads_well_formed_events_and_leaves_the_rest() {
+        let example = AWS_EXAMPLE.as_bytes();
+        let direct = direct::decode(example).expect("read straight from the bytes");
+        let parsed = decode_event(&serde_json::from_slice(example).unwrap()).unwrap();
+        assert_eq!(direct.len(), 3);
+        assert_eq!(
+            direct.into_iter().map(Ok).collect::<Vec<_>>(),
+            parsed,
+            "the same changes as through a Value"
+        );
+        // What `encode_event` writes (fixtures, captures), with nested and
+        // empty values, a fractional creation time and a TTL removal.
+        let mut item = Item::new();
+        item.insert("PK".into(), AttributeValue::S(U.into()));
+        item.insert("SK".into(), AttributeValue::S("User".into()));
+        item.insert("Name".into(), AttributeValue::S("caf\u{e9} \"x\"".into()));
+        item.insert(
+            "Foods".into(),
+            AttributeValue::L(vec![
+                AttributeValue::M(Item::from([
+                    ("Qty".into(), AttributeValue::N("1.5".into())),
+                    ("Tags".into(), AttributeValue::Ss(vec!["a".into()])),
+                    ("Empty".into(), AttributeValue::L(vec![])),
+                ])),
+                AttributeValue::M(Item::new()),
+                AttributeValue::Null(true),
+                AttributeValue::Bool(false),
+            ]),
+        );
+        let keys: Item = item
+            .iter()
+            .filter(|(k, _)| *k == "PK" || *k == "SK")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let change = |kind, old: Option<Item>, new: Option<Item>| StreamChange {
+            event_id: "e1".into(),
+            kind,
+            sequence_number: Some("000000000000000000042".parse().unwrap()),
+            approximate_creation: Some(Utc.timestamp_millis_opt(1_711_143_813_123).unwrap()),
+            keys: keys.clone(),
+            old_image: old,
+            new_image: new,
+            event_source_arn: Some(ARN.into()),
+            size_bytes: Some(120),
+        };
+        let changes = vec![
+            change(ChangeKind::Insert, None, Some(item.clone())),
+            change(ChangeKind::Modify, Some(item.clone()), Some(item.clone())),
+            change(ChangeKind::TtlRemove, Some(item.clone()), None),
+        ];
+        let bytes = serde_json::to_vec(&encode_event(&changes, None)).unwrap();
+        assert_eq!(direct::decode(&bytes), Some(changes.clone()));
+
+        // Left to the `Value` path, which gives the reasons: a binary
+        // attribute, a malformed record, a duplicate field.
+        let mut binary = item.clone();
+        binary.insert("Blob".into(), AttributeValue::B(Blob::new(vec![1, 2])));
+        let with_binary = vec![change(ChangeKind::Insert, None, Some(binary))];
+        let bytes = serde_json::to_vec(&encode_event(&with_binary, None)).unwrap();
+        assert_eq!(direct::decode(&bytes), None);
+        assert_eq!(
+            decode_event_bytes(&bytes).unwrap(),
+            with_binary.into_iter().map(Ok).collect::<Vec<_>>()
+        );
+        let malformed =
+            br#"{"Records": [{"eventID": "x", "eventName": "INSERT", "dynamodb": {}}]}"#;
+        assert_eq!(direct::decode(malformed), None);
+        let reason = decode_event_bytes(malformed)
+            .unwrap()
+            .remove(0)
+            .unwrap_err()
+            .reason;
+        assert_eq!(reason, "no Keys");
+        let duplicate = br#"{"Records": [{"eventID": "x", "eventID": "y", "eventName": "REMOVE",
+            "dynamodb": {"Keys": {"PK": {"S": "a"}}, "OldImage": {"PK": {"S": "a"}}}}]}"#;
+        assert_eq!(direct::decode(duplicate), None);
+        assert_eq!(
+            decode_event_bytes(duplicate).unwrap()[0]
+                .as_ref()
+                .unwrap()
+                .event_id,
+            "y"
+        );
+    }
+
     // ---- property tests ----
 
     fn key_name() -> impl Strategy<Value = String> {
@@ -1899,6 +2003,32 @@ mod tests {
     }
 
     proptest! {
+        /// The byte-level path reads what it reads as the `Value` path
+        /// does, and `decode_event_bytes` always agrees with `decode_event`.
+        #[test]
+        fn bytes_decode_as_the_parsed_json_does(
+            records in prop::collection::vec((stream_record(), any::<bool>()), 0..4)
+        ) {
+            let records: Vec<Value> = records
+                .into_iter()
+                .map(|(mut r, tagged)| {
+                    if let (true, Some(o)) = (tagged, r.as_object_mut()) {
+                        o.insert("eventSource".into(), json!(STREAM_SOURCE));
+                        o.insert("awsRegion".into(), json!("eu-west-1"));
+                    }
+                    r
+                })
+                .collect();
+            let event = json!({ "Records": records });
+            let bytes = serde_json::to_vec(&event).unwrap();
+            let parsed = decode_event(&event);
+            if let Some(direct) = direct::decode(&bytes) {
+                let direct: Vec<_> = direct.into_iter().map(Ok).collect();
+                prop_assert_eq!(Ok(direct), parsed.clone());
+            }
+            prop_assert_eq!(decode_event_bytes(&bytes), parsed);
+        }
+
         #[test]
         fn sequence_order_agrees_with_numbers(
             a in any::<u128>(), b in any::<u128>(), za in 0usize..4, zb in 0usize..4

@@ -1,0 +1,475 @@
+//! The byte-level path of [`super::decode_event_bytes`]: a stream event read
+//! straight from its bytes into [`StreamChange`]s, in one pass, without the
+//! `serde_json::Value` of the whole event and its copy of every string.
+//!
+//! It is strict: it accepts only the common shape of a well-formed record
+//! (the fields and DynamoDB JSON types of [`super::decode_object`]'s reading,
+//! untagged empty lists and maps included) and fails on anything else: a
+//! duplicate field, a binary (`B`, `BS`) value, an `EventSource` field, a
+//! malformed record. The caller then decodes the event through the `Value`
+//! path, which gives every reason and error text. So for every event this
+//! path reads, the result is the `Value` path's (the tests hold the two side
+//! by side), and an event it does not read costs one more parse.
+//!
+//! Strings are read borrowed from the bytes where JSON allows (no escape)
+//! and copied once, into the owned [`Item`]s; the fields nobody reads
+//! (`awsRegion`, `eventVersion`, `StreamViewType`...) are skipped unparsed.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+use super::{
+    ChangeKind, MAX_ITEM_BYTES, STREAM_SOURCE, SequenceNumber, StreamChange, TTL_PRINCIPAL,
+    item_size, non_empty, parse_epoch_text,
+};
+use crate::item::Item;
+
+/// The event's records, or `None` when this path does not read the event
+/// (then the `Value` path decides).
+pub(super) fn decode(bytes: &[u8]) -> Option<Vec<StreamChange>> {
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let records = de.deserialize_map(EventVisitor).ok()?;
+    de.end().ok()?;
+    records
+}
+
+/// A string, borrowed from the input when it has no escape.
+struct Str<'de>(Cow<'de, str>);
+
+impl<'de> de::Deserialize<'de> for Str<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn fail<T, E: de::Error>(what: &str) -> Result<T, E> {
+    Err(E::custom(what))
+}
+
+/// Set a field once; a second occurrence is a duplicate (the `Value` path
+/// keeps the last one; this path leaves such an event to it).
+fn once<T, E: de::Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
+    if slot.replace(value).is_some() {
+        return fail("duplicate field");
+    }
+    Ok(())
+}
+
+/// `{"Records": [...]}`; other top-level fields are skipped.
+struct EventVisitor;
+
+impl<'de> Visitor<'de> for EventVisitor {
+    type Value = Option<Vec<StreamChange>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a stream event")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut records = None;
+        while let Some(key) = map.next_key::<Str>()? {
+            if key.0 == "Records" {
+                once(&mut records, map.next_value_seed(RecordsSeed)?)?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(records)
+    }
+}
+
+struct RecordsSeed;
+
+impl<'de> DeserializeSeed<'de> for RecordsSeed {
+    type Value = Vec<StreamChange>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RecordsSeed {
+    type Value = Vec<StreamChange>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of records")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+        while let Some(record) = seq.next_element_seed(RecordVisitor)? {
+            out.push(record);
+        }
+        Ok(out)
+    }
+}
+
+/// One record: the fields [`super::decode_object`] reads.
+struct RecordVisitor;
+
+impl<'de> DeserializeSeed<'de> for RecordVisitor {
+    type Value = StreamChange;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RecordVisitor {
+    type Value = StreamChange;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a stream record")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<StreamChange, A::Error> {
+        let mut event_id: Option<String> = None;
+        let mut kind = None;
+        let mut source_checked = false;
+        let mut arn: Option<Option<String>> = None;
+        let mut ttl = None;
+        let mut ddb: Option<Ddb> = None;
+        while let Some(key) = map.next_key::<Str>()? {
+            match key.0.as_ref() {
+                "eventID" => {
+                    let id = map.next_value::<Str>()?.0;
+                    if id.is_empty() {
+                        return fail("empty eventID");
+                    }
+                    once(&mut event_id, id.into_owned())?;
+                }
+                "eventName" => {
+                    let name = map.next_value::<Str>()?.0;
+                    let k = match name.as_ref() {
+                        "INSERT" => ChangeKind::Insert,
+                        "MODIFY" => ChangeKind::Modify,
+                        "REMOVE" => ChangeKind::Remove,
+                        _ => return fail("unknown eventName"),
+                    };
+                    once(&mut kind, k)?;
+                }
+                "eventSource" => {
+                    if source_checked || map.next_value::<Str>()?.0 != STREAM_SOURCE {
+                        return fail("another eventSource");
+                    }
+                    source_checked = true;
+                }
+                // Only the other-source check reads it.
+                "EventSource" => return fail("EventSource"),
+                "eventSourceARN" => {
+                    let value = map.next_value::<Option<Str>>()?;
+                    once(&mut arn, value.map(|s| s.0.into_owned()))?;
+                }
+                "userIdentity" => once(&mut ttl, map.next_value_seed(IdentitySeed)?)?,
+                "dynamodb" => once(&mut ddb, map.next_value_seed(DdbSeed)?)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let (Some(event_id), Some(kind), Some(ddb)) = (event_id, kind, ddb) else {
+            return fail("a field is missing");
+        };
+        let kind = match kind {
+            ChangeKind::Remove if ttl == Some(true) => ChangeKind::TtlRemove,
+            kind => kind,
+        };
+        let Some(keys) = ddb.keys.filter(|k| !k.is_empty()) else {
+            return fail("no Keys");
+        };
+        let change = StreamChange {
+            event_id,
+            kind,
+            sequence_number: ddb.sequence_number,
+            approximate_creation: ddb.approximate_creation,
+            keys,
+            old_image: ddb.old_image.and_then(non_empty),
+            new_image: ddb.new_image.and_then(non_empty),
+            event_source_arn: arn.flatten(),
+            size_bytes: ddb.size_bytes,
+        };
+        for image in [&change.new_image, &change.old_image].into_iter().flatten() {
+            if item_size(image) > MAX_ITEM_BYTES {
+                return fail("image over the item limit");
+            }
+        }
+        Ok(change)
+    }
+}
+
+/// Whether `userIdentity` is the TTL process's.
+struct IdentitySeed;
+
+impl<'de> DeserializeSeed<'de> for IdentitySeed {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IdentitySeed {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a userIdentity object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let (mut kind, mut principal) = (None, None);
+        while let Some(key) = map.next_key::<Str>()? {
+            match key.0.as_ref() {
+                "type" => once(&mut kind, map.next_value::<Str>()?.0 == "Service")?,
+                "principalId" => once(&mut principal, map.next_value::<Str>()?.0 == TTL_PRINCIPAL)?,
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(kind == Some(true) && principal == Some(true))
+    }
+}
+
+/// The `dynamodb` object.
+#[derive(Default)]
+struct Ddb {
+    keys: Option<Item>,
+    new_image: Option<Item>,
+    old_image: Option<Item>,
+    sequence_number: Option<SequenceNumber>,
+    approximate_creation: Option<chrono::DateTime<chrono::Utc>>,
+    size_bytes: Option<i64>,
+}
+
+struct DdbSeed;
+
+impl<'de> DeserializeSeed<'de> for DdbSeed {
+    type Value = Ddb;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Ddb, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for DdbSeed {
+    type Value = Ddb;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a dynamodb object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ddb, A::Error> {
+        let mut ddb = Ddb::default();
+        let (mut seen_seq, mut seen_at, mut seen_size) = (false, false, false);
+        let mark = |seen: &mut bool| -> Result<(), A::Error> {
+            if std::mem::replace(seen, true) {
+                return fail("duplicate field");
+            }
+            Ok(())
+        };
+        while let Some(key) = map.next_key::<Str>()? {
+            match key.0.as_ref() {
+                "Keys" => once(&mut ddb.keys, map.next_value_seed(ItemSeed)?)?,
+                "NewImage" => once(&mut ddb.new_image, map.next_value_seed(ItemSeed)?)?,
+                "OldImage" => once(&mut ddb.old_image, map.next_value_seed(ItemSeed)?)?,
+                "SequenceNumber" => {
+                    mark(&mut seen_seq)?;
+                    ddb.sequence_number = map.next_value_seed(SequenceSeed)?;
+                }
+                "ApproximateCreationDateTime" => {
+                    mark(&mut seen_at)?;
+                    ddb.approximate_creation = match map.next_value_seed(EpochSeed)? {
+                        None => None,
+                        Some(text) => match parse_epoch_text(&text) {
+                            Some(at) => Some(at),
+                            None => return fail("bad ApproximateCreationDateTime"),
+                        },
+                    };
+                }
+                "SizeBytes" => {
+                    mark(&mut seen_size)?;
+                    ddb.size_bytes = map.next_value::<Option<i64>>()?;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(ddb)
+    }
+}
+
+/// `SequenceNumber`: a string of digits or an integer; `null` is none.
+struct SequenceSeed;
+
+impl<'de> DeserializeSeed<'de> for SequenceSeed {
+    type Value = Option<SequenceNumber>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SequenceSeed {
+    type Value = Option<SequenceNumber>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a sequence number")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        s.parse().map(Some).map_err(E::custom)
+    }
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(Some(SequenceNumber(n.to_string())))
+    }
+}
+
+/// `ApproximateCreationDateTime` as the text [`parse_epoch_text`] reads:
+/// a number as `serde_json` prints it, a string trimmed; `null` is none.
+struct EpochSeed;
+
+impl<'de> DeserializeSeed<'de> for EpochSeed {
+    type Value = Option<String>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EpochSeed {
+    type Value = Option<String>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an epoch time")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Some(s.trim().to_owned()))
+    }
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
+        Ok(Some(n.to_string()))
+    }
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
+        Ok(Some(n.to_string()))
+    }
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
+        match serde_json::Number::from_f64(n) {
+            Some(n) => Ok(Some(n.to_string())),
+            None => fail("not a finite number"),
+        }
+    }
+}
+
+/// A section (`Keys`, `NewImage`, `OldImage`) or an `M` value: attribute
+/// name to value. `null` is an empty section.
+struct ItemSeed;
+
+impl<'de> DeserializeSeed<'de> for ItemSeed {
+    type Value = Item;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Item, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ItemSeed {
+    type Value = Item;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("attributes")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Item, E> {
+        Ok(Item::new())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
+        let mut item = Item::with_capacity(map.size_hint().unwrap_or(8));
+        while let Some(name) = map.next_key::<String>()? {
+            let value = map.next_value_seed(AttributeSeed)?;
+            // A repeated name: the last one, as in the `Value` path.
+            item.insert(name, value);
+        }
+        Ok(item)
+    }
+}
+
+/// An `M` value: as [`ItemSeed`], but `null` is not a map.
+struct MapSeed;
+
+impl<'de> DeserializeSeed<'de> for MapSeed {
+    type Value = Item;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Item, D::Error> {
+        d.deserialize_map(ItemSeed)
+    }
+}
+
+/// One DynamoDB JSON value: `{"S": ...}` and the other tags but the binary
+/// ones; an untagged `[]` is an empty `L` and `{}` an empty `M`.
+struct AttributeSeed;
+
+impl<'de> DeserializeSeed<'de> for AttributeSeed {
+    type Value = AttributeValue;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<AttributeValue, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for AttributeSeed {
+    type Value = AttributeValue;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a DynamoDB JSON value")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AttributeValue, A::Error> {
+        match seq.next_element::<IgnoredAny>()? {
+            None => Ok(AttributeValue::L(Vec::new())),
+            Some(_) => fail("an untagged list"),
+        }
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AttributeValue, A::Error> {
+        let Some(tag) = map.next_key::<Str>()? else {
+            return Ok(AttributeValue::M(Item::new()));
+        };
+        let value = match tag.0.as_ref() {
+            "S" => AttributeValue::S(map.next_value()?),
+            "N" => AttributeValue::N(map.next_value()?),
+            "BOOL" => AttributeValue::Bool(map.next_value()?),
+            "NULL" => AttributeValue::Null(map.next_value()?),
+            "M" => AttributeValue::M(map.next_value_seed(MapSeed)?),
+            "L" => AttributeValue::L(map.next_value_seed(ListSeed)?),
+            "SS" => AttributeValue::Ss(map.next_value()?),
+            "NS" => AttributeValue::Ns(map.next_value()?),
+            _ => return fail("another type tag"),
+        };
+        if map.next_key::<IgnoredAny>()?.is_some() {
+            return fail("more than one type tag");
+        }
+        Ok(value)
+    }
+}
+
+/// An `L` value.
+struct ListSeed;
+
+impl<'de> DeserializeSeed<'de> for ListSeed {
+    type Value = Vec<AttributeValue>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ListSeed {
+    type Value = Vec<AttributeValue>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a list")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+        while let Some(v) = seq.next_element_seed(AttributeSeed)? {
+            out.push(v);
+        }
+        Ok(out)
+    }
+}
