@@ -16,6 +16,7 @@
 
 use lambda_runtime::{Context, Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tracing::Instrument;
 
 use crate::runtime::{Worker, deadline_from_epoch_ms};
@@ -30,12 +31,15 @@ fn span_of<J: JobName>(worker: &Worker<J>, context: &Context) -> tracing::Span {
 }
 
 /// Serve stream batches until the runtime stops.
+///
+/// The event is taken as its JSON text and read straight from it
+/// ([`Worker::handle_stream_bytes`]): no `Value` of a 6 MB batch.
 pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
-    run(service_fn(move |event: LambdaEvent<Value>| async move {
+    run(service_fn(move |event: LambdaEvent<Box<RawValue>>| async move {
         let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
         let span = span_of(worker, &event.context);
         let report = worker
-            .handle_stream_event(event.payload, deadline)
+            .handle_stream_bytes(event.payload.get().as_bytes(), deadline)
             .instrument(span)
             .await?;
         if report.retry_whole_batch {

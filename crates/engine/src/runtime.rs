@@ -268,32 +268,29 @@ impl<J: JobName> Worker<J> {
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
         let records = decode::decode_event(event)?;
-        self.run_stream(records, Some(event), deadline).await
+        self.run_stream(records, Some(RawEvent::Parsed(event)), deadline)
+            .await
     }
 
-    /// [`Self::handle_stream`] taking the event (Lambda's [`crate::lambda`]
-    /// entry point): without a parking table it is dropped once decoded,
-    /// before the batch runs, since a 6 MB event parsed into a `Value` takes
-    /// several times its size and the decoded records are all the batch
-    /// needs. With one, it is kept: a record that fails for good is parked
-    /// as it came.
-    pub async fn handle_stream_event(
+    /// [`Self::handle_stream`] from the event's bytes (Lambda's
+    /// [`crate::lambda`] entry point), read by
+    /// [`decode::decode_event_bytes`] without a `Value` of the event. The
+    /// bytes are parsed again only to park a record that failed for good,
+    /// as it came (with a parking table).
+    pub async fn handle_stream_bytes(
         &self,
-        event: Value,
+        event: &[u8],
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
-        let records = decode::decode_event(&event)?;
-        if self.parking.is_some() {
-            return self.run_stream(records, Some(&event), deadline).await;
-        }
-        drop(event);
-        self.run_stream(records, None, deadline).await
+        let records = decode::decode_event_bytes(event)?;
+        self.run_stream(records, Some(RawEvent::Bytes(event)), deadline)
+            .await
     }
 
     async fn run_stream(
         &self,
         records: Vec<Result<StreamChange, RecordError>>,
-        event: Option<&Value>,
+        event: Option<RawEvent<'_>>,
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
         let config = EngineConfig {
@@ -310,7 +307,18 @@ impl<J: JobName> Worker<J> {
             Some(c) => c.gathered(run).await,
             None => run.await,
         };
-        if let (Some(parking), Some(event)) = (&self.parking, event) {
+        if let (Some(parking), Some(event)) = (&self.parking, event)
+            && report.records.iter().any(|r| r.status.is_parkable())
+        {
+            let parsed;
+            let event = match event {
+                RawEvent::Parsed(event) => event,
+                RawEvent::Bytes(bytes) => {
+                    // They decoded, so they are JSON.
+                    parsed = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+                    &parsed
+                }
+            };
             park::park_failures(
                 parking,
                 event,
@@ -438,6 +446,13 @@ impl<J: JobName> Worker<J> {
             Err(EventError::UnknownEvent)
         }
     }
+}
+
+/// The event a batch came from, for parking its records as delivered.
+#[derive(Clone, Copy)]
+enum RawEvent<'a> {
+    Parsed(&'a Value),
+    Bytes(&'a [u8]),
 }
 
 /// The Lambda deadline (milliseconds since the epoch) as an [`Instant`].

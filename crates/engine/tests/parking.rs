@@ -170,7 +170,9 @@ async fn a_record_that_fails_for_good_is_parked_and_the_rest_handled() {
     ));
     assert!(w.is_cold());
 
-    let report = w.handle_stream(&batch(), None).await.unwrap();
+    // As Lambda delivers it: the event's bytes.
+    let bytes = serde_json::to_vec(&batch()).unwrap();
+    let report = w.handle_stream_bytes(&bytes, None).await.unwrap();
     assert_eq!(
         (report.handled, report.rejected, report.malformed),
         (2, 1, 1)
@@ -204,7 +206,8 @@ async fn a_record_that_fails_for_good_is_parked_and_the_rest_handled() {
         "the raw record, as delivered"
     );
 
-    // Lambda delivers the batch again: still one copy of each, the first.
+    // Lambda delivers the batch again (here as parsed JSON, the path of
+    // `dev` and `replay`): still one copy of each, the first.
     let again = w.handle_stream(&batch(), None).await.unwrap();
     assert!(again.batch_item_failures.is_empty());
     assert_eq!(parking.list().await.unwrap(), parked);

@@ -222,6 +222,16 @@ pub enum RecordStatus {
     },
 }
 
+impl RecordStatus {
+    /// Failed for good (rejected or malformed): what a parking table keeps.
+    pub fn is_parkable(&self) -> bool {
+        matches!(
+            self,
+            RecordStatus::Rejected { .. } | RecordStatus::Malformed { .. }
+        )
+    }
+}
+
 /// One record's line in the batch report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordReport {
