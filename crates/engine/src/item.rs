@@ -5,6 +5,8 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+pub mod borrowed;
+
 /// A raw DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;
 
