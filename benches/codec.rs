@@ -102,13 +102,16 @@ fn stream(c: &mut Criterion) {
 /// parsing floor on the same bytes:
 ///
 /// - `floor_serde_json_value`: `serde_json::from_slice::<Value>`;
+/// - `floor_ignored_any`: `serde_json::from_slice::<IgnoredAny>`, the
+///   validation floor: every byte read, nothing kept;
 /// - `decode_route_decide`: the Lambda event bytes decoded into stream
 ///   changes, each routed like [`nishiki_worker::worker::Router`] does (typed
 ///   key and images, loop guard, the handlers that want the item kind) and
 ///   decided by each job's pure rule (relationships: the cascade; expiry: the
 ///   food plans and the flag/reminder writes; invitations: the TTL stamp).
 ///
-/// After the run, the ratio of the two is printed from criterion's estimates.
+/// After the run, the ratios to both floors are printed from criterion's
+/// estimates.
 fn decide(c: &mut Criterion) {
     let fixture = decide_event::Fixture::new(1000);
     let bytes = fixture.bytes();
@@ -124,6 +127,9 @@ fn decide(c: &mut Criterion) {
     g.throughput(Throughput::Elements(fixture.records() as u64));
     g.bench_function("floor_serde_json_value", |b| {
         b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&bytes)).unwrap())
+    });
+    g.bench_function("floor_ignored_any", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&bytes)).unwrap())
     });
     g.bench_function("decode_route_decide", |b| {
         b.iter(|| fixture.decide(black_box(&bytes)))
