@@ -73,6 +73,25 @@ pub fn format(at: DateTime<Utc>) -> String {
     at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
 }
 
+/// A datetime read leniently from a string, without copying the string.
+struct Lenient(DateTime<Utc>);
+
+impl<'de> Deserialize<'de> for Lenient {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Lenient, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = Lenient;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Lenient, E> {
+                parse(s).map(Lenient).map_err(E::custom)
+            }
+        }
+        d.deserialize_string(Text)
+    }
+}
+
 /// Serde adapter: read leniently, write canonically.
 pub mod serde_lenient {
     use super::*;
@@ -82,8 +101,7 @@ pub mod serde_lenient {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let raw = String::deserialize(d)?;
-        parse(&raw).map_err(serde::de::Error::custom)
+        Ok(Lenient::deserialize(d)?.0)
     }
 }
 
@@ -99,10 +117,7 @@ pub mod serde_lenient_opt {
     }
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
-        match Option::<String>::deserialize(d)? {
-            Some(raw) => parse(&raw).map(Some).map_err(serde::de::Error::custom),
-            None => Ok(None),
-        }
+        Ok(Option::<Lenient>::deserialize(d)?.map(|at| at.0))
     }
 }
 

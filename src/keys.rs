@@ -107,8 +107,18 @@ macro_rules! id_type {
 
         impl<'de> serde::Deserialize<'de> for $name {
             fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let raw = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-                raw.parse().map_err(serde::de::Error::custom)
+                // Parsed from the borrowed text: no copy of it.
+                struct Text;
+                impl serde::de::Visitor<'_> for Text {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str("a string")
+                    }
+                    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<$name, E> {
+                        s.parse().map_err(E::custom)
+                    }
+                }
+                d.deserialize_string(Text)
             }
         }
     };

@@ -1829,6 +1829,28 @@ mod tests {
         let bytes = serde_json::to_vec(&encode_event(&changes, None)).unwrap();
         assert_eq!(direct::decode(&bytes), Some(changes.clone()));
 
+        // The item size limit, counted while reading: at the limit read
+        // here, one byte over left to the `Value` path and its reason.
+        for over in [0, 1] {
+            let mut big = keys.clone();
+            let nested = AttributeValue::M(Item::from([(
+                "Q".to_string(),
+                AttributeValue::L(vec![AttributeValue::N("12345".into())]),
+            )]));
+            big.insert("Nested".into(), nested);
+            let used = item_size(&big) + "Big".len();
+            big.insert(
+                "Big".into(),
+                AttributeValue::S("x".repeat(MAX_ITEM_BYTES - used + over)),
+            );
+            assert_eq!(item_size(&big), MAX_ITEM_BYTES + over);
+            let one = vec![change(ChangeKind::Insert, None, Some(big))];
+            let event = encode_event(&one, None);
+            let bytes = serde_json::to_vec(&event).unwrap();
+            assert_eq!(direct::decode(&bytes).is_some(), over == 0);
+            assert_eq!(decode_event_bytes(&bytes), decode_event(&event));
+        }
+
         // Left to the `Value` path, which gives the reasons: a binary
         // attribute, a malformed record, a duplicate field.
         let mut binary = item.clone();

@@ -23,7 +23,7 @@ use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqA
 
 use super::{
     ChangeKind, MAX_ITEM_BYTES, STREAM_SOURCE, SequenceNumber, StreamChange, TTL_PRINCIPAL,
-    item_size, non_empty, parse_epoch_text,
+    non_empty, parse_epoch_text,
 };
 use crate::item::Item;
 
@@ -185,25 +185,25 @@ impl<'de> Visitor<'de> for RecordVisitor {
             ChangeKind::Remove if ttl == Some(true) => ChangeKind::TtlRemove,
             kind => kind,
         };
-        let Some(keys) = ddb.keys.filter(|k| !k.is_empty()) else {
+        let Some((keys, _)) = ddb.keys.filter(|(k, _)| !k.is_empty()) else {
             return fail("no Keys");
         };
+        let (new_image, new_size) = ddb.new_image.unwrap_or_default();
+        let (old_image, old_size) = ddb.old_image.unwrap_or_default();
+        if new_size.max(old_size) > MAX_ITEM_BYTES {
+            return fail("image over the item limit");
+        }
         let change = StreamChange {
             event_id,
             kind,
             sequence_number: ddb.sequence_number,
             approximate_creation: ddb.approximate_creation,
             keys,
-            old_image: ddb.old_image.and_then(non_empty),
-            new_image: ddb.new_image.and_then(non_empty),
+            old_image: non_empty(old_image),
+            new_image: non_empty(new_image),
             event_source_arn: arn.flatten(),
             size_bytes: ddb.size_bytes,
         };
-        for image in [&change.new_image, &change.old_image].into_iter().flatten() {
-            if item_size(image) > MAX_ITEM_BYTES {
-                return fail("image over the item limit");
-            }
-        }
         Ok(change)
     }
 }
@@ -241,9 +241,9 @@ impl<'de> Visitor<'de> for IdentitySeed {
 /// The `dynamodb` object.
 #[derive(Default)]
 struct Ddb {
-    keys: Option<Item>,
-    new_image: Option<Item>,
-    old_image: Option<Item>,
+    keys: Option<Sized<Item>>,
+    new_image: Option<Sized<Item>>,
+    old_image: Option<Sized<Item>>,
     sequence_number: Option<SequenceNumber>,
     approximate_creation: Option<chrono::DateTime<chrono::Utc>>,
     size_bytes: Option<i64>,
@@ -274,9 +274,9 @@ impl<'de> Visitor<'de> for DdbSeed {
         };
         while let Some(key) = map.next_key::<Str>()? {
             match key.0.as_ref() {
-                "Keys" => once(&mut ddb.keys, map.next_value_seed(ItemSeed)?)?,
-                "NewImage" => once(&mut ddb.new_image, map.next_value_seed(ItemSeed)?)?,
-                "OldImage" => once(&mut ddb.old_image, map.next_value_seed(ItemSeed)?)?,
+                "Keys" => once(&mut ddb.keys, map.next_value_seed(SECTION)?)?,
+                "NewImage" => once(&mut ddb.new_image, map.next_value_seed(SECTION)?)?,
+                "OldImage" => once(&mut ddb.old_image, map.next_value_seed(SECTION)?)?,
                 "SequenceNumber" => {
                     mark(&mut seen_seq)?;
                     ddb.sequence_number = map.next_value_seed(SequenceSeed)?;
@@ -367,32 +367,49 @@ impl<'de> Visitor<'de> for EpochSeed {
 }
 
 /// A section (`Keys`, `NewImage`, `OldImage`) or an `M` value: attribute
-/// name to value. `null` is an empty section.
-struct ItemSeed;
+/// name to value. `null` is an empty section. `capacity`: the room to
+/// start with (JSON gives no size).
+struct ItemSeed {
+    capacity: usize,
+}
+
+/// A section starts empty (a two-attribute key then holds room for three);
+/// a nested map, typically a record of several attributes (a food, an
+/// address), with room for seven, so it is not rehashed on the way.
+const SECTION: ItemSeed = ItemSeed { capacity: 0 };
+const NESTED: ItemSeed = ItemSeed { capacity: 7 };
+
+/// A value and its size as [`super::item_size`] and
+/// [`super::attribute_size`] count it, added up while reading.
+type Sized<T> = (T, usize);
 
 impl<'de> DeserializeSeed<'de> for ItemSeed {
-    type Value = Item;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Item, D::Error> {
+    type Value = Sized<Item>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Sized<Item>, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for ItemSeed {
-    type Value = Item;
+    type Value = Sized<Item>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("attributes")
     }
-    fn visit_unit<E: de::Error>(self) -> Result<Item, E> {
-        Ok(Item::new())
+    fn visit_unit<E: de::Error>(self) -> Result<Sized<Item>, E> {
+        Ok((Item::new(), 0))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
-        let mut item = Item::with_capacity(map.size_hint().unwrap_or(8));
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Sized<Item>, A::Error> {
+        let mut item = Item::with_capacity(map.size_hint().unwrap_or(self.capacity));
+        let mut size = 0;
         while let Some(name) = map.next_key::<String>()? {
-            let value = map.next_value_seed(AttributeSeed)?;
-            // A repeated name: the last one, as in the `Value` path.
-            item.insert(name, value);
+            let (value, value_size) = map.next_value_seed(AttributeSeed)?;
+            size += name.len() + value_size;
+            // A repeated name (the `Value` path keeps the last one).
+            if item.insert(name, value).is_some() {
+                return fail("duplicate attribute");
+            }
         }
-        Ok(item)
+        Ok((item, size))
     }
 }
 
@@ -400,10 +417,15 @@ impl<'de> Visitor<'de> for ItemSeed {
 struct MapSeed;
 
 impl<'de> DeserializeSeed<'de> for MapSeed {
-    type Value = Item;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Item, D::Error> {
-        d.deserialize_map(ItemSeed)
+    type Value = Sized<Item>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Sized<Item>, D::Error> {
+        d.deserialize_map(NESTED)
     }
+}
+
+/// The size of a number, from its digits.
+fn number_size(n: &str) -> usize {
+    n.len().div_ceil(2) + 1
 }
 
 /// One DynamoDB JSON value: `{"S": ...}` and the other tags but the binary
@@ -411,36 +433,59 @@ impl<'de> DeserializeSeed<'de> for MapSeed {
 struct AttributeSeed;
 
 impl<'de> DeserializeSeed<'de> for AttributeSeed {
-    type Value = AttributeValue;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<AttributeValue, D::Error> {
+    type Value = Sized<AttributeValue>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for AttributeSeed {
-    type Value = AttributeValue;
+    type Value = Sized<AttributeValue>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a DynamoDB JSON value")
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<AttributeValue, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         match seq.next_element::<IgnoredAny>()? {
-            None => Ok(AttributeValue::L(Vec::new())),
+            None => Ok((AttributeValue::L(Vec::new()), 3)),
             Some(_) => fail("an untagged list"),
         }
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<AttributeValue, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let Some(tag) = map.next_key::<Str>()? else {
-            return Ok(AttributeValue::M(Item::new()));
+            return Ok((AttributeValue::M(Item::new()), 3));
         };
         let value = match tag.0.as_ref() {
-            "S" => AttributeValue::S(map.next_value()?),
-            "N" => AttributeValue::N(map.next_value()?),
-            "BOOL" => AttributeValue::Bool(map.next_value()?),
-            "NULL" => AttributeValue::Null(map.next_value()?),
-            "M" => AttributeValue::M(map.next_value_seed(MapSeed)?),
-            "L" => AttributeValue::L(map.next_value_seed(ListSeed)?),
-            "SS" => AttributeValue::Ss(map.next_value()?),
-            "NS" => AttributeValue::Ns(map.next_value()?),
+            "S" => {
+                let s: String = map.next_value()?;
+                let size = s.len();
+                (AttributeValue::S(s), size)
+            }
+            "N" => {
+                let n: String = map.next_value()?;
+                let size = number_size(&n);
+                (AttributeValue::N(n), size)
+            }
+            "BOOL" => (AttributeValue::Bool(map.next_value()?), 1),
+            "NULL" => (AttributeValue::Null(map.next_value()?), 1),
+            "M" => {
+                let (m, size) = map.next_value_seed(MapSeed)?;
+                let size = 3 + m.len() + size;
+                (AttributeValue::M(m), size)
+            }
+            "L" => {
+                let (l, size) = map.next_value_seed(ListSeed)?;
+                (AttributeValue::L(l), 3 + size)
+            }
+            "SS" => {
+                let ss: Vec<String> = map.next_value()?;
+                let size = ss.iter().map(String::len).sum();
+                (AttributeValue::Ss(ss), size)
+            }
+            "NS" => {
+                let ns: Vec<String> = map.next_value()?;
+                let size = ns.iter().map(|n| number_size(n)).sum();
+                (AttributeValue::Ns(ns), size)
+            }
             _ => return fail("another type tag"),
         };
         if map.next_key::<IgnoredAny>()?.is_some() {
@@ -454,22 +499,24 @@ impl<'de> Visitor<'de> for AttributeSeed {
 struct ListSeed;
 
 impl<'de> DeserializeSeed<'de> for ListSeed {
-    type Value = Vec<AttributeValue>;
+    type Value = Sized<Vec<AttributeValue>>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_seq(self)
     }
 }
 
 impl<'de> Visitor<'de> for ListSeed {
-    type Value = Vec<AttributeValue>;
+    type Value = Sized<Vec<AttributeValue>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a list")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(4));
-        while let Some(v) = seq.next_element_seed(AttributeSeed)? {
+        let mut size = 0;
+        while let Some((v, v_size)) = seq.next_element_seed(AttributeSeed)? {
+            size += 1 + v_size;
             out.push(v);
         }
-        Ok(out)
+        Ok((out, size))
     }
 }
