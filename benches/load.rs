@@ -484,10 +484,18 @@ async fn drain(
                     "a batch over Lambda's payload limit"
                 );
                 s.max_payload = s.max_payload.max(payload);
+                // As Lambda delivers it: the event's bytes, read by the
+                // stream entry point's decoder.
+                let bytes = serde_json::to_vec(&event).expect("an event serializes");
+                drop(event);
                 let cpu_at_start = cpu_secs(engine);
                 let own_at_start = cpu_secs(Some(std::process::id()));
                 let started = Instant::now();
-                let report = app.handle_stream(&event, None).await.expect("stream event");
+                let report = app
+                    .worker()
+                    .handle_stream_bytes(&bytes, None)
+                    .await
+                    .expect("stream event");
                 let took = started.elapsed();
                 s.engine_cpu += cpu_secs(engine) - cpu_at_start;
                 s.own_cpu += cpu_secs(Some(std::process::id())) - own_at_start;
