@@ -7,7 +7,10 @@ use shop_worker::app::{APP, worker_from_env};
 use worker_engine::metrics::Emitter;
 use worker_engine::telemetry::{self, LogFormat};
 
-#[tokio::main]
+// One thread: the work waits on DynamoDB, and a small function has a
+// fraction of a vCPU; one thread also keeps one allocator arena (the peak
+// memory of a 6 MB batch, BENCHMARKS.md).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     telemetry::init(LogFormat::Json);
     let worker = worker_from_env()
