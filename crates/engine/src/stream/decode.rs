@@ -1793,7 +1793,7 @@ mod tests {
         item.insert("SK".into(), AttributeValue::S("User".into()));
         item.insert("Name".into(), AttributeValue::S("caf\u{e9} \"x\"".into()));
         item.insert(
-            "Foods".into(),
+            "Entries".into(),
             AttributeValue::L(vec![
                 AttributeValue::M(Item::from([
                     ("Qty".into(), AttributeValue::N("1.5".into())),
