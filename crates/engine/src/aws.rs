@@ -20,8 +20,14 @@ use aws_smithy_runtime_api::client::http::SharedHttpClient;
 /// pooled connections belong to the tokio runtime that opened them, and a
 /// client shared by the runtimes of several tests stalls on them.
 pub fn https_client() -> SharedHttpClient {
+    rustls_client(TlsContext::default())
+}
+
+/// rustls on ring with `context` (its trust store).
+fn rustls_client(context: TlsContext) -> SharedHttpClient {
     aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .tls_context(context)
         .build_https()
 }
 
@@ -36,15 +42,12 @@ pub fn aws_https_client() -> SharedHttpClient {
     let roots = TrustStore::empty()
         .with_native_roots(false)
         .with_pem_certificate(AWS_ROOTS);
-    aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .tls_context(
-            TlsContext::builder()
-                .with_trust_store(roots)
-                .build()
-                .expect("a TLS context"),
-        )
-        .build_https()
+    rustls_client(
+        TlsContext::builder()
+            .with_trust_store(roots)
+            .build()
+            .expect("a TLS context"),
+    )
 }
 
 /// `aws_config::defaults` (the environment, profiles, instance metadata)

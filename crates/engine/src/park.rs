@@ -33,7 +33,7 @@ use crate::job::{EnvVar, ReadBy};
 use crate::schema::{KeySchema, TableSchema};
 use crate::store::{DynamoStore, Expr, ScanSpec, Store, StoreError, WriteOutcome};
 use crate::stream::decode::SequenceNumber;
-use crate::stream::engine::{BatchReport, RecordStatus};
+use crate::stream::engine::BatchReport;
 
 /// The variable naming the parking table (unset: nothing is parked).
 pub const PARKING_TABLE_ENV: &str = "PARKING_TABLE";
@@ -378,9 +378,8 @@ pub async fn park_failures(
         .unwrap_or(&[]);
     let mut to_park = Vec::new();
     for r in &report.records {
-        let reason = match &r.status {
-            RecordStatus::Rejected { reason } | RecordStatus::Malformed { reason } => reason,
-            _ => continue,
+        let Some(reason) = r.status.parkable_reason() else {
+            continue;
         };
         let Some(raw) = records.get(r.index) else {
             continue;

@@ -308,7 +308,10 @@ impl<J: JobName> Worker<J> {
             None => run.await,
         };
         if let (Some(parking), Some(event)) = (&self.parking, event)
-            && report.records.iter().any(|r| r.status.is_parkable())
+            && report
+                .records
+                .iter()
+                .any(|r| r.status.parkable_reason().is_some())
         {
             let parsed;
             let event = match event {
@@ -461,7 +464,11 @@ fn failed_records_of(bytes: &[u8], report: &BatchReport) -> Value {
         return Value::Null;
     };
     let mut records = vec![Value::Null; event.records.len()];
-    for r in report.records.iter().filter(|r| r.status.is_parkable()) {
+    for r in report
+        .records
+        .iter()
+        .filter(|r| r.status.parkable_reason().is_some())
+    {
         if let (Some(slot), Some(raw)) = (records.get_mut(r.index), event.records.get(r.index)) {
             *slot = serde_json::from_str(raw.get()).unwrap_or(Value::Null);
         }

@@ -184,6 +184,15 @@ impl<'de> de::Deserializer<'de> for Number<'de> {
     }
 }
 
+/// Number methods of [`Value`]: an `N` read as [`Number`] reads it.
+macro_rules! number_from_n {
+    ($($method:ident),*) => {
+        $(fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+            self.number()?.$method(visitor)
+        })*
+    };
+}
+
 /// One attribute value, borrowed.
 struct Value<'de>(&'de AttributeValue);
 
@@ -312,36 +321,18 @@ impl<'de> de::Deserializer<'de> for Value<'de> {
     serde::forward_to_deserialize_any! {
         i128 u128 char bytes byte_buf
     }
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_i8(visitor)
-    }
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_i16(visitor)
-    }
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_i32(visitor)
-    }
-    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_i64(visitor)
-    }
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_u8(visitor)
-    }
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_u16(visitor)
-    }
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_u32(visitor)
-    }
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_u64(visitor)
-    }
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_f32(visitor)
-    }
-    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.number()?.deserialize_f64(visitor)
-    }
+    number_from_n!(
+        deserialize_i8,
+        deserialize_i16,
+        deserialize_i32,
+        deserialize_i64,
+        deserialize_u8,
+        deserialize_u16,
+        deserialize_u32,
+        deserialize_u64,
+        deserialize_f32,
+        deserialize_f64
+    );
 }
 
 impl<'de> Value<'de> {

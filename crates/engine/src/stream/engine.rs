@@ -223,12 +223,13 @@ pub enum RecordStatus {
 }
 
 impl RecordStatus {
-    /// Failed for good (rejected or malformed): what a parking table keeps.
-    pub fn is_parkable(&self) -> bool {
-        matches!(
-            self,
-            RecordStatus::Rejected { .. } | RecordStatus::Malformed { .. }
-        )
+    /// Why the record failed for good (rejected or malformed): what a
+    /// parking table keeps; `None` for every other status.
+    pub fn parkable_reason(&self) -> Option<&str> {
+        match self {
+            RecordStatus::Rejected { reason } | RecordStatus::Malformed { reason } => Some(reason),
+            _ => None,
+        }
     }
 }
 

@@ -196,13 +196,13 @@ impl<'de> Visitor<'de> for RecordVisitor {
         let change = StreamChange {
             event_id,
             kind,
-            sequence_number: ddb.sequence_number,
-            approximate_creation: ddb.approximate_creation,
+            sequence_number: ddb.sequence_number.flatten(),
+            approximate_creation: ddb.approximate_creation.flatten(),
             keys,
             old_image: non_empty(old_image),
             new_image: non_empty(new_image),
             event_source_arn: arn.flatten(),
-            size_bytes: ddb.size_bytes,
+            size_bytes: ddb.size_bytes.flatten(),
         };
         Ok(change)
     }
@@ -244,9 +244,11 @@ struct Ddb {
     keys: Option<Sized<Item>>,
     new_image: Option<Sized<Item>>,
     old_image: Option<Sized<Item>>,
-    sequence_number: Option<SequenceNumber>,
-    approximate_creation: Option<chrono::DateTime<chrono::Utc>>,
-    size_bytes: Option<i64>,
+    /// The outer `Option`: whether the field was there (`null` is `None`
+    /// inside).
+    sequence_number: Option<Option<SequenceNumber>>,
+    approximate_creation: Option<Option<chrono::DateTime<chrono::Utc>>>,
+    size_bytes: Option<Option<i64>>,
 }
 
 struct DdbSeed;
@@ -265,36 +267,25 @@ impl<'de> Visitor<'de> for DdbSeed {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ddb, A::Error> {
         let mut ddb = Ddb::default();
-        let (mut seen_seq, mut seen_at, mut seen_size) = (false, false, false);
-        let mark = |seen: &mut bool| -> Result<(), A::Error> {
-            if std::mem::replace(seen, true) {
-                return fail("duplicate field");
-            }
-            Ok(())
-        };
         while let Some(key) = map.next_key::<Str>()? {
             match key.0.as_ref() {
                 "Keys" => once(&mut ddb.keys, map.next_value_seed(SECTION)?)?,
                 "NewImage" => once(&mut ddb.new_image, map.next_value_seed(SECTION)?)?,
                 "OldImage" => once(&mut ddb.old_image, map.next_value_seed(SECTION)?)?,
                 "SequenceNumber" => {
-                    mark(&mut seen_seq)?;
-                    ddb.sequence_number = map.next_value_seed(SequenceSeed)?;
+                    once(&mut ddb.sequence_number, map.next_value_seed(SequenceSeed)?)?
                 }
                 "ApproximateCreationDateTime" => {
-                    mark(&mut seen_at)?;
-                    ddb.approximate_creation = match map.next_value_seed(EpochSeed)? {
+                    let at = match map.next_value_seed(EpochSeed)? {
                         None => None,
                         Some(text) => match parse_epoch_text(&text) {
                             Some(at) => Some(at),
                             None => return fail("bad ApproximateCreationDateTime"),
                         },
                     };
+                    once(&mut ddb.approximate_creation, at)?;
                 }
-                "SizeBytes" => {
-                    mark(&mut seen_size)?;
-                    ddb.size_bytes = map.next_value::<Option<i64>>()?;
-                }
+                "SizeBytes" => once(&mut ddb.size_bytes, map.next_value::<Option<i64>>()?)?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
