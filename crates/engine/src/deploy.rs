@@ -90,6 +90,9 @@ pub fn action_of(op: Operation) -> &'static str {
         Operation::BatchGetItem => "dynamodb:BatchGetItem",
         Operation::ExecuteStatement => "dynamodb:PartiQLSelect",
         Operation::Other => "dynamodb:Other",
+        // Guarded writes: the checks; their deletes and puts need
+        // `dynamodb:DeleteItem` / `dynamodb:PutItem` beside it.
+        Operation::TransactWriteItems => "dynamodb:ConditionCheckItem",
     }
 }
 

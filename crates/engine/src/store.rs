@@ -65,8 +65,10 @@ use serde::Serialize;
 
 use crate::item::Item;
 use crate::schema::{DEFAULT_KEY, KeySchema, TableSchema};
+pub use guarded::{Guard, GuardedOp, GuardedReport, GuardedWriter};
 
 pub mod coalesce;
+pub mod guarded;
 pub mod layers;
 pub mod multi;
 pub mod transact;
@@ -451,6 +453,13 @@ pub enum Request<'a> {
     /// Bulk unconditional writes ([`BatchWriter::batch_write`]); answered
     /// by [`Reply::Batch`].
     BatchWrite { ops: Vec<WriteOp> },
+    /// Writes that take effect only while the facts they were decided from
+    /// still hold ([`GuardedWriter::write_guarded`]); answered by
+    /// [`Reply::Guarded`].
+    WriteGuarded {
+        guards: &'a [Guard],
+        ops: Vec<GuardedOp>,
+    },
 }
 
 impl Request<'_> {
@@ -466,7 +475,8 @@ impl Request<'_> {
             Request::Put { .. }
             | Request::Delete { .. }
             | Request::Update { .. }
-            | Request::BatchWrite { .. } => true,
+            | Request::BatchWrite { .. }
+            | Request::WriteGuarded { .. } => true,
         }
     }
 }
@@ -489,6 +499,8 @@ pub enum Reply {
     Partitions(Partitions),
     /// To [`Request::BatchWrite`].
     Batch(BatchWriteReport),
+    /// To [`Request::WriteGuarded`].
+    Guarded(GuardedReport),
 }
 
 impl Reply {
@@ -510,7 +522,7 @@ impl Reply {
 /// every store on top of it (blanket impls; they cannot be written by
 /// hand), and a `&dyn Store` offers them all.
 #[async_trait]
-pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter {
+pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter + GuardedWriter {
     /// Answer `request` with its [`Reply`]. A layer matches the variants it
     /// changes and passes every other one on as it is
     /// (`other => self.inner.call(other).await`).
@@ -703,6 +715,20 @@ impl<S: Store + ?Sized> BatchWriter for S {
     }
 }
 
+#[async_trait]
+impl<S: Store + ?Sized> GuardedWriter for S {
+    async fn write_guarded(
+        &self,
+        guards: &[Guard],
+        ops: Vec<GuardedOp>,
+    ) -> Result<GuardedReport, StoreError> {
+        match self.call(Request::WriteGuarded { guards, ops }).await? {
+            Reply::Guarded(report) => Ok(report),
+            other => Err(other.mismatch("write_guarded")),
+        }
+    }
+}
+
 /// [`Request::GetMany`] answered by `store`'s own point reads, one key
 /// after the other, in the order of `keys`: for a store without a batch
 /// read, or a layer whose [`Request::Get`] arm must see every key.
@@ -871,7 +897,7 @@ fn to_write_request(op: WriteOp) -> WriteRequest {
 /// Request counts and consumed capacity, for reports and benchmarks.
 #[derive(Debug, Default)]
 pub struct StoreMetrics {
-    requests: [AtomicU64; 10],
+    requests: [AtomicU64; 11],
     read_milli: AtomicU64,
     write_milli: AtomicU64,
     /// Index names a Query or Scan asked for (recorded before sending, so a
@@ -893,6 +919,8 @@ pub enum Operation {
     /// A PartiQL SELECT (IAM action `dynamodb:PartiQLSelect`).
     ExecuteStatement = 8,
     Other = 9,
+    /// A transaction (guarded writes, an app's own transactions).
+    TransactWriteItems = 10,
 }
 
 /// A copy of the counters at one moment.
@@ -908,6 +936,8 @@ pub struct MetricsSnapshot {
     pub batch_get_item: u64,
     /// PartiQL SELECTs ([`QueryStore::query_partitions`]).
     pub execute_statement: u64,
+    /// `TransactWriteItems` requests (guarded writes, transactions).
+    pub transact_write_items: u64,
     pub read_capacity: f64,
     pub write_capacity: f64,
 }
@@ -925,6 +955,7 @@ impl MetricsSnapshot {
             batch_write_item: self.batch_write_item - earlier.batch_write_item,
             batch_get_item: self.batch_get_item - earlier.batch_get_item,
             execute_statement: self.execute_statement - earlier.execute_statement,
+            transact_write_items: self.transact_write_items - earlier.transact_write_items,
             read_capacity: self.read_capacity - earlier.read_capacity,
             write_capacity: self.write_capacity - earlier.write_capacity,
         }
@@ -939,7 +970,11 @@ impl MetricsSnapshot {
     }
     /// Write requests of any kind.
     pub fn write_requests(&self) -> u64 {
-        self.put_item + self.delete_item + self.update_item + self.batch_write_item
+        self.put_item
+            + self.delete_item
+            + self.update_item
+            + self.batch_write_item
+            + self.transact_write_items
     }
 }
 
@@ -997,6 +1032,7 @@ impl StoreMetrics {
             batch_write_item: r(Operation::BatchWriteItem),
             batch_get_item: r(Operation::BatchGetItem),
             execute_statement: r(Operation::ExecuteStatement),
+            transact_write_items: r(Operation::TransactWriteItems),
             read_capacity: self.read_milli.load(Ordering::Relaxed) as f64 / 1000.0,
             write_capacity: self.write_milli.load(Ordering::Relaxed) as f64 / 1000.0,
         }
@@ -1591,6 +1627,9 @@ impl Store for DynamoStore {
             Request::BatchWrite { ops } => Reply::Batch(
                 write_in_batches(self, self.key_attributes(), ops, self.backoff).await?,
             ),
+            Request::WriteGuarded { guards, ops } => {
+                Reply::Guarded(self.write_guarded_in_transactions(guards, ops).await?)
+            }
         })
     }
 }

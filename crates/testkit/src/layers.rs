@@ -124,6 +124,12 @@ impl Store for FaultyStore {
                     WriteOp::Delete(key) => key,
                 }),
             )?,
+            Request::WriteGuarded { guards, ops } => self.check(
+                FaultOp::Write,
+                ops.iter()
+                    .map(|op| op.target())
+                    .chain(guards.iter().map(|g| &g.key)),
+            )?,
         }
         self.inner.call(request).await
     }

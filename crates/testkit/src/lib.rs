@@ -8,6 +8,8 @@
 //! - [`fault_proxy`]: a loopback proxy that injects throttles, 500s, drops
 //!   and latency between a client and DynamoDB Local;
 //! - [`layers`]: store layers that inject failures or race a delete;
+//! - [`race`]: the service's writes landing between the worker's read and
+//!   its write, deterministically;
 //! - [`recorded`]: a store that writes down what it was asked, and the
 //!   same asks replayed with perfect batching (the load driver's oracle);
 //! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes;
@@ -21,6 +23,7 @@ pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;
 pub mod layers;
+pub mod race;
 pub mod recorded;
 pub mod runtime_api;
 pub mod template;

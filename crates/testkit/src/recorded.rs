@@ -20,8 +20,8 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::item::Item;
 use worker_engine::store::{
-    BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, Key, QuerySpec, QueryStore, Reply,
-    Request, Store, StoreError, WriteOp,
+    BatchWriter, DynamoStore, Expr, Guard, GuardedOp, GuardedWriter, ItemReader, ItemWriter, Key,
+    QuerySpec, QueryStore, Reply, Request, Store, StoreError, WriteOp,
 };
 
 /// A single-item write, as it was asked.
@@ -45,6 +45,9 @@ pub struct Log {
     pub batch_ops: Vec<WriteOp>,
     /// Single (conditional) writes.
     pub singles: Vec<Single>,
+    /// Guarded writes (transactions checking the items a decision was read
+    /// from), as asked.
+    pub guarded: Vec<(Vec<Guard>, Vec<GuardedOp>)>,
 }
 
 /// A store that records what it is asked, then forwards it.
@@ -130,6 +133,9 @@ impl Log {
                 condition.clone(),
             )),
             Request::BatchWrite { ops } => self.batch_ops.extend(ops.iter().cloned()),
+            Request::WriteGuarded { guards, ops } => {
+                self.guarded.push((guards.to_vec(), ops.clone()))
+            }
         }
     }
 }
@@ -237,6 +243,14 @@ pub async fn replay_writes(store: &DynamoStore, log: &Log) -> Replayed {
         .expect("single write");
         r.requests += 1;
         r.items += 1;
+    }
+    for (guards, ops) in &log.guarded {
+        r.items += ops.len();
+        let report = store
+            .write_guarded(guards, ops.clone())
+            .await
+            .expect("TransactWriteItems");
+        r.requests += report.requests as usize;
     }
     r.time = started.elapsed();
     r

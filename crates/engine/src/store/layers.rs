@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 
 use super::{
-    BatchWriteReport, Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome,
+    BatchWriteReport, Expr, Guard, GuardedOp, GuardedReport, Key, Reply, Request, Store,
+    StoreError, WriteOp, WriteOutcome,
 };
 use crate::item::Item;
 
@@ -113,7 +114,18 @@ impl Store for DryRunStore {
                     ..Default::default()
                 }));
             }
+            Request::WriteGuarded { guards, ops } => {
+                let applied = ops.len();
+                for w in guarded_plans(guards, &ops) {
+                    self.plan(w);
+                }
+                return Ok(Reply::Guarded(GuardedReport {
+                    applied,
+                    ..Default::default()
+                }));
+            }
             read if !read.is_write() => return self.inner.call(read).await,
+            #[allow(unreachable_patterns)]
             write => {
                 return Err(StoreError::Permanent {
                     operation: "DryRun",
@@ -130,6 +142,36 @@ impl Store for DryRunStore {
 /// A condition as a plan shows it: its expression's text.
 fn text(condition: Option<Expr>) -> Option<String> {
     condition.map(|c| c.text)
+}
+
+/// The writes of a guarded request as a plan shows them: each write's
+/// condition is its own (if any) and every guard's, as
+/// `guard(<condition>)`.
+fn guarded_plans(guards: &[Guard], ops: &[GuardedOp]) -> Vec<PlannedWrite> {
+    let guard_text = guards
+        .iter()
+        .map(|g| format!("guard({})", g.condition.text))
+        .collect::<Vec<_>>()
+        .join(" AND ");
+    let condition = |own: Option<&Expr>| {
+        let mut parts: Vec<String> = own.map(|c| c.text.clone()).into_iter().collect();
+        if !guard_text.is_empty() {
+            parts.push(guard_text.clone());
+        }
+        (!parts.is_empty()).then(|| parts.join(" AND "))
+    };
+    ops.iter()
+        .map(|op| match op {
+            GuardedOp::Put { item, condition: c } => PlannedWrite::Put {
+                item: item.clone(),
+                condition: condition(c.as_ref()),
+            },
+            GuardedOp::Delete { key, condition: c } => PlannedWrite::Delete {
+                key: key.clone(),
+                condition: condition(c.as_ref()),
+            },
+        })
+        .collect()
 }
 
 /// What became of a write sent through a [`RecordingStore`].
@@ -216,6 +258,8 @@ impl Store for RecordingStore {
                     },
                 })
                 .collect(),
+            Request::WriteGuarded { guards, ops } => guarded_plans(guards, ops),
+            #[allow(unreachable_patterns)]
             other => {
                 return Err(StoreError::Permanent {
                     operation: "Recording",
@@ -225,12 +269,23 @@ impl Store for RecordingStore {
             }
         };
         let reply = self.inner.call(request).await;
-        let result = match &reply {
-            Ok(Reply::Written(WriteOutcome::ConditionFailed)) => WriteResult::ConditionFailed,
-            Ok(_) => WriteResult::Applied,
-            Err(_) => WriteResult::Failed,
-        };
-        self.record(writes, result);
+        match &reply {
+            // Per write: the applied ones first (the sequence's order), then
+            // those a guard or their own condition kept out.
+            Ok(Reply::Guarded(r)) => {
+                let mut writes = writes.into_iter();
+                self.record(
+                    writes.by_ref().take(r.applied).collect(),
+                    WriteResult::Applied,
+                );
+                self.record(writes.collect(), WriteResult::ConditionFailed);
+            }
+            Ok(Reply::Written(WriteOutcome::ConditionFailed)) => {
+                self.record(writes, WriteResult::ConditionFailed)
+            }
+            Ok(_) => self.record(writes, WriteResult::Applied),
+            Err(_) => self.record(writes, WriteResult::Failed),
+        }
         reply
     }
 }

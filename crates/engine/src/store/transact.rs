@@ -170,6 +170,17 @@ const TRANSIENT_REASONS: [&str; 3] = [
 #[async_trait]
 impl Transactions for DynamoStore {
     async fn transact_write(&self, ops: Vec<TransactOp>) -> Result<TransactOutcome, StoreError> {
+        self.send_transaction(ops).await.map(|(outcome, _)| outcome)
+    }
+}
+
+impl DynamoStore {
+    /// Send one `TransactWriteItems` request: its outcome and the write
+    /// capacity it consumed (counted in the store's metrics too).
+    pub(super) async fn send_transaction(
+        &self,
+        ops: Vec<TransactOp>,
+    ) -> Result<(TransactOutcome, f64), StoreError> {
         let items = ops.into_iter().map(to_sdk).collect::<Result<Vec<_>, _>>()?;
         let result = self
             .client
@@ -180,9 +191,10 @@ impl Transactions for DynamoStore {
             .await;
         match result {
             Ok(out) => {
-                self.metrics
-                    .record_batch(Operation::Other, out.consumed_capacity());
-                Ok(TransactOutcome::Applied)
+                let consumed = self
+                    .metrics
+                    .record_batch(Operation::TransactWriteItems, out.consumed_capacity());
+                Ok((TransactOutcome::Applied, consumed))
             }
             Err(SdkError::ServiceError(e))
                 if matches!(
@@ -193,7 +205,7 @@ impl Transactions for DynamoStore {
                 let TransactWriteItemsError::TransactionCanceledException(c) = e.err() else {
                     unreachable!("matched above")
                 };
-                self.metrics.record(Operation::Other, None);
+                self.metrics.record(Operation::TransactWriteItems, None);
                 let codes: Vec<&str> = c
                     .cancellation_reasons()
                     .iter()
@@ -210,11 +222,14 @@ impl Transactions for DynamoStore {
                     .iter()
                     .all(|c| *c == "None" || *c == "ConditionalCheckFailed")
                 {
-                    return Ok(TransactOutcome::Cancelled(
-                        codes
-                            .iter()
-                            .map(|c| *c == "ConditionalCheckFailed")
-                            .collect(),
+                    return Ok((
+                        TransactOutcome::Cancelled(
+                            codes
+                                .iter()
+                                .map(|c| *c == "ConditionalCheckFailed")
+                                .collect(),
+                        ),
+                        0.0,
                     ));
                 }
                 Err(StoreError::Permanent {
