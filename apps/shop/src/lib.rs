@@ -24,6 +24,7 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod derive;
+pub mod guarded;
 pub mod items;
 pub mod keys;
 pub mod refs;

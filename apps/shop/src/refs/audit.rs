@@ -1,8 +1,15 @@
 //! `audit` (daily): every product's `brand_id` and `category_id` checked
 //! against the brands and categories that exist; `worker_missing_refs` set
-//! to the missing ones, or removed (each write conditional on the
-//! references read, so a product changed meanwhile is left to the next
-//! pass). The products missing a reference are reported by id.
+//! to the missing ones, or removed. The products missing a reference are
+//! reported by id.
+//!
+//! The brands and categories are read once per tick, long before a
+//! product's flag is written; so each flag write carries, besides its own
+//! condition (the product still names the ids read: [`rules::same_refs`]),
+//! a guard on each brand and category it was decided from
+//! ([`rules::guards`]: absent if flagged missing, present if not). A
+//! product or a reference changed meanwhile is left to its stream record
+//! and the next pass, and counted (`flags_refused`, `flags_withheld`).
 //!
 //! A tick reads the brands' and categories' keys (`PK = BRAND`, `PK =
 //! CAT`, keys only), then the products (`PK = PROD`) page by page: a
@@ -18,10 +25,11 @@ use serde_json::json;
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
-use worker_engine::store::{Expr, QuerySpec, Store, StoreError, WriteOutcome};
+use worker_engine::store::{Expr, QuerySpec, Store, StoreError};
 
 use super::{MAX_LISTED, PRODUCTS_MISSING_REFS, REF_FLAGS_CHANGED, rules};
 use crate::checkpoint::Pass;
+use crate::guarded::{Guarded, GuardedUpdates};
 use crate::items::ProductRefs;
 use crate::keys::{self, Id, ItemKey, Job, Listing};
 
@@ -30,13 +38,15 @@ pub const PAGE_SIZE: i32 = 200;
 
 pub struct Audit {
     store: Arc<dyn Store>,
+    updates: Arc<dyn GuardedUpdates>,
     page_size: i32,
 }
 
 impl Audit {
-    pub fn new(store: Arc<dyn Store>) -> Self {
+    pub fn new(store: Arc<dyn Store>, updates: Arc<dyn GuardedUpdates>) -> Self {
         Audit {
             store,
+            updates,
             page_size: PAGE_SIZE,
         }
     }
@@ -80,6 +90,7 @@ impl ScheduledJob<Job> for Audit {
         let brands = self.ids(Listing::Brands).await?;
         let categories = self.ids(Listing::Categories).await?;
         let (mut products, mut missing, mut changed, mut pages) = (0u64, 0u64, 0u64, 0u64);
+        let (mut refused, mut withheld) = (0u64, 0u64);
         let mut listed = Vec::new();
         let complete = loop {
             let mut spec = QuerySpec::partition(keys::PK, Listing::Products.pk());
@@ -107,12 +118,19 @@ impl ScheduledJob<Job> for Audit {
                     }
                 }
                 if want != p.missing {
-                    let outcome = self
-                        .store
-                        .update(&p.key(), rules::set_flag(&want), Some(rules::same_refs(&p)))
-                        .await?;
-                    if outcome == WriteOutcome::Applied {
-                        changed += 1;
+                    match self
+                        .updates
+                        .update_guarded(
+                            &rules::guards(&p, &want),
+                            &p.key(),
+                            rules::set_flag(&want),
+                            Some(rules::same_refs(&p)),
+                        )
+                        .await?
+                    {
+                        Guarded::Applied => changed += 1,
+                        Guarded::Refused => refused += 1,
+                        Guarded::Withheld => withheld += 1,
                     }
                 }
             }
@@ -154,6 +172,8 @@ impl ScheduledJob<Job> for Audit {
                 "products": products,
                 "missing": missing,
                 "flags_changed": changed,
+                "flags_refused": refused,
+                "flags_withheld": withheld,
                 "brands": brands.len(),
                 "categories": categories.len(),
                 "listed": listed,

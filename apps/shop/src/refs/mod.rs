@@ -4,16 +4,34 @@
 //! - [`DeletedReferences`], the stream handler: the removal of a brand or a
 //!   category reports its products, found through `GSI1` (`GSI1PK =
 //!   BRAND#<id>`) or `GSI2` (`GSI2PK = CAT#<id>`) instead of a scan, and
-//!   flags each with `worker_missing_refs` (an `ADD` to the set, on the
-//!   condition that the product still names the deleted id). A record of
-//!   a brand or category that exists again (a consistent read) flags
+//!   flags each with `worker_missing_refs` (an `ADD` to the set). A record
+//!   of a brand or category that exists again (a consistent read) flags
 //!   nothing. The index is eventually consistent: a product whose keys
 //!   were derived within the index's lag may be missed; the `audit` finds
-//!   it;
+//!   it. A REMOVE record without an old image (DynamoDB emits a second
+//!   one when two deletes of one item race) is handled from its keys
+//!   like any other;
 //! - [`audit::Audit`], scheduled: every product's references checked
 //!   against the brands and categories that exist; the flag set or removed
-//!   to match (conditional on the references read), the products missing
-//!   one reported by id.
+//!   to match, the products missing one reported by id.
+//!
+//! # The rule every flag write follows (issue 29)
+//!
+//! A flag is decided from two kinds of item: the product (which ids it
+//! names) and the brand and category (whether they exist). The write
+//! carries a condition on each ([`crate::guarded`]):
+//!
+//! - on the product, its own condition ([`rules::same_refs`]): it exists
+//!   and still names the ids read;
+//! - on each referenced brand and category, a guard
+//!   ([`rules::guards`]): absent when the flag names its field, present
+//!   when it does not. A brand written again between the read and the
+//!   write withholds the flag.
+//!
+//! Either failing is a normal outcome, counted in the record's outcome and
+//! the audit's report (`withheld`, `refused`), not an error: the change
+//! that made the decision stale has a stream record of its own (and the
+//! next audit looks again).
 
 pub mod audit;
 pub mod rules;
@@ -23,11 +41,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
-use worker_engine::store::{QuerySpec, Store, WriteOutcome};
+use worker_engine::store::guarded::Guard;
+use worker_engine::store::{QuerySpec, Store};
 use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
 use crate::app::JobSpec;
+use crate::guarded::{Guarded, GuardedUpdates};
 use crate::items::ProductRefs;
 use crate::keys::{self, ItemKey, Job};
 
@@ -50,7 +70,12 @@ pub const SPEC: JobSpec = JobSpec {
         handler: "deleted-references",
         writes_metric: REF_FLAG_WRITES,
         access: Access {
-            dynamodb_actions: &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"],
+            dynamodb_actions: &[
+                "dynamodb:ConditionCheckItem",
+                "dynamodb:GetItem",
+                "dynamodb:Query",
+                "dynamodb:UpdateItem",
+            ],
             indexes: &[keys::GSI1, keys::GSI2],
             fallbacks: &[],
             publishes_events: false,
@@ -63,6 +88,7 @@ pub const SPEC: JobSpec = JobSpec {
         local_cron: "0 3 * * *",
         access: Access {
             dynamodb_actions: &[
+                "dynamodb:ConditionCheckItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:GetItem",
                 "dynamodb:PutItem",
@@ -81,15 +107,22 @@ pub const SPEC: JobSpec = JobSpec {
     handlers: |d| {
         vec![Arc::new(DeletedReferences {
             store: d.store.clone(),
+            updates: d.updates.clone(),
             writes: d.writes.clone(),
         })]
     },
-    jobs: |d| vec![Arc::new(audit::Audit::new(d.store.clone()))],
+    jobs: |d| {
+        vec![Arc::new(audit::Audit::new(
+            d.store.clone(),
+            d.updates.clone(),
+        ))]
+    },
 };
 
 /// Reports and flags the products of a deleted brand or category.
 pub struct DeletedReferences {
     store: Arc<dyn Store>,
+    updates: Arc<dyn GuardedUpdates>,
     writes: Arc<WriteCounter>,
 }
 
@@ -123,7 +156,10 @@ impl RecordProcessor for DeletedReferences {
             _ => unreachable!("matched above"),
         };
         let found = self.store.query_all(&spec).await?;
-        let mut flagged = 0;
+        // The decision: the reference is gone. Each flag lands only while
+        // it still is.
+        let gone = [Guard::absent(key.key(), keys::PK)];
+        let (mut flagged, mut refused, mut withheld) = (0, 0, 0);
         let mut ids = Vec::new();
         for item in &found {
             let Ok(Some(p)) = ProductRefs::from_item(item) else {
@@ -138,12 +174,24 @@ impl RecordProcessor for DeletedReferences {
             if seen.as_ref() != Some(deleted) {
                 continue; // the index lags a change of reference
             }
-            let outcome = self
-                .store
-                .update(&p.key(), rules::add_flag(field), Some(rules::same_refs(&p)))
-                .await?;
-            if outcome == WriteOutcome::Applied {
-                flagged += 1;
+            if withheld > 0 {
+                // The reference exists again: no later flag either.
+                withheld += 1;
+                continue;
+            }
+            match self
+                .updates
+                .update_guarded(
+                    &gone,
+                    &p.key(),
+                    rules::add_flag(field),
+                    Some(rules::same_refs(&p)),
+                )
+                .await?
+            {
+                Guarded::Applied => flagged += 1,
+                Guarded::Refused => refused += 1,
+                Guarded::Withheld => withheld += 1,
             }
         }
         self.writes.add(REF_FLAG_WRITES, flagged);
@@ -157,12 +205,22 @@ impl RecordProcessor for DeletedReferences {
             deleted = %key,
             products = found.len(),
             flagged,
+            withheld,
+            refused,
             product_ids = %ids.join(","),
             "products name a deleted {what}"
         );
-        Ok(RecordOutcome::handled(format!(
-            "{} product(s) of the deleted {what}, {flagged} flagged",
+        let stale = if withheld + refused > 0 {
+            format!(
+                "; {withheld} withheld ({what} written again), {refused} refused (product changed)"
+            )
+        } else {
+            String::new()
+        };
+        let text = format!(
+            "{} product(s) of the deleted {what}, {flagged} flagged{stale}",
             found.len()
-        )))
+        );
+        Ok(RecordOutcome::handled(text))
     }
 }

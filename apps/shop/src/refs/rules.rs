@@ -10,9 +10,10 @@ use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::store::Expr;
+use worker_engine::store::guarded::Guard;
 
 use crate::items::ProductRefs;
-use crate::keys::{self, Id};
+use crate::keys::{self, Id, ItemKey};
 
 /// The fields of `p` whose reference is missing, sorted.
 pub fn missing(p: &ProductRefs, brands: &BTreeSet<Id>, categories: &BTreeSet<Id>) -> Vec<String> {
@@ -49,6 +50,31 @@ pub fn same_refs(p: &ProductRefs) -> Expr {
         });
     }
     c
+}
+
+/// The facts a flag of `p` set to `missing` is decided from, as guards:
+/// each reference of `p` is absent when `missing` names its field, and
+/// exists otherwise. The flag's write lands only while all still hold, so
+/// a brand created (or deleted) meanwhile never gets a stale flag written.
+pub fn guards(p: &ProductRefs, missing: &[String]) -> Vec<Guard> {
+    let mut out = Vec::new();
+    for (field, id, key) in [
+        (
+            keys::BRAND_ID,
+            &p.brand_id,
+            ItemKey::Brand as fn(Id) -> ItemKey,
+        ),
+        (keys::CATEGORY_ID, &p.category_id, ItemKey::Category),
+    ] {
+        let Some(id) = id else { continue };
+        let key = key(id.clone()).key();
+        out.push(if missing.iter().any(|m| m == field) {
+            Guard::absent(key, keys::PK)
+        } else {
+            Guard::present(key, keys::PK)
+        });
+    }
+    out
 }
 
 /// The update setting the flag to `missing` (removing it when empty).
