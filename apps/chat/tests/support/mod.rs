@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod race;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::runtime::Worker;
+use worker_engine::store::transact::Transactions;
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Key, QueryStore, ScanSpec, Store};
 use worker_engine::stream::decode::StreamChange;
 use worker_testkit::{Drain, TestTable};
@@ -79,6 +82,72 @@ impl Chat {
     /// Another worker over the same tables (a second Lambda instance).
     pub fn another_worker(&self) -> Worker<Job> {
         build(&self.tables, &self.settings, &self.clock)
+    }
+
+    /// The worker again, its stores and transactions wrapped (the race
+    /// layers of [`race`]); metrics still captured.
+    pub fn rewire(
+        &mut self,
+        wrap: impl Fn(Table, Arc<dyn Store>) -> Arc<dyn Store>,
+        wrap_tx: impl FnOnce(Arc<dyn Transactions>) -> Arc<dyn Transactions>,
+    ) {
+        self.worker = self
+            .wrapped_worker(wrap, wrap_tx)
+            .with_metrics(Emitter::new(
+                "ChatWorker",
+                "test",
+                Arc::new(self.lines.clone()),
+            ));
+    }
+
+    /// A worker over the same tables, its stores and transactions wrapped.
+    pub fn wrapped_worker(
+        &self,
+        wrap: impl Fn(Table, Arc<dyn Store>) -> Arc<dyn Store>,
+        wrap_tx: impl FnOnce(Arc<dyn Transactions>) -> Arc<dyn Transactions>,
+    ) -> Worker<Job> {
+        let stores = Stores::new(
+            self.tables
+                .iter()
+                .map(|(t, table)| (*t, wrap(*t, table.store.clone() as Arc<dyn Store>))),
+        );
+        let tx = wrap_tx(self.tables[&Table::ChatRequests].store.clone());
+        worker(
+            stores,
+            tx,
+            self.settings.clone(),
+            Arc::new(self.clock.clone()),
+        )
+    }
+
+    /// Deliver `changes` as one batch and return the engine's report
+    /// (failures not asserted).
+    pub async fn deliver_report(
+        &self,
+        changes: &[StreamChange],
+    ) -> worker_engine::stream::engine::BatchReport {
+        let event = worker_engine::stream::decode::encode_event(changes, None);
+        use worker_engine::replay::dev::EventFunction;
+        self.worker
+            .invoke_stream(&event)
+            .await
+            .expect("stream event")
+    }
+
+    /// The records of `t` written since its last read, unhandled (the
+    /// other streams are not read).
+    pub async fn read_table(&mut self, t: Table) -> Vec<StreamChange> {
+        self.drains
+            .get_mut(&t)
+            .expect("a drain per table")
+            .read()
+            .await
+    }
+
+    /// Handle `t`'s stream only, until it has nothing new.
+    pub async fn settle_table(&mut self, t: Table) -> usize {
+        let d = self.drains.get_mut(&t).expect("a drain per table");
+        d.run(&self.worker).await
     }
 
     pub fn store(&self, t: Table) -> &Arc<DynamoStore> {
