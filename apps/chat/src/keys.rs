@@ -10,6 +10,7 @@
 //! | PrivateChats | `PRIVATECHAT#<chat>` | `PRIVATECHAT#<chat>` / `USER#<user>` / `MESSAGE#<time>#<id>` |
 //! | ChatRequests | `USER#<user>` / `GROUPCHAT#<chat>` | `CHATREQUEST#<time>#<request>` |
 //! | ChatRequests (worker) | `WORKER#<job>` | `CHECKPOINT` |
+//! | ChatRequests (worker) | `JOINED#<chat>` | `CHATREQUEST#<time>#<request>` |
 //!
 //! `<time>` is ISO-8601 (RFC 3339; written as `2024-05-01T10:00:00.000Z`);
 //! ids are non-empty and hold no `#`. A request has two copies, one per
@@ -89,6 +90,7 @@ const UNREAD: &str = "NOTIFICATION#UNREAD#";
 const READ_PREFIX: &str = "NOTIFICATIONREAD#";
 const CHATREQUEST: &str = "CHATREQUEST#";
 const WORKER: &str = "WORKER#";
+const JOINED: &str = "JOINED#";
 const CHECKPOINT: &str = "CHECKPOINT";
 
 /// The scheduled jobs of the chat worker (also the checkpoint keys).
@@ -527,11 +529,50 @@ impl RequestKey {
     }
 }
 
-/// An item of the ChatRequests table: a request copy or a worker checkpoint.
+/// The worker's mark that a request was joined (its member added, its
+/// notification written): `PK = JOINED#<chat>`, `SK` the request's own
+/// `SK`. Written once, in the acceptance's transaction, only while absent;
+/// never written by a client, never deleted. It is what tells a request
+/// joined before from one accepted now, whatever a client later writes on
+/// the copies (a rewrite drops `JoinedAt`) or does with the member item
+/// and the notification (leaves, reads, deletes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JoinMark {
+    pub chat: String,
+    pub created: DateTime<Utc>,
+    pub request: String,
+}
+
+impl JoinMark {
+    /// The mark of the request one of whose copies is `key`, in `chat`.
+    pub fn of(chat: &str, key: &RequestKey) -> Self {
+        JoinMark {
+            chat: chat.to_owned(),
+            created: key.created,
+            request: key.request.clone(),
+        }
+    }
+
+    pub fn key(&self) -> Key {
+        let copy = RequestKey {
+            owner: Owner::GroupChat(self.chat.clone()),
+            created: self.created,
+            request: self.request.clone(),
+        };
+        Key::from([
+            (PK.to_owned(), s(&format!("{JOINED}{}", self.chat))),
+            (SK.to_owned(), s(&copy.sk())),
+        ])
+    }
+}
+
+/// An item of the ChatRequests table: a request copy, a worker checkpoint
+/// or a join mark.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestsItem {
     Copy(RequestKey),
     Checkpoint(Job),
+    Joined(JoinMark),
 }
 
 impl RequestsItem {
@@ -541,6 +582,17 @@ impl RequestsItem {
             return Job::parse(job)
                 .map(RequestsItem::Checkpoint)
                 .ok_or_else(|| foreign("ChatRequests", PK, pk));
+        }
+        if let Some(chat) = prefixed(pk, JOINED) {
+            let chat = id("group chat id", chat)?.to_owned();
+            let sk = string(item, SK)?;
+            let rest = prefixed(sk, CHATREQUEST).ok_or_else(|| foreign("ChatRequests", SK, sk))?;
+            let (created, request) = time_and_id("join mark SK", rest)?;
+            return Ok(RequestsItem::Joined(JoinMark {
+                chat,
+                created,
+                request,
+            }));
         }
         RequestKey::parse(item).map(RequestsItem::Copy)
     }
@@ -707,6 +759,8 @@ mod tests {
             prop_assert_eq!(NotificationKey::parse(&n.key()), Ok(n));
             for k in RequestKey::copies(&u, &c, time, &r) {
                 prop_assert_eq!(RequestKey::parse(&k.key()), Ok(k.clone()));
+                let mark = JoinMark::of(&c, &k);
+                prop_assert_eq!(RequestsItem::parse(&mark.key()), Ok(RequestsItem::Joined(mark)));
             }
         }
     }

@@ -26,6 +26,19 @@
 //! write a stale number if `NumMembers` did not change since it read it;
 //! that write is itself a change, and its record's recount fixes it.
 //! The cost: one Query per member change, and one more per count written.
+//!
+//! **What the write's condition covers** (the rule that a write decided
+//! from another item carries a condition on it). The count is decided from
+//! two reads: the chat item's `NumMembers` and the partition's `USER#`
+//! items. The condition covers the first (`NumMembers` as read, and the
+//! chat item still there: a deleted chat is never recreated by a count).
+//! The member items cannot be covered: a condition names items, and a
+//! member added after the Query is one nobody has named yet. This is safe
+//! because the count is derived, never a deletion or a settlement of
+//! anyone's data, and a count written from a stale Query is overwritten by
+//! the recount of the change that made it stale (whose record starts after
+//! it, see above): it converges to the member items, which the worker's
+//! concurrent test checks after quiet.
 
 use std::sync::Arc;
 

@@ -5,7 +5,11 @@
 //! `TWIN_GRACE_MINUTES` ago whose twin is missing is
 //!
 //! - recreated from the surviving copy while it is `pending` (the same
-//!   attributes under the other owner's key, only if still absent);
+//!   attributes under the other owner's key). The decision is read from
+//!   the surviving copy, so the put is a transaction with a ConditionCheck
+//!   on that copy: still `pending`, with the `PendingId` it was read with
+//!   (or still none); the put itself only while the twin is absent. A copy
+//!   settled or deleted after the page was read recreates nothing;
 //! - otherwise reported: counted (`RequestTwinsMissing`) and logged with
 //!   its ids; a terminal request's lost copy is not invented.
 //!
@@ -22,7 +26,8 @@ use worker_engine::error::HandlerError;
 use worker_engine::item::Item;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
-use worker_engine::store::{Expr, Key, ScanSpec, Store, WriteOutcome};
+use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
+use worker_engine::store::{Expr, Key, ScanSpec, Store};
 
 use super::{TWINS_MISSING, TWINS_RECREATED};
 use crate::app::Deps;
@@ -35,15 +40,55 @@ pub const PAGE: i32 = 100;
 
 pub struct AuditRequests {
     store: Arc<dyn Store>,
+    tx: Arc<dyn Transactions>,
+    /// The ChatRequests table's name (transactions name it).
+    table: String,
     grace_minutes: u64,
+}
+
+/// The condition that `copy` is as the audit read it: pending, with the
+/// same `PendingId` (or still none).
+fn unchanged_pending(copy: &RequestCopy) -> Expr {
+    let pending = Expr::new("#st = :p")
+        .name("#st", keys::STATUS)
+        .string(":p", Status::Pending.as_str());
+    let pid = match &copy.pending_id {
+        Some(p) => Expr::new("#pid = :pid")
+            .name("#pid", keys::PENDING_ID)
+            .string(":pid", p),
+        None => Expr::new("attribute_not_exists(#pid)").name("#pid", keys::PENDING_ID),
+    };
+    pending.and(pid)
 }
 
 impl AuditRequests {
     pub fn new(d: &Deps) -> Self {
         AuditRequests {
             store: d.stores.get(Table::ChatRequests).clone(),
+            tx: d.tx.clone(),
+            table: d.settings.table(Table::ChatRequests).to_owned(),
             grace_minutes: d.settings.twin_grace_minutes,
         }
+    }
+
+    /// `copy`'s twin put from it, only while the twin is absent and `copy`
+    /// is unchanged; whether it was.
+    async fn recreate(&self, copy: &RequestCopy) -> Result<bool, HandlerError> {
+        let mut recreated = copy.clone();
+        recreated.key = Some(copy.twin_key());
+        let ops = vec![
+            TransactOp::Put {
+                table: self.table.clone(),
+                item: recreated.to_item(),
+                condition: Some(Expr::not_exists(keys::PK)),
+            },
+            TransactOp::Check {
+                table: self.table.clone(),
+                key: copy.key().key(),
+                condition: unchanged_pending(copy),
+            },
+        ];
+        Ok(self.tx.transact_write(ops).await? == TransactOutcome::Applied)
     }
 
     async fn position(&self) -> Result<Option<Key>, HandlerError> {
@@ -136,15 +181,7 @@ impl ScheduledJob<Job> for AuditRequests {
                     continue;
                 }
                 if copy.status == Status::Pending {
-                    let mut recreated = copy.clone();
-                    recreated.key = Some(copy.twin_key());
-                    let item = recreated.to_item();
-                    if self
-                        .store
-                        .put(item, Some(Expr::not_exists(keys::PK)))
-                        .await?
-                        == WriteOutcome::Applied
-                    {
+                    if self.recreate(copy).await? {
                         f.recreated += 1;
                     }
                 } else {

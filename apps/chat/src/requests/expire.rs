@@ -7,7 +7,10 @@
 //! tables' size. The entry's `SK` holds the request's time; a due entry's
 //! copy is set `expired` (`StatusReason = expired`, `PendingId` removed)
 //! on the condition that it is still `pending`, so a request accepted or
-//! cancelled since the index was read keeps its status. Each copy has its
+//! cancelled since the index was read keeps its status (the decision is
+//! read from the index entry: the copy's age, which its key holds and no
+//! write changes, and its being pending, which the condition re-checks on
+//! the copy itself, so the write needs no other item's check). Each copy has its
 //! own entry, so both copies are expired by the pass (and the stream
 //! handler makes the twin follow if the pass stops between them).
 //!

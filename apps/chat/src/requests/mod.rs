@@ -14,24 +14,62 @@
 //!   (`RequestConflicts`), logged with the ids, never overwritten.
 //! - **Acceptance.** The group chat's copy `accepted` and without
 //!   `JoinedAt`: one transaction over four tables sets `JoinedAt` (only if
-//!   still accepted and not joined), puts the member item (only if absent),
-//!   moves `NumMembers` up by one (only while below `Capacity`), checks
-//!   that the user still exists and puts the notification
-//!   `NOTIFICATION#UNREAD#<JoinedAt>#chatrequest-<id>-accepted`. The
-//!   `JoinedAt` condition makes it happen once per request: a redelivery
-//!   finds `JoinedAt` set and writes nothing, so there is never a second
-//!   member count or notification. A member item already there (joined
-//!   some other way) or the notification already there (a client
-//!   rewrote an accepted copy) is left out and the rest done: the count
-//!   moves only with a member item this transaction puts. Two acceptances racing for the last
-//!   seat: DynamoDB serializes the transactions on the chat item; the
-//!   loser is cancelled (a conflict is retried as transient) and on its
-//!   next attempt finds the chat full. A chat at `Capacity` (or deleted,
-//!   or a user deleted meanwhile) turns the request `rejected` (or
-//!   `cancelled`) with a `StatusReason`, on both copies in one
-//!   transaction (so neither copy is ever seen alone in the new status,
-//!   which would read as a conflict). This is the only time a terminal
-//!   status changes, and only from an `accepted` never joined.
+//!   still accepted and not joined), checks that the user still exists,
+//!   puts the request's **join mark** ([`keys::JoinMark`]:
+//!   `JOINED#<chat>` / the request's `SK`, only if absent), puts the
+//!   member item (only if absent), moves `NumMembers` up by one (only
+//!   while below `Capacity`) and puts the notification
+//!   `NOTIFICATION#UNREAD#<JoinedAt>#chatrequest-<id>-accepted`.
+//!   **Once per request, whatever clients write later.** `JoinedAt` on
+//!   the copy is not enough: a client writing the accepted copy again
+//!   drops it. The join mark is the worker's own item, which no client
+//!   writes and nothing deletes, so the notification and the member add
+//!   (which only ever happen in the transaction that creates the mark)
+//!   happen at most once per request, even after the user read or
+//!   deleted the notification or left the chat. A rewritten copy finds the
+//!   mark: the transaction is cancelled on it, and `JoinedAt` is set back
+//!   to the mark's time (conditional on the copy still accepted and
+//!   without `JoinedAt`), nothing else. A member item already there
+//!   (joined some other way) or the notification already there is left
+//!   out and the rest done: the count moves only with a member item this
+//!   transaction puts. Two acceptances racing for the last seat:
+//!   DynamoDB serializes the transactions on the chat item; the loser is
+//!   cancelled (a conflict is retried as transient) and on its next
+//!   attempt finds the chat full.
+//! - **Refusals.** A chat at `Capacity` (or deleted, or a user deleted
+//!   meanwhile) turns the request `rejected` (or `cancelled`) with a
+//!   `StatusReason`, on both copies in one transaction (so neither copy is
+//!   ever seen alone in the new status, which would read as a conflict).
+//!   This is the only time a terminal status changes, and only from an
+//!   `accepted` never joined. [`refuse_copies`] puts first in that
+//!   transaction a ConditionCheck that the **reason still holds** (the user
+//!   still absent, the chat still absent, the chat still full: the item the
+//!   decision was read from), then one that the request has no join mark,
+//!   then the copies' updates (each: still pending, or accepted without
+//!   `JoinedAt`). A reason that stopped holding writes nothing and the
+//!   record is decided again (a transient error: Lambda delivers it
+//!   again).
+//! - **A removed user's requests.** A record of a request one of whose
+//!   copies is pending reads the user (consistent): a user that is gone
+//!   gets the request cancelled (`user-deleted`) through [`refuse_copies`]
+//!   (checked: the user still absent). With the user cascade reading the
+//!   user's whole request partition ([`crate::cascade`]), a removed user's
+//!   pending copy is settled whichever record is handled first, `PendingId`
+//!   or not.
+//!
+//! **Every write and the item its decision is read from** (the rule: a
+//! write decided from another item carries a condition on that item):
+//!
+//! | write | decided from | condition |
+//! |---|---|---|
+//! | `PendingId` removed | the copy (terminal) | the copy: status as read, `PendingId` present |
+//! | `PendingId` added | the copy (pending) | the copy: pending, no `PendingId` |
+//! | a copy follows its twin | the twin (terminal) | the copy: pending; ConditionCheck on the twin: status as read |
+//! | acceptance transaction | the chat's copy (accepted), the user, the chat | the copy: accepted, no `JoinedAt`; user exists; mark absent; member absent; chat exists, below `Capacity` |
+//! | `JoinedAt` restored | the join mark | the copy: accepted, no `JoinedAt` (the mark never changes) |
+//! | refusal (both copies) | the user / the chat | ConditionCheck: user absent / chat absent / chat full; mark absent; each copy pending or accepted without `JoinedAt` |
+//! | expiry ([`expire`]) | the index entry | the copy: pending (its age is in its key) |
+//! | twin recreated ([`audit`]) | the surviving copy | twin absent; ConditionCheck on the copy: pending, `PendingId` as read |
 //! - [`expire`]: the scheduled `expire-requests`; [`audit`]: the scheduled
 //!   `audit-requests` (a copy whose twin is missing).
 
@@ -54,7 +92,7 @@ use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor
 use crate::app::{Deps, JobSpec, Stores, TableAccess, TableHandler};
 use crate::config::{EnvVar, REQUEST_EXPIRY_DAYS, ReadBy, Settings, TWIN_GRACE_MINUTES};
 use crate::items::{GroupChat, Notification, RequestCopy, Status};
-use crate::keys::{self, ChatItem, ChatKind, Job, Owner, RequestKey, RequestsItem};
+use crate::keys::{self, ChatItem, ChatKind, Job, JoinMark, Owner, RequestKey, RequestsItem};
 use crate::schema::Table;
 use rules::Plan;
 
@@ -75,12 +113,18 @@ pub const TWINS_MISSING: &str = "RequestTwinsMissing";
 pub const STREAM_TABLES: &[TableAccess] = &[
     TableAccess {
         table: Table::ChatRequests,
-        actions: &["dynamodb:BatchGetItem", "dynamodb:UpdateItem"],
+        actions: &[
+            "dynamodb:BatchGetItem",
+            "dynamodb:ConditionCheckItem",
+            "dynamodb:GetItem",
+            "dynamodb:PutItem",
+            "dynamodb:UpdateItem",
+        ],
         indexes: &[],
     },
     TableAccess {
         table: Table::Users,
-        actions: &["dynamodb:ConditionCheckItem"],
+        actions: &["dynamodb:ConditionCheckItem", "dynamodb:GetItem"],
         indexes: &[],
     },
     TableAccess {
@@ -91,6 +135,7 @@ pub const STREAM_TABLES: &[TableAccess] = &[
     TableAccess {
         table: Table::GroupChats,
         actions: &[
+            "dynamodb:ConditionCheckItem",
             "dynamodb:GetItem",
             "dynamodb:PutItem",
             "dynamodb:UpdateItem",
@@ -106,12 +151,14 @@ pub const EXPIRE_TABLES: &[TableAccess] = &[TableAccess {
     indexes: &[keys::PENDING_REQUESTS_INDEX],
 }];
 
-/// `audit-requests`: a Scan of the table, the twins read, recreated; its
-/// checkpoint read, written and deleted.
+/// `audit-requests`: a Scan of the table, the twins read, recreated (a
+/// transaction checking the surviving copy); its checkpoint read, written
+/// and deleted.
 pub const AUDIT_TABLES: &[TableAccess] = &[TableAccess {
     table: Table::ChatRequests,
     actions: &[
         "dynamodb:BatchGetItem",
+        "dynamodb:ConditionCheckItem",
         "dynamodb:DeleteItem",
         "dynamodb:GetItem",
         "dynamodb:PutItem",
@@ -176,6 +223,7 @@ pub const SPEC: JobSpec = JobSpec {
             access: Access {
                 dynamodb_actions: &[
                     "dynamodb:BatchGetItem",
+                    "dynamodb:ConditionCheckItem",
                     "dynamodb:DeleteItem",
                     "dynamodb:GetItem",
                     "dynamodb:PutItem",
@@ -332,11 +380,24 @@ impl RequestSync {
             }
         }
         if let Some(f) = &plan.follow {
-            let cond = status_is(":pending", Status::Pending);
-            if self
-                .write(&f.copy, set_terminal(f.status, f.reason.as_deref()), cond)
-                .await?
-            {
+            let requests = self.table(Table::ChatRequests);
+            let ops = vec![
+                TransactOp::Update {
+                    table: requests.clone(),
+                    key: f.copy.key(),
+                    update: set_terminal(f.status, f.reason.as_deref()),
+                    condition: Some(status_is(":pending", Status::Pending)),
+                },
+                // Decided from the twin: only while it holds that status.
+                TransactOp::Check {
+                    table: requests,
+                    key: f.twin.key(),
+                    condition: status_is(":seen", f.status),
+                },
+            ];
+            let outcome = self.tx.transact_write(ops).await?;
+            self.writes.add(REQUEST_WRITES, 1);
+            if outcome == TransactOutcome::Applied {
                 done.push("copy followed its twin");
             }
         }
@@ -395,6 +456,15 @@ impl RequestSync {
             key: keys::user(&copy.user_id),
             condition: Expr::exists(keys::PK),
         };
+        let mark = JoinMark::of(&copy.chat_id, copy.key());
+        let mut mark_item = mark.key();
+        mark_item.insert(keys::USER_ID.into(), s(&copy.user_id));
+        mark_item.insert(keys::JOINED_AT.into(), s(&joined_at));
+        let put_mark = TransactOp::Put {
+            table: self.table(Table::ChatRequests),
+            item: mark_item,
+            condition: Some(Expr::not_exists(keys::PK)),
+        };
         let notify = TransactOp::Put {
             table: self.table(Table::Notifications),
             item: notification,
@@ -429,7 +499,7 @@ impl RequestSync {
         let (mut with_notification, mut with_member) = (true, true);
         let mut chat_refused = false;
         for _attempt in 0..3 {
-            let mut ops = vec![mark_joined.clone(), user_exists.clone()];
+            let mut ops = vec![mark_joined.clone(), user_exists.clone(), put_mark.clone()];
             let notify_at = with_notification.then(|| {
                 ops.push(notify.clone());
                 ops.len() - 1
@@ -453,6 +523,9 @@ impl RequestSync {
             }
             if outcome.failed(1) {
                 return self.refuse(copy, Refusal::UserGone).await;
+            }
+            if outcome.failed(2) {
+                return self.restore_joined(copy, &mark).await;
             }
             let notified = notify_at.is_some_and(|i| outcome.failed(i));
             let member = member_at.is_some_and(|i| outcome.failed(i));
@@ -495,6 +568,67 @@ impl RequestSync {
         self.refuse(copy, refusal).await
     }
 
+    /// A request joined before (its mark exists) whose copy lost
+    /// `JoinedAt` (a client wrote it again): `JoinedAt` set back to the
+    /// mark's, nothing else.
+    async fn restore_joined(
+        &self,
+        copy: &RequestCopy,
+        mark: &JoinMark,
+    ) -> Result<&'static str, ProcessError> {
+        let Some(item) = self.requests().get(&mark.key(), true).await? else {
+            return Err(ProcessError::Transient {
+                reason: "the join mark is not readable yet; deciding again".into(),
+            });
+        };
+        let Some(joined_at) = item.get(keys::JOINED_AT).and_then(|v| v.as_s().ok()) else {
+            return Err(ProcessError::Permanent {
+                reason: "the join mark has no JoinedAt".into(),
+            });
+        };
+        let update = Expr::new("SET #ja = :ja")
+            .name("#ja", keys::JOINED_AT)
+            .string(":ja", joined_at);
+        let cond = status_is(":acc", Status::Accepted)
+            .and(Expr::new("attribute_not_exists(#ja)").name("#ja", keys::JOINED_AT));
+        Ok(if self.write(copy.key(), update, cond).await? {
+            "joined before: JoinedAt restored, nothing added"
+        } else {
+            "joined before; the copy changed meanwhile"
+        })
+    }
+
+    /// The ConditionCheck that `refusal`'s reason still holds: the item
+    /// the decision was read from, as it was read.
+    fn still(&self, copy: &RequestCopy, refusal: Refusal) -> TransactOp {
+        let chat = ChatItem::Chat {
+            kind: ChatKind::Group,
+            chat: copy.chat_id.clone(),
+        }
+        .key();
+        match refusal {
+            Refusal::UserGone => user_gone(self.settings.table(Table::Users), &copy.user_id),
+            Refusal::ChatGone => TransactOp::Check {
+                table: self.table(Table::GroupChats),
+                key: chat,
+                condition: Expr::not_exists(keys::PK),
+            },
+            // The negation of the acceptance's count condition.
+            Refusal::Full => TransactOp::Check {
+                table: self.table(Table::GroupChats),
+                key: chat,
+                condition: Expr::new(
+                    "attribute_exists(#pk) AND attribute_exists(#cap) AND \
+                     (#n >= #cap OR (attribute_not_exists(#n) AND #cap <= :zero))",
+                )
+                .name("#pk", keys::PK)
+                .name("#cap", keys::CAPACITY)
+                .name("#n", keys::NUM_MEMBERS)
+                .value(":zero", AttributeValue::N("0".into())),
+            },
+        }
+    }
+
     /// Both copies of an accepted (or pending), never joined request turned
     /// into `refusal`'s status and reason, in one transaction.
     async fn refuse(
@@ -510,48 +644,141 @@ impl RequestSync {
             [user_copy.as_ref(), chat_copy.as_ref()],
             status,
             reason,
+            self.still(copy, refusal),
         )
         .await?;
         self.writes.add(REQUEST_WRITES, 1);
         Ok(match (outcome, refusal) {
-            (TransactOutcome::Applied, Refusal::Full) => "chat full: request rejected",
-            (TransactOutcome::Applied, Refusal::ChatGone) => "chat gone: request rejected",
-            (TransactOutcome::Applied, Refusal::UserGone) => "user gone: request cancelled",
-            (TransactOutcome::Cancelled(_), _) => "request changed meanwhile",
+            (Refused::Applied, Refusal::Full) => "chat full: request rejected",
+            (Refused::Applied, Refusal::ChatGone) => "chat gone: request rejected",
+            (Refused::Applied, Refusal::UserGone) => "user gone: request cancelled",
+            (Refused::ReasonGone, _) => {
+                return Err(ProcessError::Transient {
+                    reason: "the refusal's reason stopped holding before it landed; deciding again"
+                        .into(),
+                });
+            }
+            (Refused::Joined, _) => "joined before: not refused",
+            (Refused::Changed | Refused::NoCopies, _) => "request changed meanwhile",
+        })
+    }
+
+    /// A request with a pending copy whose user is gone: cancelled
+    /// (checked: the user still absent). `None`: the user exists (or came
+    /// back before the write), carry on.
+    async fn settle_if_user_gone(
+        &self,
+        user: Option<&RequestCopy>,
+        chat: Option<&RequestCopy>,
+    ) -> Result<Option<RecordOutcome>, ProcessError> {
+        let copies: Vec<&RequestCopy> = [user, chat].into_iter().flatten().collect();
+        let open = |c: &&RequestCopy| {
+            c.status == Status::Pending || (c.status == Status::Accepted && c.joined_at.is_none())
+        };
+        // A copy already settled otherwise: the plan makes the pending one
+        // follow it. An accepted copy alone is the acceptance's (which
+        // checks the user in its own transaction).
+        if !copies.iter().all(open) {
+            return Ok(None);
+        }
+        let Some(any) = copies.iter().find(|c| c.status == Status::Pending) else {
+            return Ok(None);
+        };
+        let users = self.stores.get(Table::Users);
+        if users.get(&keys::user(&any.user_id), true).await?.is_some() {
+            return Ok(None);
+        }
+        let outcome = refuse_copies(
+            self.tx.as_ref(),
+            self.settings.table(Table::ChatRequests),
+            [user, chat],
+            Status::Cancelled,
+            keys::REASON_USER_DELETED,
+            user_gone(self.settings.table(Table::Users), &any.user_id),
+        )
+        .await?;
+        self.writes.add(REQUEST_WRITES, 1);
+        Ok(match outcome {
+            Refused::Applied => Some(RecordOutcome::handled("user gone: request cancelled")),
+            Refused::ReasonGone => None,
+            Refused::Joined | Refused::Changed | Refused::NoCopies => Some(RecordOutcome::skipped(
+                "request changed meanwhile (its record decides again)",
+            )),
         })
     }
 }
 
+/// The ConditionCheck "user `user` is absent" (on the Users table
+/// `users_table`): the reason of a cancellation because the user is gone.
+pub fn user_gone(users_table: &str, user: &str) -> TransactOp {
+    TransactOp::Check {
+        table: users_table.to_owned(),
+        key: keys::user(user),
+        condition: Expr::not_exists(keys::PK),
+    }
+}
+
+/// What [`refuse_copies`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// The copies that exist hold the refusal now.
+    Applied,
+    /// The reason's check failed (the user or the chat is back, the chat
+    /// has room): nothing written.
+    ReasonGone,
+    /// The request has a join mark: it was joined; nothing written.
+    Joined,
+    /// A copy is neither pending nor accepted without `JoinedAt` any more:
+    /// nothing written.
+    Changed,
+    /// No copy to refuse.
+    NoCopies,
+}
+
 /// The copies (those that exist) of a request that is pending, or accepted
 /// and never joined, set to `status` with `reason`, in one transaction:
-/// neither copy is seen in the new status alone. Cancelled (nothing
-/// written) when a copy is neither any more.
+/// neither copy is seen in the new status alone. `because` (a
+/// ConditionCheck on the item the refusal was decided from) comes first,
+/// then a check that the request has no join mark, then the copies'
+/// updates: the refusal lands only while its reason holds and the
+/// request was never joined.
 pub async fn refuse_copies(
     tx: &dyn Transactions,
     requests_table: &str,
     copies: [Option<&RequestCopy>; 2],
     status: Status,
     reason: &str,
-) -> Result<TransactOutcome, StoreError> {
+    because: TransactOp,
+) -> Result<Refused, StoreError> {
+    let Some(first) = copies.iter().flatten().next() else {
+        return Ok(Refused::NoCopies);
+    };
+    let mark = JoinMark::of(&first.chat_id, first.key());
     let cond = Expr::new("(#st = :p OR #st = :a) AND attribute_not_exists(#ja)")
         .name("#st", keys::STATUS)
         .name("#ja", keys::JOINED_AT)
         .string(":p", Status::Pending.as_str())
         .string(":a", Status::Accepted.as_str());
-    let ops: Vec<TransactOp> = copies
-        .into_iter()
-        .flatten()
-        .map(|c| TransactOp::Update {
+    let mut ops = vec![
+        because,
+        TransactOp::Check {
             table: requests_table.to_owned(),
-            key: c.key().key(),
-            update: set_terminal(status, Some(reason)),
-            condition: Some(cond.clone()),
-        })
-        .collect();
-    if ops.is_empty() {
-        return Ok(TransactOutcome::Cancelled(Vec::new()));
-    }
-    tx.transact_write(ops).await
+            key: mark.key(),
+            condition: Expr::not_exists(keys::PK),
+        },
+    ];
+    ops.extend(copies.into_iter().flatten().map(|c| TransactOp::Update {
+        table: requests_table.to_owned(),
+        key: c.key().key(),
+        update: set_terminal(status, Some(reason)),
+        condition: Some(cond.clone()),
+    }));
+    Ok(match tx.transact_write(ops).await? {
+        TransactOutcome::Applied => Refused::Applied,
+        o if o.failed(0) => Refused::ReasonGone,
+        o if o.failed(1) => Refused::Joined,
+        TransactOutcome::Cancelled(_) => Refused::Changed,
+    })
 }
 
 #[async_trait]
@@ -565,6 +792,7 @@ impl RecordProcessor for RequestSync {
         let key = match RequestsItem::parse(&change.keys) {
             Ok(RequestsItem::Copy(k)) => k,
             Ok(RequestsItem::Checkpoint(_)) => return Ok(RecordOutcome::skipped("checkpoint")),
+            Ok(RequestsItem::Joined(_)) => return Ok(RecordOutcome::skipped("join mark")),
             Err(e @ keys::KeyError::Foreign { .. }) => {
                 return Ok(RecordOutcome::skipped(e.to_string()));
             }
@@ -585,6 +813,12 @@ impl RecordProcessor for RequestSync {
         let (user, chat) = self.copies(&key, &seen.twin_key()).await?;
         if user.is_none() && chat.is_none() {
             return Ok(RecordOutcome::skipped("request gone"));
+        }
+        if let Some(settled) = self
+            .settle_if_user_gone(user.as_ref(), chat.as_ref())
+            .await?
+        {
+            return Ok(settled);
         }
         let plan = rules::plan(user.as_ref(), chat.as_ref());
         if plan == Plan::default() {

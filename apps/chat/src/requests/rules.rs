@@ -29,11 +29,15 @@ pub struct Plan {
     pub join: bool,
 }
 
+/// A pending copy to set to its twin's terminal status. Decided from the
+/// twin: the write carries a check that the twin still holds `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Follow {
     pub copy: RequestKey,
     pub status: Status,
     pub reason: Option<String>,
+    /// The copy the status is read from.
+    pub twin: RequestKey,
 }
 
 /// The plan for a request given its copies (either may be missing).
@@ -69,6 +73,7 @@ fn follow(pending: &RequestCopy, terminal: &RequestCopy) -> Follow {
         copy: pending.key().clone(),
         status: terminal.status,
         reason: terminal.status_reason.clone(),
+        twin: terminal.key().clone(),
     }
 }
 
