@@ -33,8 +33,10 @@ fn the_description_gives_the_deployed_functions() {
         stream.dynamodb_actions,
         [
             "dynamodb:BatchGetItem",
+            "dynamodb:ConditionCheckItem",
             "dynamodb:DeleteItem",
             "dynamodb:GetItem",
+            "dynamodb:PutItem",
             "dynamodb:Query",
             "dynamodb:UpdateItem"
         ]
@@ -81,6 +83,7 @@ fn actions(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
         (used.batch_write_item, Operation::BatchWriteItem),
         (used.batch_get_item, Operation::BatchGetItem),
         (used.execute_statement, Operation::ExecuteStatement),
+        (used.transact_write_items, Operation::TransactWriteItems),
     ];
     counts
         .into_iter()

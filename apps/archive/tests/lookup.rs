@@ -17,7 +17,7 @@ use support::*;
 use worker_engine::runtime::Worker;
 use worker_engine::store::{ItemWriter, Key, Reply, Request, Store, StoreError};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
-use worker_testkit::layers::{BeforeDelete, DeleteHook};
+use worker_testkit::layers::DeleteHook;
 use worker_testkit::workload::{Seeded, Write, apply};
 use worker_testkit::{Drain, TestTable};
 
@@ -291,11 +291,12 @@ async fn a_file_listed_while_its_day_is_emptied_is_kept() {
         file: newcomer,
         fired: AtomicUsize::new(0),
     };
-    let racing = Arc::new(BeforeDelete::with_hook(table.store.clone(), hook));
+    let racing = Arc::new(BeforeAnyDelete::with_hook(table.store.clone(), hook));
     // The removal empties 2024-05-20, then deletes 2024-05 (which listed
     // only that day); the other shard lists the newcomer in between: its
-    // month step finds the day still listed and writes nothing. Reading
-    // the day again after the month's deletion is what lists it again.
+    // month step finds the day still listed and writes nothing. The
+    // month's deletion is decided from the day being gone, so it carries
+    // a guard on the day: refilled, the day withholds it.
     deliver(&app(racing.clone()), &removal).await;
     assert_eq!(
         racing.hook().fired.load(Ordering::SeqCst),

@@ -32,7 +32,12 @@ fn the_description_gives_the_deployed_functions() {
     assert!(stream.reads_stream && !stream.publishes_events);
     assert_eq!(
         stream.dynamodb_actions,
-        ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"]
+        [
+            "dynamodb:ConditionCheckItem",
+            "dynamodb:GetItem",
+            "dynamodb:Query",
+            "dynamodb:UpdateItem"
+        ]
     );
     assert_eq!(stream.indexes, [keys::GSI1, keys::GSI2]);
     assert_eq!(
@@ -70,6 +75,7 @@ fn actions(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
         (used.batch_write_item, Operation::BatchWriteItem),
         (used.batch_get_item, Operation::BatchGetItem),
         (used.execute_statement, Operation::ExecuteStatement),
+        (used.transact_write_items, Operation::TransactWriteItems),
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)

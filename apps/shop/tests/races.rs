@@ -151,3 +151,40 @@ async fn a_brand_deleted_during_the_audit_keeps_its_products_flag() {
         "the flag of a product whose brand is gone was cleared"
     );
 }
+
+/// DynamoDB emits a second REMOVE, without an old image, when two deletes
+/// of one item race: a brand's is handled from its keys (its products are
+/// flagged), any other is skipped; none is failed or parked.
+#[tokio::test]
+async fn a_removal_without_an_old_image_is_handled_from_its_keys() {
+    let table = TestTable::with_schema(&schema()).await;
+    let mut drain = Drain::new(&table).await;
+    let (brand, category, p) = shop(&table, &mut drain, 4).await;
+    let _ = category;
+    for key in [ItemKey::Brand(brand).key(), p.key()] {
+        table.store.delete(&key, None).await.unwrap();
+    }
+    // The product comes back (the service's second thought), so its flag
+    // can be seen.
+    table.store.put(p.to_item(), None).await.unwrap();
+    let mut records = drain.read().await;
+    for r in records.iter_mut().filter(|r| r.kind.is_removal()) {
+        r.old_image = None;
+    }
+    let worker = app(table.store.clone());
+    let report = worker
+        .handle_stream(
+            &worker_engine::stream::decode::encode_event(&records, None),
+            None,
+        )
+        .await
+        .expect("a stream event");
+    assert_eq!(
+        (report.failed, report.batch_item_failures.len()),
+        (0, 0),
+        "{:?}",
+        report.records
+    );
+    drain.run(&worker).await;
+    assert_eq!(flag(&table, &p).await, vec![keys::BRAND_ID.to_owned()]);
+}

@@ -11,7 +11,13 @@
 //!   *now*, by a strongly consistent read: a record delivered again, late
 //!   or out of order (a replay of an old batch) cannot list a removed file
 //!   or unlist a present one. A file written, removed and written again
-//!   ends listed. Modifications are skipped: a file's time is its key;
+//!   ends listed. Modifications are skipped: a file's time is its key.
+//!   The unlisting is decided from the file being absent, so it is
+//!   written only while the file is still absent under every key read
+//!   ([`store`]: a guard in the same transaction); a file written again
+//!   meanwhile withholds it. A REMOVE record without an old image (a
+//!   second REMOVE when two deletes of one item race) is handled from its
+//!   keys like any other: the decision reads the table, not the image;
 //! - [`rebuild`]: the `rebuild-lookup` job (on demand).
 
 pub mod rebuild;
@@ -50,8 +56,10 @@ pub const SPEC: JobSpec = JobSpec {
         access: Access {
             dynamodb_actions: &[
                 "dynamodb:BatchGetItem",
+                "dynamodb:ConditionCheckItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:GetItem",
+                "dynamodb:PutItem",
                 "dynamodb:UpdateItem",
             ],
             indexes: &[],
@@ -67,6 +75,7 @@ pub const SPEC: JobSpec = JobSpec {
         access: Access {
             dynamodb_actions: &[
                 "dynamodb:BatchGetItem",
+                "dynamodb:ConditionCheckItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:GetItem",
                 "dynamodb:PutItem",
@@ -150,7 +159,10 @@ impl RecordProcessor for DateLookup {
                 RecordOutcome::handled(format!("file listed ({n} lookup item(s) changed)"))
             })
         } else {
-            let n = self.lookup.unlist_file(t).await?;
+            let n = self
+                .lookup
+                .unlist_file(t, std::slice::from_ref(&own))
+                .await?;
             Ok(if n == 0 {
                 RecordOutcome::skipped("file already unlisted")
             } else {

@@ -15,6 +15,14 @@
 //!    meanwhile is unlisted (its removal may have been handled before our
 //!    write).
 //!
+//! Each entry pruned is decided from its child being gone, so its removal
+//! carries a guard on that child ([`LookupStore::apply_guarded`]): the
+//! file absent under each spelling read, the child lookup item exactly as
+//! read (listing nothing). A child written again between the read and the
+//! write withholds the removal (counted in `withheld`); it stays listed.
+//! Tidying a list (its canonical form) is decided from the item itself
+//! and carries the item's own condition.
+//!
 //! Pruning first means an entry wrongly pruned (a file under a spelling
 //! the check does not try) is listed again by the second scan. The pass
 //! resumes across ticks from a checkpoint (`WorkerCheckpoint#rebuild-lookup`:
@@ -23,7 +31,7 @@
 //! service or the stream meanwhile are kept right by the same conditional
 //! writes as the stream's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -33,10 +41,11 @@ use worker_engine::error::HandlerError;
 use worker_engine::item::Item;
 use worker_engine::metrics::{Metric, WriteCounter};
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
+use worker_engine::store::guarded::Guard;
 use worker_engine::store::{Expr, ScanSpec, Store, StoreError};
 
 use super::rules::{self, Op};
-use super::store::LookupStore;
+use super::store::{LookupStore, file_gone};
 use super::{FILES_SCANNED, LOOKUP_ITEMS_REBUILT};
 use crate::app::Deps;
 use crate::items::Checkpoint;
@@ -57,6 +66,8 @@ struct Figures {
     lookup_items: u64,
     stale_entries: u64,
     relisted: u64,
+    /// Removals not written: their child changed since it was read.
+    withheld: u64,
     noncanonical: u64,
 }
 
@@ -120,58 +131,76 @@ impl RebuildLookup {
             }
         }
         f.lookup_items += found.len() as u64;
-        let results: Vec<(u64, u64)> = futures::stream::iter(found)
+        let results: Vec<(u64, u64, u64)> = futures::stream::iter(found)
             .map(|key| self.prune_item(lookup, key))
             .buffer_unordered(CONCURRENCY)
             .try_collect()
             .await?;
-        for (stale, relisted) in results {
+        for (stale, relisted, withheld) in results {
             f.stale_entries += stale;
             f.relisted += relisted;
+            f.withheld += withheld;
         }
         Ok(())
     }
 
-    /// One lookup item: (stale entries removed, children listed again).
+    /// One lookup item: (stale entries removed, children listed again,
+    /// removals withheld).
     async fn prune_item(
         &self,
         lookup: &LookupStore,
         key: LookupKey,
-    ) -> Result<(u64, u64), StoreError> {
+    ) -> Result<(u64, u64, u64), StoreError> {
         let seen = lookup.read(key).await?;
         let children = &seen.listed.children;
-        let present = self.present(lookup, children).await?;
+        let (present, gone) = self.present(lookup, children).await?;
         let stale: Vec<Child> = children
             .iter()
             .filter(|c| !present.contains(c))
             .copied()
             .collect();
-        let mut ops: Vec<Op> = stale.iter().map(|c| Op::Remove(*c)).collect();
-        ops.push(Op::Tidy);
-        let applied = lookup.apply(key, ops).await?;
-        // A child removed may have come back since it was read.
-        let back = self
-            .present(lookup, &stale.iter().copied().collect())
-            .await?;
+        // Each removal only while its child is as read (gone); the tidy-up
+        // on the item's own condition. They commit together when they can.
+        let removals = stale.iter().map(|c| {
+            let guards = gone.get(c).cloned().unwrap_or_default();
+            lookup.apply_guarded(key, vec![Op::Remove(*c)], guards)
+        });
+        let (removed, _tidied) = futures::future::try_join(
+            futures::future::try_join_all(removals),
+            lookup.apply(key, vec![Op::Tidy]),
+        )
+        .await?;
+        let withheld = removed.iter().filter(|a| a.withheld).count() as u64;
+        // A child removed may have come back since (one withheld is still
+        // listed).
+        let removed: BTreeSet<Child> = stale
+            .iter()
+            .zip(&removed)
+            .filter(|(_, a)| !a.withheld)
+            .map(|(c, _)| *c)
+            .collect();
+        let (back, _) = self.present(lookup, &removed).await?;
         for child in &back {
             match child {
                 Child::File(t) => lookup.list_file(*t).await?,
                 Child::Lookup(k) => lookup.relist(*k).await?,
             };
         }
-        if applied.empty_after && back.is_empty() {
+        if back.is_empty() && !lookup.read(key).await?.exists {
             lookup.unlink(key).await?;
         }
-        Ok((stale.len() as u64, back.len() as u64))
+        Ok((stale.len() as u64 - withheld, back.len() as u64, withheld))
     }
 
     /// Of `children`, those present now (strongly consistent reads): a
-    /// file under one of its spellings, a lookup item listing something.
+    /// file under one of its spellings, a lookup item listing something;
+    /// and for each of the others, the guards that it is still as read
+    /// (the file absent under each spelling, the lookup item unchanged).
     async fn present(
         &self,
         lookup: &LookupStore,
         children: &BTreeSet<Child>,
-    ) -> Result<BTreeSet<Child>, StoreError> {
+    ) -> Result<(BTreeSet<Child>, HashMap<Child, Vec<Guard>>), StoreError> {
         let files: Vec<FileTime> = children
             .iter()
             .filter_map(|c| match c {
@@ -179,25 +208,31 @@ impl RebuildLookup {
                 Child::Lookup(_) => None,
             })
             .collect();
-        let mut present: BTreeSet<Child> = existing_files(self.store.as_ref(), &files)
-            .await?
-            .into_iter()
-            .map(Child::File)
-            .collect();
+        let existing = existing_files(self.store.as_ref(), &files).await?;
+        let mut present = BTreeSet::new();
+        let mut gone = HashMap::new();
+        for t in files {
+            if existing.contains(&t) {
+                present.insert(Child::File(t));
+            } else {
+                gone.insert(Child::File(t), file_gone(t, &[]));
+            }
+        }
         let lookups = children.iter().filter_map(|c| match c {
             Child::Lookup(k) => Some(async move {
-                let listing = !lookup.read(*k).await?.listed.children.is_empty();
-                Ok::<_, StoreError>(listing.then_some(*c))
+                let seen = lookup.read(*k).await?;
+                Ok::<_, StoreError>((*c, seen))
             }),
             Child::File(_) => None,
         });
-        present.extend(
-            futures::future::try_join_all(lookups)
-                .await?
-                .into_iter()
-                .flatten(),
-        );
-        Ok(present)
+        for (c, seen) in futures::future::try_join_all(lookups).await? {
+            if seen.listed.children.is_empty() {
+                gone.insert(c, vec![seen.guard()]);
+            } else {
+                present.insert(c);
+            }
+        }
+        Ok((present, gone))
     }
 
     /// List one page's files, then unlist those removed meanwhile.
@@ -226,7 +261,7 @@ impl RebuildLookup {
         }
         let present = existing_files(self.store.as_ref(), &files).await?;
         for t in files.iter().filter(|t| !present.contains(t)) {
-            lookup.unlist_file(*t).await?;
+            lookup.unlist_file(*t, &[]).await?;
         }
         Ok(())
     }
@@ -342,6 +377,7 @@ impl ScheduledJob<Job> for RebuildLookup {
                 "lookup_items": f.lookup_items,
                 "stale_entries": f.stale_entries,
                 "relisted": f.relisted,
+                "withheld": f.withheld,
                 "noncanonical_lookup_items": f.noncanonical,
                 "lookup_writes": written,
                 "pass_ticks": checkpoint.ticks,

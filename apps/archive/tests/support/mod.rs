@@ -208,3 +208,46 @@ pub fn unzip_key(stage: Stage, created: i64) -> ItemKey {
         Stage::Unzipping => ItemKey::Unzipping { created },
     }
 }
+
+/// [`worker_testkit::layers::BeforeDelete`], also for the deletes of a
+/// guarded write (a transaction): the hook runs before every delete the
+/// worker sends, however it sends it.
+pub struct BeforeAnyDelete<H> {
+    inner: Arc<dyn Store>,
+    hook: H,
+}
+
+impl<H: worker_testkit::layers::DeleteHook> BeforeAnyDelete<H> {
+    pub fn with_hook(inner: Arc<dyn Store>, hook: H) -> Self {
+        BeforeAnyDelete { inner, hook }
+    }
+
+    pub fn hook(&self) -> &H {
+        &self.hook
+    }
+}
+
+#[async_trait::async_trait]
+impl<H: worker_testkit::layers::DeleteHook> Store for BeforeAnyDelete<H> {
+    async fn call(
+        &self,
+        request: worker_engine::store::Request<'_>,
+    ) -> Result<worker_engine::store::Reply, worker_engine::store::StoreError> {
+        use worker_engine::store::Request;
+        use worker_engine::store::guarded::GuardedOp;
+        match &request {
+            Request::Delete { key, .. } => {
+                self.hook.before_delete(key, self.inner.as_ref()).await?;
+            }
+            Request::WriteGuarded { ops, .. } => {
+                for op in ops {
+                    if let GuardedOp::Delete { key, .. } = op {
+                        self.hook.before_delete(key, self.inner.as_ref()).await?;
+                    }
+                }
+            }
+            _ => {}
+        }
+        self.inner.call(request).await
+    }
+}
