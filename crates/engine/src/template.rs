@@ -259,6 +259,9 @@ pub struct StreamMapping {
     pub bisect: bool,
     /// `MaximumRecordAgeInSeconds`; `None`: unbounded (-1 or absent).
     pub max_record_age_secs: Option<u64>,
+    /// `ParallelizationFactor` (1 when absent): batches of one shard in
+    /// flight at once, records split by partition key.
+    pub parallelization_factor: u32,
     /// The `FilterCriteria` patterns, parsed.
     pub filters: Vec<Value>,
     /// `DestinationConfig.OnFailure.Destination`, as evaluated
@@ -427,6 +430,7 @@ fn stream_mapping(
         max_retries: unbounded(&props["MaximumRetryAttempts"]).map(|n| n as u32),
         bisect: as_bool(&props["BisectBatchOnFunctionError"]).unwrap_or(false),
         max_record_age_secs: unbounded(&props["MaximumRecordAgeInSeconds"]),
+        parallelization_factor: as_u64(&props["ParallelizationFactor"]).map_or(1, |n| n as u32),
         filters,
         on_failure: props["DestinationConfig"]["OnFailure"]["Destination"]
             .as_str()
@@ -554,6 +558,7 @@ mod tests {
 Parameters:
   Minutes: {Type: Number, Default: 15}
   Zone: {Type: String, Default: Asia/Tokyo}
+  Factor: {Type: Number, Default: 4, MinValue: 1, MaxValue: 10}
 Globals:
   Function:
     Timeout: 30
@@ -573,6 +578,7 @@ Resources:
             BisectBatchOnFunctionError: true
             MaximumRetryAttempts: 10
             MaximumRecordAgeInSeconds: -1
+            ParallelizationFactor: !Ref Factor
             DestinationConfig: {OnFailure: {Type: SQS, Destination: !GetAtt Queue.Arn}}
             FilterCriteria:
               Filters:
@@ -600,6 +606,7 @@ Resources:
         assert_eq!((s.batch_size, s.batching_window_secs), (500, 2));
         assert_eq!((s.max_retries, s.bisect), (Some(10), true));
         assert_eq!(s.max_record_age_secs, None);
+        assert_eq!(s.parallelization_factor, 4, "the parameter's default");
         assert_eq!(s.on_failure.as_deref(), Some("getatt:Queue.Arn"));
         assert_eq!(s.timeout_secs, Some(120));
         assert_eq!(d.job_timeout("sweep"), Some(30), "the Globals timeout");

@@ -1,6 +1,7 @@
 //! `<app> dev`: a local event-source loop. Polls the table's
 //! stream like Lambda's event source mapping (batch size, batching window,
-//! in order per shard, retry from the first failed sequence number, bounded
+//! in order per shard (per partition key with a parallelization factor),
+//! retry from the first failed sequence number, bounded
 //! retries, optional bisect, maximum record age, `FilterCriteria`, the
 //! failure destination written to a local file) and fires the schedule
 //! ticks on their schedules in their time zones, calling the same handlers
@@ -26,8 +27,8 @@ use super::replay::{check_config, load_snapshot, worker};
 use super::target::{AppTable, RemoteWriteOpts, TableOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
 use crate::replay::dev::{
-    Action, BatchLog, EventFunction, EventSourceLoop, InvokeError, MappingConfig, MappingSource,
-    Schedule, Ticker, failure_record,
+    Action, BatchLog, EventFunction, EventSourceLoop, InvokeError, MAX_PARALLELIZATION_FACTOR,
+    MappingConfig, MappingSource, Schedule, Ticker, failure_record,
 };
 use crate::runtime::Worker;
 use crate::schedule::JobName;
@@ -75,6 +76,12 @@ pub struct DevArgs {
     /// MaximumRecordAgeInSeconds). Default: the template's, else never.
     #[arg(long, value_name = "SECS")]
     pub max_record_age: Option<u64>,
+    /// Batches of one shard in flight at once (Lambda
+    /// ParallelizationFactor, 1-10): a shard's records are split by a hash
+    /// of their partition key, order kept per key only. Default: the
+    /// template's, else 1.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub parallelization_factor: Option<u32>,
     /// Where records given up on are reported, one JSON line each (what the
     /// mapping's on-failure destination would receive). Default:
     /// dev-failures.jsonl when the template has a failure destination.
@@ -146,6 +153,14 @@ impl DevMapping {
                     (None, None) => 5,
                 },
                 bisect_on_error: args.bisect.or(t.map(|t| t.bisect)).unwrap_or(false),
+                parallelization_factor: args
+                    .parallelization_factor
+                    .or(t.map(|t| t.parallelization_factor))
+                    .unwrap_or(1)
+                    .clamp(1, MAX_PARALLELIZATION_FACTOR as u32)
+                    as usize,
+                // The table's, set where the table is known.
+                partition_key: None,
             },
             max_record_age: args
                 .max_record_age
@@ -336,8 +351,10 @@ fn discarded(logs: &[BatchLog], arn: &str) -> Vec<Value> {
 pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     let deployment = args.deploy.deployment::<A>()?;
     let plan = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
-    let mapping = DevMapping::resolve(&args, deployment.as_ref());
+    let mut mapping = DevMapping::resolve(&args, deployment.as_ref());
     let app = AppTable::of::<A>();
+    // Lanes follow the table's partition key, as the mapping's do.
+    mapping.config.partition_key = Some(app.schema.key.partition_key.to_owned());
     check_config::<A>(&args.table.table, &args.env)?;
     refuse_remote_writes(args.table.endpoint_url.as_deref(), args.remote, "dev")?;
     if let Some(p) = &args.snapshot {
@@ -416,10 +433,11 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
             StartAt::TrimHorizon,
         );
         let source = MappingSource::new(tail, Default::default(), mapping.max_record_age);
-        others.push((
-            other_arn,
-            EventSourceLoop::new(source, mapping.config.clone()),
-        ));
+        let config = MappingConfig {
+            partition_key: Some(o.table.schema.key.partition_key.to_owned()),
+            ..mapping.config.clone()
+        };
+        others.push((other_arn, EventSourceLoop::new(source, config)));
     }
     if resuming {
         say(format!(
@@ -492,7 +510,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
             ))
     ));
     say(format!(
-        "  batch size {}, batching window {} s, max retries {}, bisect on error {}, max record age {}, filters {}, {}",
+        "  batch size {}, batching window {} s, max retries {}, bisect on error {}, max record age {}, parallelization factor {}, filters {}, {}",
         c.batch_size,
         c.batching_window.as_secs(),
         if c.max_retries == u32::MAX {
@@ -504,6 +522,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         mapping
             .max_record_age
             .map_or("none".to_owned(), |a| format!("{} s", a.as_secs())),
+        c.parallelization_factor,
         mapping.filters.len(),
         describe_timeout(mapping.timeout),
     ));
@@ -557,6 +576,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                     "maxRetries": (c.max_retries != u32::MAX).then_some(c.max_retries),
                     "bisect": c.bisect_on_error,
                     "maxRecordAgeSecs": mapping.max_record_age.map(|a| a.as_secs()),
+                    "parallelizationFactor": c.parallelization_factor,
                     "filters": mapping.filters,
                     "timeoutSecs": mapping.timeout.map(|t| t.as_secs_f64()),
                     "failureFile": mapping.failure_file.as_ref().map(|f| f.display().to_string()),

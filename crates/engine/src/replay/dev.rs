@@ -18,7 +18,15 @@
 //!   two and the first half is retried;
 //! - after `max_retries` failed retries of the same first record, the
 //!   failing records are discarded (logged), as Lambda does once its
-//!   `MaximumRetryAttempts` is exhausted.
+//!   `MaximumRetryAttempts` is exhausted;
+//! - with a `parallelization_factor` N above 1 (Lambda's
+//!   `ParallelizationFactor`), each shard's records are split by a hash of
+//!   their partition key ([`lane_of`]) into N batch streams ("lanes"): each
+//!   lane is batched, invoked, retried (from its own first failed sequence
+//!   number) and given up on by itself, the lanes of a shard concurrently,
+//!   so a failing lane holds back only its own keys; order is kept per
+//!   partition key, not across keys. The shard's checkpoint is the last
+//!   record before the first one not done in any lane.
 //!
 //! [`decide`] is the pure decision after each invocation; every attempt
 //! leaves a [`BatchLog`].
@@ -32,6 +40,9 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use crate::item::Item;
 use crate::store::StoreError;
 use crate::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use crate::stream::engine::BatchReport;
@@ -171,6 +182,15 @@ pub struct MappingConfig {
     /// Split a batch in two on a function error (Lambda:
     /// `BisectBatchOnFunctionError`).
     pub bisect_on_error: bool,
+    /// Batches of one shard in flight at once (Lambda:
+    /// `ParallelizationFactor`, 1 to [`MAX_PARALLELIZATION_FACTOR`]): a
+    /// shard's records go to this many lanes by their partition key
+    /// ([`lane_of`]), each batched, invoked, retried and checkpointed by
+    /// itself, concurrently. 1 (the default): the whole shard in order.
+    pub parallelization_factor: usize,
+    /// The table's partition key attribute, which [`lane_of`] hashes
+    /// (`None`: every key attribute, so order is kept per item only).
+    pub partition_key: Option<String>,
 }
 
 impl Default for MappingConfig {
@@ -180,6 +200,91 @@ impl Default for MappingConfig {
             batching_window: Duration::ZERO,
             max_retries: 5,
             bisect_on_error: false,
+            parallelization_factor: 1,
+            partition_key: None,
+        }
+    }
+}
+
+/// The largest `ParallelizationFactor` Lambda accepts.
+pub const MAX_PARALLELIZATION_FACTOR: usize = 10;
+
+/// The lane (of `factor`, numbered from 0) a record with these `keys` goes
+/// to, as Lambda's event source mapping with a `ParallelizationFactor`
+/// assigns it: by a hash of the partition key's value, so every record of
+/// one partition key goes to the same lane and stays in order there.
+/// `partition_key` names the table's partition key attribute; without it,
+/// or for a record that lacks it, every key attribute is hashed (in name
+/// order: a lane per item rather than per partition). Pure, and the same
+/// on every run and platform (FNV-1a over the value's type and bytes);
+/// `factor` 0 or 1: lane 0.
+pub fn lane_of(keys: &Item, partition_key: Option<&str>, factor: usize) -> usize {
+    if factor <= 1 {
+        return 0;
+    }
+    let mut hash = Fnv::default();
+    match partition_key.and_then(|pk| keys.get(pk)) {
+        Some(value) => hash.value(value),
+        None => {
+            let mut names: Vec<&String> = keys.keys().collect();
+            names.sort();
+            for name in names {
+                hash.bytes(name.as_bytes());
+                hash.value(&keys[name]);
+            }
+        }
+    }
+    (hash.0 % factor as u64) as usize
+}
+
+/// One shard's records (in order) split into `factor.max(1)` lanes by
+/// [`lane_of`], each lane in the records' order (some lanes may be empty).
+pub fn split_by_partition_key(
+    changes: Vec<StreamChange>,
+    partition_key: Option<&str>,
+    factor: usize,
+) -> Vec<Vec<StreamChange>> {
+    let mut lanes: Vec<Vec<StreamChange>> = (0..factor.max(1)).map(|_| Vec::new()).collect();
+    for c in changes {
+        lanes[lane_of(&c.keys, partition_key, factor)].push(c);
+    }
+    lanes
+}
+
+/// FNV-1a, 64 bits: a hash that never changes between runs or builds.
+struct Fnv(u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    fn bytes(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    /// The value's type, then its bytes (a key is a string, number or
+    /// binary; anything else by its debug form).
+    fn value(&mut self, v: &AttributeValue) {
+        match v {
+            AttributeValue::S(s) => {
+                self.bytes(b"S");
+                self.bytes(s.as_bytes());
+            }
+            AttributeValue::N(n) => {
+                self.bytes(b"N");
+                self.bytes(n.as_bytes());
+            }
+            AttributeValue::B(b) => {
+                self.bytes(b"B");
+                self.bytes(b.as_ref());
+            }
+            other => self.bytes(format!("{other:?}").as_bytes()),
         }
     }
 }
@@ -318,6 +423,9 @@ fn whole_batch_retry_len(len: usize, config: &MappingConfig) -> usize {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BatchLog {
     pub shard: String,
+    /// The shard's lane (from 0) with a parallelization factor above 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lane: Option<usize>,
     /// 1 for the first attempt of the batch's first record, 2 for its
     /// first retry, ...
     pub attempt: u32,
@@ -372,8 +480,9 @@ impl BatchLog {
                 self.attempt
             ),
         };
+        let lane = self.lane.map(|l| format!(" lane={l}")).unwrap_or_default();
         format!(
-            "batch shard={} attempt={} records={} {range}: {result}{action}",
+            "batch shard={}{lane} attempt={} records={} {range}: {result}{action}",
             self.shard, self.attempt, self.records
         )
     }
@@ -388,12 +497,40 @@ pub struct PollReport {
     pub batches: Vec<BatchLog>,
 }
 
-struct ShardQueue {
-    shard: String,
-    /// Records not checkpointed yet, with the time each arrived.
-    pending: VecDeque<(Instant, StreamChange)>,
+/// One of a shard's batch streams (all of it with a parallelization factor
+/// of 1).
+struct Lane {
+    /// Records not done yet: the time each arrived, its position in the
+    /// shard, the record.
+    pending: VecDeque<(Instant, u64, StreamChange)>,
     retries: u32,
     limit: usize,
+}
+
+struct ShardQueue {
+    shard: String,
+    lanes: Vec<Lane>,
+    /// Every record read and not checkpointed yet, in shard order: its
+    /// sequence number and whether it is done (handled or discarded).
+    order: VecDeque<(Option<SequenceNumber>, bool)>,
+    /// The position in the shard of `order`'s first record.
+    front: u64,
+}
+
+impl ShardQueue {
+    fn pending(&self) -> usize {
+        self.lanes.iter().map(|l| l.pending.len()).sum()
+    }
+}
+
+/// What one lane's turn did.
+#[derive(Default)]
+struct LaneRun {
+    logs: Vec<BatchLog>,
+    /// Positions of the records done.
+    done: Vec<u64>,
+    /// A batch failed: its retry waits for the next poll.
+    blocked: bool,
 }
 
 /// The event source mapping over a [`RecordSource`].
@@ -438,7 +575,7 @@ impl<S: RecordSource> EventSourceLoop<S> {
 
     /// Records read but not checkpointed yet.
     pub fn pending(&self) -> usize {
-        self.shards.iter().map(|s| s.pending.len()).sum()
+        self.shards.iter().map(ShardQueue::pending).sum()
     }
 
     /// Read and drop everything the source has now (start at "latest").
@@ -458,119 +595,81 @@ impl<S: RecordSource> EventSourceLoop<S> {
             ..Default::default()
         };
         let now = Instant::now();
+        let full = self.config.batch_size.max(1);
+        let factor = self.config.parallelization_factor.max(1);
         for (shard, change) in new {
-            let full = self.config.batch_size.max(1);
             let queue = match self.shards.iter().position(|q| q.shard == shard) {
                 Some(i) => &mut self.shards[i],
                 None => {
                     self.shards.push(ShardQueue {
                         shard,
-                        pending: VecDeque::new(),
-                        retries: 0,
-                        limit: full,
+                        lanes: (0..factor)
+                            .map(|_| Lane {
+                                pending: VecDeque::new(),
+                                retries: 0,
+                                limit: full,
+                            })
+                            .collect(),
+                        order: VecDeque::new(),
+                        front: 0,
                     });
                     self.shards.last_mut().expect("just pushed")
                 }
             };
-            queue.pending.push_back((now, change));
+            let position = queue.front + queue.order.len() as u64;
+            let lane = lane_of(&change.keys, self.config.partition_key.as_deref(), factor);
+            queue
+                .order
+                .push_back((change.sequence_number.clone(), false));
+            queue.lanes[lane].pending.push_back((now, position, change));
         }
         for i in 0..self.shards.len() {
             let blocked = self.run_shard(i, function, &mut report.batches).await;
-            if blocked || !self.shards[i].pending.is_empty() {
+            if blocked || self.shards[i].pending() > 0 {
                 // Later shards wait (parents before children).
                 break;
             }
         }
-        self.shards.retain(|q| !q.pending.is_empty());
+        self.shards.retain(|q| q.pending() > 0);
         Ok(report)
     }
 
-    /// Invoke with the ready batches of one shard; true when a batch failed
-    /// (its retry waits for the next poll).
+    /// Invoke with the ready batches of one shard, its lanes concurrently;
+    /// true when a batch failed (its retry waits for the next poll).
     async fn run_shard(
         &mut self,
         i: usize,
         function: &dyn EventFunction,
         logs: &mut Vec<BatchLog>,
     ) -> bool {
-        let config = self.config.clone();
-        let full = config.batch_size.max(1);
-        loop {
-            let queue = &mut self.shards[i];
-            let Some((arrived, _)) = queue.pending.front() else {
-                return false;
-            };
-            let ready = queue.retries > 0
-                || queue.pending.len() >= queue.limit
-                || arrived.elapsed() >= config.batching_window;
-            if !ready {
-                return false;
-            }
-            let n = queue.limit.min(full).min(queue.pending.len());
-            let batch: Vec<StreamChange> = queue
-                .pending
-                .iter()
-                .take(n)
-                .map(|(_, c)| c.clone())
-                .collect();
-            let event = encode_event(&batch, None);
-            let (invocation, report) = match function.invoke_stream(&event).await {
-                Ok(r) if r.retry_whole_batch => (Invocation::WholeBatchRetry, Some(r)),
-                Ok(r) => match lowest(&r.batch_item_failures) {
-                    Some(seq) => (
-                        Invocation::PartialFailure {
-                            failed_sequence: seq,
-                        },
-                        Some(r),
-                    ),
-                    None => (Invocation::Succeeded, Some(r)),
-                },
-                Err(error) => (
-                    Invocation::FunctionError {
-                        error: error.to_string(),
-                    },
-                    None,
-                ),
-            };
-            let decision = decide(&batch, &invocation, queue.retries, &config);
-            let seq = |c: Option<&StreamChange>| {
-                c.and_then(|c| c.sequence_number.as_ref())
-                    .map(|s| s.to_string())
-            };
-            let log = BatchLog {
-                shard: queue.shard.clone(),
-                attempt: queue.retries + 1,
-                records: batch.len(),
-                first_sequence: seq(batch.first()),
-                last_sequence: seq(batch.last()),
-                handled: report.as_ref().map_or(0, |r| r.handled),
-                skipped: report.as_ref().map_or(0, |r| r.skipped),
-                rejected: report.as_ref().map_or(0, |r| r.rejected),
-                malformed: report.as_ref().map_or(0, |r| r.malformed),
-                invocation,
-                action: decision.action.clone(),
-            };
-            match &log.action {
-                Action::Discard { .. } => tracing::error!("{}", log.line()),
-                Action::Retry { .. } => tracing::warn!("{}", log.line()),
-                Action::Checkpoint => tracing::info!("{}", log.line()),
-            }
-            logs.push(log);
-            let drained = decision.done + decision.discarded;
-            if let Some(seq) = drained
-                .checked_sub(1)
-                .and_then(|i| queue.pending.get(i))
-                .and_then(|(_, c)| c.sequence_number.clone())
-            {
-                self.checkpoints.insert(queue.shard.clone(), seq);
-            }
-            queue.pending.drain(..drained);
-            queue.retries = decision.retries;
-            queue.limit = decision.next_limit;
-            if matches!(decision.action, Action::Retry { .. }) {
-                return true;
+        let config = &self.config;
+        let queue = &mut self.shards[i];
+        let parallel = queue.lanes.len() > 1;
+        let shard = queue.shard.as_str();
+        let runs =
+            futures::future::join_all(
+                queue.lanes.iter_mut().enumerate().map(|(k, lane)| {
+                    run_lane(lane, shard, parallel.then_some(k), config, function)
+                }),
+            )
+            .await;
+        let mut blocked = false;
+        for run in runs {
+            logs.extend(run.logs);
+            blocked |= run.blocked;
+            for position in run.done {
+                queue.order[(position - queue.front) as usize].1 = true;
             }
         }
+        // The checkpoint: the last record before the first one not done.
+        while let Some((seq, true)) = queue.order.front() {
+            if let Some(seq) = seq {
+                self.checkpoints.insert(queue.shard.clone(), seq.clone());
+            }
+            queue.order.pop_front();
+            queue.front += 1;
+        }
+        blocked
     }
 
     /// Poll until the stream is quiet: nothing new was read and nothing is
@@ -599,6 +698,93 @@ impl<S: RecordSource> EventSourceLoop<S> {
             if quiet {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+        }
+    }
+}
+
+/// Invoke with the ready batches of one lane, one after the other, until
+/// none is ready or a batch must be retried.
+async fn run_lane(
+    lane: &mut Lane,
+    shard: &str,
+    lane_no: Option<usize>,
+    config: &MappingConfig,
+    function: &dyn EventFunction,
+) -> LaneRun {
+    let full = config.batch_size.max(1);
+    let mut out = LaneRun::default();
+    loop {
+        let Some((arrived, _, _)) = lane.pending.front() else {
+            return out;
+        };
+        let ready = lane.retries > 0
+            || lane.pending.len() >= lane.limit
+            || arrived.elapsed() >= config.batching_window;
+        if !ready {
+            return out;
+        }
+        let n = lane.limit.min(full).min(lane.pending.len());
+        let batch: Vec<StreamChange> = lane
+            .pending
+            .iter()
+            .take(n)
+            .map(|(_, _, c)| c.clone())
+            .collect();
+        let event = encode_event(&batch, None);
+        let (invocation, report) = match function.invoke_stream(&event).await {
+            Ok(r) if r.retry_whole_batch => (Invocation::WholeBatchRetry, Some(r)),
+            Ok(r) => match lowest(&r.batch_item_failures) {
+                Some(seq) => (
+                    Invocation::PartialFailure {
+                        failed_sequence: seq,
+                    },
+                    Some(r),
+                ),
+                None => (Invocation::Succeeded, Some(r)),
+            },
+            Err(error) => (
+                Invocation::FunctionError {
+                    error: error.to_string(),
+                },
+                None,
+            ),
+        };
+        let decision = decide(&batch, &invocation, lane.retries, config);
+        let seq = |c: Option<&StreamChange>| {
+            c.and_then(|c| c.sequence_number.as_ref())
+                .map(|s| s.to_string())
+        };
+        let log = BatchLog {
+            shard: shard.to_owned(),
+            lane: lane_no,
+            attempt: lane.retries + 1,
+            records: batch.len(),
+            first_sequence: seq(batch.first()),
+            last_sequence: seq(batch.last()),
+            handled: report.as_ref().map_or(0, |r| r.handled),
+            skipped: report.as_ref().map_or(0, |r| r.skipped),
+            rejected: report.as_ref().map_or(0, |r| r.rejected),
+            malformed: report.as_ref().map_or(0, |r| r.malformed),
+            invocation,
+            action: decision.action.clone(),
+        };
+        match &log.action {
+            Action::Discard { .. } => tracing::error!("{}", log.line()),
+            Action::Retry { .. } => tracing::warn!("{}", log.line()),
+            Action::Checkpoint => tracing::info!("{}", log.line()),
+        }
+        out.logs.push(log);
+        let drained = decision.done + decision.discarded;
+        out.done.extend(
+            lane.pending
+                .drain(..drained)
+                .map(|(_, position, _)| position),
+        );
+        lane.retries = decision.retries;
+        lane.limit = decision.next_limit;
+        if matches!(decision.action, Action::Retry { .. }) {
+            out.blocked = true;
+            return out;
         }
     }
 }
@@ -828,6 +1014,7 @@ mod tests {
             batching_window: Duration::ZERO,
             max_retries: 2,
             bisect_on_error: bisect,
+            ..MappingConfig::default()
         }
     }
 
@@ -1007,6 +1194,261 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let r = l.poll_once(&f).await.unwrap();
         assert_eq!(r.batches.len(), 1);
+    }
+
+    fn keys(pk: &str, sk: &str) -> Item {
+        [
+            ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
+            ("SK".to_owned(), AttributeValue::S(sk.to_owned())),
+        ]
+        .into()
+    }
+
+    /// Record `seq` of item (`pk`, `s<seq>`).
+    fn keyed(seq: u32, pk: &str) -> StreamChange {
+        StreamChange {
+            keys: keys(pk, &format!("s{seq}")),
+            ..change(seq)
+        }
+    }
+
+    #[test]
+    fn lanes_follow_the_partition_key_only() {
+        let pk = Some("PK");
+        assert_eq!(lane_of(&keys("a", "1"), pk, 1), 0);
+        assert_eq!(lane_of(&keys("a", "1"), pk, 0), 0);
+        for factor in 2..=MAX_PARALLELIZATION_FACTOR {
+            for i in 0..50 {
+                let p = format!("user-{i}");
+                let lane = lane_of(&keys(&p, "User"), pk, factor);
+                assert!(lane < factor);
+                assert_eq!(lane_of(&keys(&p, "Group#x"), pk, factor), lane, "same key");
+            }
+        }
+        // Keys spread over every lane.
+        let used: std::collections::BTreeSet<usize> = (0..200)
+            .map(|i| lane_of(&keys(&format!("k{i}"), "s"), pk, 10))
+            .collect();
+        assert_eq!(used.len(), 10);
+        // Stable across runs and builds (FNV-1a of "S" + the value).
+        let fixed: Vec<usize> = ["a", "b", "c", "user-1"]
+            .iter()
+            .map(|p| lane_of(&keys(p, "s"), pk, 10))
+            .collect();
+        assert_eq!(fixed, FIXED_LANES);
+        // A string and a number of the same text are different keys.
+        let n: Item = [("PK".to_owned(), AttributeValue::N("17".into()))].into();
+        let s: Item = [("PK".to_owned(), AttributeValue::S("17".into()))].into();
+        assert!((2..=10).any(|f| lane_of(&n, pk, f) != lane_of(&s, pk, f)));
+        // Without the partition key's name: every key attribute, so items
+        // of one partition may go to different lanes.
+        let lanes: std::collections::BTreeSet<usize> = (0..50)
+            .map(|i| lane_of(&keys("p", &format!("s{i}")), None, 10))
+            .collect();
+        assert!(lanes.len() > 1);
+        assert_eq!(
+            lane_of(&keys("p", "s1"), None, 10),
+            lane_of(&keys("p", "s1"), None, 10)
+        );
+    }
+
+    /// `lane_of` of PK "a", "b", "c", "user-1" with factor 10 (checked
+    /// against an FNV-1a written apart, in Python).
+    const FIXED_LANES: [usize; 4] = [1, 8, 9, 1];
+
+    #[test]
+    fn split_keeps_every_record_and_each_keys_order() {
+        let changes: Vec<StreamChange> =
+            (1..=60).map(|s| keyed(s, &format!("p{}", s % 7))).collect();
+        let one = split_by_partition_key(changes.clone(), Some("PK"), 1);
+        assert_eq!(one, vec![changes.clone()]);
+        let lanes = split_by_partition_key(changes.clone(), Some("PK"), 4);
+        assert_eq!(lanes.len(), 4);
+        assert_eq!(lanes.iter().map(Vec::len).sum::<usize>(), 60);
+        let mut lane_of_key = std::collections::BTreeMap::new();
+        for (l, lane) in lanes.iter().enumerate() {
+            let seqs: Vec<u32> = lane
+                .iter()
+                .map(|c| {
+                    c.sequence_number
+                        .as_ref()
+                        .unwrap()
+                        .to_string()
+                        .parse()
+                        .unwrap()
+                })
+                .collect();
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "in order: {seqs:?}");
+            for c in lane {
+                let pk = format!("{:?}", c.keys["PK"]);
+                assert_eq!(*lane_of_key.entry(pk).or_insert(l), l, "one lane per key");
+            }
+        }
+        assert_eq!(lane_of_key.len(), 7);
+    }
+
+    /// Handles the records of each batch in order, failing the record
+    /// `fail_seq` `times` times (the records before it are handled, it and
+    /// the rest are not); notes each record handled, and the invocations
+    /// in flight at once.
+    struct PerKey {
+        fail_seq: String,
+        times: Mutex<u32>,
+        handled: Mutex<Vec<(String, u32)>>,
+        in_flight: std::sync::atomic::AtomicUsize,
+        most_in_flight: std::sync::atomic::AtomicUsize,
+    }
+
+    impl PerKey {
+        fn new(fail_seq: &str, times: u32) -> Self {
+            PerKey {
+                fail_seq: fail_seq.into(),
+                times: Mutex::new(times),
+                handled: Mutex::new(Vec::new()),
+                in_flight: Default::default(),
+                most_in_flight: Default::default(),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl EventFunction for PerKey {
+        async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most_in_flight.fetch_max(now, SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.in_flight.fetch_sub(1, SeqCst);
+            let mut report = BatchReport::default();
+            for r in event["Records"].as_array().unwrap() {
+                let seq = r["dynamodb"]["SequenceNumber"].as_str().unwrap().to_owned();
+                if seq == self.fail_seq {
+                    let mut times = self.times.lock().unwrap();
+                    if *times > 0 {
+                        *times -= 1;
+                        report.batch_item_failures = vec![seq];
+                        break;
+                    }
+                }
+                let pk = r["dynamodb"]["Keys"]["PK"]["S"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                self.handled
+                    .lock()
+                    .unwrap()
+                    .push((pk, seq.parse().unwrap()));
+                report.handled += 1;
+            }
+            Ok(report)
+        }
+        async fn invoke_schedule(&self, _: &Value) -> Result<Value, InvokeError> {
+            Ok(Value::Null)
+        }
+    }
+
+    #[tokio::test]
+    async fn parallel_lanes_run_together_retry_alone_and_keep_each_keys_order() {
+        let changes: Vec<StreamChange> =
+            (1..=40).map(|s| keyed(s, &format!("p{}", s % 8))).collect();
+        let source = Queue(
+            changes
+                .iter()
+                .map(|c| ("s".to_owned(), c.clone()))
+                .collect(),
+        );
+        let cfg = MappingConfig {
+            batch_size: 100,
+            max_retries: 3,
+            parallelization_factor: 4,
+            partition_key: Some("PK".into()),
+            ..MappingConfig::default()
+        };
+        let lanes = split_by_partition_key(changes, Some("PK"), 4);
+        let busy = lanes.iter().filter(|l| !l.is_empty()).count();
+        assert!(busy > 1, "the keys use several lanes");
+        let failing = lanes
+            .iter()
+            .position(|l| l.iter().any(|c| c.event_id == "e13"))
+            .unwrap();
+        let f = PerKey::new("13", 1);
+        let mut l = EventSourceLoop::new(source, cfg);
+        // First poll: every lane once, at the same time; the failing lane
+        // stops at 13, the others are done.
+        let r = l.poll_once(&f).await.unwrap();
+        assert_eq!(r.batches.len(), busy);
+        assert_eq!(
+            f.most_in_flight.load(std::sync::atomic::Ordering::SeqCst),
+            busy
+        );
+        let retried: Vec<&BatchLog> = r
+            .batches
+            .iter()
+            .filter(|b| matches!(b.action, Action::Retry { .. }))
+            .collect();
+        assert_eq!(retried.len(), 1);
+        assert_eq!(retried[0].lane, Some(failing));
+        assert!(retried[0].line().contains(&format!("lane={failing}")));
+        let left = lanes[failing]
+            .iter()
+            .filter(|c| {
+                c.sequence_number
+                    .as_ref()
+                    .unwrap()
+                    .to_string()
+                    .parse::<u32>()
+                    .unwrap()
+                    >= 13
+            })
+            .count();
+        assert_eq!(l.pending(), left);
+        // The shard's checkpoint stops before the first record not done.
+        assert_eq!(l.checkpoints()["s"].to_string(), "12");
+        // The retry starts at 13, in its lane only.
+        let r = l.poll_once(&f).await.unwrap();
+        assert_eq!(r.batches.len(), 1);
+        assert_eq!(r.batches[0].first_sequence.as_deref(), Some("13"));
+        assert_eq!(r.batches[0].attempt, 2);
+        assert_eq!(l.pending(), 0);
+        assert_eq!(l.checkpoints()["s"].to_string(), "40");
+        // Every record handled once, each key's in order.
+        let handled = f.handled.lock().unwrap().clone();
+        assert_eq!(handled.len(), 40);
+        let mut per_key: std::collections::BTreeMap<String, Vec<u32>> = Default::default();
+        for (pk, seq) in handled {
+            per_key.entry(pk).or_default().push(seq);
+        }
+        for (pk, seqs) in per_key {
+            assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{pk}: {seqs:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn factor_one_is_one_lane_in_shard_order() {
+        let mut source = Queue::default();
+        for s in 1..=12 {
+            source
+                .0
+                .push(("s".into(), keyed(s, &format!("p{}", s % 5))));
+        }
+        let f = PerKey::new("x", 0);
+        let mut l = EventSourceLoop::new(
+            source,
+            MappingConfig {
+                batch_size: 5,
+                partition_key: Some("PK".into()),
+                ..MappingConfig::default()
+            },
+        );
+        let logs = l.run_until_idle(&f, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(logs.len(), 3);
+        assert!(logs.iter().all(|b| b.lane.is_none()));
+        assert_eq!(
+            f.most_in_flight.load(std::sync::atomic::Ordering::SeqCst),
+            1
+        );
+        let seqs: Vec<u32> = f.handled.lock().unwrap().iter().map(|(_, s)| *s).collect();
+        assert_eq!(seqs, (1..=12).collect::<Vec<_>>());
     }
 
     #[test]
