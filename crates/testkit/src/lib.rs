@@ -4,7 +4,9 @@
 //! - [`TestTable`]: a fresh table of any [`TableSchema`] on one DynamoDB
 //!   Local per test process (started on first use, installed if absent);
 //! - [`Drain`]: reads a table's stream and runs it through an app the way
-//!   Lambda's event source mapping would, until the table is quiet;
+//!   Lambda's event source mapping would, until the table is quiet (with
+//!   [`Drain::with_parallelization`], as a mapping with a
+//!   `ParallelizationFactor` does: [`parallel`]);
 //! - [`fault_proxy`]: a loopback proxy that injects throttles, 500s, drops
 //!   and latency between a client and DynamoDB Local;
 //! - [`layers`]: store layers that inject failures or race a delete;
@@ -23,6 +25,7 @@ pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;
 pub mod layers;
+pub mod parallel;
 pub mod race;
 pub mod recorded;
 pub mod runtime_api;
@@ -218,10 +221,16 @@ pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks
 /// Lambda's event source mapping would (batches of up to 100 records,
 /// retrying from the first failed sequence number), until the table is
 /// quiet: the worker's own writes produce records too, and cascades follow
-/// them.
+/// them. By default one batch at a time, in stream order; with
+/// [`Drain::with_parallelization`] as a mapping with that
+/// `ParallelizationFactor`.
 pub struct Drain {
     tail: worker_engine::stream_reader::StreamTail,
     pub batches: Vec<worker_engine::stream::engine::BatchReport>,
+    /// Batches in flight at once (Lambda's `ParallelizationFactor`).
+    parallelization: usize,
+    /// The table's partition key attribute, which splits the records.
+    partition_key: String,
 }
 
 impl Drain {
@@ -241,7 +250,35 @@ impl Drain {
                 worker_engine::stream_reader::StartAt::TrimHorizon,
             ),
             batches: Vec::new(),
+            parallelization: 1,
+            partition_key: table.store.key_attributes().0.to_owned(),
         }
+    }
+
+    /// Drain as an event source mapping with `ParallelizationFactor` `n`
+    /// (1 to 10; 1 is the default, one batch at a time in stream order):
+    /// each read's records are split by a hash of their partition key into
+    /// `n` lanes ([`parallel::lanes`]), each lane keeps its records' order
+    /// and is cut into batches of up to 100 that go to the app one after
+    /// the other, each retried by itself from its first failed sequence
+    /// number, and the lanes run concurrently. Records of one partition key
+    /// reach the app in stream order; records of different keys in any
+    /// order. [`Drain::batches`] holds the reports lane by lane.
+    ///
+    /// # Panics
+    /// If `n` is not within 1 to 10 (Lambda refuses other factors).
+    pub fn with_parallelization(mut self, n: usize) -> Self {
+        assert!(
+            (1..=parallel::MAX_PARALLELIZATION_FACTOR).contains(&n),
+            "ParallelizationFactor {n}: Lambda allows 1 to 10"
+        );
+        self.parallelization = n;
+        self
+    }
+
+    /// The `ParallelizationFactor` the drain runs with.
+    pub fn parallelization(&self) -> usize {
+        self.parallelization
     }
 
     /// Skip everything written so far (e.g. a table seeded before the
@@ -271,9 +308,22 @@ impl Drain {
                 return total;
             }
             total += changes.len();
-            for chunk in changes.chunks(100) {
-                self.run_batch(app, chunk).await;
+            if self.parallelization <= 1 {
+                for chunk in changes.chunks(100) {
+                    self.run_batch(app, chunk).await;
+                }
+                continue;
             }
+            let lanes = parallel::lanes(changes, Some(&self.partition_key), self.parallelization);
+            let reports = futures::future::join_all(lanes.iter().map(|lane| async move {
+                let mut reports = Vec::new();
+                for chunk in lane.chunks(100) {
+                    reports.extend(invoke_like_lambda(app, chunk).await);
+                }
+                reports
+            }))
+            .await;
+            self.batches.extend(reports.into_iter().flatten());
         }
         panic!("the stream did not settle after 50 rounds: the worker keeps writing");
     }
@@ -285,24 +335,35 @@ impl Drain {
         app: &dyn EventFunction,
         chunk: &[worker_engine::stream::decode::StreamChange],
     ) {
-        let mut pending: Vec<_> = chunk.to_vec();
-        for _attempt in 0..5 {
-            let event = worker_engine::stream::decode::encode_event(&pending, None);
-            let report = app.invoke_stream(&event).await.expect("stream event");
-            let failed = report.batch_item_failures.first().cloned();
-            self.batches.push(report);
-            match failed {
-                None => return,
-                Some(seq) => {
-                    let failed: worker_engine::stream::decode::SequenceNumber = seq
-                        .parse()
-                        .expect("Lambda item identifiers are sequence numbers");
-                    pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
-                }
+        let reports = invoke_like_lambda(app, chunk).await;
+        self.batches.extend(reports);
+    }
+}
+
+/// One batch through `app` like Lambda: on failure retried from the first
+/// failed sequence number (up to 5 attempts); every attempt's report.
+async fn invoke_like_lambda(
+    app: &dyn EventFunction,
+    chunk: &[worker_engine::stream::decode::StreamChange],
+) -> Vec<worker_engine::stream::engine::BatchReport> {
+    let mut reports = Vec::new();
+    let mut pending: Vec<_> = chunk.to_vec();
+    for _attempt in 0..5 {
+        let event = worker_engine::stream::decode::encode_event(&pending, None);
+        let report = app.invoke_stream(&event).await.expect("stream event");
+        let failed = report.batch_item_failures.first().cloned();
+        reports.push(report);
+        match failed {
+            None => return reports,
+            Some(seq) => {
+                let failed: worker_engine::stream::decode::SequenceNumber = seq
+                    .parse()
+                    .expect("Lambda item identifiers are sequence numbers");
+                pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
             }
         }
-        panic!("a batch kept failing after 5 attempts");
     }
+    panic!("a batch kept failing after 5 attempts");
 }
 
 /// Issue `ops` with the raw SDK client: BatchWriteItem in chunks of 25, one
