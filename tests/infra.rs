@@ -526,6 +526,7 @@ fn the_stream_event_source_is_safe() {
         "BisectBatchOnFunctionError:",
         "MaximumRetryAttempts: 10",
         "MaximumRecordAgeInSeconds:",
+        "ParallelizationFactor:",
         "DestinationConfig:",
         "FilterCriteria:",
     ] {
@@ -544,6 +545,24 @@ fn the_stream_event_source_is_safe() {
         ["Stream"]
         .clone();
     assert_eq!(s, "getatt:NishikiTable.StreamArn");
+    // Batches of a shard in flight at once: the StreamParallelizationFactor
+    // parameter, 1 (a shard in order) unless deployed with up to 10.
+    let p = &stack.t["Parameters"]["StreamParallelizationFactor"];
+    assert_eq!(
+        (
+            p["Default"].as_u64(),
+            p["MinValue"].as_u64(),
+            p["MaxValue"].as_u64()
+        ),
+        (Some(1), Some(1), Some(10)),
+        "StreamParallelizationFactor: default 1, allowed 1..10"
+    );
+    assert_eq!(source["ParallelizationFactor"], "1");
+    let ten = nishiki_stack(&[("StreamParallelizationFactor", "10")]);
+    assert_eq!(
+        ten.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]["ParallelizationFactor"],
+        "10"
+    );
 }
 
 #[test]
@@ -713,6 +732,13 @@ fn record_use(used: &mut BTreeMap<&'static str, Used>, f: &FunctionSpec, store: 
         if n > 0 {
             u.actions.insert(deploy::action_of(op));
         }
+    }
+    // Guarded writes (TransactWriteItems): the checks, and the deletes
+    // beside them (Nishiki's guarded writes are all deletes).
+    if m.transact_write_items > 0 {
+        u.actions
+            .insert(deploy::action_of(Operation::TransactWriteItems));
+        u.actions.insert(deploy::action_of(Operation::DeleteItem));
     }
     for (op, index) in store.metrics().indexes() {
         // A request on a missing index is still a request IAM checks.

@@ -298,6 +298,8 @@ async fn a_group_deletion_deletes_each_dependent_once() {
     assert_eq!(table.keys().await, encoded(expected));
 
     let asked = recorded.take();
+    // Batched (the expiry job) or guarded by the parent's absence (the
+    // cascades).
     let mut deleted: Vec<(String, String)> = asked
         .batch_ops
         .iter()
@@ -305,6 +307,18 @@ async fn a_group_deletion_deletes_each_dependent_once() {
             WriteOp::Delete(key) => Some(support::key_of(key)),
             WriteOp::Put(_) => None,
         })
+        .chain(
+            asked
+                .guarded
+                .iter()
+                .flat_map(|(_, ops)| ops)
+                .filter_map(|op| match op {
+                    worker_engine::store::GuardedOp::Delete { key, .. } => {
+                        Some(support::key_of(key))
+                    }
+                    worker_engine::store::GuardedOp::Put { .. } => None,
+                }),
+        )
         .collect();
     deleted.sort();
     // The flags (the cascade's: the container removals leave them alone)

@@ -8,8 +8,10 @@
 //!   the relationship invariants the stream side guarantees hold: every
 //!   membership has its user and group, every container link its group and
 //!   container, every invitation link its group, every container a link.
-//! - A group cascade deleting `n` items uses at most `ceil(n / 25)`
-//!   BatchWriteItem requests, plus its conditional single deletes.
+//! - A group cascade deleting `n` items, each delete guarded by the group's
+//!   absence, uses `ceil(n / 99)` TransactWriteItems requests plus one for
+//!   the invitation, and its write capacity is measured beside the same
+//!   deletes sent unguarded.
 
 mod support;
 
@@ -171,20 +173,27 @@ fn service_view(w: &Workload) -> BTreeSet<ItemKey> {
     keys
 }
 
-/// A group cascade deleting n >= 60 dependents uses at most ceil(n/25)
-/// BatchWriteItem requests, plus its conditional single deletes.
+/// A group cascade deleting n >= 60 dependents, every delete guarded by the
+/// group's absence: ceil(n / 99) TransactWriteItems requests for the
+/// unconditional deletes plus one for the invitation (its own condition),
+/// and what that costs beside the same deletes sent unguarded in
+/// BatchWriteItem requests (the cascade before guards), on two tables
+/// seeded alike. `cargo test --test workload group_cascade -- --nocapture`
+/// prints both (BENCHMARKS.md quotes them).
 #[tokio::test]
-async fn group_cascade_bulk_deletes_within_ceil_n_over_25() {
+async fn group_cascade_guarded_deletes_and_their_cost() {
     let table = support::nishiki_table().await;
+    let baseline = support::nishiki_table().await;
     let now = WorkloadSpec::small(0).now;
     let big = workload::big_group(99, 60, 4, now);
     assert!(big.dependents >= 60);
-    seed(&table.store, &big.items).await;
-    table
-        .store
-        .delete(&ItemKey::Group(big.group).to_attributes(), None)
-        .await
-        .expect("delete the group");
+    for t in [&table, &baseline] {
+        seed(&t.store, &big.items).await;
+        t.store
+            .delete(&ItemKey::Group(big.group).to_attributes(), None)
+            .await
+            .expect("delete the group");
+    }
 
     // A store of its own: its metrics count only the cascade.
     let store = DynamoStore::new(local_client(&table.endpoint), &table.name);
@@ -192,17 +201,47 @@ async fn group_cascade_bulk_deletes_within_ceil_n_over_25() {
     let m = store.metrics().snapshot();
     let n = report.memberships + report.links + report.containers + report.invitations;
     assert_eq!(n, big.dependents, "{report:?}");
-    let conditional = m.delete_item + m.put_item + m.update_item;
-    assert!(
-        conditional <= 1,
-        "only the invitation delete is conditional: {m:?}"
+    assert_eq!(report.withheld, 0);
+    assert_eq!(
+        m.batch_write_item + m.delete_item + m.put_item + m.update_item,
+        0,
+        "every delete is guarded: {m:?}"
     );
+    let bound = (n - report.invitations).div_ceil(99) + report.invitations;
     assert!(
-        m.batch_write_item <= n.div_ceil(25) as u64,
-        "{} BatchWriteItem requests for {n} deletes (bound ceil(n/25) = {}), \
-         plus {conditional} conditional single deletes: {report:?}",
-        m.batch_write_item,
-        n.div_ceil(25)
+        m.transact_write_items <= bound as u64,
+        "{} TransactWriteItems for {n} deletes (bound {bound}): {report:?}",
+        m.transact_write_items
+    );
+
+    // The same deletes, unguarded, as the cascade sent them before.
+    let keys: Vec<WriteOp> = big
+        .items
+        .iter()
+        .filter_map(|i| ItemKey::from_attributes(i).ok())
+        .filter(|k| k.kind() != ItemKind::User && k.kind() != ItemKind::Group)
+        .map(|k| WriteOp::Delete(k.to_attributes()))
+        .collect();
+    assert_eq!(keys.len(), n);
+    let plain = DynamoStore::new(local_client(&baseline.endpoint), &baseline.name);
+    plain.batch_write(keys).await.expect("baseline deletes");
+    let b = plain.metrics().snapshot();
+    println!(
+        "group cascade of {n} deletes: guarded {} TransactWriteItems, {:.1} WCU; \
+         unguarded {} BatchWriteItem, {:.1} WCU; ratio {:.2}x WCU, {:.2}x write requests",
+        m.transact_write_items,
+        m.write_capacity,
+        b.batch_write_item,
+        b.write_capacity,
+        m.write_capacity / b.write_capacity.max(f64::MIN_POSITIVE),
+        m.write_requests() as f64 / b.write_requests() as f64
+    );
+    // DynamoDB Local's figures, as reported (its transactional capacity is
+    // not DynamoDB's: DynamoDB charges 2 WCU per transactional write of up
+    // to 1 KB and 2 per check, BENCHMARKS.md gives both).
+    assert!(
+        b.write_capacity > 0.0 && m.write_capacity > 0.0,
+        "{m:?} {b:?}"
     );
 
     // Nothing of the group is left; the users stay.

@@ -1,6 +1,7 @@
 //! Store layers for tests: [`FaultyStore`] injects transient failures into
-//! a real store; [`BeforeDelete`] runs a hook before each single delete
-//! (a service write racing the worker's delete, or a delay).
+//! a real store; [`BeforeDelete`] runs a hook before each delete, single,
+//! batched or guarded (a service write racing the worker's delete, or a
+//! delay).
 
 use std::sync::{Arc, Mutex};
 
@@ -8,7 +9,7 @@ use async_trait::async_trait;
 use serde::Serialize;
 use worker_engine::item::Item;
 use worker_engine::store::{
-    Key, Reply, Request, Store, StoreError, WriteOp, query_partitions_by_pages,
+    GuardedOp, Key, Reply, Request, Store, StoreError, WriteOp, query_partitions_by_pages,
 };
 
 /// The kind of call a fault applies to.
@@ -159,12 +160,31 @@ impl<H: DeleteHook> BeforeDelete<H> {
     }
 }
 
-/// The hook runs before each single delete, which then goes on; every
-/// other request passes straight through.
+/// The hook runs before each delete (a single one, or each delete of a
+/// batch or a guarded write), which then goes on; every other request
+/// passes straight through.
 #[async_trait]
 impl<H: DeleteHook> Store for BeforeDelete<H> {
     async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
-        if let Request::Delete { key, .. } = &request {
+        let deleted: Vec<&Key> = match &request {
+            Request::Delete { key, .. } => vec![*key],
+            Request::BatchWrite { ops } => ops
+                .iter()
+                .filter_map(|op| match op {
+                    WriteOp::Delete(key) => Some(key),
+                    WriteOp::Put(_) => None,
+                })
+                .collect(),
+            Request::WriteGuarded { ops, .. } => ops
+                .iter()
+                .filter_map(|op| match op {
+                    GuardedOp::Delete { key, .. } => Some(key),
+                    GuardedOp::Put { .. } => None,
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        for key in deleted {
             self.hook.before_delete(key, self.inner.as_ref()).await?;
         }
         self.inner.call(request).await

@@ -19,10 +19,15 @@ use crate::keys::{GroupId, ItemKey, ItemKind, Job, PK, SK, Violation};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
-use worker_engine::store::{Expr, ScanSpec, Store, StoreError, WriteOutcome};
+use worker_engine::store::{Expr, GuardedOp, ScanSpec, Store, StoreError, WriteOutcome};
 
 /// Repaired keys listed in the report (the counts are always complete).
 const MAX_LISTED_REPAIRS: usize = 200;
+
+/// At most this many absences guard one repair (a transaction holds 100
+/// actions); a verdict resting on more is reported, never repaired
+/// unguarded.
+const MAX_REPAIR_GUARDS: usize = 50;
 
 /// Counts for one violation kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -352,37 +357,60 @@ impl AuditJob {
             report.kind(v).healed += 1;
             return Ok(());
         }
+        if observed.absent.len() > MAX_REPAIR_GUARDS {
+            // More facts than one transaction can check beside the write:
+            // never repaired unguarded, only reported.
+            report.kind(v).reported += 1;
+            return Ok(());
+        }
         let before = io.writes();
+        let absent = &observed.absent;
         let repaired = match plan_repair(v, &observed, self.config.empty_group_policy) {
             Repair::ReportOnly => {
                 report.kind(v).reported += 1;
                 return Ok(());
             }
             Repair::DeleteSubject => {
-                io.delete(&s.subject, None).await?;
-                true
+                io.delete_while_absent(absent, std::slice::from_ref(&s.subject))
+                    .await?
+                    .applied
+                    == 1
             }
             Repair::DeleteSubjectIf(cond) => {
-                io.delete(&s.subject, Some(cond)).await? == WriteOutcome::Applied
+                let op = GuardedOp::Delete {
+                    key: s.subject.to_attributes(),
+                    condition: Some(cond),
+                };
+                io.write_while_absent(absent, vec![op]).await?.applied == 1
             }
             Repair::DeleteGroup(cond) => {
                 let ItemKey::Group(g) = s.subject else {
                     unreachable!("EmptyGroup suspects are about groups (checked on load)")
                 };
-                // Members again, immediately before the conditional delete.
-                if io.live_members(g, 1).await? > 0 {
+                // Members again, immediately before the conditional delete,
+                // which is guarded by what this last look found dead.
+                let members = io.live_members(g, 1).await?;
+                if members.live > 0 || members.absent.len() > MAX_REPAIR_GUARDS {
                     false
-                } else if io.delete(&s.subject, Some(cond)).await? == WriteOutcome::Applied {
-                    cascade_group_io(io, g).await?;
-                    true
                 } else {
-                    false
+                    let op = GuardedOp::Delete {
+                        key: s.subject.to_attributes(),
+                        condition: Some(cond),
+                    };
+                    if io
+                        .write_while_absent(&members.absent, vec![op])
+                        .await?
+                        .applied
+                        == 1
+                    {
+                        cascade_group_io(io, g).await?;
+                        true
+                    } else {
+                        false
+                    }
                 }
             }
-            Repair::DeleteItems(keys) => {
-                io.delete_all(&keys).await?;
-                true
-            }
+            Repair::DeleteItems(keys) => io.delete_while_absent(absent, &keys).await?.held(),
         };
         report.repair_writes += io.writes() - before;
         io.delete(&s.key(), None).await?;
@@ -516,18 +544,26 @@ async fn observe(io: &Io<'_>, s: &Suspect) -> Result<Observed, StoreError> {
     }
     if let Some(parent) = missing_parent(s.violation, &s.subject) {
         o.parent_present = io.exists(&parent).await?;
+        if !o.parent_present {
+            o.absent.push(parent);
+        }
     }
     match (s.violation, &s.subject) {
         (Violation::OrphanContainer, ItemKey::Container(c)) => {
-            o.live_links = io.live_links(*c, None).await?;
+            let links = io.live_links(*c, None).await?;
+            o.live_links = links.live;
+            o.absent.extend(links.absent);
         }
         (Violation::MultiplyLinkedContainer, ItemKey::Container(c)) => {
-            o.live_links = io.live_links(*c, None).await?;
+            o.live_links = io.live_links(*c, None).await?.live;
         }
         (Violation::EmptyGroup, ItemKey::Group(g)) => {
-            o.live_members = io.live_members(*g, 1).await?;
+            let members = io.live_members(*g, 1).await?;
+            o.live_members = members.live;
+            o.absent.extend(members.absent);
         }
         (Violation::OrphanWorkerItem, owner) if o.subject.is_none() => {
+            o.absent.push(owner.clone());
             let mut left: BTreeSet<ItemKey> = BTreeSet::new();
             if let ItemKey::Group(_) = owner {
                 // Every flag still in the dead group's partition.

@@ -124,7 +124,9 @@ use crate::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 use worker_engine::error::HandlerError;
 use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
-use worker_engine::store::{Expr, QuerySpec, Store, StoreError, WriteOp, WriteOutcome};
+use worker_engine::store::{
+    Expr, Guard, GuardedOp, GuardedReport, QuerySpec, Store, StoreError, WriteOutcome,
+};
 
 /// The metric the cascades' and the audit's repair writes count under.
 pub const ITEMS_REPAIRED: &str = "ItemsRepaired";
@@ -159,18 +161,21 @@ pub const SPEC: JobSpec = JobSpec {
             meaning: "parallel scan segments of the audit",
         },
     ],
-    // Consistent reads, conditional deletes and index reads for members and
-    // links; partition reads, on the table and on the indexes, are PartiQL
-    // SELECTs (the coalescing store's shared requests), so no Query.
+    // Consistent reads, index reads for members and links, and deletes
+    // guarded by the removed parent's absence (TransactWriteItems: a
+    // ConditionCheck beside the deletes); partition reads, on the table and
+    // on the indexes, are PartiQL SELECTs (the coalescing store's shared
+    // requests), so no Query.
     stream: Some(StreamSpec {
         handler: "relationships",
         writes_metric: ITEMS_REPAIRED,
         access: Access {
             dynamodb_actions: &[
                 "dynamodb:BatchGetItem",
-                "dynamodb:BatchWriteItem",
+                "dynamodb:ConditionCheckItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:PartiQLSelect",
+                "dynamodb:PutItem",
             ],
             indexes: &[USER_AND_GROUP_INDEX, GROUP_AND_CONTAINER_INDEX],
             fallbacks: &[],
@@ -186,7 +191,7 @@ pub const SPEC: JobSpec = JobSpec {
         local_cron: "0 3 * * *",
         access: Access {
             dynamodb_actions: &[
-                "dynamodb:BatchWriteItem",
+                "dynamodb:ConditionCheckItem",
                 "dynamodb:DeleteItem",
                 "dynamodb:GetItem",
                 "dynamodb:PutItem",
@@ -280,11 +285,15 @@ pub struct CascadeReport {
     pub invitations_kept: usize,
     pub flags: usize,
     pub writes: usize,
+    /// Deletes not made because what they were decided from changed before
+    /// they landed (the group, or a group that linked a container, exists
+    /// again): that change has its own record.
+    pub withheld: usize,
 }
 
 impl CascadeReport {
     fn describe(&self) -> String {
-        format!(
+        let mut d = format!(
             "deleted {} memberships, {} links, {} containers ({} kept: linked by a live group; \
              {} already gone), {} invitations ({} kept: changed), {} flags",
             self.memberships,
@@ -295,8 +304,17 @@ impl CascadeReport {
             self.invitations,
             self.invitations_kept,
             self.flags
-        )
+        );
+        if self.withheld > 0 {
+            d.push_str(&withheld_note(self.withheld));
+        }
+        d
     }
+}
+
+/// How an outcome says that guarded deletes were withheld.
+fn withheld_note(n: usize) -> String {
+    format!("; {n} deletes withheld: what they were decided from changed before they landed")
 }
 
 /// The store, with the reads and writes of one handler call or tick counted.
@@ -307,6 +325,8 @@ struct Io<'a> {
     /// Milli-RCU of queries.
     query_milli: AtomicU64,
     writes: AtomicU64,
+    /// Writes a guard withheld (their decision went stale before they landed).
+    withheld: AtomicU64,
 }
 
 impl<'a> Io<'a> {
@@ -317,11 +337,16 @@ impl<'a> Io<'a> {
             queries: AtomicU64::new(0),
             query_milli: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            withheld: AtomicU64::new(0),
         }
     }
 
     fn writes(&self) -> u64 {
         self.writes.load(Ordering::Relaxed)
+    }
+
+    fn withheld(&self) -> u64 {
+        self.withheld.load(Ordering::Relaxed)
     }
 
     async fn get(&self, key: &ItemKey) -> Result<Option<Item>, StoreError> {
@@ -398,12 +423,14 @@ impl<'a> Io<'a> {
     }
 
     /// Links to `container` whose link item and group are live (consistent
-    /// reads behind the index), ignoring `except`.
+    /// reads behind the index), ignoring `except`; with, for every other
+    /// link the index shows, the absence that makes it dead (the link item
+    /// or its group): the facts a "no live link" decision rests on.
     async fn live_links(
         &self,
         container: ContainerId,
         except: Option<GroupId>,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<Liveness, StoreError> {
         let groups = self.links_to(container).await?;
         // Every link and group at once: one round of shared point reads.
         let checks = groups
@@ -412,11 +439,21 @@ impl<'a> Io<'a> {
             .map(|group| async move {
                 let link = ItemKey::ContainerLink { group, container };
                 let group = ItemKey::Group(group);
-                let (link, group) = futures::try_join!(self.exists(&link), self.exists(&group))?;
-                Ok::<_, StoreError>(link && group)
+                let (l, g) = futures::try_join!(self.exists(&link), self.exists(&group))?;
+                Ok::<_, StoreError>(match (l, g) {
+                    (true, true) => None,
+                    (false, _) => Some(link),
+                    (true, false) => Some(group),
+                })
             });
-        let live = futures::future::try_join_all(checks).await?;
-        Ok(live.into_iter().filter(|l| *l).count())
+        let mut out = Liveness::default();
+        for dead in futures::future::try_join_all(checks).await? {
+            match dead {
+                None => out.live += 1,
+                Some(absent) => out.absent.push(absent),
+            }
+        }
+        Ok(out)
     }
 
     /// Of `groups`, those whose Group item exists ([`super::existing_groups`]).
@@ -425,19 +462,24 @@ impl<'a> Io<'a> {
         super::existing_groups(self.store, groups).await
     }
 
-    /// Members of `group` whose membership and user are live (stops at `enough`).
-    async fn live_members(&self, group: GroupId, enough: usize) -> Result<usize, StoreError> {
-        let mut live = 0;
+    /// Members of `group` whose membership and user are live (stops at
+    /// `enough`), with the absence that makes each other one dead.
+    async fn live_members(&self, group: GroupId, enough: usize) -> Result<Liveness, StoreError> {
+        let mut out = Liveness::default();
         for user in self.memberships_of(group).await? {
             let m = ItemKey::Membership { user, group };
-            if self.exists(&m).await? && self.exists(&ItemKey::User(user)).await? {
-                live += 1;
-                if live >= enough {
+            if !self.exists(&m).await? {
+                out.absent.push(m);
+            } else if !self.exists(&ItemKey::User(user)).await? {
+                out.absent.push(ItemKey::User(user));
+            } else {
+                out.live += 1;
+                if out.live >= enough {
                     break;
                 }
             }
         }
-        Ok(live)
+        Ok(out)
     }
 
     async fn delete(
@@ -454,30 +496,65 @@ impl<'a> Io<'a> {
         self.store.put(item, condition).await
     }
 
-    /// Unconditional bulk deletes (BatchWriteItem).
-    async fn delete_all(&self, keys: &[ItemKey]) -> Result<usize, StoreError> {
-        if keys.is_empty() {
-            return Ok(0);
+    /// Writes that land only while every item of `absent` is still absent
+    /// (TransactWriteItems, a ConditionCheck per item beside the writes:
+    /// see `worker_engine::store::guarded`). A write decided from another
+    /// item's absence goes through here, never unconditionally.
+    async fn write_while_absent(
+        &self,
+        absent: &[ItemKey],
+        ops: Vec<GuardedOp>,
+    ) -> Result<GuardedReport, StoreError> {
+        if ops.is_empty() {
+            return Ok(GuardedReport::default());
         }
+        let guards: Vec<Guard> = absent
+            .iter()
+            .map(|k| Guard::absent(k.to_attributes(), PK))
+            .collect();
+        let report = self.store.write_guarded(&guards, ops).await?;
+        self.writes
+            .fetch_add(report.applied as u64, Ordering::Relaxed);
+        self.withheld
+            .fetch_add(report.withheld as u64, Ordering::Relaxed);
+        Ok(report)
+    }
+
+    /// Deletes of `keys`, each landing only while every item of `absent`
+    /// is still absent; how many landed.
+    async fn delete_while_absent(
+        &self,
+        absent: &[ItemKey],
+        keys: &[ItemKey],
+    ) -> Result<GuardedReport, StoreError> {
         let ops = keys
             .iter()
-            .map(|k| WriteOp::Delete(k.to_attributes()))
+            .map(|k| GuardedOp::delete(k.to_attributes()))
             .collect();
-        let report = self.store.batch_write(ops).await?;
-        self.writes
-            .fetch_add(report.items as u64, Ordering::Relaxed);
-        Ok(report.items)
+        self.write_while_absent(absent, ops).await
     }
+}
+
+/// What a liveness check found: how many live, and for each dead one the
+/// absent item that makes it dead (a decision taken on "none live" is
+/// guarded by those absences when it is written).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Liveness {
+    pub live: usize,
+    pub absent: Vec<ItemKey>,
 }
 
 /// Delete everything hanging off a group that is gone (the caller has
 /// checked, with a consistent read or a conditional delete, that it is).
+/// Every delete lands only while the group is still absent; a container's
+/// only while the other groups that linked it are still dead too.
 pub async fn cascade_group(store: &dyn Store, group: GroupId) -> Result<CascadeReport, StoreError> {
     cascade_group_io(&Io::new(store), group).await
 }
 
 async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, StoreError> {
     let writes_before = io.writes();
+    let withheld_before = io.withheld();
     let mut r = CascadeReport::default();
     let members: Vec<ItemKey> = io
         .memberships_of(group)
@@ -501,52 +578,84 @@ async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, 
     let checks = links.iter().filter_map(|link| match link {
         ItemKey::ContainerLink { container, .. } => Some(async move {
             let key = ItemKey::Container(*container);
-            let (exists, live) =
+            let (exists, others) =
                 futures::try_join!(io.exists(&key), io.live_links(*container, Some(group)))?;
-            Ok::<_, StoreError>((key, exists, live))
+            Ok::<_, StoreError>((key, exists, others))
         }),
         _ => None,
     });
+    // A container nobody else links goes with the group's own deletes; one
+    // that other (dead) groups linked goes with those absences as guards too.
     let mut containers = Vec::new();
-    for (key, exists, live) in futures::future::try_join_all(checks).await? {
-        if live > 0 {
+    let mut shared = Vec::new();
+    for (key, exists, others) in futures::future::try_join_all(checks).await? {
+        if others.live > 0 {
             r.containers_kept += 1;
         } else if !exists {
             r.containers_gone += 1;
-        } else {
+        } else if others.absent.is_empty() {
             containers.push(key);
+        } else {
+            shared.push((key, others.absent));
         }
     }
-    // The invitation's delete is conditional (it may have been renewed), so
-    // it goes alone; everything else is unconditional and goes in ONE
-    // ordered BatchWriteItem sequence (ceil(n/25) requests, not one rounding
-    // per kind). Order matters for retries: containers first, then flags and
-    // links, memberships last; chunks are sent in order and the first error
-    // stops the rest, so a retry still finds the links that lead it to the
-    // containers.
-    if let Some(item) = invitation {
-        let condition = unchanged(
-            Some(&item),
-            &[attr::INVITATION_LINK_HASH, attr::LINK_EXPIRY_DATETIME],
-        );
-        match io
-            .delete(&ItemKey::InvitationLink(group), Some(condition))
-            .await?
-        {
-            WriteOutcome::Applied => r.invitations += 1,
-            WriteOutcome::ConditionFailed => r.invitations_kept += 1,
+    let gone = ItemKey::Group(group);
+    // Order matters for retries: containers first (found through the
+    // links, which go after them, so a retry after a partial run finds them
+    // again), then flags and links, memberships, and the invitation last
+    // (its own transaction: it is deleted only if its hash and expiry are
+    // still the ones read; last, it does not split the others). Each
+    // transaction checks that the group is still absent; the first that
+    // finds it back stops the rest.
+    let mut withheld = false;
+    for (key, mut absent) in shared {
+        absent.push(gone.clone());
+        let report = io.delete_while_absent(&absent, &[key]).await?;
+        r.containers += report.applied;
+        withheld |= !report.held();
+    }
+    let mut ops: Vec<GuardedOp> = containers
+        .iter()
+        .chain(&flags)
+        .chain(&links)
+        .chain(&members)
+        .map(|k| GuardedOp::delete(k.to_attributes()))
+        .collect();
+    if let Some(item) = &invitation {
+        ops.push(GuardedOp::Delete {
+            key: ItemKey::InvitationLink(group).to_attributes(),
+            condition: Some(unchanged(
+                Some(item),
+                &[attr::INVITATION_LINK_HASH, attr::LINK_EXPIRY_DATETIME],
+            )),
+        });
+    }
+    if !withheld {
+        let report = io.write_while_absent(&[gone], ops).await?;
+        if report.held() {
+            r.containers += containers.len();
+            r.invitations = usize::from(invitation.is_some()) - report.refused;
+            r.invitations_kept = report.refused;
+            r.flags = flags.len();
+            r.links = links.len();
+            r.memberships = members.len();
+        } else {
+            // Stopped part-way: say what landed, in the order sent.
+            let mut left = report.applied;
+            let mut take = |n: usize| {
+                let t = n.min(left);
+                left -= t;
+                t
+            };
+            r.containers += take(containers.len());
+            r.flags = take(flags.len());
+            r.links = take(links.len());
+            r.memberships = take(members.len());
+            r.invitations = take(usize::from(invitation.is_some()));
         }
     }
-    r.containers = containers.len();
-    r.flags = flags.len();
-    r.links = links.len();
-    r.memberships = members.len();
-    let mut all = containers;
-    all.extend(flags);
-    all.extend(links);
-    all.extend(members);
-    io.delete_all(&all).await?;
     r.writes = (io.writes() - writes_before) as usize;
+    r.withheld = (io.withheld() - withheld_before) as usize;
     Ok(r)
 }
 
@@ -586,11 +695,17 @@ impl RelationshipHandler {
             .map(|(k, _)| k)
             .filter(|k| k.kind() == ItemKind::Membership)
             .collect();
-        let n = io.delete_all(&memberships).await?;
-        Ok(outcome(
-            n,
-            format!("deleted {n} memberships of the removed user"),
-        ))
+        // Only while the user is still gone: a user written again (renamed
+        // while being deleted) keeps its memberships.
+        let report = io
+            .delete_while_absent(&[ItemKey::User(u)], &memberships)
+            .await?;
+        let n = report.applied;
+        let mut detail = format!("deleted {n} memberships of the removed user");
+        if !report.held() {
+            detail.push_str(&withheld_note(report.withheld));
+        }
+        Ok(outcome(n, detail))
     }
 
     async fn container_removed(
@@ -618,14 +733,19 @@ impl RelationshipHandler {
             })
             .collect();
         let left = linked - links.len();
-        let n = io.delete_all(&links).await?;
-        Ok(outcome(
-            n,
-            format!(
-                "deleted {n} links to the removed container \
-                 ({left} in removed groups left to their cascades)"
-            ),
-        ))
+        // Only while the container is still gone.
+        let report = io
+            .delete_while_absent(&[ItemKey::Container(c)], &links)
+            .await?;
+        let n = report.applied;
+        let mut detail = format!(
+            "deleted {n} links to the removed container \
+             ({left} in removed groups left to their cascades)"
+        );
+        if !report.held() {
+            detail.push_str(&withheld_note(report.withheld));
+        }
+        Ok(outcome(n, detail))
     }
 
     async fn membership_removed(

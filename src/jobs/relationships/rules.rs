@@ -514,6 +514,12 @@ pub struct Observed {
     pub live_members: usize,
     /// Orphan worker items that still exist.
     pub orphans_left: Vec<ItemKey>,
+    /// The absences the verdict rests on: the missing parent; for each dead
+    /// link or membership the index shows, its missing link, group,
+    /// membership or user; the missing owner of orphans. A repair is written
+    /// only while every one of them still holds (a `ConditionCheck` each,
+    /// in the repair's transaction).
+    pub absent: Vec<ItemKey>,
 }
 
 /// Whether a suspect is still a violation after the re-check.
@@ -535,7 +541,8 @@ pub fn still_violates(violation: Violation, o: &Observed) -> bool {
 /// How a confirmed violation is repaired.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Repair {
-    /// Delete the subject; its parent is gone for good (ids are never reused).
+    /// Delete the subject, while its parent is still gone (the service
+    /// writes a Group or User item again when it updates one being deleted).
     DeleteSubject,
     /// Delete the subject only if it is still exactly what was read.
     DeleteSubjectIf(Expr),
