@@ -34,9 +34,13 @@ impl Change {
     /// Decode the key and both images of a raw stream change.
     ///
     /// The table's stream is `NEW_AND_OLD_IMAGES`: an INSERT without
-    /// NewImage, a MODIFY without either image or a REMOVE without OldImage
-    /// is rejected (a missing image would read as "every food removed"), and
-    /// so is an image whose `PK`/`SK` differ from the record's `Keys`.
+    /// NewImage or a MODIFY without either image is rejected (a missing
+    /// image would read as "every food removed"), and so is an image whose
+    /// `PK`/`SK` differ from the record's `Keys`. A REMOVE without OldImage
+    /// is taken from its keys (`old: None`): DynamoDB Local emits a second
+    /// REMOVE without an image when two deletes of one item race. The
+    /// cascades need only the key; a handler that needs the old image finds
+    /// none and does nothing, the first REMOVE having carried it.
     pub fn from_stream(raw: &StreamChange) -> Result<Change, ItemError> {
         let key = ItemKey::from_attributes(&raw.keys)?;
         let problem = |reason: String| {
@@ -44,7 +48,7 @@ impl Change {
             ItemError::Attributes { pk, sk, reason }
         };
         let needs_new = !raw.kind.is_removal();
-        let needs_old = raw.kind.is_removal() || raw.kind == ChangeKind::Modify;
+        let needs_old = raw.kind == ChangeKind::Modify;
         for (section, image, needed) in [
             ("NewImage", &raw.new_image, needs_new),
             ("OldImage", &raw.old_image, needs_old),

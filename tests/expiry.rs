@@ -745,18 +745,28 @@ async fn a_group_deletion_deletes_its_flags_once() {
     );
     fx.drain.run(&watched).await;
     assert!(fx.flags(g).await.is_empty());
-    let flag_deletes = recorded
-        .take()
+    let log = recorded.take();
+    let is_flag = |key: &worker_engine::store::Key| {
+        matches!(
+            ItemKey::from_attributes(key).map(|k| k.kind()),
+            Ok(ItemKind::ExpiringFood)
+        )
+    };
+    // Batched (the expiry job) or guarded by the group's absence (the
+    // group cascade).
+    let flag_deletes = log
         .batch_ops
         .iter()
-        .filter(|op| match op {
-            WriteOp::Delete(key) => matches!(
-                ItemKey::from_attributes(key).map(|k| k.kind()),
-                Ok(ItemKind::ExpiringFood)
-            ),
-            WriteOp::Put(_) => false,
-        })
-        .count();
+        .filter(|op| matches!(op, WriteOp::Delete(key) if is_flag(key)))
+        .count()
+        + log
+            .guarded
+            .iter()
+            .flat_map(|(_, ops)| ops)
+            .filter(|op| {
+                matches!(op, worker_engine::store::GuardedOp::Delete { key, .. } if is_flag(key))
+            })
+            .count();
     assert_eq!(flag_deletes, 2, "each flag deleted once");
 }
 

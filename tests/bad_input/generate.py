@@ -165,8 +165,6 @@ case("insert-without-new-image.json", "INSERT without NewImage", "rejected", "IN
      event(rec("e-ins", "INSERT", "000000000000000000311", keys(G, "Group"))), key=f"PK={G}, SK=Group")
 case("modify-without-new-image.json", "MODIFY of a container without NewImage (must not read as 'every food removed')", "rejected", "MODIFY without NewImage",
      event(rec("e-mod", "MODIFY", "000000000000000000312", keys(C, "Container"), old=container_img({"L": [food()]}))), key=f"PK={C}, SK=Container")
-case("remove-without-old-image.json", "REMOVE without OldImage", "rejected", "REMOVE without OldImage",
-     event(rec("e-rem", "REMOVE", "000000000000000000313", keys(C, "Container"))), key=f"PK={C}, SK=Container")
 other = "b0000000-0000-4000-8000-0000000b0b99"
 case("new-image-key-differs.json", "NewImage's PK differs from Keys", "rejected", "NewImage key differs from Keys",
      event(rec("e-differs", "INSERT", "000000000000000000314", keys(G, "Group"), new=group_img(pk=other))), key=f"PK={G}, SK=Group")
@@ -198,6 +196,8 @@ case("email-as-partition-key.json", "an e-mail address as PK of a User (neither 
 case("huge-sequence-number.json", "a 60-digit sequence number (longer than Lambda's 40)", "accepted", "handled",
      event(rec("e-huge-seq", "INSERT", "9" * 60, keys(G, "Group"), new=group_img())))
 dup = rec("e-dup", "REMOVE", "000000000000000000401", keys("a0000000-0000-4000-8000-0000000a0d01", "User"), old={"PK": S("a0000000-0000-4000-8000-0000000a0d01"), "SK": S("User"), "UserName": S(NAME), "EMailAddress": S(EMAIL)})
+case("remove-without-old-image.json", "REMOVE without OldImage (DynamoDB Local's second REMOVE when two deletes of one item race): taken from its keys, never parked", "accepted", "handled",
+     event(rec("e-rem", "REMOVE", "000000000000000000313", keys(C, "Container"))))
 case("duplicate-records.json", "the same record twice (same sequence number): at-least-once delivery", "accepted", "handled", event(dup, copy.deepcopy(dup)), private=[EMAIL, NAME])
 near = "x" * (400 * 1024 - 2000)
 case("item-just-under-400kb.json", "a NewImage just under DynamoDB's 400 KB item limit", "accepted", "handled",

@@ -74,10 +74,19 @@
 //! ## Stream side ([`ExpiryHandler`], Container and ContainerLink changes)
 //!
 //! - **Container INSERT / MODIFY / REMOVE**: old and new `Foods` are diffed by
-//!   `FoodId` ([`plan_container_change`]). Only a food that was added or
-//!   removed, or whose `Expiry` or `Name` changed, is planned; a container
-//!   rename or a change of `Quantity`, `Unit`, `Category` causes no write and
-//!   no read. For a planned food:
+//!   `FoodId` ([`plan_container_change`]) to learn whether the record
+//!   changed anything of the job's: a container rename or a change of
+//!   `Quantity`, `Unit`, `Category` causes no write and no read. Otherwise
+//!   the container is read as it is now (consistent GetItem) and the foods
+//!   are planned from the record's old image to that
+//!   ([`replan_from_current`]): the record says which foods to look at, the
+//!   current item what their flags must be. Whatever order a container's
+//!   records are handled in, and however often, the last one leaves the
+//!   flags of the foods the container holds then; a REMOVE followed by a
+//!   rewrite (the service put back a copy it read before the delete)
+//!   deletes exactly the flags of the foods the copy no longer has. A
+//!   REMOVE without an old image (a duplicate) plans nothing. For a planned
+//!   food:
 //!   - inside the window (nearing or expired): the flag is put at once;
 //!     otherwise a flag that may exist (old food nearing, expired or
 //!     retired) is deleted;
@@ -424,30 +433,47 @@ impl ExpiryHandler {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn container_changed(
         &self,
         id: ContainerId,
         removal: bool,
+        before: Option<Container>,
         plans: Vec<FoodPlan>,
         flags_by_link: bool,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
         const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
-        if removal {
-            // A replayed or stale removal: if the container exists again,
-            // its flags are its current foods' and its own records keep them.
-            if let Ok(Some(_)) = read_container(self.store.as_ref(), id).await? {
-                return Ok(HandlerOutcome::Nothing(format!(
-                    "container {id} exists again; stale removal ignored"
-                )));
-            }
-        }
         if plans.is_empty() {
             return Ok(HandlerOutcome::Nothing(if flags_by_link {
                 format!("container {id}: no reminder to write; {BY_LINK}")
             } else {
                 "no food added, removed, or with a changed expiry or name".into()
             }));
+        }
+        // The record says which foods changed; the container as it is now
+        // says what their flags must be (a record handled after later
+        // writes, a removal followed by a rewrite).
+        let (removal, plans) = match read_container(self.store.as_ref(), id).await? {
+            Ok(current) => (
+                current.is_none(),
+                replan_from_current(
+                    id,
+                    before.as_ref(),
+                    current.as_ref(),
+                    flags_by_link,
+                    now,
+                    &self.rules,
+                ),
+            ),
+            // The stored item does not decode (its own record says why):
+            // this record's images are all there is to go by.
+            Err(_) => (removal, plans),
+        };
+        if plans.is_empty() {
+            return Ok(HandlerOutcome::Nothing(format!(
+                "container {id}: its current foods need no flag or reminder change"
+            )));
         }
         let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
         let groups = if !needs_group {
@@ -596,10 +622,11 @@ impl ChangeHandler for ExpiryHandler {
             StreamPlan::Container {
                 id,
                 removal,
+                before,
                 plans,
                 flags_by_link,
             } => {
-                self.container_changed(id, removal, plans, flags_by_link, now)
+                self.container_changed(id, removal, before, plans, flags_by_link, now)
                     .await
             }
             StreamPlan::PlaceFlags { group, container } => {

@@ -666,6 +666,31 @@ pub fn notification_entries(
 // Stream plans (pure)
 // ---------------------------------------------------------------------------
 
+/// The plans of a container record, made against the container as it is
+/// now (`current`, `None` when gone) rather than the record's new image:
+/// from `before` (the record's old image) to `current`. Whatever order the
+/// records of a container are handled in, and however often, the record
+/// handled last leaves the flags of the foods the container holds then: a
+/// food whose flag an earlier record wrote from a state that changed since
+/// is in the old image of the record of that change, so that record plans
+/// it again. A stale removal (the container written again since) deletes
+/// exactly the flags of the foods that are no longer there.
+pub fn replan_from_current(
+    id: ContainerId,
+    before: Option<&Container>,
+    current: Option<&Container>,
+    flags_by_link: bool,
+    now: DateTime<Utc>,
+    rules: &ExpiryRules,
+) -> Vec<FoodPlan> {
+    let plans = plan_container_change(id, before, current, now, rules);
+    if flags_by_link {
+        leave_flags_to_link(plans)
+    } else {
+        plans
+    }
+}
+
 fn container_of(entity: &Option<Entity>) -> Option<&Container> {
     match entity {
         Some(Entity::Container(c)) => Some(c),
@@ -677,14 +702,18 @@ fn container_of(entity: &Option<Entity>) -> Option<&Container> {
 /// [`ExpiryHandler`](super::ExpiryHandler) then reads and writes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StreamPlan {
-    /// A container changed: its foods' plans (empty: nothing to write).
-    /// On a removal the handler first checks that the container does not
-    /// exist again. `flags_by_link`: a new container whose link's INSERT is
-    /// in the same batch; its plans keep only the reminders
+    /// A container changed: its foods' plans from the record's own images
+    /// (empty: nothing to write, nothing to read). Otherwise the handler
+    /// reads the container as it is now and plans again from `before` (the
+    /// record's old image) to that ([`replan_from_current`]): the record
+    /// says which foods to look at, the current item says what their flags
+    /// must be. `flags_by_link`: a new container whose link's INSERT is in
+    /// the same batch; its plans keep only the reminders
     /// ([`leave_flags_to_link`]) and it needs no group.
     Container {
         id: ContainerId,
         removal: bool,
+        before: Option<Container>,
         plans: Vec<FoodPlan>,
         flags_by_link: bool,
     },
@@ -726,6 +755,7 @@ pub fn plan_stream_change(
             StreamPlan::Container {
                 id,
                 removal,
+                before: old.cloned(),
                 plans: if flags_by_link {
                     leave_flags_to_link(plans)
                 } else {
