@@ -187,7 +187,8 @@ fn every_table_stream_has_its_own_mapping_reporting_batch_item_failures() {
             p["FunctionResponseTypes"],
             json!(["ReportBatchItemFailures"])
         );
-        assert_eq!(p["ParallelizationFactor"], 1);
+        // The StreamParallelizationFactor parameter: 1 unless deployed with up to 10.
+        assert_eq!(p["ParallelizationFactor"], "1");
         assert!(p["MaximumRetryAttempts"].as_u64().unwrap() <= 10);
         assert_eq!(
             p["DestinationConfig"]["OnFailure"]["Destination"],
@@ -200,6 +201,29 @@ fn every_table_stream_has_its_own_mapping_reporting_batch_item_failures() {
         .map(|t| format!("getatt:{}.StreamArn", t.logical_id()))
         .collect();
     assert_eq!(mapped, all);
+    let param = &stack.t["Parameters"]["StreamParallelizationFactor"];
+    assert_eq!(
+        (
+            param["Default"].as_u64(),
+            param["MinValue"].as_u64(),
+            param["MaxValue"].as_u64()
+        ),
+        (Some(1), Some(1), Some(10))
+    );
+    let t = template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/chat.yaml"));
+    let ten = Stack::new(
+        t,
+        "chat-worker-dev",
+        "",
+        &[("StreamParallelizationFactor", "10")],
+    );
+    for e in ten.resource("StreamFunction")["Properties"]["Events"]
+        .as_object()
+        .unwrap()
+        .values()
+    {
+        assert_eq!(e["Properties"]["ParallelizationFactor"], "10");
+    }
 }
 
 #[test]

@@ -384,6 +384,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
             "BisectBatchOnFunctionError:",
             "MaximumRetryAttempts:",
             "MaximumRecordAgeInSeconds:",
+            "ParallelizationFactor:",
             "DestinationConfig:",
         ] {
             let i = lines
@@ -400,6 +401,28 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
         let s = &sandbox.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]
             ["Stream"];
         assert_eq!(*s, format!("getatt:{}.StreamArn", self.sandbox_table));
+        // Batches of a shard in flight at once: the StreamParallelizationFactor
+        // parameter, 1 (a shard in order) unless deployed with up to 10.
+        let p = &stack.t["Parameters"]["StreamParallelizationFactor"];
+        assert_eq!(
+            (
+                p["Default"].as_u64(),
+                p["MinValue"].as_u64(),
+                p["MaxValue"].as_u64()
+            ),
+            (Some(1), Some(1), Some(10)),
+            "StreamParallelizationFactor: default 1, allowed 1..10"
+        );
+        assert_eq!(source["ParallelizationFactor"], "1");
+        let ten = (self.stack)(&[("StreamParallelizationFactor", "10")]);
+        let ten = ten.resource(STREAM_FUNCTION)["Properties"]["Events"]
+            .as_object()
+            .expect("the stream function has Events")
+            .values()
+            .find(|e| e["Type"] == "DynamoDB")
+            .expect("a DynamoDB event source")["Properties"]["ParallelizationFactor"]
+            .clone();
+        assert_eq!(ten, "10");
     }
 
     pub fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue(&self) {
