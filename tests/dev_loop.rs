@@ -101,6 +101,42 @@ async fn group_deletion_cascade_finishes_through_the_loop() {
     );
 }
 
+/// With the mapping's ParallelizationFactor at 10 (records split by
+/// partition key into lanes that run at once, order kept per key only) the
+/// cascade ends exactly where the in-order replay of the capture ends.
+#[tokio::test]
+async fn group_deletion_cascade_finishes_at_parallelization_factor_10() {
+    let (t, mut l) = setup(MappingConfig {
+        batch_size: 2,
+        parallelization_factor: 10,
+        partition_key: Some("PK".into()),
+        ..MappingConfig::default()
+    })
+    .await;
+    let app = app(&t, t.store.clone());
+    service_deletes_home(&t).await;
+    let logs = l
+        .run_until_idle(&app, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(
+        logs.iter().all(|b| b.invocation == Invocation::Succeeded),
+        "{logs:?}"
+    );
+    let lanes: std::collections::BTreeSet<usize> = logs.iter().filter_map(|b| b.lane).collect();
+    assert!(
+        lanes.len() > 1,
+        "the records went to several lanes: {logs:?}"
+    );
+    assert!(logs.iter().all(|b| b.records <= 2));
+    assert_eq!(l.pending(), 0);
+    assert_eq!(
+        snapshot_text(&t.snapshot().await, KEYS),
+        golden_group_deleted(),
+        "the loop at factor 10 ends where the replay of the captured deletion ends"
+    );
+}
+
 #[tokio::test]
 async fn transient_failure_is_retried_from_the_failed_sequence_number() {
     let (t, mut l) = setup(MappingConfig::default()).await;
