@@ -742,6 +742,7 @@ async fn dev_follows_the_deployment_template() {
     assert_eq!(m["maxRetries"], 10);
     assert_eq!(m["bisect"], true);
     assert_eq!(m["maxRecordAgeSecs"], 21600);
+    assert_eq!(m["parallelizationFactor"], 1, "the parameter's default");
     assert_eq!(m["timeoutSecs"], 120.0);
     assert_eq!(m["filters"].as_array().unwrap().len(), 1);
     assert_eq!(m["failureFile"], "dev-failures.jsonl");
@@ -771,6 +772,10 @@ async fn dev_follows_the_deployment_template() {
         "template-small-batches.yaml",
         &[
             ("BatchSize: 1000", "BatchSize: 2"),
+            (
+                "ParallelizationFactor: !Ref StreamParallelizationFactor",
+                "ParallelizationFactor: 4",
+            ),
             ("    Default: UTC\n", "    Default: Asia/Tokyo\n"),
             ("Default: 15\n", "Default: 5\n"),
         ],
@@ -793,6 +798,7 @@ async fn dev_follows_the_deployment_template() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(v["mapping"]["batchSize"], 2);
+    assert_eq!(v["mapping"]["parallelizationFactor"], 4);
     let batches = v["batches"].as_array().unwrap();
     assert!(batches.len() > first_batches, "smaller batches: {v}");
     assert!(batches.iter().all(|b| b["records"].as_u64().unwrap() <= 2));
