@@ -119,7 +119,20 @@
 //! 0.1), `--concurrency N` (the worker's `STREAM_CONCURRENCY`, default 1000;
 //! `1` handles each batch strictly in order), `--batch-size N` (default: the
 //! template's `BatchSize`), `--no-backfill` (a table the worker never
-//! served). `LOAD_TRACE=1` prints each batch's size, record kinds and time;
+//! served), `--parallelization-factor N[,M...]` (default: the template's
+//! `ParallelizationFactor`): the drain as a mapping with that factor does
+//! it, each read's records split by a hash of their partition key into N
+//! lanes (`worker_engine::replay::dev::split_by_partition_key`), each lane
+//! cut into batches and invoked in order (retried by itself), the lanes
+//! concurrently (a task each); with several factors (`1,10`) every worker
+//! run is made at each factor, the first factor's runs give every figure
+//! above and each factor gets a line of its own (`parallelization`: worker
+//! time, records/s and ratio to the same baseline, invocations, the
+//! table's keys that differ from the first run's). With a factor above 1,
+//! `worker_secs` is the time at least one `handle_stream` was in flight
+//! (the union of the calls' intervals; at factor 1 it is their sum) and
+//! `billed_secs` the sum (what Lambda bills); the CPU figures are taken
+//! per read's lanes together. `LOAD_TRACE=1` prints each batch's size, record kinds and time;
 //! `LOAD_TRACE=2` also every DynamoDB request's span (busy and idle time).
 //! The default run takes well under 2 minutes.
 
@@ -226,6 +239,7 @@ struct Options {
     concurrency: Option<usize>,
     batch_size: Option<usize>,
     no_backfill: bool,
+    parallelization: Vec<usize>,
 }
 
 fn options() -> Options {
@@ -237,6 +251,7 @@ fn options() -> Options {
         concurrency: None,
         batch_size: None,
         no_backfill: false,
+        parallelization: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -282,6 +297,22 @@ fn options() -> Options {
                 )
             }
             "--no-backfill" => o.no_backfill = true,
+            "--parallelization-factor" => {
+                o.parallelization = value("--parallelization-factor")
+                    .split(',')
+                    .map(|n| {
+                        let n: usize = n
+                            .trim()
+                            .parse()
+                            .expect("--parallelization-factor: numbers, e.g. 1,10");
+                        assert!(
+                            (1..=10).contains(&n),
+                            "--parallelization-factor: 1 to 10, as Lambda allows"
+                        );
+                        n
+                    })
+                    .collect()
+            }
             // cargo passes `--bench`; anything else is ignored too.
             _ => {}
         }
@@ -373,6 +404,43 @@ struct DrainStats {
     filtered: usize,
     /// The largest event handed to `handle_stream`, in bytes of JSON.
     max_payload: usize,
+    /// The sum of the `handle_stream` calls' wall times (what Lambda
+    /// bills); `worker` is the time at least one was in flight, the same
+    /// at factor 1.
+    billed: Duration,
+    /// The most lanes with records in one read.
+    lanes_used: usize,
+}
+
+/// What one lane of one read did.
+struct LaneStats {
+    invocations: usize,
+    /// When each `handle_stream` call started and ended.
+    calls: Vec<(Instant, Instant)>,
+    max_payload: usize,
+    engine_cpu: f64,
+    own_cpu: f64,
+}
+
+/// The time covered by at least one of `calls` (their union's length).
+fn busy_time(calls: &mut [(Instant, Instant)]) -> Duration {
+    calls.sort();
+    let mut total = Duration::ZERO;
+    let mut current: Option<(Instant, Instant)> = None;
+    for &(start, end) in calls.iter() {
+        current = match current {
+            Some((s, e)) if start <= e => Some((s, e.max(end))),
+            Some((s, e)) => {
+                total += e - s;
+                Some((start, end))
+            }
+            None => Some((start, end)),
+        };
+    }
+    if let Some((s, e)) = current {
+        total += e - s;
+    }
+    total
 }
 
 /// Lambda's limit on an invocation's payload: the event source mapping
@@ -426,13 +494,15 @@ fn filter_view(change: &StreamChange) -> serde_json::Value {
 
 /// Drain the stream like the deployed event source mapping: records its
 /// `FilterCriteria` drops never reach the function, the rest go in batches
-/// of up to `batch_size`.
+/// of up to `batch_size`; with a `factor` above 1, each read's records go
+/// to `factor` lanes by partition key, the lanes at once (a task each).
 async fn drain(
-    app: &App,
+    app: &Arc<App>,
     tail: &mut StreamTail,
     patterns: &[serde_json::Value],
     batch_size: usize,
     engine: Option<u32>,
+    factor: usize,
 ) -> DrainStats {
     let mut s = DrainStats {
         engine_cpu: 0.0,
@@ -444,7 +514,10 @@ async fn drain(
         worker: Duration::ZERO,
         reads: 0,
         max_payload: 0,
+        billed: Duration::ZERO,
+        lanes_used: 0,
     };
+    let mut calls = Vec::new();
     // Quiet: two consecutive empty reads (DynamoDB Local publishes a write's
     // record with the write, but be safe).
     let mut empty = 0;
@@ -467,65 +540,126 @@ async fn drain(
         if quiet {
             empty += 1;
             if empty >= 2 {
+                s.worker = busy_time(&mut calls);
                 return s;
             }
             continue;
         }
         empty = 0;
         s.records += changes.len();
-        for chunk in lambda_batches(&changes, batch_size) {
-            let mut pending = chunk.to_vec();
-            for attempt in 0.. {
-                assert!(attempt < 5, "a batch kept failing after 5 attempts");
-                let event = encode_event(&pending, None);
-                let payload = json_len(&event);
-                assert!(
-                    payload <= MAX_PAYLOAD_BYTES,
-                    "a batch over Lambda's payload limit"
-                );
-                s.max_payload = s.max_payload.max(payload);
-                // As Lambda delivers it: the event's bytes, read by the
-                // stream entry point's decoder.
-                let bytes = serde_json::to_vec(&event).expect("an event serializes");
-                drop(event);
-                let cpu_at_start = cpu_secs(engine);
-                let own_at_start = cpu_secs(Some(std::process::id()));
-                let started = Instant::now();
-                let report = app
-                    .worker()
-                    .handle_stream_bytes(&bytes, None)
-                    .await
-                    .expect("stream event");
-                let took = started.elapsed();
-                s.engine_cpu += cpu_secs(engine) - cpu_at_start;
-                s.own_cpu += cpu_secs(Some(std::process::id())) - own_at_start;
-                if std::env::var_os("LOAD_TRACE").is_some() {
-                    let kinds = pending.iter().fold(BTreeMap::new(), |mut m, c| {
-                        let item = ItemKey::from_attributes(&c.keys)
-                            .map(|k| format!("{:?}", k.kind()))
-                            .unwrap_or_else(|_| "?".into());
-                        *m.entry(format!("{:?} {item}", c.kind)).or_insert(0) += 1;
-                        m
-                    });
-                    eprintln!(
-                        "batch {} records {:?}: {:.1} ms",
-                        pending.len(),
-                        kinds,
-                        took.as_secs_f64() * 1000.0
-                    );
-                }
-                s.latencies.push(took);
-                s.worker += took;
-                s.invocations += 1;
-                let Some(seq) = report.batch_item_failures.first() else {
-                    break;
-                };
-                let failed: SequenceNumber = seq.parse().expect("a sequence number");
-                pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+        let lanes: Vec<Vec<StreamChange>> =
+            worker_engine::replay::dev::split_by_partition_key(changes, Some(PK), factor)
+                .into_iter()
+                .filter(|l| !l.is_empty())
+                .collect();
+        s.lanes_used = s.lanes_used.max(lanes.len());
+        // At factor 1 the CPU is taken per call, as before; lanes at once
+        // share the process and the engine, so per read.
+        let per_call_cpu = factor <= 1;
+        let cpu_at_start = cpu_secs(engine);
+        let own_at_start = cpu_secs(Some(std::process::id()));
+        let tasks: Vec<_> = lanes
+            .into_iter()
+            .map(|lane| {
+                tokio::spawn(drain_lane(
+                    app.clone(),
+                    lane,
+                    batch_size,
+                    engine,
+                    per_call_cpu,
+                ))
+            })
+            .collect();
+        for t in tasks {
+            let lane = t.await.expect("a lane's task");
+            s.invocations += lane.invocations;
+            s.max_payload = s.max_payload.max(lane.max_payload);
+            s.engine_cpu += lane.engine_cpu;
+            s.own_cpu += lane.own_cpu;
+            for &(start, end) in &lane.calls {
+                s.latencies.push(end - start);
+                s.billed += end - start;
             }
+            calls.extend(lane.calls);
+        }
+        if !per_call_cpu {
+            s.engine_cpu += cpu_secs(engine) - cpu_at_start;
+            s.own_cpu += cpu_secs(Some(std::process::id())) - own_at_start;
         }
     }
     panic!("the stream did not settle after 200 reads");
+}
+
+/// One lane of one read: its records in Lambda batches, one after the
+/// other, each retried from its first reported failure.
+async fn drain_lane(
+    app: Arc<App>,
+    lane: Vec<StreamChange>,
+    batch_size: usize,
+    engine: Option<u32>,
+    per_call_cpu: bool,
+) -> LaneStats {
+    let mut s = LaneStats {
+        invocations: 0,
+        calls: Vec::new(),
+        max_payload: 0,
+        engine_cpu: 0.0,
+        own_cpu: 0.0,
+    };
+    for chunk in lambda_batches(&lane, batch_size) {
+        let mut pending = chunk.to_vec();
+        for attempt in 0.. {
+            assert!(attempt < 5, "a batch kept failing after 5 attempts");
+            let event = encode_event(&pending, None);
+            let payload = json_len(&event);
+            assert!(
+                payload <= MAX_PAYLOAD_BYTES,
+                "a batch over Lambda's payload limit"
+            );
+            s.max_payload = s.max_payload.max(payload);
+            // As Lambda delivers it: the event's bytes, read by the
+            // stream entry point's decoder.
+            let bytes = serde_json::to_vec(&event).expect("an event serializes");
+            drop(event);
+            let cpu_at_start = per_call_cpu.then(|| cpu_secs(engine));
+            let own_at_start = per_call_cpu.then(|| cpu_secs(Some(std::process::id())));
+            let started = Instant::now();
+            let report = app
+                .worker()
+                .handle_stream_bytes(&bytes, None)
+                .await
+                .expect("stream event");
+            let ended = Instant::now();
+            let took = ended - started;
+            if let (Some(cpu), Some(own)) = (cpu_at_start, own_at_start) {
+                s.engine_cpu += cpu_secs(engine) - cpu;
+                s.own_cpu += cpu_secs(Some(std::process::id())) - own;
+            }
+            if std::env::var_os("LOAD_TRACE").is_some() {
+                let kinds = pending.iter().fold(BTreeMap::new(), |mut m, c| {
+                    let item = ItemKey::from_attributes(&c.keys)
+                        .map(|k| format!("{:?}", k.kind()))
+                        .unwrap_or_else(|_| "?".into());
+                    *m.entry(format!("{:?} {item}", c.kind)).or_insert(0) += 1;
+                    m
+                });
+                eprintln!(
+                    "batch {} records {:?}: {:.1} ms",
+                    pending.len(),
+                    kinds,
+                    took.as_secs_f64() * 1000.0
+                );
+            }
+            s.calls.push((started, ended));
+            s.invocations += 1;
+            let Some(seq) = report.batch_item_failures.first() else {
+                break;
+            };
+            let failed: SequenceNumber = seq.parse().expect("a sequence number");
+            pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+        }
+    }
+    s
 }
 
 /// One request of each read kind the worker uses, before timing: DynamoDB
@@ -612,7 +746,7 @@ struct WorkerRun {
 /// Steps 1 to 4 on a DynamoDB Local of its own: table A seeded and
 /// backfilled, the service's calls applied, *before* snapshotted, the
 /// stream drained through the worker, *after* snapshotted.
-async fn worker_run(s: &Setup<'_>) -> WorkerRun {
+async fn worker_run(s: &Setup<'_>, factor: usize) -> WorkerRun {
     let (o, spec, w) = (s.o, s.spec, s.w);
     let local = worker_engine::local::start()
         .await
@@ -679,17 +813,25 @@ async fn worker_run(s: &Setup<'_>) -> WorkerRun {
         config.stream_concurrency = n.max(1);
     }
     let recording = Arc::new(support::recorded::Recorded::new(worker_store.clone()));
-    let app = App::new(
+    let app = Arc::new(App::new(
         recording.clone(),
         config,
         Arc::new(ManualClock::new(spec.now)),
-    );
+    ));
     warm_up(&worker_store).await;
     let m0 = worker_store.metrics().snapshot();
     let heap_at_start = HEAP.load(Ordering::Relaxed);
     PEAK.store(heap_at_start, Ordering::Relaxed);
     let wall = Instant::now();
-    let stats = drain(&app, &mut tail, s.patterns, s.batch_size, local.pid()).await;
+    let stats = drain(
+        &app,
+        &mut tail,
+        s.patterns,
+        s.batch_size,
+        local.pid(),
+        factor,
+    )
+    .await;
     let drain_wall = wall.elapsed();
     let peak_heap = PEAK.load(Ordering::Relaxed);
     let d = worker_store.metrics().snapshot().since(&m0);
@@ -697,9 +839,11 @@ async fn worker_run(s: &Setup<'_>) -> WorkerRun {
     let asked = recording.take();
     let after = snapshot(&service).await;
     eprintln!(
-        "worker run: {} records in {:.3} s",
+        "worker run, parallelization factor {factor}: {} records in {:.3} s ({:.3} s billed, {} invocations)",
         stats.records,
-        stats.worker.as_secs_f64()
+        stats.worker.as_secs_f64(),
+        stats.billed.as_secs_f64(),
+        stats.invocations
     );
     WorkerRun {
         before,
@@ -762,6 +906,40 @@ fn counts_text(counts: &BTreeMap<String, usize>) -> String {
         .join(", ")
 }
 
+/// A worker run at a parallelization factor other than the first.
+struct FactorRun {
+    stats: DrainStats,
+    /// Keys where its table differs from the first run's.
+    differ: usize,
+}
+
+/// One worker run at each of `factors`, each table compared with the
+/// first run's by `differing` (reported, not asserted: what a factor
+/// changes is a finding).
+async fn runs_at(
+    setup: &Setup<'_>,
+    factors: &[usize],
+    differing: &dyn Fn(&WorkerRun) -> Vec<(String, String)>,
+) -> Vec<FactorRun> {
+    let mut out = Vec::new();
+    for &f in factors {
+        let run = worker_run(setup, f).await;
+        let differ = differing(&run);
+        if !differ.is_empty() {
+            eprintln!(
+                "parallelization factor {f}: the table differs from the first run's at {} keys, e.g. {:?}",
+                differ.len(),
+                &differ[..differ.len().min(5)]
+            );
+        }
+        out.push(FactorRun {
+            stats: run.stats,
+            differ: differ.len(),
+        });
+    }
+    out
+}
+
 /// Whether a worker run goes before baseline pair `i`: [`WORKER_RUNS`]
 /// spread evenly over the [`BASELINE_RUNS`] pairs, the first before pair 0
 /// (its table gives the baseline its writes).
@@ -817,11 +995,50 @@ async fn main() {
         batch_size: batch_size.max(1),
     };
 
+    // The parallelization factors: the first one's runs give every figure,
+    // each other one gets a line of its own.
+    let factors: Vec<usize> = if o.parallelization.is_empty() {
+        let d =
+            worker_engine::template::Deployment::from_template(&template, "infra/template.yaml")
+                .expect("the template's stream settings");
+        vec![d.stream.map_or(1, |s| s.parallelization_factor as usize)]
+    } else {
+        o.parallelization.clone()
+    };
+    let primary = factors[0];
+    let mut factor_runs: Vec<(usize, Vec<FactorRun>)> =
+        factors[1..].iter().map(|f| (*f, Vec::new())).collect();
+
     // 1-4. The first worker run: its table gives the minimal set of writes.
-    let mut worker_runs = vec![worker_run(&setup).await];
+    let mut worker_runs = vec![worker_run(&setup, primary).await];
     let raced = raced_keys(&w);
     let before = std::mem::take(&mut worker_runs[0].before);
     let after = std::mem::take(&mut worker_runs[0].after);
+    // The keys where a run's table differs from the first run's (but for
+    // the keys the service both puts and deletes at once).
+    let differing = |this: &WorkerRun| -> Vec<(String, String)> {
+        let mut keys = Vec::new();
+        for (first, this) in [(&before, &this.before), (&after, &this.after)] {
+            keys.extend(
+                first
+                    .iter()
+                    .filter(|(k, v)| this.get(*k) != Some(*v))
+                    .map(|(k, _)| k)
+                    .chain(this.keys().filter(|k| !first.contains_key(*k)))
+                    .filter(|k| !raced.contains(*k))
+                    .cloned(),
+            );
+        }
+        keys
+    };
+    let others: Vec<usize> = factor_runs.iter().map(|(f, _)| *f).collect();
+    for (run, (_, runs)) in runs_at(&setup, &others, &differing)
+        .await
+        .into_iter()
+        .zip(factor_runs.iter_mut())
+    {
+        runs.push(run);
+    }
 
     // 5. What the worker changed.
     let deleted: Vec<&(String, String)> =
@@ -889,7 +1106,7 @@ async fn main() {
     for run in 0..2 * BASELINE_RUNS {
         let like_worker = run % 2 == 0;
         if like_worker && run > 0 && worker_turn(run / 2) {
-            let again = worker_run(&setup).await;
+            let again = worker_run(&setup, primary).await;
             for (name, first, this) in [
                 ("before", &before, &again.before),
                 ("after", &after, &again.after),
@@ -917,6 +1134,13 @@ async fn main() {
                 ..again
             };
             worker_runs.push(again);
+            for (run, (_, runs)) in runs_at(&setup, &others, &differing)
+                .await
+                .into_iter()
+                .zip(factor_runs.iter_mut())
+            {
+                runs.push(run);
+            }
         }
         // A DynamoDB Local of its own: there a write to the k-th table with
         // a stream slows down with k (see `benches/local_tables.rs`), and
@@ -1128,6 +1352,52 @@ async fn main() {
     let p99 = percentile(&lat, 99.0).as_secs_f64() * 1000.0;
     let rss = max_rss_kib();
 
+    // Each parallelization factor side by side, against the same baseline
+    // (the first factor's line repeats the figures above).
+    let factor_figures = |factor: usize, stats: &DrainStats, runs_secs: &[f64], differ: usize| {
+        let secs = stats.worker.as_secs_f64();
+        let rps = stats.records as f64 / secs;
+        let mut lat = stats.latencies.clone();
+        lat.sort();
+        let p50 = percentile(&lat, 50.0).as_secs_f64() * 1000.0;
+        let p99 = percentile(&lat, 99.0).as_secs_f64() * 1000.0;
+        let text = format!(
+            "{} records, worker {secs:.3} s (runs: {}), billed {:.3} s, {rps:.1} records/s, ratio {:.3}, {} invocations in up to {} lanes, batch p50 / p99 {p50:.0} / {p99:.0} ms, table differs at {differ} keys",
+            stats.records,
+            secs_text(runs_secs),
+            stats.billed.as_secs_f64(),
+            rps / baseline_rps,
+            stats.invocations,
+            stats.lanes_used,
+        );
+        let json = serde_json::json!({
+            "factor": factor,
+            "records": stats.records,
+            "worker_secs": secs,
+            "worker_runs_secs": runs_secs,
+            "billed_secs": stats.billed.as_secs_f64(),
+            "worker_rps": rps,
+            "ratio": rps / baseline_rps,
+            "invocations": stats.invocations,
+            "lanes_used": stats.lanes_used,
+            "batch_p50_ms": p50,
+            "batch_p99_ms": p99,
+            "worker_engine_cpu_secs": stats.engine_cpu,
+            "worker_own_cpu_secs": stats.own_cpu,
+            "table_differs_keys": differ,
+        });
+        (text, json)
+    };
+    let mut by_factor = vec![factor_figures(primary, &stats, &worker_runs_secs, 0)];
+    for (factor, mut runs) in factor_runs {
+        let runs_secs: Vec<f64> = runs.iter().map(|r| r.stats.worker.as_secs_f64()).collect();
+        let differ = runs.iter().map(|r| r.differ).max().unwrap_or(0);
+        let rps = |r: &FactorRun| r.stats.records as f64 / r.stats.worker.as_secs_f64();
+        runs.sort_by(|a, b| rps(a).total_cmp(&rps(b)));
+        let median = runs.swap_remove(runs.len() / 2);
+        by_factor.push(factor_figures(factor, &median.stats, &runs_secs, differ));
+    }
+
     println!();
     println!(
         "load driver: seed {}, {} users, {} operations, leftover rate {} (DynamoDB Local)",
@@ -1290,6 +1560,15 @@ async fn main() {
         println!("{name:<46} {value}");
     }
     println!(
+        "{:<46} {:.3} s",
+        "billed (sum of handle_stream)",
+        stats.billed.as_secs_f64()
+    );
+    for (text, json) in &by_factor {
+        let name = format!("parallelization factor {}", json["factor"]);
+        println!("{name:<46} {text}");
+    }
+    println!(
         "ratio = worker_rps / baseline_rps, worker_rps = records / sum(handle_stream), \
          baseline_rps = records / time of the minimal BatchWriteItem set"
     );
@@ -1342,6 +1621,8 @@ async fn main() {
         "plain_baseline_runs_secs": plain_runs,
         "plain_baseline_engine_cpu_secs": plain_engine_cpu,
         "ratio_plain": ratio_plain,
+        "billed_secs": stats.billed.as_secs_f64(),
+        "parallelization": by_factor.iter().map(|(_, j)| j.clone()).collect::<Vec<_>>(),
         "reads_by_kind": read_mix,
         "batch_writes": {
             "items": asked.batch_ops.len(),
