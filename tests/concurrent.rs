@@ -37,9 +37,9 @@ use nishiki_worker::items::{
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use support::{Drain, TestTable};
+use support::Drain;
 use worker_engine::replay::dev::EventFunction;
-use worker_engine::store::{ItemWriter, Key, Reply, Request, Store, StoreError, WriteOp};
+use worker_engine::store::{Key, Reply, Request, Store, StoreError, WriteOp};
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
 
 fn t0() -> DateTime<Utc> {
@@ -126,7 +126,7 @@ impl Store for Logged {
                 .iter()
                 .filter_map(|op| match op {
                     worker_engine::store::GuardedOp::Delete { key, .. } => key_of(key),
-                    worker_engine::store::GuardedOp::Put { .. } => None,
+                    _ => None,
                 })
                 .collect(),
             _ => Vec::new(),
@@ -379,20 +379,6 @@ async fn service_task(service: Arc<Service>, seed: u64, ops: usize) -> usize {
 // The worker following the stream, `factor` batches of a shard at once
 // ---------------------------------------------------------------------------
 
-/// Split a batch by partition key into at most `factor` streams, order kept
-/// per key (how a ParallelizationFactor spreads one shard).
-fn split(records: &[StreamChange], factor: usize) -> Vec<Vec<StreamChange>> {
-    use std::hash::{Hash, Hasher};
-    let mut out = vec![Vec::new(); factor.max(1)];
-    for r in records {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        format!("{:?}", r.keys.get("PK")).hash(&mut h);
-        out[(h.finish() as usize) % factor.max(1)].push(r.clone());
-    }
-    out.retain(|b| !b.is_empty());
-    out
-}
-
 /// Run one batch like Lambda: retried from the first failed record.
 async fn run_batch(app: &App, batch: Vec<StreamChange>) -> usize {
     let mut pending = batch;
@@ -416,8 +402,11 @@ async fn follow(app: &App, drain: &mut Drain, factor: usize) -> usize {
     let records = drain.read().await;
     let mut n = 0;
     for chunk in records.chunks(100) {
-        let streams = split(chunk, factor);
-        n += futures::future::join_all(streams.into_iter().map(|b| run_batch(app, b)))
+        // Lanes by partition key, at most `factor` at once (how a
+        // ParallelizationFactor spreads one shard), order kept per key.
+        let lanes = worker_testkit::parallel::lanes(chunk.to_vec(), Some("PK"), factor);
+        let lanes = lanes.into_iter().filter(|l| !l.is_empty());
+        n += futures::future::join_all(lanes.map(|b| run_batch(app, b)))
             .await
             .into_iter()
             .sum::<usize>();

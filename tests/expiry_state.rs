@@ -15,7 +15,7 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::{Container, ContainerLink, Entity, Food, Group, Item};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey};
 use support::{Drain, TestTable};
-use worker_engine::store::{ItemWriter, Store};
+use worker_engine::store::Store;
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().unwrap()
@@ -199,7 +199,7 @@ async fn any_order_of_a_containers_records_repeated_leaves_the_current_foods_fla
     // fresh set of worker items each time.
     let mut order: Vec<usize> = (0..records.len()).collect();
     let mut all = Vec::new();
-    permutohedron_heap(&mut order, &mut |o| all.push(o.to_vec()));
+    every_order(&mut order, &mut |o| all.push(o.to_vec()));
     assert_eq!(all.len(), 120);
     // 120 orders on DynamoDB Local are slow; every 7th keeps the test short
     // while covering every record first and last.
@@ -221,7 +221,7 @@ async fn any_order_of_a_containers_records_repeated_leaves_the_current_foods_fla
 }
 
 /// Heap's algorithm: call `f` with every permutation of `v`.
-fn permutohedron_heap(v: &mut [usize], f: &mut dyn FnMut(&[usize])) {
+fn every_order(v: &mut [usize], f: &mut dyn FnMut(&[usize])) {
     fn go(k: usize, v: &mut [usize], f: &mut dyn FnMut(&[usize])) {
         if k <= 1 {
             f(v);
@@ -229,7 +229,7 @@ fn permutohedron_heap(v: &mut [usize], f: &mut dyn FnMut(&[usize])) {
         }
         go(k - 1, v, f);
         for i in 0..k - 1 {
-            if k % 2 == 0 {
+            if k.is_multiple_of(2) {
                 v.swap(i, k - 1);
             } else {
                 v.swap(0, k - 1);

@@ -316,7 +316,7 @@ async fn a_group_deletion_deletes_each_dependent_once() {
                     worker_engine::store::GuardedOp::Delete { key, .. } => {
                         Some(support::key_of(key))
                     }
-                    worker_engine::store::GuardedOp::Put { .. } => None,
+                    _ => None,
                 }),
         )
         .collect();

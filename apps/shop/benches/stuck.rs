@@ -108,10 +108,6 @@ async fn measure(orders: usize) -> Measured {
 
     let worker = shop_worker::app::worker(
         table.store.clone(),
-        Arc::new(shop_worker::guarded::OnTable::new(
-            table.store.clone(),
-            &table.name,
-        )),
         Settings::for_table(&table.name),
         Arc::new(RecordingPublisher::default()),
         Arc::new(ManualClock::new(now())),

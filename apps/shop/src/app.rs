@@ -17,7 +17,6 @@ use worker_engine::store::{self, DynamoStore, Store};
 use worker_engine::stream::engine::RecordProcessor;
 
 use crate::config::{self, Settings};
-use crate::guarded::{GuardedUpdates, OnTable};
 use crate::keys::Job;
 use crate::{derive, refs, stuck};
 
@@ -39,9 +38,6 @@ pub struct Deps {
     pub store: Arc<dyn Store>,
     pub settings: Settings,
     pub publisher: Arc<dyn EventPublisher>,
-    /// Updates guarded by conditions on other items (transactions on the
-    /// table).
-    pub updates: Arc<dyn GuardedUpdates>,
     /// The stream handlers' writes, by metric.
     pub writes: Arc<WriteCounter>,
 }
@@ -49,7 +45,6 @@ pub struct Deps {
 /// The worker over `store`: every job registered.
 pub fn worker(
     store: Arc<dyn Store>,
-    updates: Arc<dyn GuardedUpdates>,
     settings: Settings,
     publisher: Arc<dyn EventPublisher>,
     clock: Arc<dyn Clock>,
@@ -58,7 +53,6 @@ pub fn worker(
         store,
         settings,
         publisher,
-        updates,
         writes: Arc::default(),
     };
     let handlers = AllHandlers(APP.handlers(&deps));
@@ -94,10 +88,8 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
         .as_ref()
         .map(|p| Parking::dynamo(client, p));
     let publisher = Arc::new(EventBridgePublisher::default());
-    let updates = Arc::new(OnTable::new(Arc::new(dynamo.clone()), &settings.table_name));
     let worker = worker(
         Arc::new(dynamo.clone()),
-        updates,
         settings,
         publisher,
         Arc::new(SystemClock),

@@ -24,7 +24,6 @@ pub mod checkpoint;
 pub mod cli;
 pub mod config;
 pub mod derive;
-pub mod guarded;
 pub mod items;
 pub mod keys;
 pub mod refs;

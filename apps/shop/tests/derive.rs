@@ -9,13 +9,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use shop_worker::config::Settings;
 use shop_worker::derive::rules::Derivation;
 use shop_worker::items::{Order, Product};
 use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;
 use support::*;
-use worker_engine::notify::RecordingPublisher;
 use worker_engine::replay::dev::EventFunction;
 use worker_engine::store::{Expr, ItemReader, ItemWriter};
 use worker_engine::stream::decode::encode_event;
@@ -343,12 +341,7 @@ async fn no_write_for_a_record_that_changes_nothing_derived() {
     let mut drain = Drain::new(&table).await;
     let (_, product) = settled(&table, &mut drain).await;
     let recorded = Arc::new(Recorded::new(table.store.clone()));
-    let app = app_on(
-        recorded.clone(),
-        updates_on(&table.store),
-        Settings::for_table("test"),
-        Arc::new(RecordingPublisher::default()),
-    );
+    let app = app(recorded.clone());
     // The service changes the price and the stock only.
     let set = Expr::new("SET #p = :p, #s = :s")
         .name("#p", keys::PRICE)

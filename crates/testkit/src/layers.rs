@@ -179,7 +179,7 @@ impl<H: DeleteHook> Store for BeforeDelete<H> {
                 .iter()
                 .filter_map(|op| match op {
                     GuardedOp::Delete { key, .. } => Some(key),
-                    GuardedOp::Put { .. } => None,
+                    GuardedOp::Put { .. } | GuardedOp::Update { .. } => None,
                 })
                 .collect(),
             _ => Vec::new(),

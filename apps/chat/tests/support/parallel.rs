@@ -7,8 +7,8 @@
 //! partition key only when the factor is above 1: it runs up to `factor`
 //! batches of one shard at once, each partition key's records in one of
 //! them, in order. [`handle`] emulates that: the records of a poll are cut
-//! into batches of up to [`BATCH`], and each batch split by a hash of its
-//! records' partition key into up to `factor` groups, handled at once
+//! into batches of up to [`BATCH`], and each batch split by partition key
+//! into up to `factor` lanes (`worker_testkit::parallel::lanes`), handled at once
 //! (each its own invocation). Factor 1: one invocation after the other,
 //! the shard's order.
 //!
@@ -29,7 +29,6 @@
 //! beside `Drain`).
 
 use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -140,19 +139,6 @@ impl Stats {
     }
 }
 
-/// The partition key of a record, hashed into one of `factor` groups.
-fn group_of(change: &StreamChange, factor: usize) -> usize {
-    let pk = change
-        .keys
-        .get("PK")
-        .and_then(|v| v.as_s().ok())
-        .cloned()
-        .unwrap_or_default();
-    let mut h = DefaultHasher::new();
-    pk.hash(&mut h);
-    (h.finish() % factor.max(1) as u64) as usize
-}
-
 /// One batch invoked until no record of it is to retry.
 async fn invoke(app: &dyn EventFunction, batch: Vec<StreamChange>) -> Stats {
     let mut stats = Stats {
@@ -190,11 +176,7 @@ async fn invoke(app: &dyn EventFunction, batch: Vec<StreamChange>) -> Stats {
 pub async fn handle(app: &dyn EventFunction, records: Vec<StreamChange>, factor: usize) -> Stats {
     let mut stats = Stats::default();
     for chunk in records.chunks(BATCH) {
-        let mut groups: Vec<Vec<StreamChange>> = vec![Vec::new(); factor.max(1)];
-        for c in chunk {
-            groups[group_of(c, factor)].push(c.clone());
-        }
-        let runs = groups
+        let runs = worker_testkit::parallel::lanes(chunk.to_vec(), Some("PK"), factor)
             .into_iter()
             .filter(|g| !g.is_empty())
             .map(|g| invoke(app, g));

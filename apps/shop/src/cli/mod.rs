@@ -8,7 +8,6 @@ pub mod backfill;
 use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use worker_engine::cli::tables::{NoTransactions, WorkerTables};
 use worker_engine::cli::{CliApp, CliError, Command};
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
@@ -17,11 +16,9 @@ use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
-use worker_engine::store::transact::Transactions;
 
 use crate::app::APP;
 use crate::config::Settings;
-use crate::guarded::OnTable;
 use crate::keys::{self, Job};
 
 /// The table every `--table` falls back to.
@@ -72,30 +69,15 @@ impl CliApp for Shop {
     }
 
     /// Configured from `lookup` like Lambda; a local run never publishes
-    /// (events are recorded and dropped). Without a transaction client
-    /// (a configuration check), guarded updates are refused.
+    /// (events are recorded and dropped).
     fn worker(
         store: Arc<dyn Store>,
         lookup: &dyn Fn(&str) -> Option<String>,
         clock: Arc<dyn Clock>,
     ) -> Result<Worker<Job>, ConfigError> {
-        Self::worker_on_tables(store, Vec::new(), Arc::new(NoTransactions), lookup, clock)
-    }
-
-    /// The worker of a command: guarded updates (reference flags) as
-    /// transactions on the target table (refused in a dry run).
-    fn worker_on_tables(
-        store: Arc<dyn Store>,
-        _others: WorkerTables,
-        tx: Arc<dyn Transactions>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(lookup)?;
-        let updates = Arc::new(OnTable::new(tx, &settings.table_name));
         Ok(crate::app::worker(
             store,
-            updates,
             settings,
             Arc::new(RecordingPublisher::default()),
             clock,

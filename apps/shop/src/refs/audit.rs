@@ -29,7 +29,6 @@ use worker_engine::store::{Expr, QuerySpec, Store, StoreError};
 
 use super::{MAX_LISTED, PRODUCTS_MISSING_REFS, REF_FLAGS_CHANGED, rules};
 use crate::checkpoint::Pass;
-use crate::guarded::{Guarded, GuardedUpdates};
 use crate::items::ProductRefs;
 use crate::keys::{self, Id, ItemKey, Job, Listing};
 
@@ -38,15 +37,13 @@ pub const PAGE_SIZE: i32 = 200;
 
 pub struct Audit {
     store: Arc<dyn Store>,
-    updates: Arc<dyn GuardedUpdates>,
     page_size: i32,
 }
 
 impl Audit {
-    pub fn new(store: Arc<dyn Store>, updates: Arc<dyn GuardedUpdates>) -> Self {
+    pub fn new(store: Arc<dyn Store>) -> Self {
         Audit {
             store,
-            updates,
             page_size: PAGE_SIZE,
         }
     }
@@ -118,20 +115,13 @@ impl ScheduledJob<Job> for Audit {
                     }
                 }
                 if want != p.missing {
-                    match self
-                        .updates
-                        .update_guarded(
-                            &rules::guards(&p, &want),
-                            &p.key(),
-                            rules::set_flag(&want),
-                            Some(rules::same_refs(&p)),
-                        )
-                        .await?
-                    {
-                        Guarded::Applied => changed += 1,
-                        Guarded::Refused => refused += 1,
-                        Guarded::Withheld => withheld += 1,
-                    }
+                    let guards = rules::guards(&p, &want);
+                    let r =
+                        rules::write_flag(self.store.as_ref(), &guards, &p, rules::set_flag(&want))
+                            .await?;
+                    changed += r.applied as u64;
+                    refused += r.refused as u64;
+                    withheld += r.withheld as u64;
                 }
             }
             cp.position = page.last_evaluated_key;

@@ -19,7 +19,8 @@
 //!
 //! A flag is decided from two kinds of item: the product (which ids it
 //! names) and the brand and category (whether they exist). The write
-//! carries a condition on each ([`crate::guarded`]):
+//! carries a condition on each, in one transaction
+//! ([`rules::write_flag`], the store's guarded write):
 //!
 //! - on the product, its own condition ([`rules::same_refs`]): it exists
 //!   and still names the ids read;
@@ -47,7 +48,6 @@ use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
 use crate::app::JobSpec;
-use crate::guarded::{Guarded, GuardedUpdates};
 use crate::items::ProductRefs;
 use crate::keys::{self, ItemKey, Job};
 
@@ -107,22 +107,15 @@ pub const SPEC: JobSpec = JobSpec {
     handlers: |d| {
         vec![Arc::new(DeletedReferences {
             store: d.store.clone(),
-            updates: d.updates.clone(),
             writes: d.writes.clone(),
         })]
     },
-    jobs: |d| {
-        vec![Arc::new(audit::Audit::new(
-            d.store.clone(),
-            d.updates.clone(),
-        ))]
-    },
+    jobs: |d| vec![Arc::new(audit::Audit::new(d.store.clone()))],
 };
 
 /// Reports and flags the products of a deleted brand or category.
 pub struct DeletedReferences {
     store: Arc<dyn Store>,
-    updates: Arc<dyn GuardedUpdates>,
     writes: Arc<WriteCounter>,
 }
 
@@ -179,20 +172,11 @@ impl RecordProcessor for DeletedReferences {
                 withheld += 1;
                 continue;
             }
-            match self
-                .updates
-                .update_guarded(
-                    &gone,
-                    &p.key(),
-                    rules::add_flag(field),
-                    Some(rules::same_refs(&p)),
-                )
-                .await?
-            {
-                Guarded::Applied => flagged += 1,
-                Guarded::Refused => refused += 1,
-                Guarded::Withheld => withheld += 1,
-            }
+            let r =
+                rules::write_flag(self.store.as_ref(), &gone, &p, rules::add_flag(field)).await?;
+            flagged += r.applied;
+            refused += r.refused;
+            withheld += r.withheld;
         }
         self.writes.add(REF_FLAG_WRITES, flagged);
         if ids.is_empty() {

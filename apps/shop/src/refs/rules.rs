@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use worker_engine::store::Expr;
-use worker_engine::store::guarded::Guard;
+use worker_engine::store::guarded::{Guard, GuardedOp, GuardedReport};
+use worker_engine::store::{Expr, Store, StoreError};
 
 use crate::items::ProductRefs;
 use crate::keys::{self, Id, ItemKey};
@@ -50,6 +50,24 @@ pub fn same_refs(p: &ProductRefs) -> Expr {
         });
     }
     c
+}
+
+/// Write `update` (a flag change) to `p`, only while `p` still names the
+/// ids read ([`same_refs`]) and every guard on its references holds: one
+/// `TransactWriteItems` (the store's guarded write). `applied`, `refused`
+/// (the product changed) or `withheld` (a reference changed) is 1.
+pub async fn write_flag(
+    store: &dyn Store,
+    guards: &[Guard],
+    p: &ProductRefs,
+    update: Expr,
+) -> Result<GuardedReport, StoreError> {
+    let op = GuardedOp::Update {
+        key: p.key(),
+        update,
+        condition: Some(same_refs(p)),
+    };
+    store.write_guarded(guards, vec![op]).await
 }
 
 /// The facts a flag of `p` set to `missing` is decided from, as guards:

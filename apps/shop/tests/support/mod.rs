@@ -15,14 +15,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use shop_worker::config::Settings;
-use shop_worker::guarded::{GuardedUpdates, OnTable};
 use shop_worker::items::{Named, Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey, Job};
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::notify::{EventPublisher, RecordingPublisher};
 use worker_engine::runtime::Worker;
-use worker_engine::store::{DynamoStore, Expr, QuerySpec, Store};
+use worker_engine::store::{Expr, QuerySpec, Store};
 use worker_testkit::workload::{Seeded, Write};
 
 pub const NOW: &str = "2024-07-01T00:00:00Z";
@@ -33,10 +32,9 @@ pub fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
-/// The worker over a test table's `store` with the default settings, a
-/// fixed clock and a recording publisher; guarded updates as transactions
-/// on the same table.
-pub fn app(store: Arc<DynamoStore>) -> Worker<Job> {
+/// The worker over `store` with the default settings, a fixed clock and a
+/// recording publisher.
+pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
     app_with(
         store,
         Settings::for_table("test"),
@@ -45,29 +43,12 @@ pub fn app(store: Arc<DynamoStore>) -> Worker<Job> {
 }
 
 pub fn app_with(
-    store: Arc<DynamoStore>,
-    settings: Settings,
-    publisher: Arc<dyn EventPublisher>,
-) -> Worker<Job> {
-    let updates = updates_on(&store);
-    app_on(store, updates, settings, publisher)
-}
-
-/// Guarded updates as transactions on `store`'s table.
-pub fn updates_on(store: &Arc<DynamoStore>) -> Arc<dyn GuardedUpdates> {
-    Arc::new(OnTable::new(store.clone(), store.table()))
-}
-
-/// The worker over any store layer, its guarded updates through `updates`.
-pub fn app_on(
     store: Arc<dyn Store>,
-    updates: Arc<dyn GuardedUpdates>,
     settings: Settings,
     publisher: Arc<dyn EventPublisher>,
 ) -> Worker<Job> {
     shop_worker::app::worker(
         store,
-        updates,
         settings,
         publisher,
         Arc::new(ManualClock::new(now())),

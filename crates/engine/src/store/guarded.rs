@@ -83,8 +83,21 @@ impl Guard {
 /// written itself.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GuardedOp {
-    Put { item: Item, condition: Option<Expr> },
-    Delete { key: Key, condition: Option<Expr> },
+    Put {
+        item: Item,
+        condition: Option<Expr>,
+    },
+    Delete {
+        key: Key,
+        condition: Option<Expr>,
+    },
+    /// An UpdateItem (`SET ...`, `ADD ...`): changes some attributes and
+    /// leaves what the service wrote meanwhile in the others.
+    Update {
+        key: Key,
+        update: Expr,
+        condition: Option<Expr>,
+    },
 }
 
 impl GuardedOp {
@@ -107,9 +120,9 @@ impl GuardedOp {
     /// The op's own condition, if any.
     pub fn condition(&self) -> Option<&Expr> {
         match self {
-            GuardedOp::Put { condition, .. } | GuardedOp::Delete { condition, .. } => {
-                condition.as_ref()
-            }
+            GuardedOp::Put { condition, .. }
+            | GuardedOp::Delete { condition, .. }
+            | GuardedOp::Update { condition, .. } => condition.as_ref(),
         }
     }
 
@@ -117,7 +130,7 @@ impl GuardedOp {
     pub fn target(&self) -> &Item {
         match self {
             GuardedOp::Put { item, .. } => item,
-            GuardedOp::Delete { key, .. } => key,
+            GuardedOp::Delete { key, .. } | GuardedOp::Update { key, .. } => key,
         }
     }
 
@@ -289,6 +302,16 @@ impl super::DynamoStore {
                     GuardedOp::Delete { key, condition } => TransactOp::Delete {
                         table: self.table.clone(),
                         key,
+                        condition,
+                    },
+                    GuardedOp::Update {
+                        key,
+                        update,
+                        condition,
+                    } => TransactOp::Update {
+                        table: self.table.clone(),
+                        key,
+                        update,
                         condition,
                     },
                 });

@@ -125,7 +125,6 @@ impl Store for DryRunStore {
                 }));
             }
             read if !read.is_write() => return self.inner.call(read).await,
-            #[allow(unreachable_patterns)]
             write => {
                 return Err(StoreError::Permanent {
                     operation: "DryRun",
@@ -168,6 +167,15 @@ fn guarded_plans(guards: &[Guard], ops: &[GuardedOp]) -> Vec<PlannedWrite> {
             },
             GuardedOp::Delete { key, condition: c } => PlannedWrite::Delete {
                 key: key.clone(),
+                condition: condition(c.as_ref()),
+            },
+            GuardedOp::Update {
+                key,
+                update,
+                condition: c,
+            } => PlannedWrite::Update {
+                key: key.clone(),
+                update: update.text.clone(),
                 condition: condition(c.as_ref()),
             },
         })
@@ -259,7 +267,6 @@ impl Store for RecordingStore {
                 })
                 .collect(),
             Request::WriteGuarded { guards, ops } => guarded_plans(guards, ops),
-            #[allow(unreachable_patterns)]
             other => {
                 return Err(StoreError::Permanent {
                     operation: "Recording",
