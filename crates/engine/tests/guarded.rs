@@ -6,6 +6,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::item::Item;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
+use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{
     Expr, Guard, GuardedOp, GuardedReport, GuardedWriter, ItemReader, ItemWriter, Key,
 };
@@ -168,4 +169,156 @@ async fn a_guard_on_an_item_it_also_writes_is_refused_before_sending() {
         .unwrap_err();
     assert!(!err.is_retryable());
     assert!(err.to_string().contains("GuardOnWrittenItem"), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// Shared transactions: callers waiting together (the coalescing store)
+// ---------------------------------------------------------------------------
+
+/// `n` parents (absent), each with `children` children; per parent, the
+/// guard on its absence and the deletes of its children.
+async fn families(t: &TestTable, n: usize, children: usize) -> Vec<(Guard, Vec<GuardedOp>)> {
+    let mut out = Vec::new();
+    for p in 0..n {
+        let pk = format!("parent{p}");
+        let mut ops = Vec::new();
+        for c in 0..children {
+            let sk = format!("Child#{c:04}");
+            t.store.put(item(&pk, &sk), None).await.unwrap();
+            ops.push(GuardedOp::delete(key(&pk, &sk)));
+        }
+        out.push((Guard::absent(key(&pk, "Parent"), "PK"), ops));
+    }
+    out
+}
+
+/// Run every caller's guarded write at once, as a stream batch's records
+/// run (one gathered task), through a coalescing store.
+async fn together(t: &TestTable, callers: Vec<(Vec<Guard>, Vec<GuardedOp>)>) -> Vec<GuardedReport> {
+    let shared = Coalescing::new(t.store.clone(), ("PK", "SK"));
+    let calls = callers.iter().map(|(guards, ops)| {
+        let shared = &shared;
+        async move { shared.write_guarded(guards, ops.clone()).await.unwrap() }
+    });
+    shared.gathered(futures::future::join_all(calls)).await
+}
+
+#[tokio::test]
+async fn callers_waiting_together_share_one_transaction() {
+    let t = table().await;
+    let callers: Vec<_> = families(&t, 10, 3)
+        .await
+        .into_iter()
+        .map(|(g, ops)| (vec![g], ops))
+        .collect();
+    let before = t.store.metrics().snapshot();
+    let reports = together(&t, callers).await;
+    for r in &reports {
+        assert_eq!((r.applied, r.withheld, r.refused), (3, 0, 0));
+    }
+    assert!(t.keys().await.is_empty());
+    let used = t.store.metrics().snapshot().since(&before);
+    assert_eq!(
+        used.transact_write_items, 1,
+        "10 guards and 30 deletes: one transaction of 40 actions"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_guard_withholds_only_its_own_callers_writes() {
+    let t = table().await;
+    let callers: Vec<_> = families(&t, 5, 2)
+        .await
+        .into_iter()
+        .map(|(g, ops)| (vec![g], ops))
+        .collect();
+    // Parent 3 was written again: its children stay, everyone else's go.
+    t.store.put(item("parent3", "Parent"), None).await.unwrap();
+    let before = t.store.metrics().snapshot();
+    let reports = together(&t, callers).await;
+    let applied: Vec<(usize, usize)> = reports.iter().map(|r| (r.applied, r.withheld)).collect();
+    assert_eq!(applied, vec![(2, 0), (2, 0), (2, 0), (0, 2), (2, 0)]);
+    let mut left = t.keys().await;
+    left.sort();
+    assert_eq!(
+        left,
+        vec![
+            ("parent3".to_owned(), "Child#0000".to_owned()),
+            ("parent3".to_owned(), "Child#0001".to_owned()),
+            ("parent3".to_owned(), "Parent".to_owned()),
+        ]
+    );
+    let used = t.store.metrics().snapshot().since(&before);
+    assert_eq!(
+        used.transact_write_items, 6,
+        "the shared transaction, cancelled, then each caller's alone"
+    );
+}
+
+#[tokio::test]
+async fn callers_sharing_a_guard_check_it_once() {
+    let t = table().await;
+    let mut fams = families(&t, 1, 4).await;
+    let (guard, mut ops) = fams.pop().unwrap();
+    let second = ops.split_off(2);
+    let before = t.store.metrics().snapshot();
+    // Two records decided from the same absence (a REMOVE and its replay
+    // in one batch, say), writing different items.
+    let reports = together(&t, vec![(vec![guard.clone()], ops), (vec![guard], second)]).await;
+    assert_eq!(
+        reports.iter().map(|r| r.applied).sum::<usize>(),
+        4,
+        "{reports:?}"
+    );
+    assert!(t.keys().await.is_empty());
+    let used = t.store.metrics().snapshot().since(&before);
+    assert_eq!(
+        used.transact_write_items, 1,
+        "one check of the shared guard (two would be refused by DynamoDB)"
+    );
+}
+
+#[tokio::test]
+async fn what_does_not_fit_or_clashes_goes_in_another_transaction() {
+    let t = table().await;
+    let callers: Vec<_> = families(&t, 3, 40)
+        .await
+        .into_iter()
+        .map(|(g, ops)| (vec![g], ops))
+        .collect();
+    // A fourth caller deletes parent0's first child too (one item twice
+    // in a transaction is refused), guarded by another absence.
+    let mut callers = callers;
+    callers.push((
+        vec![Guard::absent(key("other", "Parent"), "PK")],
+        vec![GuardedOp::delete(key("parent0", "Child#0000"))],
+    ));
+    let before = t.store.metrics().snapshot();
+    let reports = together(&t, callers).await;
+    let applied: Vec<usize> = reports.iter().map(|r| r.applied).collect();
+    assert_eq!(applied, vec![40, 40, 40, 1]);
+    assert!(t.keys().await.is_empty());
+    let used = t.store.metrics().snapshot().since(&before);
+    assert_eq!(
+        used.transact_write_items, 2,
+        "123 actions need two transactions; the clashing delete rides in the second"
+    );
+}
+
+#[tokio::test]
+async fn a_long_sequence_keeps_its_order_and_stops_at_its_own_guard() {
+    let t = table().await;
+    let (guard, ops) = families(&t, 1, 230).await.pop().unwrap();
+    let before = t.store.metrics().snapshot();
+    let reports = together(&t, vec![(vec![guard], ops)]).await;
+    assert_eq!((reports[0].applied, reports[0].requests), (230, 3));
+    let used = t.store.metrics().snapshot().since(&before);
+    assert_eq!(used.transact_write_items, 3);
+    // The same with the parent back: the first transaction is withheld,
+    // and so is the rest of the sequence.
+    let (guard, ops) = families(&t, 1, 230).await.pop().unwrap();
+    t.store.put(item("parent0", "Parent"), None).await.unwrap();
+    let reports = together(&t, vec![(vec![guard], ops)]).await;
+    assert_eq!((reports[0].applied, reports[0].withheld), (0, 230));
+    assert_eq!(t.keys().await.len(), 231);
 }

@@ -18,6 +18,17 @@
 //!   two on one key). A caller's own writes keep their order: its chunk
 //!   *n + 1* is queued only once chunk *n* is written, so "the first error
 //!   stops the rest" still holds per caller;
+//! - guarded writes ([`GuardedWriter::write_guarded`]) waiting at the same
+//!   moment go out in shared `TransactWriteItems` requests: the guards of
+//!   every caller (a guard several callers share, once) beside all their
+//!   writes, at most 100 actions and never two actions on one item. The
+//!   shared transaction lands only if *every* caller's guards hold; when it
+//!   is cancelled, each caller's part is sent once more on its own, so a
+//!   caller whose guards held is never withheld because of another's. A
+//!   caller's own sequence keeps its semantics: its transaction *n + 1* is
+//!   queued only once transaction *n* landed, and a guard that fails stops
+//!   it. A write with a condition of its own goes alone, as without
+//!   sharing;
 //! - everything else (other queries, scans, conditional or single writes)
 //!   passes straight through.
 //!
@@ -48,6 +59,7 @@
 //! [`ItemReader::get`]: super::ItemReader::get
 //! [`QueryStore::query_partitions`]: super::QueryStore::query_partitions
 //! [`BatchWriter::batch_write`]: super::BatchWriter::batch_write
+//! [`GuardedWriter::write_guarded`]: super::GuardedWriter::write_guarded
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
@@ -64,9 +76,10 @@ use tokio::sync::{Notify, oneshot};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
+use super::guarded::{MAX_TRANSACT_ACTIONS, guard_on_written_item, plan_transactions};
 use super::{
-    BatchWriteReport, Key, Page, QuerySpec, Reply, Request, Store, StoreError, WriteOp,
-    dedupe_by_key, key_id, query_partitions_by_pages,
+    BatchWriteReport, Guard, GuardedOp, GuardedReport, Key, Page, QuerySpec, Reply, Request, Store,
+    StoreError, WriteOp, dedupe_by_key, key_id, query_partitions_by_pages,
 };
 use crate::item::Item;
 
@@ -90,6 +103,7 @@ pub struct Coalescing {
     gets: Arc<Queue<GetJob>>,
     partitions: Arc<Queue<PartitionJob>>,
     writes: Arc<Queue<WriteJob>>,
+    guarded: Arc<Queue<GuardedJob>>,
 }
 
 /// One whole-partition query, and every caller waiting for it.
@@ -280,6 +294,141 @@ struct WriteShare {
     consumed_capacity: f64,
 }
 
+/// One transaction of a caller's guarded writes: its guards and at most
+/// `100 - guards` unconditional writes on distinct keys.
+struct GuardedJob {
+    guards: Vec<Guard>,
+    ops: Vec<GuardedOp>,
+    /// Key identities of the guards and of the writes.
+    guard_ids: Vec<String>,
+    write_ids: Vec<String>,
+    reply: oneshot::Sender<Result<GuardedReport, StoreError>>,
+}
+
+/// Callers sharing one transaction: their guards (each item once) and
+/// writes.
+#[derive(Default)]
+struct SharedTransaction {
+    guards: HashMap<String, Guard>,
+    writes: std::collections::HashSet<String>,
+    jobs: Vec<GuardedJob>,
+}
+
+impl SharedTransaction {
+    fn actions(&self) -> usize {
+        self.guards.len() + self.writes.len()
+    }
+
+    /// Whether `job` can join: room for its new guards and its writes, no
+    /// item written twice or both written and checked, and a guard on an
+    /// item already checked only if it is the same condition.
+    fn fits(&self, job: &GuardedJob) -> bool {
+        let mut new_guards = 0;
+        for (id, guard) in job.guard_ids.iter().zip(&job.guards) {
+            match self.guards.get(id) {
+                Some(g) if g != guard => return false,
+                Some(_) => {}
+                None if self.writes.contains(id) => return false,
+                None => new_guards += 1,
+            }
+        }
+        let clash = job
+            .write_ids
+            .iter()
+            .any(|id| self.writes.contains(id) || self.guards.contains_key(id));
+        !clash && self.actions() + new_guards + job.write_ids.len() <= MAX_TRANSACT_ACTIONS
+    }
+
+    fn add(&mut self, job: GuardedJob) {
+        for (id, guard) in job.guard_ids.iter().zip(&job.guards) {
+            self.guards
+                .entry(id.clone())
+                .or_insert_with(|| guard.clone());
+        }
+        self.writes.extend(job.write_ids.iter().cloned());
+        self.jobs.push(job);
+    }
+}
+
+/// Pack guarded jobs into shared transactions: first fit.
+fn pack_guarded(jobs: Vec<GuardedJob>) -> Vec<Vec<GuardedJob>> {
+    let mut out: Vec<SharedTransaction> = Vec::new();
+    for job in jobs {
+        match out.iter_mut().find(|t| t.fits(&job)) {
+            Some(t) => t.add(job),
+            None => {
+                let mut t = SharedTransaction::default();
+                t.add(job);
+                out.push(t);
+            }
+        }
+    }
+    out.into_iter().map(|t| t.jobs).collect()
+}
+
+/// Send one caller's transaction on its own and answer it.
+async fn guarded_alone(inner: &dyn Store, job: GuardedJob) {
+    let answer = inner.write_guarded(&job.guards, job.ops).await;
+    let _ = job.reply.send(answer);
+}
+
+/// Send queued guarded transactions until the queue stays empty.
+async fn flush_guarded(
+    inner: Arc<dyn Store>,
+    queue: Arc<Queue<GuardedJob>>,
+    gate: Arc<Gate>,
+    max_in_flight: usize,
+) {
+    while let Some(jobs) = gather(&queue, &gate).await {
+        futures::stream::iter(pack_guarded(jobs))
+            .for_each_concurrent(max_in_flight, |jobs| {
+                let inner = inner.clone();
+                let gate = gate.clone();
+                async move {
+                    if jobs.len() == 1 {
+                        let job = jobs.into_iter().next().expect("one job");
+                        let answer = inner.write_guarded(&job.guards, job.ops).await;
+                        let _answering = gate.answering();
+                        let _ = job.reply.send(answer);
+                        return;
+                    }
+                    let mut seen = std::collections::HashSet::new();
+                    let guards: Vec<Guard> = jobs
+                        .iter()
+                        .flat_map(|j| j.guard_ids.iter().zip(&j.guards))
+                        .filter(|(id, _)| seen.insert(id.as_str()))
+                        .map(|(_, g)| g.clone())
+                        .collect();
+                    let ops: Vec<GuardedOp> = jobs.iter().flat_map(|j| j.ops.clone()).collect();
+                    let total = ops.len();
+                    let answer = inner.write_guarded(&guards, ops).await;
+                    let _answering = gate.answering();
+                    match answer {
+                        Ok(r) if r.held() && r.applied == total && r.requests == 1 => {
+                            for job in jobs {
+                                let part = job.ops.len() as f64 / total.max(1) as f64;
+                                let _ = job.reply.send(Ok(GuardedReport {
+                                    applied: job.ops.len(),
+                                    requests: 1,
+                                    consumed_capacity: r.consumed_capacity * part,
+                                    ..Default::default()
+                                }));
+                            }
+                        }
+                        // A guard of one caller failed (or the request did):
+                        // each caller decides on its own guards alone.
+                        _ => {
+                            for job in jobs {
+                                guarded_alone(inner.as_ref(), job).await;
+                            }
+                        }
+                    }
+                }
+            })
+            .await;
+    }
+}
+
 /// Jobs waiting for the flusher, and whether one is running.
 struct Queue<J> {
     state: Mutex<(Vec<J>, bool)>,
@@ -333,6 +482,7 @@ impl Coalescing {
             gets: Arc::new(Queue::new()),
             partitions: Arc::new(Queue::new()),
             writes: Arc::new(Queue::new()),
+            guarded: Arc::new(Queue::new()),
         }
     }
 
@@ -620,6 +770,10 @@ impl Store for Coalescing {
                 .await
                 .map(Reply::Partitions),
             Request::BatchWrite { ops } => self.shared_batch_write(ops).await.map(Reply::Batch),
+            Request::WriteGuarded { guards, ops } => self
+                .shared_write_guarded(guards, ops)
+                .await
+                .map(Reply::Guarded),
             other => self.inner.call(other).await,
         }
     }
@@ -673,6 +827,60 @@ impl Coalescing {
             report.requests += share.requests;
             report.retried_items += share.retried_items;
             report.consumed_capacity += share.consumed_capacity;
+        }
+        Ok(report)
+    }
+
+    /// Guarded writes, transaction after transaction, each unconditional
+    /// transaction sent with the others waiting at the same moment; the
+    /// sequence stops at the first whose guard failed.
+    async fn shared_write_guarded(
+        &self,
+        guards: &[Guard],
+        ops: Vec<GuardedOp>,
+    ) -> Result<GuardedReport, StoreError> {
+        let keys = self.keys();
+        if guards.len() >= MAX_TRANSACT_ACTIONS
+            || guard_on_written_item(guards, &ops, keys).is_some()
+        {
+            // Refused by the store as it would be without sharing.
+            return self.inner.write_guarded(guards, ops).await;
+        }
+        let plan = plan_transactions(guards.len(), &ops, keys)?;
+        let planned: usize = plan.iter().map(Vec::len).sum();
+        let mut slots: Vec<Option<GuardedOp>> = ops.into_iter().map(Some).collect();
+        let guard_ids: Vec<String> = guards.iter().map(|g| key_id(&g.key, keys)).collect();
+        let mut report = GuardedReport::default();
+        let mut sent = 0;
+        for indexes in plan {
+            let chunk: Vec<GuardedOp> = indexes
+                .into_iter()
+                .map(|i| slots[i].take().expect("each op is planned once"))
+                .collect();
+            let n = chunk.len();
+            let part = if chunk.iter().any(|op| op.condition().is_some()) {
+                self.inner.write_guarded(guards, chunk).await?
+            } else {
+                let (reply, answer) = oneshot::channel();
+                let job = GuardedJob {
+                    guards: guards.to_vec(),
+                    write_ids: chunk.iter().map(|op| key_id(op.target(), keys)).collect(),
+                    guard_ids: guard_ids.clone(),
+                    ops: chunk,
+                    reply,
+                };
+                self.enqueue(&self.guarded, job, flush_guarded);
+                answer.await.map_err(|_| lost("TransactWriteItems"))??
+            };
+            report.applied += part.applied;
+            report.refused += part.refused;
+            report.requests += part.requests;
+            report.consumed_capacity += part.consumed_capacity;
+            if !part.held() {
+                report.withheld = planned - sent - part.applied - part.refused;
+                return Ok(report);
+            }
+            sent += n;
         }
         Ok(report)
     }
