@@ -9,7 +9,9 @@
 //! - pruning a lookup entry (`rebuild-lookup`): decided from its file
 //!   being gone;
 //! - deleting an `Unzipping` request (stream): decided from an `Unzipped`
-//!   item finishing it.
+//!   item finishing it;
+//! - setting a file's `IsUnzipped` (stream): decided from an `Unzipped`
+//!   item of its `KeyName` existing, or from none existing.
 
 mod support;
 
@@ -120,6 +122,73 @@ async fn an_unzipped_file_deleted_before_its_request_is_finished_keeps_the_reque
         get(table.store.as_ref(), request).await.is_some(),
         "the request of a file no longer unzipped was deleted"
     );
+}
+
+#[tokio::test]
+async fn an_unzipped_item_deleted_before_the_flag_lands_leaves_the_file_not_unzipped() {
+    let table = TestTable::with_schema(&schema()).await;
+    let mut drain = Drain::new(&table).await;
+    let f = t("2024-03-01-10-00-00");
+    put(table.store.as_ref(), &[file(f)]).await;
+    drain.run(&app(table.store.clone())).await;
+    put(
+        table.store.as_ref(),
+        &[unzip_item(Stage::Unzipped, 200, &key_name(f))],
+    )
+    .await;
+    // The worker reads the Unzipped item and decides the file is unzipped;
+    // the service deletes the Unzipped item before the flag lands.
+    let race = Arc::new(RaceBeforeWrite::new(
+        table.store.clone(),
+        Trigger::Touching(f.key()),
+        vec![ServiceOp::Delete(ItemKey::Unzipped { created: 200 }.key())],
+    ));
+    let records = drain.read().await;
+    deliver(&app(race.clone()), &records).await;
+    assert!(race.fired(), "the worker wrote after its read");
+    assert_eq!(
+        unzipped_flag(table.store.as_ref(), f).await,
+        Some(false),
+        "flagged unzipped with no Unzipped item left"
+    );
+}
+
+#[tokio::test]
+async fn an_unzipped_item_written_again_before_the_flag_is_cleared_keeps_the_flag() {
+    let table = TestTable::with_schema(&schema()).await;
+    let mut drain = Drain::new(&table).await;
+    let f = t("2024-03-01-10-00-00");
+    let unzipped = unzip_item(Stage::Unzipped, 200, &key_name(f));
+    put(table.store.as_ref(), &[file(f), unzipped.clone()]).await;
+    drain.run(&app(table.store.clone())).await;
+    assert_eq!(unzipped_flag(table.store.as_ref(), f).await, Some(true));
+    table
+        .store
+        .delete(&ItemKey::Unzipped { created: 200 }.key(), None)
+        .await
+        .unwrap();
+    // The worker reads the Unzipped item gone and decides the flag is
+    // false; the service writes it again before the flag lands.
+    let race = Arc::new(RaceBeforeWrite::new(
+        table.store.clone(),
+        Trigger::Touching(f.key()),
+        vec![ServiceOp::Put(unzipped)],
+    ));
+    let records = drain.read().await;
+    deliver(&app(race.clone()), &records).await;
+    assert!(race.fired(), "the worker wrote after its read");
+    assert_eq!(
+        unzipped_flag(table.store.as_ref(), f).await,
+        Some(true),
+        "flag cleared while the Unzipped item exists"
+    );
+}
+
+async fn unzipped_flag(store: &dyn worker_engine::store::Store, f: keys::FileTime) -> Option<bool> {
+    let item = get(store, ItemKey::File(f)).await.expect("the file");
+    archive_worker::items::ArchivedFile::from_item(&item)
+        .expect("a file")
+        .is_unzipped
 }
 
 /// DynamoDB emits a second REMOVE, without an old image, when two deletes

@@ -4,11 +4,14 @@
 
 mod support;
 
+use std::sync::Arc;
+
 use archive_worker::items::{ArchivedFile, Stage};
 use archive_worker::keys::{FileTime, ItemKey};
 use archive_worker::schema::schema;
 use support::*;
-use worker_engine::store::{ItemWriter, Store};
+use worker_engine::store::{ItemReader, ItemWriter, Store};
+use worker_testkit::recorded::{Recorded, Single};
 use worker_testkit::{Drain, TestTable};
 
 const H: i64 = 3600;
@@ -129,4 +132,83 @@ async fn the_flag_follows_every_unzipped_item_of_the_key_and_late_requests_are_f
     let last = drain.batches.last().expect("a batch");
     assert_eq!((last.handled, last.failed), (0, 0));
     assert_eq!(table_state(&table).await, before);
+}
+
+/// A file written while an `Unzipped` item of its `KeyName` exists (the
+/// service archives it again, with or without a delete first, under either
+/// spelling, or rewrites it from a copy read before the flag was set) gets
+/// its flag from its own record; the flag's write coming back through the
+/// stream, and a file whose flag is right, cost reads only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_again_while_unzipped_gets_its_flag_back() {
+    let table = TestTable::with_schema(&schema()).await;
+    let store = table.store.as_ref();
+    let app = app(table.store.clone());
+    let mut drain = Drain::new(&table).await;
+    let now = now().timestamp();
+    let f = t("2024-01-02-00-01-00");
+    let k = key_name(f);
+    put(store, &[file(f), unzip_item(Stage::Unzipped, now - H, &k)]).await;
+    drain.run(&app).await;
+    assert_eq!(flag(store, f).await, Some(true));
+
+    // Deleted and archived again (IsUnzipped = false).
+    store.delete(&f.key(), None).await.expect("delete");
+    put(store, &[file(f)]).await;
+    let archived = drain.read().await;
+    deliver(&app, &archived).await;
+    assert_eq!(flag(store, f).await, Some(true), "archived again");
+
+    // The flag's own write comes back: nothing to write, nothing follows.
+    let echo = drain.read().await;
+    assert_eq!(echo.len(), 1, "the flag's MODIFY");
+    let before = table.store.metrics().snapshot();
+    deliver(&app, &echo).await;
+    let cost = table.store.metrics().snapshot().since(&before);
+    assert_eq!(cost.write_requests(), 0, "a flag already right: {cost:?}");
+    assert!(drain.read().await.is_empty());
+
+    // Rewritten from a copy read before the flag was set.
+    put(store, &[file(f)]).await;
+    drain.run(&app).await;
+    assert_eq!(flag(store, f).await, Some(true), "rewritten from a copy");
+
+    // Archived again under the unpadded spelling a lenient writer uses.
+    store.delete(&f.key(), None).await.expect("delete");
+    let lenient = f.spellings()[1].clone();
+    let mut item = file(f);
+    item.extend(lenient.clone());
+    put(store, &[item]).await;
+    drain.run(&app).await;
+    let stored = store
+        .get(&lenient, true)
+        .await
+        .expect("get")
+        .expect("the file");
+    assert_eq!(
+        ArchivedFile::from_item(&stored).and_then(|a| a.is_unzipped),
+        Some(true),
+        "archived again under the other spelling"
+    );
+
+    // A file of a KeyName never unzipped: its flag is not written.
+    let g = t("2024-01-03-00-00-00");
+    put(store, &[file(g)]).await;
+    let inserted = drain.read().await;
+    let recorded = Arc::new(Recorded::new(table.store.clone()));
+    deliver(&support::app(recorded.clone()), &inserted).await;
+    assert_eq!(flag(store, g).await, Some(false));
+    let log = recorded.take();
+    let written = log
+        .guarded
+        .iter()
+        .flat_map(|(_, ops)| ops.iter().map(|op| op.target().clone()))
+        .chain(log.singles.iter().map(|w| match w {
+            Single::Put(item, _) => item.clone(),
+            Single::Delete(key, _) | Single::Update(key, _, _) => key.clone(),
+        }));
+    assert!(
+        written.into_iter().all(|k| k != g.key()),
+        "the flag of a file never unzipped was written"
+    );
 }

@@ -2,30 +2,61 @@
 //! file is unzipped (`Unzipped` item), and expires after the retention.
 //!
 //! - [`rules`]: what must hold for one `KeyName` (pure);
-//! - [`UnzipLifecycle`]: the stream handler. A record of an `Unzipped` item
-//!   (any change) or of a new `Unzipping` item reconciles its `KeyName`:
-//!   one Query of the `KeyName` index finds the file(s), the unzipped and
-//!   the unzipping items; consistent reads confirm the unzipped items
-//!   (and the record's own, which the index may not show yet); then the
-//!   files' `IsUnzipped` is set to whether one exists, and the `Unzipping`
-//!   items it finishes are deleted, each write conditional on the item
-//!   still having that `KeyName`. The decision depends on what exists, not
-//!   on the record, so replays and any order of records decide the same.
-//!   An `Unzipping` item is deleted because an `Unzipped` item finishes
-//!   it: the delete carries a guard on that `Unzipped` item (it still
-//!   exists with this `KeyName`), so an unzipped file deleted meanwhile
-//!   never takes its request with it (withheld, counted). Left open (needs
-//!   a guarded UpdateItem in the engine): the `IsUnzipped` flag is decided
-//!   from the `Unzipped` items too, but carries only the file's own
-//!   condition. A REMOVE record without an old image has no `KeyName`
-//!   and is skipped as the duplicate it is (the first REMOVE, with its
-//!   image, reconciles);
-//!   Left open: the index is eventually consistent, so an `Unzipped` item
-//!   created within the index's lag before another one's removal is
-//!   handled may be missed by that removal's reconciliation (it sets the
-//!   flag false; the new item's own record sets it true again only if
-//!   handled later);
+//! - [`UnzipLifecycle`]: the stream handler. It converges what it owns (a
+//!   file's `IsUnzipped`, the `Unzipping` items an `Unzipped` item
+//!   finishes) to what exists now, not to the record's diff, so replays
+//!   and any order of records decide the same; a value already right costs
+//!   no write, which also ends the loop of its own flag write coming back
+//!   through the stream;
 //! - [`expire`]: the scheduled `expire-unzipped` job.
+//!
+//! # The stream handler's decisions
+//!
+//! | record | reads | writes (only when wrong) |
+//! |---|---|---|
+//! | `Unzipped` item, any change (for the `KeyName` of its old and of its new image) | one Query of the `KeyName` index (files, unzipped and unzipping items); consistent reads of the unzipped items and of the record's own (which the index may not show yet, or any more); a consistent read of each file | each file's `IsUnzipped` set to whether an `Unzipped` item exists; the `Unzipping` items the latest one finishes deleted |
+//! | new or changed `Unzipping` item | the same | the same |
+//! | `Unzipping` item removed | none | none: nothing follows |
+//! | archived file written (INSERT, MODIFY) | one Query of its `KeyName` on the index; consistent reads of the `Unzipped` items it names; the file itself (consistently) only if its image shows the flag wrong | its own `IsUnzipped` |
+//! | archived file removed | none | none: no flag to keep |
+//!
+//! A file's record is needed because the service writes files on its own:
+//! a file archived again (a retried upload, with or without a delete first,
+//! under either spelling of its key) or rewritten from a copy read before
+//! the flag was set comes with `IsUnzipped = false` while an `Unzipped`
+//! item of its `KeyName` exists, and no unzip record follows it. Its
+//! image is the file as that write left it; a later write of the file has
+//! a record of its own, delivered after this one (records of one item keep
+//! their order), so a flag the image shows right is left without reading
+//! the file.
+//!
+//! Every write holds at write time (in the same transaction):
+//!
+//! - a flag **set** is guarded on the latest `Unzipped` item still existing
+//!   with this `KeyName`; a flag **cleared**, on each `Unzipped` item the
+//!   index or the record named and the reads found gone still being gone
+//!   (or of another `KeyName`; the newest 32); a flag cleared with no such
+//!   item to check
+//!   is a plain conditional update. Its own condition: the file still
+//!   carries this `KeyName`, so it never creates or resurrects a file. A
+//!   guard that fails withholds the write (counted): the change that made
+//!   it stale has a record of its own, which reconciles the `KeyName`;
+//! - an `Unzipping` item is deleted because an `Unzipped` item finishes
+//!   it: the delete carries the same guard as a flag set, so an unzipped
+//!   file deleted meanwhile never takes its request with it (withheld,
+//!   counted), and its own condition (still this `KeyName`).
+//!
+//! A REMOVE record without an old image has no `KeyName` and is skipped as
+//! the duplicate it is (the first REMOVE, with its image, reconciles).
+//!
+//! Left open: the index is eventually consistent. An `Unzipped` item
+//! created under a `CreatedDate` nobody read cannot be guarded; its own
+//! record sets the flag again, but only on the files the index shows by
+//! then. So an `Unzipped` item and a file of its `KeyName` written within
+//! the index's lag of each other may each miss the other (the item's
+//! record not finding the file, the file's record not finding the item),
+//! as may an `Unzipped` item created within the lag before another one's
+//! removal is handled.
 
 pub mod expire;
 pub mod rules;
@@ -39,7 +70,7 @@ use worker_engine::env::{ConfigError, Env};
 use worker_engine::job::{Access, EnvVar, Fallback, ReadBy, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
 use worker_engine::store::guarded::{Guard, GuardedOp};
-use worker_engine::store::{Expr, QuerySpec, Store, StoreError, WriteOutcome};
+use worker_engine::store::{Expr, Key, QuerySpec, Store, StoreError, WriteOutcome};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
@@ -65,7 +96,7 @@ const JOB_ENV: &[ReadBy<Job>] = &[ReadBy::Job(Job::ExpireUnzipped)];
 /// The unzip job: its stream handler and the expiry.
 pub const SPEC: JobSpec = JobSpec {
     name: "unzip",
-    summary: "an Unzipped item finishes its Unzipping item and sets IsUnzipped on its file while it exists; unzipped files expire after the retention",
+    summary: "an Unzipped item finishes its Unzipping item; a file's IsUnzipped is true exactly while an Unzipped item of its KeyName exists (from the unzip items' records and the file's own); unzipped files expire after the retention",
     env: &[
         EnvVar {
             name: UNZIPPED_RETENTION_HOURS,
@@ -172,13 +203,77 @@ pub struct UnzipLifecycle {
     writes: Arc<WriteCounter>,
 }
 
+/// At most this many guards on `Unzipped` items read gone (see
+/// [`UnzipState::flag_guards`]).
+const MAX_ABSENCE_GUARDS: usize = 32;
+
+/// The `Unzipped` items of one `KeyName`, as read: what a flag is decided
+/// from.
+#[derive(Debug, Default)]
+struct UnzipState {
+    /// `CreatedDate` of those that exist with this `KeyName` (strongly
+    /// consistent reads).
+    existing: Vec<i64>,
+    /// `CreatedDate` of those the index (or the record) named that do not.
+    gone: Vec<i64>,
+}
+
+impl UnzipState {
+    fn wanted(&self) -> bool {
+        rules::wanted_flag(&self.existing)
+    }
+
+    /// What a flag written from this state checks in the same transaction:
+    /// set, the latest `Unzipped` item still exists with this `KeyName`;
+    /// cleared, each `Unzipped` item read gone is still gone or of another
+    /// `KeyName` (the newest [`MAX_ABSENCE_GUARDS`]). One created later, under
+    /// a `CreatedDate` nobody read, cannot be checked: its own record
+    /// reconciles the `KeyName` after it.
+    fn flag_guards(&self, key_name: &str) -> Vec<Guard> {
+        match self.existing.iter().max() {
+            Some(latest) => vec![Guard::new(
+                ItemKey::Unzipped { created: *latest }.key(),
+                UnzipLifecycle::same_key_name(key_name),
+            )],
+            None => self
+                .gone
+                .iter()
+                .rev()
+                .take(MAX_ABSENCE_GUARDS)
+                .map(|c| {
+                    Guard::new(
+                        ItemKey::Unzipped { created: *c }.key(),
+                        UnzipLifecycle::other_key_name(key_name),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What became of one file's flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flag {
+    /// The file is gone or has another `KeyName` now.
+    NotOfKey,
+    /// Already right: nothing written.
+    Right,
+    Set,
+    /// A guard failed: the `Unzipped` items changed since they were read
+    /// (their own record reconciles).
+    Withheld,
+    /// The file's own condition failed: it went or changed its `KeyName`
+    /// (its own record follows).
+    Refused,
+}
+
 /// What reconciling one `KeyName` wrote.
 #[derive(Debug, Default)]
 struct Reconciled {
     flags_set: usize,
     unzipping_removed: usize,
     files: usize,
-    /// Deletes not written: the `Unzipped` item they were decided from
+    /// Writes not made: the `Unzipped` items they were decided from
     /// changed meanwhile.
     withheld: usize,
 }
@@ -193,28 +288,32 @@ impl UnzipLifecycle {
         Ok(rules::related(&self.store.query_all(&spec).await?))
     }
 
-    /// Of the `Unzipped` items (`CreatedDate`), those that exist with this
+    /// Of the `Unzipped` items (`CreatedDate`), which exist with this
     /// `KeyName` (strongly consistent reads).
     async fn confirmed(
         &self,
         key_name: &str,
         created: &BTreeSet<i64>,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<UnzipState, StoreError> {
         let reads = created.iter().map(|c| async move {
             let item = self
                 .store
                 .get(&ItemKey::Unzipped { created: *c }.key(), true)
                 .await?;
-            Ok::<_, StoreError>(
-                item.filter(|i| items::key_name(i) == Some(key_name))
-                    .map(|_| *c),
-            )
+            Ok::<_, StoreError>((
+                *c,
+                item.is_some_and(|i| items::key_name(&i) == Some(key_name)),
+            ))
         });
-        Ok(futures::future::try_join_all(reads)
-            .await?
-            .into_iter()
-            .flatten()
-            .collect())
+        let mut state = UnzipState::default();
+        for (c, exists) in futures::future::try_join_all(reads).await? {
+            if exists {
+                state.existing.push(c);
+            } else {
+                state.gone.push(c);
+            }
+        }
+        Ok(state)
     }
 
     /// Only if the item still carries `key_name`.
@@ -224,6 +323,80 @@ impl UnzipLifecycle {
             .string(":kn", key_name)
     }
 
+    /// Only if the item is gone or carries another `KeyName`.
+    fn other_key_name(key_name: &str) -> Expr {
+        Expr::new("attribute_not_exists(#kn) OR #kn <> :kn")
+            .name("#kn", keys::KEY_NAME)
+            .string(":kn", key_name)
+    }
+
+    /// Make the file stored under `key` have the flag `state` wants, if it
+    /// still carries `key_name`: a strongly consistent read, and a write
+    /// only when the flag is wrong. The write is conditional on the file
+    /// (still this `KeyName`: never creates or resurrects it) and guarded
+    /// on the `Unzipped` items it was decided from
+    /// ([`UnzipState::flag_guards`]).
+    async fn converge_flag(
+        &self,
+        key: &Key,
+        key_name: &str,
+        state: &UnzipState,
+    ) -> Result<Flag, StoreError> {
+        let Some(file) = self
+            .store
+            .get(key, true)
+            .await?
+            .as_ref()
+            .and_then(ArchivedFile::from_item)
+        else {
+            return Ok(Flag::NotOfKey);
+        };
+        if file.key_name.as_deref() != Some(key_name) {
+            return Ok(Flag::NotOfKey);
+        }
+        let wanted = state.wanted();
+        if file.is_unzipped.unwrap_or(false) == wanted {
+            return Ok(Flag::Right);
+        }
+        let update = Expr::new("SET #u = :u")
+            .name("#u", keys::IS_UNZIPPED)
+            .value(":u", AttributeValue::Bool(wanted));
+        let condition = Some(Self::same_key_name(key_name));
+        let guards = state.flag_guards(key_name);
+        let outcome = if guards.is_empty() {
+            // Decided from no Unzipped item at all: nothing to check.
+            match self.store.update(key, update, condition).await? {
+                WriteOutcome::Applied => Flag::Set,
+                WriteOutcome::ConditionFailed => Flag::Refused,
+            }
+        } else {
+            let report = self
+                .store
+                .write_guarded(
+                    &guards,
+                    vec![GuardedOp::Update {
+                        key: key.clone(),
+                        update,
+                        condition,
+                    }],
+                )
+                .await?;
+            if !report.held() {
+                Flag::Withheld
+            } else if report.applied > 0 {
+                Flag::Set
+            } else {
+                Flag::Refused
+            }
+        };
+        if outcome == Flag::Set {
+            self.writes.add(UNZIP_WRITES, 1);
+        }
+        Ok(outcome)
+    }
+
+    /// Reconcile `key_name` for a record of an unzip item (`own`: the
+    /// record's item, which the index may not show yet or any more).
     async fn reconcile(
         &self,
         key_name: &str,
@@ -234,49 +407,27 @@ impl UnzipLifecycle {
         let mut unzipping: BTreeSet<i64> = related.unzipping.iter().copied().collect();
         match own {
             Some(u) if u.stage == Stage::Unzipped => unzipped.insert(u.created),
-            Some(u) => unzipping.insert(u.created),
-            None => false,
+            Some(u) if u.key_name.as_deref() == Some(key_name) => unzipping.insert(u.created),
+            _ => false,
         };
-        let existing = self.confirmed(key_name, &unzipped).await?;
+        let state = self.confirmed(key_name, &unzipped).await?;
         let mut done = Reconciled::default();
 
-        let wanted = rules::wanted_flag(&existing);
         for key in &related.files {
-            let Some(file) = self
-                .store
-                .get(key, true)
-                .await?
-                .as_ref()
-                .and_then(ArchivedFile::from_item)
-            else {
-                continue;
-            };
-            if file.key_name.as_deref() != Some(key_name) {
-                continue;
+            match self.converge_flag(key, key_name, &state).await? {
+                Flag::NotOfKey => continue,
+                Flag::Set => done.flags_set += 1,
+                Flag::Withheld => done.withheld += 1,
+                Flag::Right | Flag::Refused => {}
             }
             done.files += 1;
-            if file.is_unzipped.unwrap_or(false) == wanted {
-                continue;
-            }
-            let set = Expr::new("SET #u = :u")
-                .name("#u", keys::IS_UNZIPPED)
-                .value(":u", AttributeValue::Bool(wanted));
-            if self
-                .store
-                .update(key, set, Some(Self::same_key_name(key_name)))
-                .await?
-                == WriteOutcome::Applied
-            {
-                self.writes.add(UNZIP_WRITES, 1);
-                done.flags_set += 1;
-            }
         }
 
         let unzipping: Vec<i64> = unzipping.into_iter().collect();
-        let finished = rules::finished_unzipping(&unzipping, &existing);
+        let finished = rules::finished_unzipping(&unzipping, &state.existing);
         // Decided from the latest `Unzipped` item: each delete lands only
         // while it still exists with this `KeyName`.
-        let Some(latest) = existing.iter().max() else {
+        let Some(latest) = state.existing.iter().max() else {
             return Ok(done);
         };
         let finisher = [Guard::new(
@@ -306,6 +457,41 @@ impl UnzipLifecycle {
         }
         Ok(done)
     }
+
+    /// A file's INSERT or MODIFY: its flag follows the `Unzipped` items of
+    /// its `KeyName`. The image is the file as this write left it; a later
+    /// write of it has a record of its own, delivered after this one, so a
+    /// flag the image shows right costs no file read and no write.
+    async fn file_written(&self, change: &StreamChange) -> Result<RecordOutcome, StoreError> {
+        if change.kind.is_removal() {
+            return Ok(RecordOutcome::skipped("file removed: no flag to keep"));
+        }
+        let Some(file) = change.new_image.as_ref().and_then(ArchivedFile::from_item) else {
+            return Ok(RecordOutcome::skipped("no image of the file"));
+        };
+        let Some(key_name) = file.key_name.as_deref() else {
+            return Ok(RecordOutcome::skipped("file without KeyName"));
+        };
+        let unzipped: BTreeSet<i64> = self.related(key_name).await?.unzipped.into_iter().collect();
+        let state = self.confirmed(key_name, &unzipped).await?;
+        if file.is_unzipped.unwrap_or(false) == state.wanted() {
+            return Ok(RecordOutcome::skipped("file flag already right"));
+        }
+        Ok(
+            match self.converge_flag(&change.keys, key_name, &state).await? {
+                Flag::Set => {
+                    RecordOutcome::handled(format!("IsUnzipped set to {}", state.wanted()))
+                }
+                Flag::Right => RecordOutcome::skipped("file flag already right"),
+                Flag::NotOfKey | Flag::Refused => {
+                    RecordOutcome::skipped("file changed since: its own record follows")
+                }
+                Flag::Withheld => RecordOutcome::skipped(
+                    "Unzipped items changed since they were read: their own record follows",
+                ),
+            },
+        )
+    }
 }
 
 #[async_trait]
@@ -314,7 +500,8 @@ impl RecordProcessor for UnzipLifecycle {
         let stage = match ItemKey::from_item(&change.keys) {
             Ok(ItemKey::Unzipped { .. }) => Stage::Unzipped,
             Ok(ItemKey::Unzipping { .. }) => Stage::Unzipping,
-            _ => return Ok(RecordOutcome::skipped("not an unzip item")),
+            Ok(ItemKey::File(_)) => return Ok(self.file_written(change).await?),
+            _ => return Ok(RecordOutcome::skipped("not a file or an unzip item")),
         };
         if stage == Stage::Unzipping && change.kind.is_removal() {
             return Ok(RecordOutcome::skipped(
@@ -332,15 +519,16 @@ impl RecordProcessor for UnzipLifecycle {
         if names.is_empty() {
             return Ok(RecordOutcome::skipped("no KeyName in the record"));
         }
-        // The record's own item, unless it was removed.
+        // The record's own item: as written, or as it was before its
+        // removal (an `Unzipped` item read gone is guarded on staying gone).
         let own = match change.kind {
-            ChangeKind::Remove | ChangeKind::TtlRemove => None,
-            _ => change.new_image.as_ref().and_then(UnzipItem::from_item),
-        };
+            ChangeKind::Remove | ChangeKind::TtlRemove => change.old_image.as_ref(),
+            _ => change.new_image.as_ref(),
+        }
+        .and_then(UnzipItem::from_item);
         let mut total = Reconciled::default();
         for name in names {
-            let own = own.as_ref().filter(|o| o.key_name.as_deref() == Some(name));
-            let done = self.reconcile(name, own).await?;
+            let done = self.reconcile(name, own.as_ref()).await?;
             total.flags_set += done.flags_set;
             total.unzipping_removed += done.unzipping_removed;
             total.files += done.files;

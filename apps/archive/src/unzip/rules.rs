@@ -3,7 +3,9 @@
 //! For one `KeyName`:
 //!
 //! - its archived file(s) have `IsUnzipped = true` exactly while an
-//!   `Unzipped` item of that `KeyName` exists ([`wanted_flag`]);
+//!   `Unzipped` item of that `KeyName` exists ([`wanted_flag`]), whichever
+//!   was written last: a file written (archived again, rewritten) while one
+//!   exists is flagged as well as one that exists when it is created;
 //! - an `Unzipping` item is done once an `Unzipped` item of its `KeyName`
 //!   created at or after it exists ([`finished_unzipping`]); one created
 //!   later is a new request and stays;
