@@ -33,6 +33,8 @@ pub mod attr {
     pub const GROUP_NAME: &str = "GroupName";
     /// A container's name (Container items).
     pub const CONTAINER_NAME: &str = "ContainerName";
+    /// A container's foods (a list; Container items).
+    pub const FOODS: &str = "Foods";
     /// A food's name (in a container's `Foods`, and on expiry flags).
     pub const FOOD_NAME: &str = "Name";
     /// Every attribute a service index is keyed on.

@@ -240,3 +240,90 @@ fn every_order(v: &mut [usize], f: &mut dyn FnMut(&[usize])) {
     let n = v.len();
     go(n, v, f);
 }
+
+/// A flag is decided from the container as read; the service removes the
+/// food (and that change's own record is handled, deleting the food's
+/// flags) between the worker's read and its write. The stale flag must not
+/// land: it would outlive its food, with no later record to remove it.
+#[tokio::test]
+async fn a_flag_decided_from_a_container_read_before_its_food_went_does_not_land() {
+    use worker_testkit::race::{RaceBeforeWrite, ServiceOp};
+    let mut fx = Fx::new().await;
+    let x = food("Milk", "2024-03-27T08:00:00Z");
+    let a = food("Yogurt", "2024-03-26T08:00:00Z");
+    fx.put(container(fx.id, &[x.clone(), a.clone()])).await;
+    fx.drain.run(&fx.app).await;
+    assert_eq!(fx.flagged().await, ids(&[&x, &a]));
+
+    // The container is shared into a second group: the link's INSERT
+    // places its flags there.
+    let other = GroupId::random();
+    fx.put(
+        Entity::Group(Group {
+            id: other,
+            group_name: "Office".into(),
+            extra: Item::new(),
+        })
+        .to_item(),
+    )
+    .await;
+    fx.put(
+        Entity::ContainerLink(ContainerLink {
+            group: other,
+            container: fx.id,
+            extra: Item::new(),
+        })
+        .to_item(),
+    )
+    .await;
+    let flag = |group| ItemKey::ExpiringFood {
+        group,
+        container: fx.id,
+        food: a.food_id,
+    };
+    // Right before the worker's flag puts land: A is removed, and its
+    // MODIFY's handler deletes A's flags (in both groups; the new group
+    // has none yet).
+    let racing = Arc::new(RaceBeforeWrite::at_first_write(
+        fx.store.clone(),
+        vec![
+            ServiceOp::Put(container(fx.id, std::slice::from_ref(&x))),
+            ServiceOp::Delete(flag(fx.group).to_attributes()),
+            ServiceOp::Delete(flag(other).to_attributes()),
+        ],
+    ));
+    let app = App::new(
+        racing.clone(),
+        Config::for_table(&fx.table.name),
+        Arc::new(ManualClock::new(t(NOW))),
+    );
+    let changes = fx.drain.read().await;
+    fx.drain.run_batch(&app, &changes).await;
+    assert!(racing.fired());
+    let keys = fx.table.keys().await;
+    assert!(
+        !keys.contains(&flag(other).encode()),
+        "the flag of the food gone did not land in the new group"
+    );
+    let outcomes = format!("{:?}", fx.drain.batches.last().unwrap().records);
+    assert!(outcomes.contains("withheld"), "{outcomes}");
+
+    // The rest of the stream (the container's MODIFY) settles the flags:
+    // X in both groups, A nowhere.
+    fx.drain.run(&fx.app).await;
+    let keys = fx.table.keys().await;
+    for g in [fx.group, other] {
+        assert!(
+            keys.contains(
+                &ItemKey::ExpiringFood {
+                    group: g,
+                    container: fx.id,
+                    food: x.food_id
+                }
+                .encode()
+            ),
+            "X flagged in {g}"
+        );
+        assert!(!keys.contains(&flag(g).encode()), "A not flagged in {g}");
+    }
+}

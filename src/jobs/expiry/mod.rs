@@ -96,9 +96,9 @@
 //!     rewrites the flag and leaves the reminders alone.
 //! - **The owning group** is found through the `GroupAndContainerRelationship`
 //!   index (keys only). With several links, only groups whose `Group` item
-//!   exists count. All writes go out in one `BatchWriteItem` (unconditional
-//!   puts and deletes: flags and reminders are derived data, recomputed from
-//!   the container by whoever writes them).
+//!   exists count. Reminders go out in one `BatchWriteItem`; flags in a
+//!   guarded transaction (see "Flags land only while what they were
+//!   decided from holds" below).
 //! - **Link not written yet** (the service writes container and link with
 //!   separate, unordered calls): the reminders are written anyway (they do
 //!   not need the group), and the flags are placed by the link's own stream
@@ -173,10 +173,20 @@
 //! the container was written and the other's in the container's batch: the
 //! first group's flags wait for the food's next reminder.
 //!
-//! The tick or the backfill may put a flag from a container read just
-//! before the service removes the food; a nearing flag written that way
-//! comes with an *expires* reminder, whose tick re-reads the container and
-//! deletes it. An expired flag written that way stays until its TTL.
+//! ## Flags land only while what they were decided from holds
+//!
+//! Every flag write (stream, tick, backfill) is decided from the container
+//! as read and from the links that make a group its owner, and the service
+//! may change either before the write lands (a food removed right after the
+//! read, a link's record handled in another lane). So flags go through
+//! `Store::write_guarded` ([`flag_guards`]): beside the writes, a
+//! `ConditionCheck` that the container's `Foods` are still the list read
+//! (or the container still absent, for a removal), and for a live container
+//! that each group's link is still there. A guard that fails withholds the
+//! flags (counted in the outcome, `flags_withheld` in the tick's report):
+//! the change that made the read stale has its own record, which plans from
+//! the container again. Reminders are hints (the tick re-reads the
+//! container before trusting one) and go unguarded in batches.
 
 pub mod rules;
 pub mod tick;
@@ -195,13 +205,15 @@ pub use tick::{
 
 use super::{JobDeps, JobSpec};
 use crate::config::{ConfigError, Env, EnvVar, ReadBy};
-use crate::items::{Container, Entity, attr};
+use crate::items::{Container, Entity, Item, attr};
 use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, Job, PK};
 use crate::schema::GROUP_AND_CONTAINER_INDEX;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 use worker_engine::error::HandlerError;
 use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
-use worker_engine::store::{QuerySpec, Store, StoreError, WriteOp};
+use worker_engine::store::{
+    Expr, Guard, GuardedOp, GuardedReport, QuerySpec, Store, StoreError, WriteOp,
+};
 
 /// The metric the stream side's writes (flags, reminders) count under.
 pub const EXPIRY_WRITES: &str = "ExpiryWrites";
@@ -250,9 +262,13 @@ pub const SPEC: JobSpec = JobSpec {
         handler: "expiry",
         writes_metric: EXPIRY_WRITES,
         access: Access {
+            // Flags go in TransactWriteItems beside a ConditionCheck on the
+            // container as read and on its links; reminders in batches.
             dynamodb_actions: &[
                 "dynamodb:BatchGetItem",
                 "dynamodb:BatchWriteItem",
+                "dynamodb:ConditionCheckItem",
+                "dynamodb:DeleteItem",
                 "dynamodb:PartiQLSelect",
                 "dynamodb:PutItem",
             ],
@@ -272,6 +288,8 @@ pub const SPEC: JobSpec = JobSpec {
             access: Access {
                 dynamodb_actions: &[
                     "dynamodb:BatchWriteItem",
+                    "dynamodb:ConditionCheckItem",
+                    "dynamodb:DeleteItem",
                     "dynamodb:GetItem",
                     "dynamodb:PutItem",
                     "dynamodb:Query",
@@ -290,6 +308,8 @@ pub const SPEC: JobSpec = JobSpec {
             access: Access {
                 dynamodb_actions: &[
                     "dynamodb:BatchWriteItem",
+                    "dynamodb:ConditionCheckItem",
+                    "dynamodb:DeleteItem",
                     "dynamodb:GetItem",
                     "dynamodb:PutItem",
                     "dynamodb:Query",
@@ -394,25 +414,121 @@ async fn linked_groups(
     Ok(groups)
 }
 
-/// A container as stored now (strongly consistent), `Ok(None)` when gone,
-/// `Err(reason)` inside when it does not decode.
-async fn read_container(
-    store: &dyn Store,
-    id: ContainerId,
-) -> Result<Result<Option<Container>, String>, StoreError> {
-    let Some(item) = store
+/// A container as read, and the guard that it is still so (see
+/// [`container_as_read`]).
+pub(crate) struct ContainerRead {
+    /// `Ok(None)` when gone, `Err(reason)` when it does not decode.
+    pub container: Result<Option<Container>, String>,
+    pub as_read: Guard,
+}
+
+/// A container as stored now (strongly consistent).
+async fn read_container(store: &dyn Store, id: ContainerId) -> Result<ContainerRead, StoreError> {
+    let item = store
         .get(&ItemKey::Container(id).to_attributes(), true)
-        .await?
-    else {
-        return Ok(Ok(None));
-    };
-    Ok(
-        match Entity::from_keyed_item(ItemKey::Container(id), item) {
+        .await?;
+    let as_read = container_as_read(id, item.as_ref());
+    let container = match item {
+        None => Ok(None),
+        Some(item) => match Entity::from_keyed_item(ItemKey::Container(id), item) {
             Ok(Entity::Container(c)) => Ok(Some(c)),
             Ok(_) => Err("not a container".into()),
             Err(e) => Err(e.to_string()),
         },
-    )
+    };
+    Ok(ContainerRead { container, as_read })
+}
+
+/// What every flag write is decided from: the container's foods as read
+/// (or its absence). A flag written from an older read than the container's
+/// last change would outlive or misstate its food, so it lands only while
+/// `Foods` is still what was read; the change has its own record, which
+/// plans again.
+pub(crate) fn container_as_read(id: ContainerId, item: Option<&Item>) -> Guard {
+    let key = ItemKey::Container(id).to_attributes();
+    let Some(item) = item else {
+        return Guard::absent(key, PK);
+    };
+    let foods = match item.get(attr::FOODS) {
+        Some(v) => Expr::new("#foods = :foods")
+            .name("#foods", attr::FOODS)
+            .value(":foods", v.clone()),
+        None => Expr::new("attribute_not_exists(#foods)").name("#foods", attr::FOODS),
+    };
+    Guard::new(key, Expr::exists(PK).and(foods))
+}
+
+/// The guards of flag writes in `groups`: the container as read, and each
+/// group's link to it still there (a flag put in a group the container
+/// left would stay; the link's REMOVE has its own record).
+pub(crate) fn flag_guards(
+    as_read: &Guard,
+    container: ContainerId,
+    groups: &[GroupId],
+) -> Vec<Guard> {
+    std::iter::once(as_read.clone())
+        .chain(groups.iter().map(|g| {
+            Guard::present(
+                ItemKey::ContainerLink {
+                    group: *g,
+                    container,
+                }
+                .to_attributes(),
+                PK,
+            )
+        }))
+        .collect()
+}
+
+/// Of `groups`, those whose link item to `container` exists now
+/// (consistent reads, all at once): the index may still show a link that
+/// is gone, and a flag is only written guarded by its link being there.
+pub(crate) async fn linked_now(
+    store: &dyn Store,
+    container: ContainerId,
+    groups: Vec<GroupId>,
+) -> Result<Vec<GroupId>, StoreError> {
+    let checks = groups.into_iter().map(|group| async move {
+        let link = ItemKey::ContainerLink { group, container };
+        let found = store.get(&link.to_attributes(), true).await?;
+        Ok::<_, StoreError>(found.map(|_| group))
+    });
+    Ok(futures::future::try_join_all(checks)
+        .await?
+        .into_iter()
+        .flatten()
+        .collect())
+}
+
+/// Write flags only while `guards` hold ([`flag_guards`]).
+pub(crate) async fn write_flags(
+    store: &dyn Store,
+    guards: &[Guard],
+    ops: Vec<WriteOp>,
+) -> Result<GuardedReport, StoreError> {
+    if ops.is_empty() {
+        return Ok(GuardedReport::default());
+    }
+    store
+        .write_guarded(guards, ops.into_iter().map(GuardedOp::from).collect())
+        .await
+}
+
+/// How many times a flag write withheld by a change (the container or a
+/// link changed after the read) is decided again from a fresh read before
+/// the record is left to Lambda's retry.
+pub(crate) const FLAG_ATTEMPTS: usize = 4;
+
+/// A container that changed under every attempt: transient, so the record
+/// is retried (and decides from the container as it is then).
+pub(crate) fn still_changing(container: ContainerId) -> HandlerError {
+    HandlerError::Store(StoreError::Transient {
+        operation: "TransactWriteItems",
+        code: "ContainerStillChanging".into(),
+        message: format!(
+            "container {container} or its links changed after each of {FLAG_ATTEMPTS} reads; its flags were withheld each time"
+        ),
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -451,29 +567,65 @@ impl ExpiryHandler {
                 "no food added, removed, or with a changed expiry or name".into()
             }));
         }
+        // A flag write withheld because the container or a link changed
+        // after the read is decided again from a fresh read: the change's
+        // own record plans only the foods *it* changed.
+        for _ in 0..FLAG_ATTEMPTS {
+            let attempt = self
+                .container_attempt(
+                    id,
+                    removal,
+                    before.as_ref(),
+                    plans.clone(),
+                    flags_by_link,
+                    now,
+                )
+                .await?;
+            if let Some(outcome) = attempt {
+                return Ok(outcome);
+            }
+        }
+        Err(still_changing(id))
+    }
+
+    /// One read-decide-write of [`Self::container_changed`]; `None` when
+    /// its flags were withheld.
+    #[allow(clippy::too_many_arguments)]
+    async fn container_attempt(
+        &self,
+        id: ContainerId,
+        removal: bool,
+        before: Option<&Container>,
+        plans: Vec<FoodPlan>,
+        flags_by_link: bool,
+        now: DateTime<Utc>,
+    ) -> Result<Option<HandlerOutcome>, HandlerError> {
+        const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
         // The record says which foods changed; the container as it is now
         // says what their flags must be (a record handled after later
         // writes, a removal followed by a rewrite).
-        let (removal, plans) = match read_container(self.store.as_ref(), id).await? {
+        let read = read_container(self.store.as_ref(), id).await?;
+        let (removal, plans, as_read) = match read.container {
             Ok(current) => (
                 current.is_none(),
                 replan_from_current(
                     id,
-                    before.as_ref(),
+                    before,
                     current.as_ref(),
                     flags_by_link,
                     now,
                     &self.rules,
                 ),
+                Some(read.as_read),
             ),
             // The stored item does not decode (its own record says why):
             // this record's images are all there is to go by.
-            Err(_) => (removal, plans),
+            Err(_) => (removal, plans, None),
         };
         if plans.is_empty() {
-            return Ok(HandlerOutcome::Nothing(format!(
+            return Ok(Some(HandlerOutcome::Nothing(format!(
                 "container {id}: its current foods need no flag or reminder change"
-            )));
+            ))));
         }
         let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
         let groups = if !needs_group {
@@ -484,24 +636,51 @@ impl ExpiryHandler {
             let linked = linked_groups(self.store.as_ref(), id).await?;
             super::existing_groups(self.store.as_ref(), linked).await?
         } else {
-            owning_groups(self.store.as_ref(), id).await?
+            let owning = owning_groups(self.store.as_ref(), id).await?;
+            linked_now(self.store.as_ref(), id, owning).await?
         };
-        let ops = container_ops(&plans, &groups, now, &self.rules);
-        if ops.is_empty() {
-            return Ok(HandlerOutcome::Nothing(format!(
+        let (reminders, flags) = match &as_read {
+            Some(_) => (
+                container_reminder_ops(&plans, &groups, now, &self.rules),
+                container_flag_ops(&plans, &groups),
+            ),
+            None => (container_ops(&plans, &groups, now, &self.rules), Vec::new()),
+        };
+        if reminders.is_empty() && flags.is_empty() {
+            return Ok(Some(HandlerOutcome::Nothing(format!(
                 "{} food(s) changed; nothing to write without a group link",
                 plans.len()
-            )));
+            ))));
         }
-        let report = self.store.batch_write(ops).await?;
+        let mut writes = 0;
+        if !reminders.is_empty() {
+            writes += self.store.batch_write(reminders).await?.items;
+        }
+        // Flags land only while the container is as read (a removed one
+        // still absent) and, for a live one, each group still links it.
+        let flagged = match &as_read {
+            Some(as_read) => {
+                let guards = if removal {
+                    vec![as_read.clone()]
+                } else {
+                    flag_guards(as_read, id, &groups)
+                };
+                write_flags(self.store.as_ref(), &guards, flags).await?
+            }
+            None => GuardedReport::default(),
+        };
+        if !flagged.held() {
+            return Ok(None);
+        }
+        writes += flagged.applied;
         if removal {
-            return Ok(HandlerOutcome::Wrote {
-                writes: report.items,
+            return Ok(Some(HandlerOutcome::Wrote {
+                writes,
                 detail: format!(
                     "container {id} removed: flags and reminders of {} food(s) removed",
                     plans.len()
                 ),
-            });
+            }));
         }
         let n = plans.len();
         let detail = if flags_by_link {
@@ -516,10 +695,7 @@ impl ExpiryHandler {
                 groups.len()
             )
         };
-        Ok(HandlerOutcome::Wrote {
-            writes: report.items,
-            detail,
-        })
+        Ok(Some(HandlerOutcome::Wrote { writes, detail }))
     }
 
     async fn link_inserted(
@@ -528,35 +704,60 @@ impl ExpiryHandler {
         container: ContainerId,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
-        let c = match read_container(self.store.as_ref(), container).await? {
-            Ok(Some(c)) => c,
-            Ok(None) => {
+        let mut withheld = 0;
+        for _ in 0..FLAG_ATTEMPTS {
+            let store = self.store.as_ref();
+            let (read, linked) = futures::try_join!(
+                read_container(store, container),
+                linked_now(store, container, vec![group])
+            )?;
+            if linked.is_empty() {
                 return Ok(HandlerOutcome::Nothing(format!(
-                    "container {container} not written yet; its own record places the flags"
+                    "the link of container {container} to group {group} is gone again; its removal's record handles the flags"
                 )));
             }
-            Err(reason) => {
-                return Err(HandlerError::Invalid(format!(
-                    "container {container} does not decode: {reason}"
+            let c = match read.container {
+                Ok(Some(c)) => c,
+                Ok(None) => {
+                    return Ok(HandlerOutcome::Nothing(format!(
+                        "container {container} not written yet; its own record places the flags"
+                    )));
+                }
+                Err(reason) => {
+                    return Err(HandlerError::Invalid(format!(
+                        "container {container} does not decode: {reason}"
+                    )));
+                }
+            };
+            // Only the flags: the container's own records keep its reminders.
+            let ops: Vec<WriteOp> =
+                plan_container_change(container, None, Some(&c), now, &self.rules)
+                    .iter()
+                    .filter(|p| matches!(p.flag, FlagAction::Put(_)))
+                    .flat_map(|p| flag_ops(p, &[group]))
+                    .collect();
+            if ops.is_empty() {
+                return Ok(HandlerOutcome::Nothing(format!(
+                    "container {container} has no food inside the window"
                 )));
             }
-        };
-        // Only the flags: the container's own records keep its reminders.
-        let ops: Vec<WriteOp> = plan_container_change(container, None, Some(&c), now, &self.rules)
-            .iter()
-            .filter(|p| matches!(p.flag, FlagAction::Put(_)))
-            .flat_map(|p| flag_ops(p, &[group]))
-            .collect();
-        if ops.is_empty() {
-            return Ok(HandlerOutcome::Nothing(format!(
-                "container {container} has no food inside the window"
-            )));
+            // Only while the container holds what was read and the link is
+            // still there; otherwise read and decide again.
+            let guards = flag_guards(&read.as_read, container, &[group]);
+            let report = write_flags(self.store.as_ref(), &guards, ops).await?;
+            if report.held() {
+                let mut detail =
+                    format!("placed the flags of container {container} in group {group}");
+                if withheld > 0 {
+                    detail.push_str(&format!(
+                        " ({withheld} withheld first: the container or link changed after the read; decided again)"
+                    ));
+                }
+                return Ok(outcome(report.applied, detail));
+            }
+            withheld += report.withheld;
         }
-        let report = self.store.batch_write(ops).await?;
-        Ok(HandlerOutcome::Wrote {
-            writes: report.items,
-            detail: format!("placed the flags of container {container} in group {group}"),
-        })
+        Err(still_changing(container))
     }
 
     async fn link_removed(
@@ -599,6 +800,14 @@ impl ExpiryHandler {
             writes: report.items,
             detail: format!("removed the flags of container {container} from group {group}"),
         })
+    }
+}
+
+fn outcome(writes: usize, detail: String) -> HandlerOutcome {
+    if writes == 0 {
+        HandlerOutcome::Nothing(detail)
+    } else {
+        HandlerOutcome::Wrote { writes, detail }
     }
 }
 

@@ -599,6 +599,27 @@ pub fn container_ops(
     ops
 }
 
+/// The flag writes of [`container_ops`] (written guarded by the container
+/// as read and its links).
+pub fn container_flag_ops(plans: &[FoodPlan], groups: &[GroupId]) -> Vec<WriteOp> {
+    plans.iter().flat_map(|p| flag_ops(p, groups)).collect()
+}
+
+/// The reminder writes of [`container_ops`] (hints for the tick, which
+/// re-reads the container: written unguarded).
+pub fn container_reminder_ops(
+    plans: &[FoodPlan],
+    groups: &[GroupId],
+    now: DateTime<Utc>,
+    rules: &ExpiryRules,
+) -> Vec<WriteOp> {
+    let flags = container_flag_ops(plans, groups);
+    container_ops(plans, groups, now, rules)
+        .into_iter()
+        .filter(|op| !flags.contains(op))
+        .collect()
+}
+
 /// The plans of a new container whose link's INSERT is in the same batch:
 /// the link's record reads the container (strongly consistent; it exists,
 /// its INSERT being in the batch) and puts the flags of its foods inside

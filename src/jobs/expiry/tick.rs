@@ -12,17 +12,20 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::rules::*;
-use super::{owning_groups, read_container};
+use super::{
+    FLAG_ATTEMPTS, container_as_read, flag_guards, linked_now, owning_groups, read_container,
+    write_flags,
+};
 use crate::datetime;
 use crate::items::{Entity, Item};
 use crate::jobs::JobDeps;
-use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, PK, SK};
+use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, PK, SK};
 use crate::notify::{EventBridgePublisher, EventEntry, EventPublisher};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::store::{
-    Expr, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp, WriteOutcome,
+    Expr, Guard, GuardedOp, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp,
 };
 
 /// Without a checkpoint, the tick starts this many days before today.
@@ -109,6 +112,11 @@ pub struct TickReport {
     /// Containers that do not decode (their reminders are dropped; the
     /// container's next write replans it).
     pub unreadable_containers: u64,
+    /// Containers whose flags were withheld at every attempt (the
+    /// container or a link kept changing after each read): their reminders
+    /// stay for the next run.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub flags_withheld: u64,
     /// Items in a reminder partition that are not reminders.
     pub malformed: u64,
     /// Containers left for the next run (deadline).
@@ -128,8 +136,13 @@ impl TickReport {
         self.unlinked += o.unlinked;
         self.gone += o.gone;
         self.unreadable_containers += o.unreadable_containers;
+        self.flags_withheld += o.flags_withheld;
         self.deferred += o.deferred;
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The daily tick (`flag-expiring`).
@@ -163,8 +176,12 @@ impl FlagExpiringJob {
     }
 
     /// Re-decide every reminded food of one container. Flags are put here
-    /// (conditionally, to tell newly flagged foods); the flag deletes and
-    /// reminder writes are returned, for one batch per page.
+    /// (conditionally, to tell newly flagged foods; guarded by the
+    /// container as read and its links); the reminder writes are returned,
+    /// for one batch per page. A flag withheld because the container
+    /// changed after the read is decided again from a fresh read; after
+    /// [`FLAG_ATTEMPTS`] the container's reminders are left for the next
+    /// run (counted in `flags_withheld`).
     async fn process_container(
         &self,
         date: NaiveDate,
@@ -173,14 +190,43 @@ impl FlagExpiringJob {
         run: &JobRun,
         newly: &std::sync::Mutex<BTreeMap<GroupId, Vec<FlagData>>>,
     ) -> Result<(TickReport, Vec<WriteOp>), StoreError> {
-        let mut r = TickReport::default();
+        let mut total = TickReport::default();
         if !run.has_time() {
-            r.deferred += 1;
-            return Ok((r, Vec::new()));
+            total.deferred += 1;
+            return Ok((total, Vec::new()));
         }
+        for _ in 0..FLAG_ATTEMPTS {
+            let (r, batch) = self
+                .decide_container(date, container, &foods, run, newly)
+                .await?;
+            let withheld = r.flags_withheld;
+            total.add(&TickReport {
+                flags_withheld: 0,
+                ..r
+            });
+            if withheld == 0 {
+                return Ok((total, batch));
+            }
+        }
+        total.flags_withheld += 1;
+        Ok((total, Vec::new()))
+    }
+
+    /// One read-decide-write of [`Self::process_container`].
+    async fn decide_container(
+        &self,
+        date: NaiveDate,
+        container: ContainerId,
+        foods: &[FoodId],
+        run: &JobRun,
+        newly: &std::sync::Mutex<BTreeMap<GroupId, Vec<FlagData>>>,
+    ) -> Result<(TickReport, Vec<WriteOp>), StoreError> {
+        let mut r = TickReport::default();
         let store = self.store.as_ref();
         r.containers_read += 1;
-        let current = match read_container(store, container).await? {
+        let read = read_container(store, container).await?;
+        let as_read = read.as_read;
+        let current = match read.container {
             Ok(c) => c,
             Err(reason) => {
                 tracing::warn!(%container, %reason, "expiry tick: container does not decode; its reminders are dropped");
@@ -202,57 +248,77 @@ impl FlagExpiringJob {
             .collect();
         let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
         let groups = if needs_group {
-            owning_groups(store, container).await?
+            linked_now(store, container, owning_groups(store, container).await?).await?
         } else {
             Vec::new()
         };
         let mut batch = Vec::new();
+        let mut deletes = Vec::new();
         for plan in &plans {
             match &plan.flag {
                 FlagAction::Put(_) if groups.is_empty() => r.unlinked += 1,
                 FlagAction::Put(data) => {
                     for g in &groups {
-                        if self.put_flag(*g, data).await? {
-                            r.flags_new += 1;
-                            newly
-                                .lock()
-                                .expect("newly lock")
-                                .entry(*g)
-                                .or_default()
-                                .push(data.clone());
-                        } else {
-                            r.flags_refreshed += 1;
+                        let guards = flag_guards(&as_read, container, &[*g]);
+                        match self.put_flag(&guards, *g, data).await? {
+                            Some(true) => {
+                                r.flags_new += 1;
+                                newly
+                                    .lock()
+                                    .expect("newly lock")
+                                    .entry(*g)
+                                    .or_default()
+                                    .push(data.clone());
+                            }
+                            Some(false) => r.flags_refreshed += 1,
+                            None => r.flags_withheld += 1,
                         }
                     }
                 }
-                FlagAction::Delete => {
-                    let ops = flag_ops(plan, &groups);
-                    r.flags_deleted += ops.len() as u64;
-                    batch.extend(ops);
-                }
+                FlagAction::Delete => deletes.extend(flag_ops(plan, &groups)),
                 FlagAction::Keep => {}
             }
             r.reminders_written += u64::from(plan.put_reminder.is_some());
             r.reminders_deleted += plan.delete_reminders.len() as u64;
             batch.extend(reminder_ops(plan, run.now));
         }
+        let deleted =
+            write_flags(store, &flag_guards(&as_read, container, &groups), deletes).await?;
+        r.flags_deleted += deleted.applied as u64;
+        r.flags_withheld += deleted.withheld as u64;
         Ok((r, batch))
     }
 
-    /// Put a flag; `true` when it is new or changed status (newly flagged).
-    async fn put_flag(&self, group: GroupId, data: &FlagData) -> Result<bool, StoreError> {
+    /// Put a flag while `guards` hold (the container as read, the link):
+    /// `Some(true)` when it is new or changed status (newly flagged),
+    /// `Some(false)` when refreshed, `None` when a guard withheld it.
+    async fn put_flag(
+        &self,
+        guards: &[Guard],
+        group: GroupId,
+        data: &FlagData,
+    ) -> Result<Option<bool>, StoreError> {
         let item = data.to_item(group);
         let condition = Expr::new("attribute_not_exists(#pk) OR #status <> :status")
             .name("#pk", PK)
             .name("#status", flag_attr::STATUS)
             .string(":status", data.status.as_str());
-        match self.store.put(item.clone(), Some(condition)).await? {
-            WriteOutcome::Applied => Ok(true),
-            WriteOutcome::ConditionFailed => {
-                self.store.put(item, None).await?;
-                Ok(false)
-            }
+        let put = GuardedOp::Put {
+            item: item.clone(),
+            condition: Some(condition),
+        };
+        let first = self.store.write_guarded(guards, vec![put]).await?;
+        if !first.held() {
+            return Ok(None);
         }
+        if first.applied == 1 {
+            return Ok(Some(true));
+        }
+        let refresh = self
+            .store
+            .write_guarded(guards, vec![GuardedOp::put(item)])
+            .await?;
+        Ok(refresh.held().then_some(false))
     }
 
     /// Process one page of reminders of `date`.
@@ -568,6 +634,12 @@ impl BackfillJob {
         now: DateTime<Utc>,
     ) -> Result<(Vec<WriteOp>, BackfillProgress), StoreError> {
         let mut p = BackfillProgress::default();
+        // The scan's copy (consistent) is what the flags are decided from.
+        let id = ItemKey::from_attributes(&item).ok().and_then(|k| match k {
+            ItemKey::Container(id) => Some(id),
+            _ => None,
+        });
+        let as_read = id.map(|id| container_as_read(id, Some(&item)));
         let container = match Entity::from_item(item) {
             Ok(Entity::Container(c)) => c,
             Ok(_) => return Ok((Vec::new(), p)),
@@ -577,25 +649,63 @@ impl BackfillJob {
                 return Ok((Vec::new(), p));
             }
         };
-        p.containers += 1;
-        let plans = plan_container_change(container.id, None, Some(&container), now, &self.rules);
-        let needs_group = plans.iter().any(|pl| pl.flag != FlagAction::Keep);
-        let groups = if needs_group {
-            owning_groups(self.store.as_ref(), container.id).await?
-        } else {
-            Vec::new()
+        let (Some(as_read), Some(id)) = (as_read, id) else {
+            return Ok((Vec::new(), p));
         };
-        let ops = container_ops(&plans, &groups, now, &self.rules);
-        for op in &ops {
-            if let WriteOp::Put(i) = op {
-                match ItemKey::from_attributes(i).map(|k| k.kind()) {
-                    Ok(ItemKind::ExpiringFood) => p.flags += 1,
-                    Ok(ItemKind::ExpiryReminder) => p.reminders += 1,
-                    _ => {}
+        p.containers += 1;
+        // The scan's copy (consistent) first; when a change after it
+        // withholds the flags, the container as it is then.
+        let mut attempt = Some((container, as_read));
+        for _ in 0..FLAG_ATTEMPTS {
+            let (container, as_read) = match attempt.take() {
+                Some(first) => first,
+                None => {
+                    let read = read_container(self.store.as_ref(), id).await?;
+                    match read.container {
+                        Ok(Some(c)) => (c, read.as_read),
+                        // Gone or unreadable now: its own record handles it.
+                        _ => return Ok((Vec::new(), p)),
+                    }
                 }
+            };
+            let plans =
+                plan_container_change(container.id, None, Some(&container), now, &self.rules);
+            let needs_group = plans.iter().any(|pl| pl.flag != FlagAction::Keep);
+            let groups = if needs_group {
+                {
+                    let store = self.store.as_ref();
+                    linked_now(
+                        store,
+                        container.id,
+                        owning_groups(store, container.id).await?,
+                    )
+                    .await?
+                }
+            } else {
+                Vec::new()
+            };
+            // Flags only while the container is as read and still linked;
+            // reminders go with the page.
+            let flags = container_flag_ops(&plans, &groups);
+            let guards = flag_guards(&as_read, container.id, &groups);
+            let report = write_flags(self.store.as_ref(), &guards, flags).await?;
+            if report.held() {
+                p.flags += report.applied as u64;
+                let ops = container_reminder_ops(&plans, &groups, now, &self.rules);
+                p.reminders += ops
+                    .iter()
+                    .filter(|op| matches!(op, WriteOp::Put(_)))
+                    .count() as u64;
+                return Ok((ops, p));
             }
         }
-        Ok((ops, p))
+        Err(StoreError::Transient {
+            operation: "TransactWriteItems",
+            code: "ContainerStillChanging".into(),
+            message: format!(
+                "a container changed after each of {FLAG_ATTEMPTS} reads; the page is backfilled again"
+            ),
+        })
     }
 }
 
