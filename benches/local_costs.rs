@@ -27,9 +27,10 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnConsumedCapacity, WriteRequest,
+    AttributeValue, ConditionCheck, Delete, KeysAndAttributes, Put, ReturnConsumedCapacity,
+    TransactWriteItem, WriteRequest,
 };
-use engine::{cpu_secs, delete, key, put};
+use engine::{cpu_secs, delete, item, key, put};
 use worker_engine::store::{self, DynamoStore};
 
 const TABLE: &str = "local-costs";
@@ -61,6 +62,53 @@ async fn batch_write_total(client: &Client, requests: Vec<WriteRequest>) {
             .await;
     assert_eq!(sent.requests, 1, "one request");
     assert!(sent.consumed_capacity >= n, "capacity reported");
+}
+
+/// One TransactWriteItems as the worker's guarded writes send it: a
+/// ConditionCheck that `absent` is absent, beside `writes` (puts of new
+/// items or deletes of keys), with the consumed capacity asked for.
+async fn transact(client: &Client, absent: (&str, &str), writes: Vec<TransactWriteItem>) {
+    let check = TransactWriteItem::builder()
+        .condition_check(
+            ConditionCheck::builder()
+                .table_name(TABLE)
+                .set_key(Some(key(absent.0, absent.1)))
+                .condition_expression("attribute_not_exists(PK)")
+                .build()
+                .expect("check"),
+        )
+        .build();
+    client
+        .transact_write_items()
+        .set_transact_items(Some(std::iter::once(check).chain(writes).collect()))
+        .return_consumed_capacity(ReturnConsumedCapacity::Total)
+        .send()
+        .await
+        .expect("TransactWriteItems");
+}
+
+fn transact_put(pk: &str, sk: &str) -> TransactWriteItem {
+    TransactWriteItem::builder()
+        .put(
+            Put::builder()
+                .table_name(TABLE)
+                .set_item(Some(item(pk, sk)))
+                .build()
+                .expect("put"),
+        )
+        .build()
+}
+
+fn transact_delete(pk: &str, sk: &str) -> TransactWriteItem {
+    TransactWriteItem::builder()
+        .delete(
+            Delete::builder()
+                .table_name(TABLE)
+                .set_key(Some(key(pk, sk)))
+                .build()
+                .expect("delete"),
+        )
+        .build()
 }
 
 async fn batch_get(
@@ -221,6 +269,55 @@ async fn main() {
     measure!("BatchWriteItem: 25 deletes of missing keys", 25, {
         let s = next() + 100_000;
         batch_write(&client, (0..25).map(|i| delete(&pk(i), &sk(s))).collect()).await
+    });
+    // The guarded writes' transactions, beside the batches above.
+    measure!(
+        "TransactWriteItems: 1 check + 24 puts of new items, TOTAL",
+        25,
+        {
+            let s = next() + 300_000;
+            transact(
+                &client,
+                ("absent", "parent"),
+                (0..24).map(|i| transact_put(&pk(i * 7), &sk(s))).collect(),
+            )
+            .await
+        }
+    );
+    measure!(
+        "TransactWriteItems: 1 check + 24 deletes of missing keys, TOTAL",
+        25,
+        {
+            let s = next() + 400_000;
+            transact(
+                &client,
+                ("absent", "parent"),
+                (0..24).map(|i| transact_delete(&pk(i), &sk(s))).collect(),
+            )
+            .await
+        }
+    );
+    measure!(
+        "TransactWriteItems: 1 check + 99 deletes of missing keys, TOTAL",
+        100,
+        {
+            let s = next() + 500_000;
+            transact(
+                &client,
+                ("absent", "parent"),
+                (0..99).map(|i| transact_delete(&pk(i), &sk(s))).collect(),
+            )
+            .await
+        }
+    );
+    measure!("TransactWriteItems: 1 check + 1 delete, TOTAL", 2, {
+        let s = next() + 600_000;
+        transact(
+            &client,
+            ("absent", "parent"),
+            vec![transact_delete(&pk(3), &sk(s))],
+        )
+        .await
     });
     measure!("BatchWriteItem: 1 put of a new item", 1, {
         let s = next() + 200_000;
