@@ -188,6 +188,11 @@ fn bad_input_gets_a_one_line_error_naming_the_file() {
     let o = run(&["run", "vacuum"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("sweep-invitations"), "{}", stderr(&o));
+    for bad in ["NOEQUALS", "=value"] {
+        let o = run(&["replay", "--env", bad, &good_event]);
+        assert_eq!(o.status.code(), Some(2), "--env {bad}: {}", stderr(&o));
+        assert!(stderr(&o).contains("NAME=VALUE"), "{}", stderr(&o));
+    }
 }
 
 #[tokio::test]

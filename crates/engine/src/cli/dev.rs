@@ -114,7 +114,7 @@ pub struct DevArgs {
     pub json: bool,
     /// Set a worker configuration variable, as in the Lambda environment
     /// (repeatable), e.g. --env LOG_FORMAT=text.
-    #[arg(long = "env", value_name = "NAME=VALUE")]
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
     #[command(flatten)]
     pub table: TableOpts,

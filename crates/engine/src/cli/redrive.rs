@@ -71,7 +71,7 @@ pub struct RedriveArgs {
     #[arg(long)]
     pub park: bool,
     /// Set a worker configuration variable (repeatable).
-    #[arg(long = "env", value_name = "NAME=VALUE")]
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
     #[command(flatten)]
     pub endpoint: EndpointOpts,

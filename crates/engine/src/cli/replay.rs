@@ -75,7 +75,7 @@ pub struct ReplayArgs {
     /// Set a worker configuration variable, as in the Lambda environment
     /// (repeatable; overrides the process environment), e.g.
     /// --env LOG_FORMAT=text.
-    #[arg(long = "env", value_name = "NAME=VALUE")]
+    #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
     #[command(flatten)]
     pub table: TableOpts,
@@ -256,6 +256,15 @@ pub struct ReplayReport<J: JobName> {
 impl<J: JobName> ReplayReport<J> {
     pub fn failed(&self) -> bool {
         self.files.iter().any(FileReport::failed)
+    }
+}
+
+/// `--env NAME=VALUE`, checked when the command line is parsed (a usage
+/// error: exit 2, with clap's hint).
+pub fn env_pair(pair: &str) -> Result<String, String> {
+    match pair.split_once('=') {
+        Some((name, _)) if !name.trim().is_empty() => Ok(pair.to_owned()),
+        _ => Err("expected NAME=VALUE, e.g. LOG_FORMAT=text".into()),
     }
 }
 
