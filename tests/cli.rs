@@ -477,6 +477,9 @@ async fn run_job_reports_and_changes_the_table() {
         text.contains("ran audit on table") && text.contains("writes made:"),
         "{text}"
     );
+    // The job's name once, then its summary.
+    assert!(text.contains("\naudit: scanned "), "{text}");
+    assert!(!text.contains("audit: audit:"), "{text}");
 }
 
 /// This machine's own address that is not loopback (the guard must see a

@@ -106,7 +106,7 @@ impl AuditReport {
     pub fn summary(&self) -> String {
         let t = self.totals();
         format!(
-            "audit: scanned {} items in {} pages ({:.1} RCU, {} gets); found {}, new suspects {}, \
+            "scanned {} items in {} pages ({:.1} RCU, {} gets); found {}, new suspects {}, \
              repaired {}, healed {}, still suspect {}, reported {}, conflicts {}; {} writes \
              ({} repairs); pass {} ({} ticks){}",
             self.items_scanned,
