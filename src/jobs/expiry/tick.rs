@@ -560,6 +560,25 @@ pub struct BackfillCheckpoint {
     pub updated_at: Option<String>,
 }
 
+/// The backfill's checkpoint as its report's details: snake_case like
+/// every job's details (the stored checkpoint keeps its attribute names).
+fn backfill_details(cp: &BackfillCheckpoint) -> serde_json::Value {
+    let p = cp.progress;
+    serde_json::json!({
+        "scan_position": cp.scan_position,
+        "progress": {
+            "scanned": p.scanned,
+            "containers": p.containers,
+            "flags": p.flags,
+            "reminders": p.reminders,
+            "unreadable": p.unreadable,
+        },
+        "complete": cp.complete,
+        "started_at": cp.started_at,
+        "updated_at": cp.updated_at,
+    })
+}
+
 fn key_to_position(key: &Key) -> BTreeMap<String, String> {
     key.iter()
         .filter_map(|(k, v)| match v {
@@ -726,7 +745,7 @@ impl ScheduledJob<Job> for BackfillJob {
                     "backfill already complete ({} containers, {} flags, {} reminders); reset its checkpoint to run it again",
                     cp.progress.containers, cp.progress.flags, cp.progress.reminders
                 ),
-                details: serde_json::to_value(&cp).unwrap_or_default(),
+                details: backfill_details(&cp),
                 metrics: Vec::new(),
             });
         }
@@ -803,10 +822,36 @@ impl ScheduledJob<Job> for BackfillJob {
                     "; the next run continues"
                 }
             ),
-            details: serde_json::to_value(&cp).unwrap_or_default(),
+            details: backfill_details(&cp),
             // Totals over every run, not this run's figures: only the run
             // counters.
             metrics: Vec::new(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backfill_details_are_snake_case() {
+        let cp = BackfillCheckpoint {
+            progress: BackfillProgress {
+                scanned: 3,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let details = backfill_details(&cp);
+        assert_eq!(details["progress"]["scanned"], 3);
+        let keys: Vec<&String> = details.as_object().unwrap().keys().collect();
+        assert!(
+            keys.iter()
+                .all(|k| k.chars().all(|c| c.is_ascii_lowercase() || c == '_')),
+            "{keys:?}"
+        );
+        // The stored checkpoint keeps its attribute names.
+        assert!(serde_json::to_value(&cp).unwrap().get("Progress").is_some());
     }
 }
