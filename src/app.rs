@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::config::{Clock, Config, SystemClock};
+use crate::config::{Clock, Config};
 use crate::jobs::{self, APP, JobDeps};
 use crate::keys::Job;
 use crate::keys::{PK, SK};
@@ -22,8 +22,6 @@ use worker_engine::runtime::{Worker, WorkerSettings};
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{self, DynamoStore, Store};
 use worker_engine::stream::engine::BatchReport;
-
-pub use worker_engine::runtime::deadline_from_epoch_ms;
 
 /// Why an event could not be run at all.
 pub type EventError = worker_engine::runtime::EventError<Job>;
@@ -87,15 +85,20 @@ impl App {
     }
 
     /// Assemble from the environment (Lambda): `TABLE_NAME`, optional
-    /// `DYNAMODB_ENDPOINT_URL`, and the rest of [`Config`]; records that
+    /// endpoint variables (`AWS_ENDPOINT_URL_DYNAMODB`, ...), the clock
+    /// (`WORKER_NOW`, local runs only), and the rest of [`Config`]; records that
     /// fail for good are parked in `PARKING_TABLE` when it is set.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
+        let lookup = |name: &str| std::env::var(name).ok();
+        let clock = worker_engine::clock::from_env(
+            &worker_engine::env::Env::new(&lookup),
+            config.endpoint_url.as_deref(),
+        )?;
         let client = store::lambda_client(config.endpoint_url.as_deref());
         let store = Arc::new(DynamoStore::new(client.clone(), &config.table_name));
         let parking = config.parking.as_ref().map(|p| Parking::dynamo(client, p));
-        let mut app =
-            App::new(store.clone(), config, Arc::new(SystemClock)).with_store_metrics(&store);
+        let mut app = App::new(store.clone(), config, clock).with_store_metrics(&store);
         app.worker = app.worker.with_parking(parking);
         Ok(app)
     }

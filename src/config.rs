@@ -4,7 +4,7 @@
 //! | variable | default | meaning |
 //! |---|---|---|
 //! | `TABLE_NAME` | (required) | the Nishiki table, e.g. `nishiki-table-prod-db` |
-//! | `DYNAMODB_ENDPOINT_URL` | AWS | another endpoint, e.g. DynamoDB Local |
+//! | `AWS_ENDPOINT_URL_DYNAMODB` | AWS | another endpoint, e.g. DynamoDB Local (`DYNAMODB_ENDPOINT_URL`: its alias; `AWS_ENDPOINT_URL`: every service's) |
 //! | `DEADLINE_MARGIN_MS` | `2000` | stop this long before the Lambda deadline |
 //! | `STREAM_CONCURRENCY` | `1000` | items of a stream batch handled at once (`1`: strictly in order) |
 //! | `AUDIT_GRACE_SECS` | `3600` | a violation must persist this long before it is repaired |
@@ -62,10 +62,34 @@ pub const COMMON_ENV: &[EnvVar] = &[
         meaning: "the Nishiki table",
     },
     EnvVar {
+        name: "AWS_ENDPOINT_URL_DYNAMODB",
+        read_by: &[ReadBy::LocalOnly],
+        default: None,
+        meaning: "another DynamoDB endpoint (DynamoDB Local); the SDK's variable",
+    },
+    EnvVar {
         name: "DYNAMODB_ENDPOINT_URL",
         read_by: &[ReadBy::LocalOnly],
         default: None,
-        meaning: "another DynamoDB endpoint (DynamoDB Local)",
+        meaning: "alias of AWS_ENDPOINT_URL_DYNAMODB",
+    },
+    EnvVar {
+        name: "AWS_ENDPOINT_URL",
+        read_by: &[ReadBy::LocalOnly],
+        default: None,
+        meaning: "every service's endpoint where its own AWS_ENDPOINT_URL_<SERVICE> is unset; the SDK's variable",
+    },
+    EnvVar {
+        name: "WORKER_NOW",
+        read_by: &[ReadBy::LocalOnly],
+        default: None,
+        meaning: "a fixed clock (RFC 3339) for a local run against a table on this machine",
+    },
+    EnvVar {
+        name: "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+        read_by: &[ReadBy::LocalOnly],
+        default: Some("false"),
+        meaning: "true: ignore every AWS_ENDPOINT_URL* variable; the SDK's variable",
     },
     EnvVar {
         name: "DEADLINE_MARGIN_MS",
@@ -157,7 +181,7 @@ impl Config {
             "the table to work on, e.g. nishiki-table-dev-db",
         )?;
         let mut c = Config::for_table(table);
-        c.endpoint_url = env.non_empty("DYNAMODB_ENDPOINT_URL");
+        c.endpoint_url = worker_engine::aws::endpoint_from_env("DynamoDB", |n| env.non_empty(n));
         if let Some(v) = env.number("DEADLINE_MARGIN_MS")? {
             c.deadline_margin = Duration::from_millis(v);
         }

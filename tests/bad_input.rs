@@ -327,6 +327,7 @@ fn texts(r: &RecordReport) -> String {
     let status = match &r.status {
         RecordStatus::Handled { detail } => detail,
         RecordStatus::Skipped { reason }
+        | RecordStatus::Foreign { reason }
         | RecordStatus::Rejected { reason }
         | RecordStatus::Malformed { reason }
         | RecordStatus::Failed { reason }

@@ -19,6 +19,13 @@ const NOW: &str = "2024-03-25T09:00:00Z";
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));
     c.env_remove("RUST_LOG").env("NO_COLOR", "1");
+    for var in [
+        "AWS_ENDPOINT_URL",
+        "AWS_ENDPOINT_URL_DYNAMODB",
+        "DYNAMODB_ENDPOINT_URL",
+    ] {
+        c.env_remove(var);
+    }
     c
 }
 
@@ -359,7 +366,8 @@ async fn replay_json_for_scripts() {
         &events("stream/malformed-record-in-batch.json"),
         &events("schedule/sweep-invitations.rule.json"),
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    // A malformed record was not handled: exit 3, the report still whole.
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let v: Value = serde_json::from_str(&stdout(&o)).expect("stdout is JSON");
     let stream = &v["files"][0];
     assert_eq!(stream["kind"], "stream");
@@ -394,7 +402,7 @@ async fn replay_json_for_scripts() {
             .ends_with("/InvitationLinkHash"),
         "{tick}"
     );
-    assert_eq!(v["failed"], false);
+    assert_eq!(v["failed"], true, "the malformed record");
 }
 
 #[tokio::test]
@@ -535,6 +543,43 @@ fn write_commands_refuse_a_remote_endpoint_touching_nothing() {
     let o = bin()
         .args(["table", "load", &snapshot])
         .env("DYNAMODB_ENDPOINT_URL", &url)
+        .env("TABLE_NAME", "live-table")
+        .output()
+        .unwrap();
+    assert!(stderr(&o).contains(&url), "{}", stderr(&o));
+    assert!(listener.accept().is_err(), "still untouched");
+    // So are the SDK's own: AWS_ENDPOINT_URL_DYNAMODB over the alias over
+    // AWS_ENDPOINT_URL, and the flag over all of them.
+    let elsewhere = "http://192.0.2.1:8000";
+    for (vars, expected) in [
+        (vec![("AWS_ENDPOINT_URL", url.as_str())], url.as_str()),
+        (
+            vec![
+                ("AWS_ENDPOINT_URL_DYNAMODB", url.as_str()),
+                ("DYNAMODB_ENDPOINT_URL", elsewhere),
+            ],
+            url.as_str(),
+        ),
+        (
+            vec![
+                ("DYNAMODB_ENDPOINT_URL", url.as_str()),
+                ("AWS_ENDPOINT_URL", elsewhere),
+            ],
+            url.as_str(),
+        ),
+    ] {
+        let mut cmd = bin();
+        cmd.args(["table", "load", &snapshot])
+            .env("TABLE_NAME", "live-table");
+        for (k, v) in &vars {
+            cmd.env(k, v);
+        }
+        let o = cmd.output().unwrap();
+        assert!(stderr(&o).contains(expected), "{vars:?}: {}", stderr(&o));
+    }
+    let o = bin()
+        .args(["table", "load", &snapshot, "--endpoint-url", &url])
+        .env("AWS_ENDPOINT_URL_DYNAMODB", elsewhere)
         .env("TABLE_NAME", "live-table")
         .output()
         .unwrap();
@@ -927,8 +972,16 @@ async fn a_job_cut_by_the_timeout_resumes_to_the_same_table() {
             "--table",
             &t.name,
         ]);
-        assert!(o.status.success(), "{}", stderr(&o));
-        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+        let v = serde_json::from_str::<Value>(&stdout(&o)).unwrap();
+        // 0 once the job is done; 4 while it stopped at its deadline with
+        // work left (a script loops until 0).
+        let expected = if v["report"]["complete"] == true {
+            0
+        } else {
+            4
+        };
+        assert_eq!(o.status.code(), Some(expected), "{}", stderr(&o));
+        v
     };
     let v = backfill(&whole, "0");
     assert_eq!(v["report"]["complete"], true, "{v}");
@@ -1107,4 +1160,43 @@ async fn keyed_redaction_is_stable_and_keeps_relationships() {
     assert!(a.contains("\"group-") && a.contains("\"food-") && a.contains("\"invitation-"));
     let other = capture("redacted-c.json", "another key");
     assert_ne!(a, other, "another key, other placeholders");
+}
+
+/// Output into a reader that stopped reading (`| head`) ends the command
+/// quietly, as it ends `cat`: no panic, no "Broken pipe" message.
+#[test]
+fn a_closed_stdout_ends_the_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = bin()
+        .args([
+            "replay",
+            "--snapshot",
+            &events("tables/household.json"),
+            "--apply-writes",
+            "--now",
+            NOW,
+            &events("stream/group-deleted.json"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before anything is printed.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+    assert!(
+        out.status.signal() == Some(libc_sigpipe()) || out.status.success(),
+        "{:?}: {err}",
+        out.status
+    );
+}
+
+/// SIGPIPE's number (13 on Linux and the BSDs).
+fn libc_sigpipe() -> i32 {
+    13
 }

@@ -99,7 +99,7 @@ async fn every_fixture_replays_to_its_golden_twice() {
             .unwrap_or_else(|e| panic!("{}: {e}", f.name));
         let once = snapshot_text(&table.snapshot().await, KEYS);
         for file in &first.files {
-            if file.failed() {
+            if file.lambda_failed() {
                 problems.push(format!(
                     "{}: {} failed: {:?}",
                     f.name, file.file, file.error

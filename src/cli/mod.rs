@@ -111,10 +111,7 @@ Every command that needs a table starts its own in-memory DynamoDB Local by defa
 first use), creates the table from the schema in code, and stops it at the end. Point it at another \
 table with --endpoint-url URL --table NAME (a DynamoDB Local you run, or AWS with credentials from \
 the environment, --profile, --region). A command that writes refuses an endpoint that is not on this \
-machine unless --allow-remote-writes is given (run and replay do a dry run there instead).
-
-Exit status: 0 success; 1 error (bad input, no table, DynamoDB unreachable); 2 bad usage; \
-3 the command ran but a record failed (batchItemFailures) or a job failed.";
+machine unless --allow-remote-writes is given (run and replay do a dry run there instead).";
 
 const EXAMPLES: &str = "\
 Examples:

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use lambda_runtime::Error;
-use worker_engine::clock::{Clock, SystemClock};
+use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
 use worker_engine::metrics::WriteCounter;
 use worker_engine::park::Parking;
@@ -181,6 +181,10 @@ pub fn stores_of(dynamo: &BTreeMap<Table, DynamoStore>) -> Stores {
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let lookup = |name: &str| std::env::var(name).ok();
     let settings = Settings::from_lookup(&lookup)?;
+    let clock = worker_engine::clock::from_env(
+        &worker_engine::env::Env::new(&lookup),
+        settings.endpoint_url.as_deref(),
+    )?;
     let client = store::lambda_client(settings.endpoint_url.as_deref());
     let first = DynamoStore::new(client.clone(), settings.table(config::HOME_TABLE));
     let dynamo = dynamo_stores(&first, &settings);
@@ -189,8 +193,7 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
         .parking
         .as_ref()
         .map(|p| Parking::dynamo(client, p));
-    let worker =
-        worker(stores_of(&dynamo), tx, settings, Arc::new(SystemClock)).with_store_metrics(&first);
+    let worker = worker(stores_of(&dynamo), tx, settings, clock).with_store_metrics(&first);
     Ok(worker.with_parking(parking))
 }
 

@@ -428,7 +428,7 @@ impl RecordProcessor for UserCascade {
         }
         let user = match keys::parse_user(&change.keys) {
             Ok(u) => u,
-            Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::skipped(e.to_string())),
+            Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::foreign(e.to_string())),
             Err(e) => {
                 return Err(ProcessError::Permanent {
                     reason: e.to_string(),
@@ -493,7 +493,7 @@ impl RecordProcessor for CommunityCascade {
         let community = match CommunityItem::parse(&change.keys) {
             Ok(CommunityItem::Community { community }) => community,
             Ok(_) => return Ok(RecordOutcome::skipped("a link removed")),
-            Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::skipped(e.to_string())),
+            Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::foreign(e.to_string())),
             Err(e) => {
                 return Err(ProcessError::Permanent {
                     reason: e.to_string(),

@@ -9,7 +9,7 @@
 //! | `GROUP_CHATS_TABLE` | (required) | all | the GroupChats table |
 //! | `PRIVATE_CHATS_TABLE` | (required) | all | the PrivateChats table |
 //! | `CHAT_REQUESTS_TABLE` | (required) | all | the ChatRequests table |
-//! | `DYNAMODB_ENDPOINT_URL` | AWS | local runs | another endpoint (DynamoDB Local) |
+//! | `AWS_ENDPOINT_URL_DYNAMODB` | AWS | local runs | another endpoint (DynamoDB Local); `DYNAMODB_ENDPOINT_URL` is its alias, `AWS_ENDPOINT_URL` every service's |
 //! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
 //! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
 //! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |

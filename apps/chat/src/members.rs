@@ -176,7 +176,7 @@ impl RecordProcessor for MemberCount {
         let item = match ChatItem::parse(ChatKind::Group, &change.keys) {
             Ok(i) => i,
             Err(e @ keys::KeyError::Foreign { .. }) => {
-                return Ok(RecordOutcome::skipped(e.to_string()));
+                return Ok(RecordOutcome::foreign(e.to_string()));
             }
             Err(e) => {
                 return Err(ProcessError::Permanent {

@@ -26,8 +26,6 @@ use serde_json::{Value, json};
 use support::*;
 use worker_engine::cli::replay::{ReplayArgs, replay};
 use worker_engine::cli::target::{AppTable, TableOpts, Target};
-use worker_engine::replay::snapshot::{scan_table, snapshot_text};
-use worker_engine::store::DynamoStore;
 use worker_engine::stream::decode::encode_event;
 
 fn events_dir() -> PathBuf {
@@ -79,32 +77,9 @@ fn args_for(f: &Fixture, target: &Target) -> ReplayArgs {
     }
 }
 
-/// The six tables as one JSON object, each table's items (sorted, one a
-/// line) under its name.
+/// The six tables as one JSON object (the test kit's).
 async fn tables_text(target: &Target) -> String {
-    let mut parts = Vec::new();
-    let mut stores: Vec<(String, &DynamoStore)> =
-        vec![(target.table.clone(), target.store.as_ref())];
-    for o in &target.others {
-        stores.push((o.name.clone(), o.store.as_ref()));
-    }
-    stores.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, store) in stores {
-        let keys = store.key_attributes();
-        let keys: (&'static str, &'static str) = if keys.1.is_empty() {
-            (keys::PK, "")
-        } else {
-            (keys::PK, keys::SK)
-        };
-        let items = scan_table(store, keys, None).await.expect("scan");
-        parts.push(format!(
-            "{name:?}: {}",
-            snapshot_text(&items, keys).trim_end()
-        ));
-    }
-    let text = format!("{{\n{}\n}}\n", parts.join(",\n"));
-    serde_json::from_str::<Value>(&text).expect("the snapshot is JSON");
-    text
+    worker_testkit::fixtures::tables_text(target).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use lambda_runtime::Error;
-use worker_engine::clock::{Clock, SystemClock};
+use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
 use worker_engine::metrics::WriteCounter;
 use worker_engine::notify::{EventBridgePublisher, EventPublisher};
@@ -81,6 +81,10 @@ pub fn worker(
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let lookup = |name: &str| std::env::var(name).ok();
     let settings = Settings::from_lookup(&lookup)?;
+    let clock = worker_engine::clock::from_env(
+        &worker_engine::env::Env::new(&lookup),
+        settings.endpoint_url.as_deref(),
+    )?;
     let client = store::lambda_client(settings.endpoint_url.as_deref());
     let dynamo = DynamoStore::new(client.clone(), &settings.table_name);
     let parking = settings
@@ -88,12 +92,7 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
         .as_ref()
         .map(|p| Parking::dynamo(client, p));
     let publisher = Arc::new(EventBridgePublisher::default());
-    let worker = worker(
-        Arc::new(dynamo.clone()),
-        settings,
-        publisher,
-        Arc::new(SystemClock),
-    )
-    .with_store_metrics(&dynamo);
+    let worker =
+        worker(Arc::new(dynamo.clone()), settings, publisher, clock).with_store_metrics(&dynamo);
     Ok(worker.with_parking(parking))
 }

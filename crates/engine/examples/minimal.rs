@@ -289,7 +289,7 @@ pub struct Deps {
 pub const TITLE_KEY_WRITES: &str = "TitleKeyWrites";
 pub const NOTES_PURGED: &str = "NotesPurged";
 pub const TABLE_NAME: &str = "TABLE_NAME";
-pub const ENDPOINT: &str = "DYNAMODB_ENDPOINT_URL";
+pub const ENDPOINT: &str = worker_engine::aws::DYNAMODB_ENDPOINT_URL;
 pub const WORKER_JOB: &str = "WORKER_JOB";
 
 /// The notes job: its stream side, its scheduled job, what each needs.
@@ -345,7 +345,7 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
             name: ENDPOINT,
             read_by: &[ReadBy::LocalOnly],
             default: None,
-            meaning: "a DynamoDB Local endpoint",
+            meaning: "a DynamoDB Local endpoint (the SDK's variable; also AWS_ENDPOINT_URL)",
         },
         EnvVar {
             name: WORKER_JOB,
@@ -396,7 +396,8 @@ pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let env = Env::new(&lookup);
     let table = env.required(TABLE_NAME, "the notes table")?;
     let pinned = pinned_job(&env)?;
-    let client = store::lambda_client(env.non_empty(ENDPOINT).as_deref());
+    let endpoint = worker_engine::aws::endpoint_from_env("DynamoDB", |n| env.non_empty(n));
+    let client = store::lambda_client(endpoint.as_deref());
     let store = DynamoStore::new(client, table);
     Ok(worker(Arc::new(store.clone()), Arc::new(SystemClock), pinned).with_store_metrics(&store))
 }

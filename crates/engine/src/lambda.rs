@@ -10,6 +10,14 @@
 //!   rule envelope); a failed job fails the invocation (retried, then sent
 //!   to the schedule's dead-letter queue).
 //!
+//! The deadline of an invocation is the runtime's. Where that is not a
+//! deadline (already past or more than 900 s away when the invocation
+//! starts: a local emulator's, such as cargo-lambda's fixed `600000`), it is
+//! the function's timeout from the start of the invocation:
+//! `AWS_LAMBDA_FUNCTION_TIMEOUT` seconds when set, else the templates'
+//! timeouts, [`STREAM_TIMEOUT`] and [`SCHEDULE_TIMEOUT`]
+//! ([`crate::runtime::invocation_deadline`]).
+//!
 //! Each invocation runs inside the `invocation` span
 //! ([`crate::telemetry::invocation_span`]): `cold_start` and the X-Ray
 //! `trace_id` on every line it writes.
@@ -19,10 +27,20 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
-use crate::runtime::{Worker, deadline_from_epoch_ms};
+use std::time::Duration;
+
+use crate::runtime::{Worker, invocation_deadline};
 use crate::schedule::{JobName, JobReport};
 use crate::stream::engine::BatchResponse;
 use crate::telemetry;
+
+/// A stream function's timeout where the runtime gives no real deadline
+/// (the `Timeout` of every template's stream function).
+pub const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A schedule function's timeout where the runtime gives no real deadline
+/// (the shortest `Timeout` of the templates' schedule functions).
+pub const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The span of this invocation of `worker`.
 fn span_of<J: JobName>(worker: &Worker<J>, context: &Context) -> tracing::Span {
@@ -36,7 +54,7 @@ fn span_of<J: JobName>(worker: &Worker<J>, context: &Context) -> tracing::Span {
 /// ([`Worker::handle_stream_bytes`]): no `Value` of a 6 MB batch.
 pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<Box<RawValue>>| async move {
-        let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
+        let deadline = Some(invocation_deadline(event.context.deadline, STREAM_TIMEOUT));
         let span = span_of(worker, &event.context);
         let report = worker
             .handle_stream_bytes(event.payload.get().as_bytes(), deadline)
@@ -55,7 +73,10 @@ pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
 /// Serve schedule ticks until the runtime stops.
 pub async fn serve_schedule<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
     run(service_fn(move |event: LambdaEvent<Value>| async move {
-        let deadline = Some(deadline_from_epoch_ms(event.context.deadline));
+        let deadline = Some(invocation_deadline(
+            event.context.deadline,
+            SCHEDULE_TIMEOUT,
+        ));
         let span = span_of(worker, &event.context);
         let report = worker
             .handle_schedule(&event.payload, deadline)

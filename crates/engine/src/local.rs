@@ -961,6 +961,167 @@ fn http_probe(port: u16) -> io::Result<()> {
     }
 }
 
+/// A DynamoDB Local that outlives the command that started it (`<app> local
+/// start`): no watchdog, its own process group, its state in
+/// `<install dir>/server.json` ([`Server::state_path`]) so that `<app> local
+/// stop` finds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Server {
+    /// The JVM's process id.
+    pub pid: u32,
+    pub port: u16,
+    /// `http://127.0.0.1:<port>`.
+    pub endpoint: String,
+    /// The JVM's stdout and stderr.
+    pub log: PathBuf,
+    /// Where the tables are kept (`-dbPath`); `None`: in memory.
+    pub data: Option<PathBuf>,
+}
+
+impl Server {
+    /// The state file of the server started from the install directory `dir`.
+    pub fn state_path(dir: &Path) -> PathBuf {
+        dir.join("server.json")
+    }
+
+    /// The server whose state is in `dir`, if its process still runs.
+    pub fn running(dir: &Path) -> Option<Server> {
+        let text = fs::read_to_string(Server::state_path(dir)).ok()?;
+        let server: Server = serde_json::from_str(&text).ok()?;
+        process_alive(server.pid).then_some(server)
+    }
+
+    /// Start one from the install directory `dir` (installing DynamoDB
+    /// Local on first use) on `port`, keeping the tables in `data` (`None`:
+    /// in memory), and wait until it answers. One already running from
+    /// `dir` is returned as it is (`Ok((server, false))`).
+    pub async fn start(
+        dir: &Path,
+        port: u16,
+        data: Option<&Path>,
+    ) -> Result<(Server, bool), LocalError> {
+        if let Some(server) = Server::running(dir) {
+            return Ok((server, false));
+        }
+        fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
+        let dir =
+            &fs::canonicalize(dir).map_err(io_err(format!("cannot resolve {}", dir.display())))?;
+        let owned = dir.to_owned();
+        let installation = tokio::task::spawn_blocking(move || ensure_installed(&owned))
+            .await
+            .map_err(|e| LocalError::Io {
+                context: "installing DynamoDB Local".into(),
+                source: io::Error::other(e.to_string()),
+            })??;
+        let log_path = dir.join(format!("server-{port}.log"));
+        let log = File::create(&log_path).map_err(io_err(format!(
+            "cannot create log file {}",
+            log_path.display()
+        )))?;
+        let log_err = log
+            .try_clone()
+            .map_err(io_err("cannot share the log file"))?;
+        let mut library_path = OsString::from("-Djava.library.path=");
+        library_path.push(&installation.lib_dir);
+        let mut cmd = Command::new(&installation.java);
+        cmd.arg(library_path)
+            .arg("-jar")
+            .arg(&installation.jar)
+            .args(["-sharedDb", "-disableTelemetry", "-port"])
+            .arg(port.to_string());
+        let data = match data {
+            Some(path) => {
+                fs::create_dir_all(path).map_err(io_err(format!(
+                    "cannot create the data directory {}",
+                    path.display()
+                )))?;
+                let absolute = fs::canonicalize(path)
+                    .map_err(io_err(format!("cannot resolve {}", path.display())))?;
+                cmd.arg("-dbPath").arg(&absolute);
+                Some(absolute)
+            }
+            None => {
+                cmd.arg("-inMemory");
+                None
+            }
+        };
+        let child = cmd
+            .current_dir(installation.jar_dir())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log_err))
+            // Its own process group: a Ctrl-C of the shell that ran
+            // `local start` does not reach it.
+            .process_group(0)
+            .spawn()
+            .map_err(io_err(format!(
+                "cannot run {}",
+                installation.java.display()
+            )))?;
+        let server = Server {
+            pid: child.id(),
+            port,
+            endpoint: format!("http://127.0.0.1:{port}"),
+            log: log_path.clone(),
+            data,
+        };
+        let failed = |reason: String| LocalError::StartFailed {
+            reason,
+            log_tail: read_log_tail(&log_path),
+            log_path: log_path.clone(),
+        };
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if !process_alive(server.pid) {
+                let log = read_log_tail(&log_path);
+                return Err(failed(if log_shows_port_in_use(&log) {
+                    format!("port {port} is already in use (choose another with --port)")
+                } else {
+                    "the JVM exited before accepting connections".to_owned()
+                }));
+            }
+            let answered = tokio::task::spawn_blocking(move || http_probe(port))
+                .await
+                .is_ok_and(|r| r.is_ok());
+            if answered {
+                break;
+            }
+            if Instant::now() >= deadline {
+                send_signal("KILL", &format!("-{}", server.pid));
+                return Err(failed(format!(
+                    "it did not answer HTTP on port {port} within {} s",
+                    READY_TIMEOUT.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let text = serde_json::to_string_pretty(&server).expect("a server serializes");
+        fs::write(Server::state_path(dir), text).map_err(io_err(format!(
+            "cannot write {}",
+            Server::state_path(dir).display()
+        )))?;
+        Ok((server, true))
+    }
+
+    /// Stop the server whose state is in `dir` (its process group, then
+    /// the state file); `None` when none runs.
+    pub fn stop(dir: &Path) -> Option<Server> {
+        let server = Server::running(dir);
+        if let Some(server) = &server {
+            send_signal("TERM", &format!("-{}", server.pid));
+            let deadline = Instant::now() + STOP_TIMEOUT;
+            while process_alive(server.pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if process_alive(server.pid) {
+                send_signal("KILL", &format!("-{}", server.pid));
+            }
+        }
+        let _ = fs::remove_file(Server::state_path(dir));
+        server
+    }
+}
+
 /// The process-wide shared instance, started on first use.
 ///
 /// Every caller in the process gets the same instance (same port, same in-memory

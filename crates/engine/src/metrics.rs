@@ -207,7 +207,8 @@ pub fn store_metrics(s: &MetricsSnapshot) -> Vec<Metric> {
 pub fn batch_metrics(report: &BatchReport, lags_ms: &[f64]) -> Vec<Metric> {
     let mut m = vec![
         Metric::count("RecordsHandled", report.handled as u64),
-        Metric::count("RecordsSkipped", report.skipped as u64),
+        // Another writer's items are skipped too (counted apart in the log).
+        Metric::count("RecordsSkipped", (report.skipped + report.foreign) as u64),
         Metric::count("RecordsFailed", (report.rejected + report.malformed) as u64),
         Metric::count(crate::park::RECORDS_PARKED, report.parked as u64),
         Metric::count(

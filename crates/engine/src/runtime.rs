@@ -96,11 +96,17 @@ impl RecordProcessor for AllHandlers {
     ) -> Result<engine::RecordOutcome, engine::ProcessError> {
         let mut handled = Vec::new();
         let mut skipped = Vec::new();
+        let mut foreign = None;
         for handler in &self.0 {
             match handler.process(change).await? {
                 engine::RecordOutcome::Handled { detail } => handled.push(detail),
                 engine::RecordOutcome::Skipped { reason } => skipped.push(reason),
+                // The item is not the app's, whichever handler saw it.
+                engine::RecordOutcome::Foreign { reason } => foreign = foreign.or(Some(reason)),
             }
+        }
+        if let (true, Some(reason)) = (handled.is_empty(), foreign) {
+            return Ok(engine::RecordOutcome::Foreign { reason });
         }
         Ok(if handled.is_empty() {
             engine::RecordOutcome::skipped(if skipped.is_empty() {
@@ -483,13 +489,58 @@ enum RawEvent<'a> {
     Bytes(&'a [u8]),
 }
 
-/// The Lambda deadline (milliseconds since the epoch) as an [`Instant`].
-pub fn deadline_from_epoch_ms(deadline_ms: u64) -> Instant {
+/// The longest a Lambda invocation can run: no real deadline is further
+/// away than this when the invocation starts.
+pub const LONGEST_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// The variable that gives a function's configured timeout in seconds
+/// where the runtime's deadline cannot be trusted (the AWS runtime
+/// interface emulator and SAM local set it; on Lambda it is unset and the
+/// deadline is real).
+pub const FUNCTION_TIMEOUT: &str = "AWS_LAMBDA_FUNCTION_TIMEOUT";
+
+/// The time left before the runtime's deadline (`Lambda-Runtime-Deadline-Ms`,
+/// milliseconds since the epoch), read at `now_ms`; `None` when it cannot
+/// be a deadline: already past when the invocation starts, or further away
+/// than [`LONGEST_TIMEOUT`]. cargo-lambda's emulator (1.9) sends its
+/// invoke timeout, `600000`, rather than an epoch time: read as one, the
+/// deadline was 56 years ago and every record looked out of time.
+pub fn time_left(deadline_ms: u64, now_ms: u64) -> Option<Duration> {
+    let left = Duration::from_millis(deadline_ms.checked_sub(now_ms)?);
+    (!left.is_zero() && left <= LONGEST_TIMEOUT + Duration::from_secs(1)).then_some(left)
+}
+
+/// The deadline of an invocation that starts now: the runtime's
+/// (`deadline_ms`, see [`time_left`]) when it is plausible; otherwise the
+/// function's configured timeout from now ([`FUNCTION_TIMEOUT`], else
+/// `timeout`), and a warning, once per process, that says so.
+pub fn invocation_deadline(deadline_ms: u64, timeout: Duration) -> Instant {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    Instant::now() + Duration::from_millis(deadline_ms.saturating_sub(now_ms))
+    if let Some(left) = time_left(deadline_ms, now_ms) {
+        return Instant::now() + left;
+    }
+    let configured =
+        configured_timeout(std::env::var(FUNCTION_TIMEOUT).ok().as_deref()).unwrap_or(timeout);
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| {
+        tracing::warn!(
+            deadline_ms,
+            now_ms,
+            timeout_s = configured.as_secs(),
+            "the runtime's deadline is not a deadline (past, or more than 900 s away: a local emulator's); using the function's timeout from the start of each invocation"
+        );
+    });
+    Instant::now() + configured
+}
+
+/// [`FUNCTION_TIMEOUT`]'s value: whole seconds, 1 to 900.
+fn configured_timeout(value: Option<&str>) -> Option<Duration> {
+    let secs: u64 = value?.trim().parse().ok()?;
+    let timeout = Duration::from_secs(secs);
+    (secs > 0 && timeout <= LONGEST_TIMEOUT).then_some(timeout)
 }
 
 /// The local event-source loop (`dev`) and the test kit's drain invoke the
@@ -503,5 +554,56 @@ impl<J: JobName> EventFunction for Worker<J> {
     async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError> {
         let report = self.handle_schedule(event, None).await?;
         Ok(serde_json::to_value(report)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: u64 = 1_790_000_000_000;
+
+    #[test]
+    fn a_real_deadline_keeps_its_meaning() {
+        assert_eq!(
+            time_left(NOW + 119_500, NOW),
+            Some(Duration::from_millis(119_500))
+        );
+        assert_eq!(time_left(NOW + 900_000, NOW), Some(LONGEST_TIMEOUT));
+    }
+
+    #[test]
+    fn a_past_or_implausible_deadline_is_none() {
+        // cargo-lambda's emulator sends its invoke timeout, not an epoch time.
+        assert_eq!(time_left(600_000, NOW), None);
+        assert_eq!(time_left(NOW, NOW), None);
+        assert_eq!(time_left(NOW - 1, NOW), None);
+        assert_eq!(time_left(NOW + 3_600_000, NOW), None);
+    }
+
+    #[test]
+    fn the_configured_timeout_is_whole_seconds_up_to_900() {
+        assert_eq!(
+            configured_timeout(Some("120")),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(configured_timeout(Some(" 900 ")), Some(LONGEST_TIMEOUT));
+        assert_eq!(configured_timeout(Some("0")), None);
+        assert_eq!(configured_timeout(Some("901")), None);
+        assert_eq!(configured_timeout(Some("2m")), None);
+        assert_eq!(configured_timeout(None), None);
+    }
+
+    #[test]
+    fn an_implausible_deadline_becomes_the_timeout_from_now() {
+        let before = Instant::now();
+        let deadline = invocation_deadline(600_000, Duration::from_secs(120));
+        let left = deadline - before;
+        // The variable may be set in the test's environment; either way the
+        // deadline is a timeout from now, never the past.
+        assert!(
+            left >= Duration::from_secs(1) && left <= LONGEST_TIMEOUT,
+            "{left:?}"
+        );
     }
 }

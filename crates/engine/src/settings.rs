@@ -12,7 +12,9 @@ use crate::park::ParkingSettings;
 use crate::schedule::JobName;
 
 pub const TABLE_NAME: &str = "TABLE_NAME";
-pub const ENDPOINT: &str = "DYNAMODB_ENDPOINT_URL";
+/// The project's alias of `AWS_ENDPOINT_URL_DYNAMODB`
+/// ([`crate::aws::endpoint_from_env`] reads both, and `AWS_ENDPOINT_URL`).
+pub const ENDPOINT: &str = crate::aws::DYNAMODB_ENDPOINT_ALIAS;
 pub const DEADLINE_MARGIN_MS: &str = "DEADLINE_MARGIN_MS";
 pub const STREAM_CONCURRENCY: &str = "STREAM_CONCURRENCY";
 pub const WORKER_JOB: &str = "WORKER_JOB";
@@ -43,10 +45,34 @@ macro_rules! common_env {
         &[
             $($first,)+
             $crate::job::EnvVar::<$job> {
+                name: $crate::aws::DYNAMODB_ENDPOINT_URL,
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: None,
+                meaning: "another DynamoDB endpoint (DynamoDB Local); the SDK's variable",
+            },
+            $crate::job::EnvVar::<$job> {
                 name: $crate::settings::ENDPOINT,
                 read_by: &[$crate::job::ReadBy::LocalOnly],
                 default: None,
-                meaning: "another DynamoDB endpoint (DynamoDB Local)",
+                meaning: "alias of AWS_ENDPOINT_URL_DYNAMODB",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::aws::ENDPOINT_URL,
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: None,
+                meaning: "every service's endpoint where its own AWS_ENDPOINT_URL_<SERVICE> is unset; the SDK's variable",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::clock::NOW_VAR,
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: None,
+                meaning: "a fixed clock (RFC 3339) for a local run against a table on this machine",
+            },
+            $crate::job::EnvVar::<$job> {
+                name: $crate::aws::IGNORE_ENDPOINT_URLS,
+                read_by: &[$crate::job::ReadBy::LocalOnly],
+                default: Some("false"),
+                meaning: "true: ignore every AWS_ENDPOINT_URL* variable; the SDK's variable",
             },
             $crate::job::EnvVar::<$job> {
                 name: $crate::settings::DEADLINE_MARGIN_MS,
@@ -124,7 +150,7 @@ impl<J: JobName> CommonSettings<J> {
     /// one its worker's own store is opened on.
     pub fn from_env_on(env: &Env, table_name: String) -> Result<Self, ConfigError> {
         let mut s = CommonSettings::for_table(table_name);
-        s.endpoint_url = env.non_empty(ENDPOINT);
+        s.endpoint_url = crate::aws::endpoint_from_env("DynamoDB", |n| env.non_empty(n));
         if let Some(ms) = env.number(DEADLINE_MARGIN_MS)? {
             s.deadline_margin = Duration::from_millis(ms);
         }
@@ -176,7 +202,7 @@ mod tests {
 
     #[test]
     fn the_common_variables() {
-        assert_eq!(ENV.len(), 9);
+        assert_eq!(ENV.len(), 13);
         assert!(ENV[0].is_read_by(None) && ENV[0].is_read_by(Some(Job::Sweep)));
         assert!(ENV[1].local_only());
         // The parking table is the stream function's; logs are set by

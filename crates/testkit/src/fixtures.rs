@@ -98,7 +98,7 @@ pub async fn replay_every_fixture_twice<A: CliApp>(dir: &Path, at_least: usize) 
         let first = replay::<A>(&target, &args_for(dir, f, &table, true))
             .await
             .unwrap_or_else(|e| panic!("{}: {e}", f.name));
-        for file in first.files.iter().filter(|file| file.failed()) {
+        for file in first.files.iter().filter(|file| file.lambda_failed()) {
             problems.push(format!(
                 "{}: {} failed: {:?}",
                 f.name, file.file, file.error
@@ -189,6 +189,36 @@ pub fn write_ticks(dir: &Path, app: &str, job: &str, now: &str) {
             "detail": {},
         }),
     );
+}
+
+/// What a fixture's golden holds: a one-table app's table as snapshot text;
+/// an app of several tables, every table as one JSON object, each table's
+/// items (sorted, one a line) under its name, the names in order.
+pub async fn tables_text(target: &Target) -> String {
+    let text_of = async |store: &worker_engine::store::DynamoStore| {
+        let (pk, sk) = store.key_attributes();
+        let keys = (pk.to_owned(), sk.to_owned());
+        let items = scan_table(store, (&keys.0, &keys.1), None)
+            .await
+            .expect("scan");
+        snapshot_text(&items, (&keys.0, &keys.1))
+    };
+    if target.others.is_empty() {
+        return text_of(target.store.as_ref()).await;
+    }
+    let mut stores: Vec<(String, &worker_engine::store::DynamoStore)> =
+        vec![(target.table.clone(), target.store.as_ref())];
+    for o in &target.others {
+        stores.push((o.name.clone(), o.store.as_ref()));
+    }
+    stores.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut parts = Vec::new();
+    for (name, store) in stores {
+        parts.push(format!("{name:?}: {}", text_of(store).await.trim_end()));
+    }
+    let text = format!("{{\n{}\n}}\n", parts.join(",\n"));
+    serde_json::from_str::<Value>(&text).expect("the tables are JSON");
+    text
 }
 
 /// `events/<app>` of the workspace, from a package's folder two levels

@@ -119,14 +119,25 @@ impl RuntimeApi {
     /// Hand the function one invocation and wait for its outcome. The
     /// deadline header is `timeout` from now.
     pub async fn invoke(&self, payload: Vec<u8>, timeout: Duration) -> Outcome {
-        let id = format!(
-            "00000000-0000-4000-8000-{:012x}",
-            self.next_id.fetch_add(1, Ordering::Relaxed)
-        );
         let deadline_ms = (SystemTime::now() + timeout)
             .duration_since(UNIX_EPOCH)
             .expect("after 1970")
             .as_millis();
+        self.invoke_with_deadline_header(payload, deadline_ms).await
+    }
+
+    /// [`RuntimeApi::invoke`] with `deadline_ms` as the deadline header,
+    /// whatever it means: a local emulator's placeholder (cargo-lambda
+    /// sends `600000`) or a deadline already past.
+    pub async fn invoke_with_deadline_header(
+        &self,
+        payload: Vec<u8>,
+        deadline_ms: u128,
+    ) -> Outcome {
+        let id = format!(
+            "00000000-0000-4000-8000-{:012x}",
+            self.next_id.fetch_add(1, Ordering::Relaxed)
+        );
         let (tx, rx) = oneshot::channel();
         self.state
             .pending

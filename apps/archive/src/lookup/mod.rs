@@ -143,6 +143,15 @@ impl RecordProcessor for DateLookup {
                     "archived file with a malformed key: {e}"
                 )));
             }
+            // Not the archive table's design: another partition, or keys of
+            // another table's types (the table enforces its own).
+            Err(
+                e @ (crate::keys::KeyError::Foreign { .. }
+                | crate::keys::KeyError::WrongType { .. }
+                | crate::keys::KeyError::Missing(_)),
+            ) => {
+                return Ok(RecordOutcome::foreign(e.to_string()));
+            }
             Err(_) => return Ok(RecordOutcome::skipped("not an archived file")),
         };
         if change.kind == ChangeKind::Modify {

@@ -794,7 +794,7 @@ impl RecordProcessor for RequestSync {
             Ok(RequestsItem::Checkpoint(_)) => return Ok(RecordOutcome::skipped("checkpoint")),
             Ok(RequestsItem::Joined(_)) => return Ok(RecordOutcome::skipped("join mark")),
             Err(e @ keys::KeyError::Foreign { .. }) => {
-                return Ok(RecordOutcome::skipped(e.to_string()));
+                return Ok(RecordOutcome::foreign(e.to_string()));
             }
             Err(e) => {
                 return Err(ProcessError::Permanent {

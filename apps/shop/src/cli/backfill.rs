@@ -70,7 +70,7 @@ pub async fn run(args: BackfillArgs) -> Result<ExitCode, CliError> {
         pb.set_message(format!("read, {} written", f.written));
     };
     let report = backfill.tick(&run, &progress).await.map_err(|e| match e {
-        HandlerError::Store(e) => CliError::Store(e),
+        HandlerError::Store(e) => e.into(),
         other => CliError::Usage(other.to_string()),
     })?;
     pb.finish_and_clear();

@@ -124,6 +124,11 @@ pub struct DeriveKeys {
 #[async_trait]
 impl RecordProcessor for DeriveKeys {
     async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        if let Err(e) = crate::keys::ItemKey::from_item(&change.keys)
+            && e.is_foreign()
+        {
+            return Ok(RecordOutcome::foreign(e.to_string()));
+        }
         if change.kind.is_removal() {
             return Ok(RecordOutcome::skipped("removed"));
         }

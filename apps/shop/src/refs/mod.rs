@@ -127,6 +127,7 @@ impl RecordProcessor for DeletedReferences {
         }
         let key = match ItemKey::from_item(&change.keys) {
             Ok(k @ (ItemKey::Brand(_) | ItemKey::Category(_))) => k,
+            Err(e) if e.is_foreign() => return Ok(RecordOutcome::foreign(e.to_string())),
             _ => return Ok(RecordOutcome::skipped("not a brand or category")),
         };
         if self.store.get(&key.key(), true).await?.is_some() {

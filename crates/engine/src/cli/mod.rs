@@ -21,6 +21,7 @@ pub mod completions;
 pub mod deployment;
 pub mod dev;
 pub mod events;
+pub mod local;
 pub mod output;
 pub mod redrive;
 pub mod replay;
@@ -41,8 +42,36 @@ use crate::schedule::JobName;
 use crate::schema::TableSchema;
 use crate::store::{Store, StoreError};
 
-/// Exit status when a command ran but a record or a job failed.
+/// Exit status when a command ran but a record was not handled (failed,
+/// rejected, malformed, not the app's, given up on) or a job failed.
 pub const EXIT_FAILURES: u8 = 3;
+
+/// Exit status when every job run succeeded but one stopped at its
+/// deadline with work left: run the command again to resume (as the next
+/// tick would), until it exits 0.
+pub const EXIT_INCOMPLETE: u8 = 4;
+
+/// What every app's `--help` says of its exit status.
+pub const EXIT_STATUS_HELP: &str = "\
+Exit status:
+  0  success: every record handled, every job complete
+  1  error: bad input, no table, nothing answers at the endpoint
+  2  bad usage
+  3  the command ran but a record was not handled (failed, rejected, malformed,
+     not the app's, given up on) or a job failed
+  4  a job stopped at its deadline with work left: run the command again to resume";
+
+/// The exit status of a command that ran: [`EXIT_FAILURES`] over
+/// [`EXIT_INCOMPLETE`] over success.
+pub fn exit_status(failed: bool, incomplete: bool) -> std::process::ExitCode {
+    if failed {
+        std::process::ExitCode::from(EXIT_FAILURES)
+    } else if incomplete {
+        std::process::ExitCode::from(EXIT_INCOMPLETE)
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
 
 /// What the command line needs to know of an app.
 pub trait CliApp: Send + Sync + 'static {
@@ -128,6 +157,8 @@ pub enum Command {
     Redrive(redrive::RedriveArgs),
     /// List the jobs' resume checkpoints, or reset one.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// Start or stop a DynamoDB Local that stays up between commands.
+    Local(local::LocalArgs),
     /// Print a shell completion script.
     Completions(completions::CompletionsArgs),
 }
@@ -143,6 +174,7 @@ impl Command {
             Command::Dev(args) => dev::run::<A>(args).await,
             Command::Redrive(args) => redrive::run::<A>(args).await,
             Command::Checkpoints(args) => checkpoints::run::<A>(args).await,
+            Command::Local(args) => local::run::<A>(args).await,
             Command::Completions(args) => completions::run::<A>(args).await,
         }
     }
@@ -175,6 +207,11 @@ pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
             .fold(cmd, |cmd, name| cmd.mut_subcommand(name, with_table::<A>))
     }
     let cmd = with_table::<A>(cmd);
+    let help = match cmd.get_after_long_help() {
+        Some(before) => format!("{before}\n\n{EXIT_STATUS_HELP}"),
+        None => EXIT_STATUS_HELP.to_owned(),
+    };
+    let cmd = cmd.after_long_help(help);
     let cmd = if cmd.find_subcommand("run").is_some() {
         cmd.mut_subcommand("run", |c| {
             c.mut_arg("job", |a| a.value_parser(job_names::<A>()))
@@ -225,16 +262,54 @@ pub enum CliError {
     /// A command that writes was pointed at a table that is not on this
     /// machine without `--allow-remote-writes`.
     #[error(
-        "refusing to write to {endpoint} with `{command}`: it is not on this machine. Check --endpoint-url and --table (DYNAMODB_ENDPOINT_URL, TABLE_NAME); to write there, add --allow-remote-writes"
+        "refusing to write to {endpoint} with `{command}`: it is not on this machine. Check --endpoint-url and --table (AWS_ENDPOINT_URL_DYNAMODB, DYNAMODB_ENDPOINT_URL, AWS_ENDPOINT_URL, TABLE_NAME); to write there, add --allow-remote-writes"
     )]
     RemoteWrites { command: String, endpoint: String },
+    /// Nothing answers at the endpoint.
+    #[error(
+        "nothing answers at {endpoint} ({reason}): start a DynamoDB Local (`{app} local start` prints its endpoint) or point --endpoint-url (AWS_ENDPOINT_URL_DYNAMODB) at one that runs"
+    )]
+    Unreachable {
+        app: String,
+        endpoint: String,
+        reason: &'static str,
+    },
     #[error("{0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error("cannot start DynamoDB Local: {0}")]
     Local(#[from] LocalError),
     /// Options that do not fit together, or a value the parser let through.
     #[error("{0}")]
     Usage(String),
+}
+
+/// A store error, or [`CliError::Unreachable`] when nothing answered at the
+/// endpoint (its address read from the connector's message).
+impl From<StoreError> for CliError {
+    fn from(e: StoreError) -> Self {
+        if let StoreError::Transient { code, message, .. } = &e
+            && code == "transport"
+            && let Some(reason) = target::unreachable(message)
+        {
+            let app = std::env::args_os()
+                .next()
+                .and_then(|a| {
+                    std::path::Path::new(&a)
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| "<app>".to_owned());
+            return CliError::Unreachable {
+                app,
+                endpoint: target::connect_address(message).map_or_else(
+                    || "the DynamoDB endpoint".to_owned(),
+                    |a| format!("http://{a}"),
+                ),
+                reason,
+            };
+        }
+        CliError::Store(e)
+    }
 }
 
 impl CliError {
@@ -265,11 +340,20 @@ pub fn init_logging(verbose: u8) {
 }
 
 /// Run a command's future on a multi-threaded runtime and turn its result
-/// into the process's exit status (an error is printed as one line).
+/// into the process's exit status (an error is printed as one line). A
+/// closed stdout (`| head`) ends the command quietly, as it ends `cat`: the
+/// default action of SIGPIPE is restored (Rust ignores it, and the next
+/// `println!` would panic); an embedded DynamoDB Local stops with the
+/// process (its watchdog's lifeline closes).
 pub fn main_with<F>(command: F) -> std::process::ExitCode
 where
     F: std::future::Future<Output = Result<std::process::ExitCode, CliError>>,
 {
+    #[cfg(unix)]
+    // SAFETY: called before any thread is started; SIG_DFL is a valid action.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -143,6 +143,9 @@ fn verdict(status: &RecordStatus) -> Verdict {
         RecordStatus::Skipped { reason } => Verdict::Handled {
             detail: format!("skipped: {reason}"),
         },
+        RecordStatus::Foreign { reason } => Verdict::FailedAgain {
+            reason: format!("not this app's: {reason}"),
+        },
         RecordStatus::Rejected { reason } | RecordStatus::Malformed { reason } => {
             Verdict::FailedAgain {
                 reason: reason.clone(),

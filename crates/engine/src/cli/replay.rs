@@ -24,7 +24,7 @@ use super::output::{diff_block, made_json, made_line, planned_json, planned_line
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
-use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
+use super::{CliApp, CliError, parse_now};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::replay::apply::{self, NotApplied};
 use crate::replay::diff::{TableDiff, diff_tables};
@@ -124,10 +124,27 @@ pub struct FileReport<J: JobName> {
 impl<J: JobName> FileReport<J> {
     /// Whether something failed: the invocation, a record (Lambda would
     /// retry it), or the whole batch.
+    /// Whether Lambda would see a failure: the invocation failed, or it
+    /// would be asked to deliver records again (`batchItemFailures`, the
+    /// whole batch). A rejected or malformed record, parked and skipped, is
+    /// not one.
+    pub fn lambda_failed(&self) -> bool {
+        self.error.is_some()
+            || self
+                .batch
+                .as_ref()
+                .is_some_and(|b| !b.batch_item_failures.is_empty() || b.retry_whole_batch)
+    }
+
+    /// Whether a record was not handled: failed, rejected, malformed, not
+    /// the app's or not attempted (exit status 3), or the file could not
+    /// be run.
     pub fn failed(&self) -> bool {
         self.error.is_some()
             || self.batch.as_ref().is_some_and(|b| {
-                !b.batch_item_failures.is_empty() || b.retry_whole_batch || b.failed > 0
+                !b.batch_item_failures.is_empty()
+                    || b.retry_whole_batch
+                    || b.failed + b.rejected + b.malformed + b.foreign + b.not_attempted > 0
             })
     }
 
@@ -256,6 +273,13 @@ pub struct ReplayReport<J: JobName> {
 impl<J: JobName> ReplayReport<J> {
     pub fn failed(&self) -> bool {
         self.files.iter().any(FileReport::failed)
+    }
+
+    /// Whether a job stopped at its deadline with work left.
+    pub fn incomplete(&self) -> bool {
+        self.files
+            .iter()
+            .any(|f| f.job.as_ref().is_some_and(|j| !j.complete))
     }
 }
 
@@ -608,9 +632,5 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
             println!("snapshot written: {file} ({n} items)");
         }
     }
-    Ok(if report.failed() {
-        ExitCode::from(EXIT_FAILURES)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(super::exit_status(report.failed(), report.incomplete()))
 }

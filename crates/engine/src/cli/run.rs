@@ -16,7 +16,7 @@ use super::replay::{check_config, load_snapshot, recording_worker};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
-use super::{CliApp, CliError, EXIT_FAILURES, parse_now};
+use super::{CliApp, CliError, parse_now};
 use crate::replay::diff::diff_tables;
 use crate::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
 use crate::schedule::JobName;
@@ -252,9 +252,6 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             println!("snapshot written: {file} ({n} items)");
         }
     }
-    Ok(if failed {
-        ExitCode::from(EXIT_FAILURES)
-    } else {
-        ExitCode::SUCCESS
-    })
+    let incomplete = result.as_ref().is_ok_and(|r| !r.complete);
+    Ok(super::exit_status(failed, incomplete))
 }

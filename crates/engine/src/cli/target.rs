@@ -52,14 +52,22 @@ pub struct AwsOpts {
     pub profile: Option<String>,
 }
 
+/// The DynamoDB endpoint the environment names, as the SDK reads it
+/// ([`crate::aws::endpoint_from_env`]): `--endpoint-url`'s default.
+fn endpoint_from_env() -> Option<&'static str> {
+    crate::aws::endpoint_from_process_env("DynamoDB").map(|url| &*Box::leak(url.into_boxed_str()))
+}
+
 /// Where the table is; by default an embedded DynamoDB Local.
 #[derive(Debug, Clone, Default, Args)]
 pub struct TableOpts {
     /// DynamoDB endpoint: a DynamoDB Local (http://127.0.0.1:8000) or AWS
     /// (https://dynamodb.eu-west-1.amazonaws.com, credentials and region from
-    /// the environment, --profile or --region). Default: start an in-memory
-    /// DynamoDB Local for this command and create the table in it.
-    #[arg(long, env = "DYNAMODB_ENDPOINT_URL", value_name = "URL")]
+    /// the environment, --profile or --region). Default: the SDK's
+    /// AWS_ENDPOINT_URL_DYNAMODB, DYNAMODB_ENDPOINT_URL, AWS_ENDPOINT_URL (in
+    /// that order), else start an in-memory DynamoDB Local for this command
+    /// and create the table in it.
+    #[arg(long, value_name = "URL", default_value = endpoint_from_env())]
     pub endpoint_url: Option<String>,
     /// The table (the app gives the default).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
@@ -74,8 +82,10 @@ pub struct TableOpts {
 pub struct EndpointOpts {
     /// DynamoDB endpoint: a DynamoDB Local (http://127.0.0.1:8000) or AWS
     /// (https://dynamodb.eu-west-1.amazonaws.com, credentials and region from
-    /// the environment, --profile or --region).
-    #[arg(long, env = "DYNAMODB_ENDPOINT_URL", value_name = "URL")]
+    /// the environment, --profile or --region). Default: the SDK's
+    /// AWS_ENDPOINT_URL_DYNAMODB, DYNAMODB_ENDPOINT_URL, AWS_ENDPOINT_URL (in
+    /// that order).
+    #[arg(long, value_name = "URL", default_value = endpoint_from_env())]
     pub endpoint_url: String,
     /// The table (the app gives the default).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
@@ -112,41 +122,11 @@ pub struct Target {
     embedded: Option<DynamoDbLocal>,
 }
 
-/// The host of an endpoint URL (`[::1]` as `::1`), without scheme, port
-/// or path.
-pub fn endpoint_host(endpoint: &str) -> &str {
-    let rest = endpoint
-        .split_once("://")
-        .map_or(endpoint, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    if let Some(v6) = authority.strip_prefix('[') {
-        return v6.split(']').next().unwrap_or("");
-    }
-    authority.split(':').next().unwrap_or("")
-}
-
-/// Whether the endpoint is on this machine: `localhost`, a loopback
-/// address (127.0.0.0/8, ::1) or the unspecified address (which connects
-/// to this machine). Decided from the URL alone, without a request.
-pub fn is_loopback(endpoint: &str) -> bool {
-    let host = endpoint_host(endpoint).to_ascii_lowercase();
-    host == "localhost"
-        || host.ends_with(".localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback() || ip.is_unspecified())
-}
+pub use crate::aws::{endpoint_host, is_aws, is_loopback};
 
 /// Whether the endpoint is on this machine (no AWS credentials needed).
 pub fn is_local(endpoint: &str) -> bool {
     is_loopback(endpoint)
-}
-
-/// Whether the endpoint is AWS's own (its account can be asked).
-pub fn is_aws(endpoint: &str) -> bool {
-    let host = endpoint_host(endpoint).to_ascii_lowercase();
-    host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn")
 }
 
 /// The shared guard of every command that writes: `Ok` when the endpoint
@@ -363,6 +343,22 @@ impl Target {
                 endpoint: self.endpoint.clone(),
                 table: self.table.clone(),
             },
+            StoreError::Transient {
+                operation,
+                code,
+                message,
+            } if code == "transport" => match unreachable(&message) {
+                Some(reason) => CliError::Unreachable {
+                    app: self.app.app.to_owned(),
+                    endpoint: self.endpoint.clone(),
+                    reason,
+                },
+                None => CliError::Store(StoreError::Transient {
+                    operation,
+                    code,
+                    message,
+                }),
+            },
             other => CliError::Store(other),
         }
     }
@@ -391,6 +387,32 @@ fn streams_endpoint(endpoint: &str) -> String {
         endpoint.replacen(host, &format!("streams.{host}"), 1)
     } else {
         endpoint.to_owned()
+    }
+}
+
+/// The address a connector failed to reach (`127.0.0.1:8000` in the
+/// SDK's `ConnectError("tcp connect error", 127.0.0.1:8000, ...)`).
+pub fn connect_address(message: &str) -> Option<&str> {
+    let (_, rest) = message.split_once("ConnectError(\"")?;
+    let (_, rest) = rest.split_once("\", ")?;
+    let address = rest.split([',', ')']).next()?.trim();
+    (!address.is_empty()).then_some(address)
+}
+
+/// Why nothing answers, from a transport failure's message (the SDK's
+/// connector error): `None` when something answered.
+pub fn unreachable(message: &str) -> Option<&'static str> {
+    let m = message.to_ascii_lowercase();
+    if m.contains("connection refused") {
+        Some("connection refused")
+    } else if m.contains("dns error") || m.contains("failed to lookup address") {
+        Some("the host name does not resolve")
+    } else if m.contains("connect") && (m.contains("timed out") || m.contains("timeout")) {
+        Some("the connection timed out")
+    } else if m.contains("tcp connect error") || m.contains("network is unreachable") {
+        Some("cannot connect")
+    } else {
+        None
     }
 }
 
@@ -442,6 +464,22 @@ mod tests {
             streams_endpoint("https://dynamodb.eu-west-1.amazonaws.com"),
             "https://streams.dynamodb.eu-west-1.amazonaws.com"
         );
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_told_from_a_failing_one() {
+        let refused = "dispatch failure: io error: client error (Connect): tcp connect error: Connection refused (os error 111)";
+        assert_eq!(unreachable(refused), Some("connection refused"));
+        assert_eq!(
+            unreachable(
+                "dispatch failure: other: client error (Connect): dns error: failed to lookup address information"
+            ),
+            Some("the host name does not resolve")
+        );
+        assert_eq!(unreachable("service error: InternalServerError"), None);
+        let full = r#"dispatch failure: io error: client error (Connect): tcp connect error: Connection refused (os error 111) (DispatchFailure(DispatchFailure { source: ConnectorError { kind: Io, source: hyper_util::client::legacy::Error(Connect, ConnectError("tcp connect error", 127.0.0.1:8000, Os { code: 111 })) } }))"#;
+        assert_eq!(connect_address(full), Some("127.0.0.1:8000"));
+        assert_eq!(connect_address("timeout"), None);
     }
 
     #[test]

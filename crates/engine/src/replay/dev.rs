@@ -434,6 +434,8 @@ pub struct BatchLog {
     pub last_sequence: Option<String>,
     pub handled: usize,
     pub skipped: usize,
+    /// Skipped as not the app's.
+    pub foreign: usize,
     pub rejected: usize,
     pub malformed: usize,
     #[serde(flatten)]
@@ -452,8 +454,8 @@ impl BatchLog {
         };
         let result = match &self.invocation {
             Invocation::Succeeded => format!(
-                "ok ({} handled, {} skipped, {} rejected, {} malformed)",
-                self.handled, self.skipped, self.rejected, self.malformed
+                "ok ({} handled, {} skipped, {} not the app's, {} rejected, {} malformed)",
+                self.handled, self.skipped, self.foreign, self.rejected, self.malformed
             ),
             Invocation::PartialFailure { failed_sequence } => format!(
                 "batchItemFailures [{failed_sequence}] ({} handled before it)",
@@ -763,6 +765,7 @@ async fn run_lane(
             last_sequence: seq(batch.last()),
             handled: report.as_ref().map_or(0, |r| r.handled),
             skipped: report.as_ref().map_or(0, |r| r.skipped),
+            foreign: report.as_ref().map_or(0, |r| r.foreign),
             rejected: report.as_ref().map_or(0, |r| r.rejected),
             malformed: report.as_ref().map_or(0, |r| r.malformed),
             invocation,

@@ -19,7 +19,8 @@ pub struct RecordLine {
     pub key: Option<String>,
     pub sequence_number: Option<String>,
     pub event_id: Option<String>,
-    /// `handled`, `skipped`, `rejected` (failed permanently, skipped),
+    /// `handled`, `skipped`, `foreign` (not the app's, skipped), `rejected`
+    /// (failed permanently, skipped),
     /// `malformed`, `failed` or `not-attempted`.
     pub outcome: &'static str,
     pub detail: String,
@@ -58,6 +59,7 @@ pub fn record_lines(
             let (outcome, detail) = match &r.status {
                 RecordStatus::Handled { detail } => ("handled", detail.clone()),
                 RecordStatus::Skipped { reason } => ("skipped", reason.clone()),
+                RecordStatus::Foreign { reason } => ("foreign", reason.clone()),
                 RecordStatus::Rejected { reason } => ("rejected", reason.clone()),
                 RecordStatus::Malformed { reason } => ("malformed", reason.clone()),
                 RecordStatus::Failed { reason } => ("failed", reason.clone()),

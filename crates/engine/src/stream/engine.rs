@@ -52,8 +52,18 @@ pub trait RecordProcessor: Send + Sync {
 /// values (they are logged).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordOutcome {
-    Handled { detail: String },
-    Skipped { reason: String },
+    Handled {
+        detail: String,
+    },
+    Skipped {
+        reason: String,
+    },
+    /// Not an item of the app (another writer's item in a shared table, or
+    /// a record of another app's table): skipped like [`Self::Skipped`],
+    /// counted apart, so a local run fed the wrong events says so.
+    Foreign {
+        reason: String,
+    },
 }
 
 impl RecordOutcome {
@@ -65,6 +75,12 @@ impl RecordOutcome {
 
     pub fn skipped(reason: impl Into<String>) -> Self {
         RecordOutcome::Skipped {
+            reason: reason.into(),
+        }
+    }
+
+    pub fn foreign(reason: impl Into<String>) -> Self {
+        RecordOutcome::Foreign {
             reason: reason.into(),
         }
     }
@@ -203,6 +219,10 @@ pub enum RecordStatus {
     Skipped {
         reason: String,
     },
+    /// Skipped as not an item of the app ([`RecordOutcome::Foreign`]).
+    Foreign {
+        reason: String,
+    },
     /// Failed permanently (e.g. an item that does not decode): logged,
     /// counted and skipped; retrying would not help.
     Rejected {
@@ -253,6 +273,8 @@ pub struct BatchReport {
     pub batch_item_failures: Vec<String>,
     pub handled: usize,
     pub skipped: usize,
+    /// Skipped as not the app's ([`RecordStatus::Foreign`]).
+    pub foreign: usize,
     pub rejected: usize,
     pub malformed: usize,
     pub failed: usize,
@@ -396,6 +418,7 @@ fn outcome_label(status: &RecordStatus) -> &'static str {
     match status {
         RecordStatus::Handled { .. } => "handled",
         RecordStatus::Skipped { .. } => "skipped",
+        RecordStatus::Foreign { .. } => "foreign",
         RecordStatus::Rejected { .. } => "rejected",
         RecordStatus::Malformed { .. } => "malformed",
         RecordStatus::Failed { .. } => "failed",
@@ -494,6 +517,7 @@ async fn run_records(
         records = report.records.len(),
         handled = report.handled,
         skipped = report.skipped,
+        foreign = report.foreign,
         rejected = report.rejected,
         malformed = report.malformed,
         failed = report.failed,
@@ -542,6 +566,7 @@ fn sum_up(finished: Vec<(usize, Identity, Done)>, failed_at: usize) -> BatchRepo
         match &status {
             RecordStatus::Handled { .. } => report.handled += 1,
             RecordStatus::Skipped { .. } => report.skipped += 1,
+            RecordStatus::Foreign { .. } => report.foreign += 1,
             RecordStatus::Rejected { .. } => report.rejected += 1,
             RecordStatus::Malformed { .. } => report.malformed += 1,
             RecordStatus::Failed { .. } => report.failed += 1,
@@ -594,6 +619,7 @@ async fn run_record(
     let status = match processor.process(&change).await {
         Ok(RecordOutcome::Handled { detail }) => RecordStatus::Handled { detail },
         Ok(RecordOutcome::Skipped { reason }) => RecordStatus::Skipped { reason },
+        Ok(RecordOutcome::Foreign { reason }) => RecordStatus::Foreign { reason },
         Err(ProcessError::Permanent { reason }) => RecordStatus::Rejected { reason },
         Err(ProcessError::Transient { reason }) => RecordStatus::Failed { reason },
     };
@@ -610,6 +636,12 @@ async fn run_record(
             key = id.keys.as_deref(),
             reason,
             "stream record skipped"
+        ),
+        RecordStatus::Foreign { reason } => tracing::info!(
+            event_id = id.event_id.as_deref(),
+            key = id.keys.as_deref(),
+            reason,
+            "stream record not the app's, skipped"
         ),
         RecordStatus::Rejected { reason } => id.warn("failed permanently, skipped", reason),
         RecordStatus::Failed { reason } => {
@@ -717,6 +749,7 @@ mod tests {
             .map(|r| match r.status {
                 RecordStatus::Handled { .. } => "handled",
                 RecordStatus::Skipped { .. } => "skipped",
+                RecordStatus::Foreign { .. } => "foreign",
                 RecordStatus::Rejected { .. } => "rejected",
                 RecordStatus::Malformed { .. } => "malformed",
                 RecordStatus::Failed { .. } => "failed",
