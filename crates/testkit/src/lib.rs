@@ -21,6 +21,7 @@
 //! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
 //!   process.
 
+pub mod cargo_lambda;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;

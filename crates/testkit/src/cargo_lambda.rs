@@ -1,0 +1,267 @@
+//! An app's Lambda functions the way a Rust Lambda developer runs them:
+//! `cargo lambda watch` at the repository root serves every function of
+//! the workspace, and `cargo lambda invoke <function> --data-file
+//! <fixture>` hands one an event. [`invoke_fixtures`] does that for
+//! fixtures of an app's manifest and checks the answer and the table
+//! against the fixture's golden.
+//!
+//! cargo-lambda is the one `scripts/package` installs (PyPI, into
+//! `.cache/infra-venv`); `scripts/test` installs it before the tests run.
+//! The functions reach the table through the SDK's own variable
+//! (`AWS_ENDPOINT_URL_DYNAMODB`) and run on the fixture's clock
+//! (`WORKER_NOW`).
+
+use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use worker_engine::cli::CliApp;
+use worker_engine::cli::target::{AppTable, Target};
+use worker_engine::replay::apply;
+use worker_engine::replay::snapshot::{load_items, read_snapshot};
+use worker_engine::stream::decode::decode_event;
+
+/// The workspace root (this crate is `crates/testkit`).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `cargo-lambda`: on `PATH`, else in the venv `scripts/package` and
+/// `scripts/test` install it into.
+pub fn cargo_lambda() -> PathBuf {
+    let venv = std::env::var_os("NISHIKI_INFRA_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root().join(".cache/infra-venv"));
+    let in_venv = venv.join("bin/cargo-lambda");
+    if in_venv.exists() {
+        return in_venv;
+    }
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("cargo-lambda"))
+            .find(|p| p.exists())
+    });
+    on_path.unwrap_or_else(|| {
+        panic!(
+            "cargo-lambda is not installed: run scripts/test (it installs it into .cache/infra-venv), or `pip install cargo-lambda`"
+        )
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `cargo lambda watch` on a port of its own, stopped on drop.
+pub struct Watch {
+    child: Child,
+    port: u16,
+}
+
+impl Watch {
+    /// Start it at the workspace root with `env` for every function.
+    pub fn start(env: &[(String, String)]) -> Watch {
+        let port = free_port();
+        let mut cmd = Command::new(cargo_lambda());
+        cmd.arg("lambda")
+            .args(["watch", "--ignore-changes", "--quiet"])
+            .args(["--invoke-address", "127.0.0.1"])
+            .args(["--invoke-port", &port.to_string()])
+            .current_dir(root())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0);
+        for (k, v) in env {
+            cmd.args(["--env-var", &format!("{k}={v}")]);
+        }
+        let child = cmd.spawn().expect("start cargo lambda watch");
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "cargo lambda watch did not listen on {port} within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Watch { child, port }
+    }
+
+    /// `cargo lambda invoke <function> --data-file <file>`: its output.
+    pub fn invoke(&self, function: &str, file: &Path) -> Output {
+        Command::new(cargo_lambda())
+            .arg("lambda")
+            .args(["invoke", function, "--output-format", "json"])
+            .args(["--invoke-address", "127.0.0.1"])
+            .args(["--invoke-port", &self.port.to_string()])
+            .arg("--data-file")
+            .arg(file)
+            .current_dir(root())
+            .output()
+            .expect("run cargo lambda invoke")
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // The whole group: cargo-lambda, `cargo run` and the functions.
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &format!("-{}", self.child.id())])
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Which function serves an event file: the stream function for a
+/// DynamoDB Streams event (`Records`), the schedule function otherwise.
+pub struct Functions<'a> {
+    pub stream: &'a str,
+    pub schedule: &'a str,
+}
+
+/// One entry of a manifest as this check reads it (the apps' manifests
+/// differ in what they may leave out: no snapshot, `applyWrites` implied).
+struct Entry {
+    events: Vec<String>,
+    snapshot: Option<String>,
+    now: String,
+    apply_writes: bool,
+    golden: String,
+}
+
+fn entry(dir: &Path, name: &str) -> Entry {
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let manifest: Value = serde_json::from_str(&text).expect("the manifest is JSON");
+    let f = manifest["fixtures"]
+        .as_array()
+        .and_then(|fs| fs.iter().find(|f| f["name"] == name))
+        .unwrap_or_else(|| panic!("no fixture {name} in {}", path.display()));
+    let text = |k: &str| f[k].as_str().map(str::to_owned);
+    Entry {
+        events: f["events"]
+            .as_array()
+            .expect("events")
+            .iter()
+            .map(|e| e.as_str().expect("a file").to_owned())
+            .collect(),
+        snapshot: text("snapshot"),
+        now: text("now").expect("now"),
+        apply_writes: f["applyWrites"].as_bool().unwrap_or(true),
+        golden: text("golden").expect("golden"),
+    }
+}
+
+/// For each named fixture of `dir/manifest.json`: fresh tables on a
+/// DynamoDB Local of their own holding the fixture's snapshot, and
+/// `cargo lambda watch` with the app's variables (`table_var` names the
+/// target table, the other tables their own variables). Then each of the
+/// fixture's event files in order: the service's own writes of a stream
+/// event (with `applyWrites`), and `cargo lambda invoke` of the function
+/// that serves it. Every answer must report no failure and a complete job,
+/// and the table must end equal to the fixture's golden.
+pub async fn invoke_fixtures<A: CliApp>(
+    dir: &Path,
+    table_var: &str,
+    functions: Functions<'_>,
+    names: &[&str],
+) {
+    let app = AppTable::of::<A>();
+    let keys = app.keys();
+    let mut problems = Vec::new();
+    for name in names {
+        let f = entry(dir, name);
+        let (_local, table) = crate::TestTable::on_own_local(A::DEFAULT_TABLE, &A::schema()).await;
+        let target = Target::connect(&table.endpoint, &table.name, &app).await;
+        for o in &target.others {
+            o.store
+                .create_table(&o.table.schema)
+                .await
+                .expect("create table");
+        }
+        if let Some(snapshot) = &f.snapshot {
+            let items = read_snapshot(&dir.join(snapshot), keys).expect("the snapshot");
+            load_items(target.store.clone(), items, 4, None)
+                .await
+                .expect("load the snapshot");
+        }
+        let mut env = vec![
+            (table_var.to_owned(), table.name.clone()),
+            (
+                "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
+                table.endpoint.clone(),
+            ),
+            ("WORKER_NOW".to_owned(), f.now.clone()),
+        ];
+        env.extend(
+            target
+                .others
+                .iter()
+                .map(|o| (o.table.var.to_owned(), o.name.clone())),
+        );
+        let watch = Watch::start(&env);
+        for file in &f.events {
+            let path = dir.join(file);
+            let event: Value =
+                serde_json::from_slice(&std::fs::read(&path).expect("the event")).expect("JSON");
+            let stream = event.get("Records").is_some();
+            if stream && f.apply_writes {
+                let decoded = decode_event(&event).expect("a stream event");
+                let plan = apply::plan(&decoded);
+                worker_engine::cli::tables::apply_by_table(
+                    target.store.as_ref(),
+                    &target.others,
+                    &decoded,
+                    &plan,
+                )
+                .await
+                .expect("the service's writes");
+            }
+            let function = if stream {
+                functions.stream
+            } else {
+                functions.schedule
+            };
+            let out = watch.invoke(function, &path);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let what = format!("{name}: {file} via {function}");
+            if !out.status.success() {
+                problems.push(format!(
+                    "{what}: cargo lambda invoke failed ({}): {stdout}{}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                ));
+                continue;
+            }
+            match serde_json::from_str::<Value>(stdout.trim()) {
+                Err(e) => problems.push(format!("{what}: the answer is not JSON ({e}): {stdout}")),
+                Ok(answer) if stream => {
+                    if answer["batchItemFailures"] != Value::Array(Vec::new()) {
+                        problems.push(format!("{what}: records failed: {answer}"));
+                    }
+                }
+                Ok(answer) => {
+                    if answer["complete"] != Value::Bool(true) {
+                        problems.push(format!("{what}: the job did not complete: {answer}"));
+                    }
+                }
+            }
+        }
+        drop(watch);
+        let after = crate::fixtures::tables_text(&target).await;
+        let golden = std::fs::read_to_string(dir.join(&f.golden)).expect("the golden");
+        if after != golden {
+            problems.push(format!(
+                "{name}: the table differs from {}:\n{after}",
+                f.golden
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
