@@ -267,6 +267,9 @@ pub struct StreamMapping {
     /// `DestinationConfig.OnFailure.Destination`, as evaluated
     /// (`getatt:<Queue>.Arn`).
     pub on_failure: Option<String>,
+    /// `StartingPosition`: `TRIM_HORIZON` or `LATEST` (the two a DynamoDB
+    /// stream's mapping takes; any other value is refused when the template
+    /// is read).
     pub starting_position: Option<String>,
     /// The function's `Timeout` in seconds.
     pub timeout_secs: Option<u64>,
@@ -421,6 +424,15 @@ fn stream_mapping(
             })
             .collect::<Result<_, String>>()?,
     };
+    let starting_position = props["StartingPosition"].as_str().map(str::to_owned);
+    if let Some(p) = starting_position
+        .as_deref()
+        .filter(|p| !matches!(*p, "TRIM_HORIZON" | "LATEST"))
+    {
+        return Err(format!(
+            "the StartingPosition of {function} is {p:?}: a DynamoDB stream's is TRIM_HORIZON or LATEST"
+        ));
+    }
     let unbounded = |v: &Value| as_i64(v).filter(|n| *n >= 0).map(|n| n as u64);
     Ok(StreamMapping {
         function: function.to_owned(),
@@ -435,7 +447,7 @@ fn stream_mapping(
         on_failure: props["DestinationConfig"]["OnFailure"]["Destination"]
             .as_str()
             .map(str::to_owned),
-        starting_position: props["StartingPosition"].as_str().map(str::to_owned),
+        starting_position,
         timeout_secs,
     })
 }
@@ -573,6 +585,7 @@ Resources:
           Type: DynamoDB
           Properties:
             Stream: !GetAtt Table.StreamArn
+            StartingPosition: TRIM_HORIZON
             BatchSize: 500
             MaximumBatchingWindowInSeconds: 2
             BisectBatchOnFunctionError: true
@@ -609,6 +622,11 @@ Resources:
         assert_eq!(s.parallelization_factor, 4, "the parameter's default");
         assert_eq!(s.on_failure.as_deref(), Some("getatt:Queue.Arn"));
         assert_eq!(s.timeout_secs, Some(120));
+        assert_eq!(s.starting_position.as_deref(), Some("TRIM_HORIZON"));
+        let at_timestamp = T.replace("TRIM_HORIZON", "AT_TIMESTAMP");
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&at_timestamp).unwrap();
+        let e = Deployment::from_template(&to_json(&yaml), "t.yaml").unwrap_err();
+        assert!(e.problem.contains("TRIM_HORIZON or LATEST"), "{e}");
         assert_eq!(d.job_timeout("sweep"), Some(30), "the Globals timeout");
         let tick = d.schedule_of("sweep").unwrap();
         assert_eq!(tick.expression, "rate(15 minutes)");
