@@ -855,8 +855,13 @@ async fn dev_state_file_resumes_without_reprocessing() {
     let first = dev();
     assert!(handled(&first) > 0, "{first}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    let id = first["sources"][0]["id"].as_str().unwrap();
+    assert_eq!(
+        id, "StreamFunction.TableStream",
+        "the template's event source"
+    );
     assert!(
-        !saved["sources"][&t.name]["shards"]
+        !saved["sources"][id]["shards"]
             .as_object()
             .unwrap()
             .is_empty(),
@@ -971,7 +976,7 @@ async fn dev_restarted_with_its_state_file_skips_nothing() {
     let first = dev();
     assert_eq!(records_read(&first), 0, "{first}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
-    let source = &saved["sources"][&t.name];
+    let source = &saved["sources"][first["sources"][0]["id"].as_str().unwrap()];
     assert_eq!(source["startingPosition"], "LATEST", "{saved}");
     assert!(source["startedAt"].is_string(), "{saved}");
 

@@ -1,5 +1,7 @@
-//! `<app> dev`: a local event-source loop. Polls the table's
-//! stream like Lambda's event source mapping (batch size, batching window,
+//! `<app> dev`: a local event-source loop. Polls the stream of every
+//! DynamoDB event source of the app's template ([`event_sources`]), each
+//! on its own table like Lambda's event source mapping with its own
+//! settings (batch size, batching window,
 //! in order per shard (per partition key with a parallelization factor),
 //! retry from the first failed sequence number, bounded
 //! retries, optional bisect, maximum record age, `FilterCriteria`, the
@@ -36,7 +38,7 @@ use crate::schedule::JobName;
 use crate::stream::decode::SequenceNumber;
 use crate::stream::engine::BatchReport;
 use crate::stream_reader::{StartAt, StreamTail};
-use crate::template::Deployment;
+use crate::template::{Deployment, StreamMapping};
 
 /// Where an event source starts reading a stream it has no saved position
 /// for (the `StartingPosition` of a DynamoDB stream's mapping).
@@ -76,44 +78,48 @@ pub struct DevArgs {
     /// trim-horizon, skipped at latest.
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
-    /// Most records per invocation (Lambda BatchSize). Default: the
-    /// template's, else 1000.
+    /// Most records per invocation (Lambda BatchSize). Default: each event
+    /// source's in the template, else 1000; given, for every event source.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: Option<u32>,
     /// Seconds to gather records before invoking with less than a full
-    /// batch (Lambda MaximumBatchingWindowInSeconds). Default: the
-    /// template's, else 0.
+    /// batch (Lambda MaximumBatchingWindowInSeconds). Default: each event
+    /// source's in the template, else 0; given, for every event source.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(0..=300))]
     pub batching_window: Option<u32>,
     /// Failed retries of a record before its batch is given up on (Lambda
-    /// MaximumRetryAttempts). Default: the template's, else 5.
+    /// MaximumRetryAttempts). Default: each event source's in the template,
+    /// else 5; given, for every event source.
     #[arg(long)]
     pub max_retries: Option<u32>,
     /// Split a batch in two when the function fails (Lambda
-    /// BisectBatchOnFunctionError): --bisect, --bisect=false. Default: the
-    /// template's, else off.
+    /// BisectBatchOnFunctionError): --bisect, --bisect=false. Default: each
+    /// event source's in the template, else off; given, for every event
+    /// source.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub bisect: Option<bool>,
     /// Give up on records older than this when they are read (Lambda
-    /// MaximumRecordAgeInSeconds). Default: the template's, else never.
+    /// MaximumRecordAgeInSeconds). Default: each event source's in the
+    /// template, else never; given, for every event source.
     #[arg(long, value_name = "SECS")]
     pub max_record_age: Option<u64>,
     /// Batches of one shard in flight at once (Lambda
     /// ParallelizationFactor, 1-10): a shard's records are split by a hash
-    /// of their partition key, order kept per key only. Default: the
-    /// template's, else 1.
+    /// of their partition key, order kept per key only. Default: each event
+    /// source's in the template, else 1; given, for every event source.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
     pub parallelization_factor: Option<u32>,
     /// Where records given up on are reported, one JSON line each (what the
-    /// mapping's on-failure destination would receive). Default:
-    /// dev-failures.jsonl when the template has a failure destination.
+    /// mapping's on-failure destination would receive, naming the stream).
+    /// Default: dev-failures.jsonl for an event source with a failure
+    /// destination in the template; given, for every event source.
     #[arg(long, value_name = "FILE")]
     pub failure_file: Option<PathBuf>,
     /// Where to start reading the stream: trim-horizon (every record still
-    /// in it) or latest (only records written from now on). Default: the
-    /// template's StartingPosition of the event source, else latest. With
-    /// --state-file, only where the file has no position: a restart
-    /// resumes after it.
+    /// in it) or latest (only records written from now on). Default: each
+    /// event source's StartingPosition in the template, else latest; given,
+    /// for every event source. With --state-file, only where the file has
+    /// no position: a restart resumes after it.
     #[arg(long, value_enum)]
     pub starting_position: Option<StartingPosition>,
     /// A job's schedule, JOB=EXPR (repeatable): 5-field cron in UTC
@@ -122,17 +128,18 @@ pub struct DevArgs {
     /// zone (disabled: never), else the job's local schedule.
     #[arg(long = "cron", value_name = "JOB=EXPR")]
     pub cron: Vec<String>,
-    /// Milliseconds between polls of the stream.
+    /// Milliseconds between polls of the streams.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     pub poll_interval: u64,
-    /// Stop once the stream is quiet (nothing new, nothing pending) instead
-    /// of running until Ctrl-C; schedule ticks do not fire.
+    /// Stop once every stream is quiet (nothing new, nothing pending)
+    /// instead of running until Ctrl-C; schedule ticks do not fire.
     #[arg(long)]
     pub until_idle: bool,
-    /// Keep where reading started and the last record done per shard in
-    /// this file: a restart resumes after it, reading every record written
-    /// while the loop was stopped (shards without a position, created
-    /// since or empty then, from their start), none twice.
+    /// Keep where reading started and the last record done per shard of
+    /// every event source in this file: a restart resumes after it, reading
+    /// every record written while the loop was stopped (shards without a
+    /// position, created since or empty then, from their start), none
+    /// twice.
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// Print one JSON document on stdout when the loop stops (the lines go
@@ -151,23 +158,24 @@ pub struct DevArgs {
     pub deploy: DeployOpts,
 }
 
-/// The mapping `dev` runs: flags over the template over the defaults.
+/// The mapping of one event source as `dev` runs it: flags over the
+/// template's event source over the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DevMapping {
     pub config: MappingConfig,
     pub max_record_age: Option<Duration>,
     pub filters: Vec<Value>,
     pub failure_file: Option<PathBuf>,
-    /// The stream function's timeout.
+    /// The timeout of the function the event source invokes.
     pub timeout: Option<Duration>,
     /// Where reading starts without a saved position.
     pub starting_position: StartingPosition,
 }
 
 impl DevMapping {
-    /// Resolve the settings of `args` with the template's.
-    pub fn resolve(args: &DevArgs, deployment: Option<&Deployment>) -> DevMapping {
-        let t = deployment.and_then(|d| d.stream.as_ref());
+    /// Resolve the settings of `args` with those of the template's event
+    /// source `t`.
+    pub fn resolve(args: &DevArgs, t: Option<&StreamMapping>) -> DevMapping {
         DevMapping {
             config: MappingConfig {
                 batch_size: args.batch_size.or(t.map(|t| t.batch_size)).unwrap_or(1000) as usize,
@@ -332,8 +340,9 @@ pub fn schedules_from<A: CliApp>(
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DevState {
-    /// Per event source, by its id (the name of the table whose stream it
-    /// reads).
+    /// Per event source, by its id: `<Function>.<Event>` of the template
+    /// (`StreamFunction.TableStream`), or without one the name of the
+    /// table whose stream it reads.
     pub sources: BTreeMap<String, SourceState>,
     /// A file of the one-stream form (`{"streamArn": ..., "shards":
     /// {...}}`): it resumes whichever source reads that stream.
@@ -408,13 +417,25 @@ impl DevState {
             .map_err(|e| CliError::input(path.display(), format!("cannot write: {e}")))
     }
 
-    /// What the file holds for the source `id` reading `stream_arn`.
+    /// What the file holds for the source `id` reading `stream_arn`: its
+    /// own entry, else the one entry of that stream (kept under another id:
+    /// the table's name without a template, the event source's with one,
+    /// or the one-stream form).
     pub fn saved(&self, id: &str, stream_arn: &str) -> Saved<'_> {
-        match (self.sources.get(id), &self.single) {
-            (Some(s), _) if s.stream_arn == stream_arn => Saved::Position(s),
-            (Some(s), _) => Saved::OtherStream(&s.stream_arn),
-            (None, Some(s)) if s.stream_arn == stream_arn => Saved::Position(s),
-            (None, _) => Saved::Nothing,
+        match self.sources.get(id) {
+            Some(s) if s.stream_arn == stream_arn => Saved::Position(s),
+            Some(s) => Saved::OtherStream(&s.stream_arn),
+            None => {
+                let mut same = self
+                    .sources
+                    .values()
+                    .chain(&self.single)
+                    .filter(|s| s.stream_arn == stream_arn);
+                match (same.next(), same.next()) {
+                    (Some(s), None) => Saved::Position(s),
+                    _ => Saved::Nothing,
+                }
+            }
         }
     }
 }
@@ -584,7 +605,8 @@ impl DevSource {
 /// The `--state-file`: every source's position, written when it moves.
 struct StateFile {
     path: Option<PathBuf>,
-    /// The sources the file holds that this run does not follow (kept).
+    /// The sources the file holds: those on streams this run does not
+    /// follow are written back as they are.
     kept: BTreeMap<String, SourceState>,
     written: Option<DevState>,
 }
@@ -604,8 +626,13 @@ impl StateFile {
         let Some(path) = &self.path else {
             return Ok(());
         };
+        // Entries of the streams followed now are replaced by the sources'.
+        let kept = self
+            .kept
+            .iter()
+            .filter(|(_, k)| !sources.iter().any(|s| s.arn == k.stream_arn));
         let mut next = DevState {
-            sources: self.kept.clone(),
+            sources: kept.map(|(id, k)| (id.clone(), k.clone())).collect(),
             single: None,
         };
         next.sources
@@ -683,11 +710,65 @@ fn discarded(logs: &[BatchLog], arn: &str) -> Vec<Value> {
         .collect()
 }
 
+/// An event source `dev` follows, before it is opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourcePlan {
+    /// Its id (see [`DevState::sources`]).
+    pub id: String,
+    /// The table whose stream it reads: `None` the target table, else the
+    /// index of one of the app's other tables.
+    pub other: Option<usize>,
+    pub mapping: DevMapping,
+}
+
+/// The event sources `dev` follows: every DynamoDB event source of the
+/// template, each with its own settings (flags over them) on the table
+/// its function's variables name (`others`: each other table's variable
+/// and name; a source naming none of them reads the target table), the
+/// target table's first, then the others' in the app's order. Without a
+/// template, or one without a DynamoDB event source: every table's stream
+/// with the defaults (flags over them).
+pub fn event_sources(
+    args: &DevArgs,
+    deployment: Option<&Deployment>,
+    target: &str,
+    others: &[(&str, String)],
+) -> Vec<SourcePlan> {
+    let template = deployment.map_or(&[][..], |d| &d.streams[..]);
+    if template.is_empty() {
+        let mapping = DevMapping::resolve(args, None);
+        return std::iter::once((target.to_owned(), None))
+            .chain(
+                others
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, name))| (name.clone(), Some(i))),
+            )
+            .map(|(id, other)| SourcePlan {
+                id,
+                other,
+                mapping: mapping.clone(),
+            })
+            .collect();
+    }
+    let mut plans: Vec<SourcePlan> = template
+        .iter()
+        .map(|t| SourcePlan {
+            id: format!("{}.{}", t.function, t.event),
+            other: others
+                .iter()
+                .position(|(var, _)| t.table_variables.iter().any(|v| v == var)),
+            mapping: DevMapping::resolve(args, Some(t)),
+        })
+        .collect();
+    plans.sort_by_key(|p| p.other.map_or(0, |i| i + 1));
+    plans
+}
+
 /// `<app> dev`.
 pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     let deployment = args.deploy.deployment::<A>()?;
     let plan = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
-    let mapping = DevMapping::resolve(&args, deployment.as_ref());
     let app = AppTable::of::<A>();
     check_config::<A>(&args.table.table, &args.env)?;
     refuse_remote_writes(args.table.endpoint_url.as_deref(), args.remote, "dev")?;
@@ -714,39 +795,39 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         say(format!("loaded {n} items from {}", p.display()));
     }
     let (worker, _) = worker::<A>(&target, None, false, &args.env)?;
-    let mut sources = vec![
-        DevSource::open(
-            target.streams_client().await,
-            (target.table.clone(), target.table.clone(), arn),
-            mapping.clone(),
-            app.schema.key.partition_key,
-            saved.as_ref(),
-        )
-        .await?,
-    ];
-    // One event source per other table's stream, as deployed. They take the
-    // main mapping's batching, retries and record age; the template's
-    // filters are the main stream's.
-    for o in &target.others {
-        let other_arn = o
-            .store
-            .stream_arn()
-            .await?
-            .ok_or_else(|| CliError::NoStream {
-                app: A::NAME,
-                endpoint: target.endpoint.clone(),
-                table: o.name.clone(),
-            })?;
-        let other = DevMapping {
-            filters: Vec::new(),
-            ..mapping.clone()
+    let tables: Vec<(&str, String)> = target
+        .others
+        .iter()
+        .map(|o| (o.table.var, o.name.clone()))
+        .collect();
+    let mut sources = Vec::new();
+    for plan in event_sources(&args, deployment.as_ref(), &target.table, &tables) {
+        let (table, arn, partition_key) = match plan.other {
+            None => (
+                target.table.clone(),
+                arn.clone(),
+                app.schema.key.partition_key,
+            ),
+            Some(i) => {
+                let o = &target.others[i];
+                let other_arn = o
+                    .store
+                    .stream_arn()
+                    .await?
+                    .ok_or_else(|| CliError::NoStream {
+                        app: A::NAME,
+                        endpoint: target.endpoint.clone(),
+                        table: o.name.clone(),
+                    })?;
+                (o.name.clone(), other_arn, o.table.schema.key.partition_key)
+            }
         };
         sources.push(
             DevSource::open(
                 target.streams_client().await,
-                (o.name.clone(), o.name.clone(), other_arn),
-                other,
-                o.table.schema.key.partition_key,
+                (plan.id, table, arn),
+                plan.mapping,
+                partition_key,
                 saved.as_ref(),
             )
             .await?,
@@ -757,15 +838,20 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     say(format!("worker loop on {}", target.describe()));
     say(format!(
         "  {}",
-        deployment
-            .as_ref()
-            .map_or("no template: the defaults".to_owned(), |d| format!(
-                "settings from {}",
+        match &deployment {
+            None => "no template: the defaults".to_owned(),
+            Some(d) if d.streams.is_empty() => format!(
+                "settings from {} (no DynamoDB event source in it: every table's stream with the defaults)",
                 d.file
-            ))
+            ),
+            Some(d) => format!("settings from {}", d.file),
+        }
     ));
     for s in &sources {
-        say(format!("  stream {} (table {})", s.arn, s.table));
+        say(format!(
+            "  stream {} (table {}, event source {})",
+            s.arn, s.table, s.id
+        ));
         say(format!("    {}", s.mapping.line()));
         if let Some(f) = &s.mapping.failure_file {
             say(format!(
@@ -952,8 +1038,9 @@ Resources:
             starting_position: p,
             ..DevArgs::default()
         };
-        let at =
-            |args: &DevArgs, d: Option<&Deployment>| DevMapping::resolve(args, d).starting_position;
+        let at = |args: &DevArgs, d: Option<&Deployment>| {
+            DevMapping::resolve(args, d.and_then(|d| d.streams.first())).starting_position
+        };
         let horizon = deployment(Some("TRIM_HORIZON"));
         assert_eq!(
             at(&flag(None), Some(&horizon)),
@@ -974,6 +1061,103 @@ Resources:
             at(&flag(Some(StartingPosition::TrimHorizon)), None),
             StartingPosition::TrimHorizon
         );
+    }
+
+    /// Every event source of the template, each with its own settings on
+    /// the table its function's variables name (the target's first); flags
+    /// set every source's.
+    #[test]
+    fn every_event_source_of_the_template_is_followed_with_its_own_settings() {
+        let yaml = r#"
+Resources:
+  F:
+    Type: AWS::Serverless::Function
+    Properties:
+      Timeout: 90
+      Environment:
+        Variables:
+          ORDERS_TABLE: !Ref Orders
+          PEOPLE_TABLE: !Ref People
+          VISITS_TABLE: !Ref Visits
+      Events:
+        PeopleStream:
+          Type: DynamoDB
+          Properties: {Stream: !GetAtt People.StreamArn, StartingPosition: LATEST, BatchSize: 10}
+        OrdersStream:
+          Type: DynamoDB
+          Properties:
+            Stream: !GetAtt Orders.StreamArn
+            StartingPosition: TRIM_HORIZON
+            BatchSize: 20
+            MaximumRetryAttempts: 3
+            FilterCriteria: {Filters: [{Pattern: '{"eventName": ["REMOVE"]}'}]}
+            DestinationConfig: {OnFailure: {Type: SQS, Destination: !GetAtt Q.Arn}}
+        VisitsStream:
+          Type: DynamoDB
+          Properties: {Stream: !GetAtt Visits.StreamArn, StartingPosition: TRIM_HORIZON, BatchSize: 30}
+"#;
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        let d = Deployment::from_template(&crate::template::to_json(&yaml), "t.yaml").unwrap();
+        let others = [
+            ("PEOPLE_TABLE", "people".to_owned()),
+            ("PLACES_TABLE", "places".to_owned()),
+            ("ORDERS_TABLE", "orders".to_owned()),
+        ];
+        let plans = event_sources(&DevArgs::default(), Some(&d), "visits", &others);
+        let seen: Vec<(&str, Option<usize>, usize, StartingPosition)> = plans
+            .iter()
+            .map(|p| {
+                (
+                    p.id.as_str(),
+                    p.other,
+                    p.mapping.config.batch_size,
+                    p.mapping.starting_position,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("F.VisitsStream", None, 30, StartingPosition::TrimHorizon),
+                ("F.PeopleStream", Some(0), 10, StartingPosition::Latest),
+                ("F.OrdersStream", Some(2), 20, StartingPosition::TrimHorizon),
+            ]
+        );
+        let orders = &plans[2].mapping;
+        assert_eq!(orders.config.max_retries, 3);
+        assert_eq!(orders.filters.len(), 1);
+        assert_eq!(
+            orders.failure_file,
+            Some(PathBuf::from("dev-failures.jsonl"))
+        );
+        let people = &plans[1].mapping;
+        assert!(people.filters.is_empty() && people.failure_file.is_none());
+        assert!(
+            plans
+                .iter()
+                .all(|p| p.mapping.timeout == Some(Duration::from_secs(90)))
+        );
+
+        // A flag sets every source's.
+        let args = DevArgs {
+            batch_size: Some(5),
+            starting_position: Some(StartingPosition::Latest),
+            ..DevArgs::default()
+        };
+        let plans = event_sources(&args, Some(&d), "visits", &others);
+        assert!(plans.iter().all(|p| p.mapping.config.batch_size == 5
+            && p.mapping.starting_position == StartingPosition::Latest));
+        assert_eq!(
+            plans[2].mapping.filters.len(),
+            1,
+            "the filters stay each source's"
+        );
+
+        // No template: every table, the defaults.
+        let plans = event_sources(&DevArgs::default(), None, "visits", &others);
+        let ids: Vec<&str> = plans.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["visits", "people", "places", "orders"]);
+        assert!(plans.iter().all(|p| p.mapping.config.batch_size == 1000));
     }
 
     #[test]
@@ -1004,6 +1188,14 @@ Resources:
         assert_eq!(read.saved("A", "arn:a"), Saved::Position(&empty));
         assert_eq!(read.saved("A", "arn:new"), Saved::OtherStream("arn:a"));
         assert_eq!(read.saved("B", "arn:b"), Saved::Nothing);
+        assert_eq!(
+            read.saved("F.Stream", "arn:a"),
+            Saved::Position(&empty),
+            "the one entry of the stream, under another id"
+        );
+        let mut two = read.clone();
+        two.sources.insert("C".into(), empty.clone());
+        assert_eq!(two.saved("F.Stream", "arn:a"), Saved::Nothing, "which one?");
 
         std::fs::write(
             &path,
