@@ -2,8 +2,8 @@
 //! through the engine's command functions on a DynamoDB Local of its own:
 //! `table create` makes the six tables, `dev --until-idle` follows all six
 //! streams, and a dry run refuses the acceptance's transaction instead of
-//! writing. The binary itself: `dev --template infra/chat.yaml` follows
-//! the template's six event sources, each with its own settings.
+//! writing. The binary itself: `dev` follows the six event sources of
+//! `infra/chat.yaml` (its default template), each with its own settings.
 
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Output};
@@ -315,6 +315,17 @@ async fn dev_follows_every_event_source_of_the_template() {
     }
     assert!(!v["batches"].as_array().unwrap().is_empty(), "{v}");
     assert_acceptance_followed(&client, &pending, &chat).await;
+
+    // From the workspace's root, infra/chat.yaml is the default.
+    let o = chat_worker(
+        &workspace(),
+        &["dev", "--endpoint-url", &endpoint, "--until-idle", "--json"],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["template"], "infra/chat.yaml", "{v}");
+    assert_eq!(v["sources"].as_array().unwrap().len(), 6, "{v}");
+    assert_eq!(v["mapping"]["batchSize"], 100, "{v}");
 
     let edited = template_with(
         &dir,

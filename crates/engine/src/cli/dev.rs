@@ -839,7 +839,15 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     say(format!(
         "  {}",
         match &deployment {
-            None => "no template: the defaults".to_owned(),
+            None => match A::template_path() {
+                Some(path) => format!(
+                    "no template ({path} is not in {}; --template FILE): the defaults",
+                    std::env::current_dir()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_else(|_| "this directory".to_owned())
+                ),
+                None => "no template: the defaults".to_owned(),
+            },
             Some(d) if d.streams.is_empty() => format!(
                 "settings from {} (no DynamoDB event source in it: every table's stream with the defaults)",
                 d.file
