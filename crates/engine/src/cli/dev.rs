@@ -486,16 +486,13 @@ impl DevSource {
         let mut events = EventSourceLoop::new(source, mapping.config.clone());
         let (state, notes) = match resumed {
             Some(state) => {
+                let started = match (state.starting_position, &state.started_at) {
+                    (Some(p), Some(at)) => format!(" (reading started at {} on {at})", p.as_str()),
+                    _ => String::new(),
+                };
                 let note = format!(
-                    "resuming after {} shard position(s) of the state file (started {} {}); other shards from their start",
+                    "resuming after {} shard position(s) of the state file{started}; other shards from their start",
                     state.shards.len(),
-                    state
-                        .starting_position
-                        .map_or("at an unrecorded position", StartingPosition::as_str),
-                    state
-                        .started_at
-                        .as_deref()
-                        .unwrap_or("at an unrecorded time"),
                 );
                 (state, vec![note])
             }
@@ -856,10 +853,12 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         }
     ));
     for s in &sources {
-        say(format!(
-            "  stream {} (table {}, event source {})",
-            s.arn, s.table, s.id
-        ));
+        let source = if s.id == s.table {
+            String::new()
+        } else {
+            format!(", event source {}", s.id)
+        };
+        say(format!("  stream {} (table {}{source})", s.arn, s.table));
         say(format!("    {}", s.mapping.line()));
         if let Some(f) = &s.mapping.failure_file {
             say(format!(
