@@ -1001,7 +1001,11 @@ async fn main() {
         let d =
             worker_engine::template::Deployment::from_template(&template, "infra/template.yaml")
                 .expect("the template's stream settings");
-        vec![d.stream.map_or(1, |s| s.parallelization_factor as usize)]
+        vec![
+            d.streams
+                .first()
+                .map_or(1, |s| s.parallelization_factor as usize),
+        ]
     } else {
         o.parallelization.clone()
     };

@@ -900,7 +900,18 @@ async fn dev_state_file_resumes_without_reprocessing() {
     let first = dev();
     assert!(handled(&first) > 0, "{first}");
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
-    assert!(!saved["shards"].as_object().unwrap().is_empty(), "{saved}");
+    let id = first["sources"][0]["id"].as_str().unwrap();
+    assert_eq!(
+        id, "StreamFunction.TableStream",
+        "the template's event source"
+    );
+    assert!(
+        !saved["sources"][id]["shards"]
+            .as_object()
+            .unwrap()
+            .is_empty(),
+        "{saved}"
+    );
     let again = dev();
     assert_eq!(
         again["batches"].as_array().unwrap().len(),
@@ -924,6 +935,113 @@ async fn dev_state_file_resumes_without_reprocessing() {
         .map(|b| b["records"].as_u64().unwrap())
         .sum();
     assert_eq!(records, 1, "{third}");
+}
+
+/// Records read by a `dev --json` run, over its batches (first attempts).
+fn records_read(v: &Value) -> u64 {
+    v["batches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["attempt"] == 1)
+        .map(|b| b["records"].as_u64().unwrap())
+        .sum()
+}
+
+/// Without `--starting-position`, `dev` starts where the template's event
+/// source does: TRIM_HORIZON in infra/template.yaml (the service's writes
+/// before the start are handled), LATEST in a copy (they are skipped).
+#[tokio::test]
+async fn dev_starts_where_the_template_says() {
+    let dev = |t: &TestTable, template: &str| {
+        let o = run(&[
+            "dev",
+            "--template",
+            template,
+            "--json",
+            "--until-idle",
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (
+            serde_json::from_str::<Value>(&stdout(&o)).unwrap(),
+            stderr(&o),
+        )
+    };
+    let deployed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("infra/template.yaml")
+        .display()
+        .to_string();
+    let t = household_table().await;
+    service_deletes_the_group(&t).await;
+    let (v, _) = dev(&t, &deployed);
+    assert_eq!(v["mapping"]["startingPosition"], "TRIM_HORIZON", "{v}");
+    assert!(records_read(&v) > 0, "the writes before the start: {v}");
+
+    let latest = template_copy(
+        "template-latest.yaml",
+        &[("StartingPosition: TRIM_HORIZON", "StartingPosition: LATEST")],
+    );
+    let t2 = household_table().await;
+    service_deletes_the_group(&t2).await;
+    let (v, log) = dev(&t2, &latest);
+    assert_eq!(v["mapping"]["startingPosition"], "LATEST", "{v}");
+    assert_eq!(records_read(&v), 0, "{v}");
+    assert!(log.contains("existing records skipped"), "{log}");
+}
+
+/// `dev --state-file`, started at LATEST on a stream with no record yet
+/// and stopped: every record written while it was stopped is handled by
+/// the restart, once; a third run has nothing left.
+#[tokio::test]
+async fn dev_restarted_with_its_state_file_skips_nothing() {
+    let t = support::nishiki_table().await;
+    let state = tmp(&format!("dev-state-{}.json", t.name));
+    let _ = std::fs::remove_file(&state);
+    let dev = || {
+        let o = run(&[
+            "dev",
+            "--json",
+            "--until-idle",
+            "--starting-position",
+            "latest",
+            "--state-file",
+            &state.display().to_string(),
+            "--endpoint-url",
+            &t.endpoint,
+            "--table",
+            &t.name,
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_str::<Value>(&stdout(&o)).unwrap()
+    };
+    let first = dev();
+    assert_eq!(records_read(&first), 0, "{first}");
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&state).unwrap()).unwrap();
+    let source = &saved["sources"][first["sources"][0]["id"].as_str().unwrap()];
+    assert_eq!(source["startingPosition"], "LATEST", "{saved}");
+    assert!(source["startedAt"].is_string(), "{saved}");
+
+    // The service writes while the loop is stopped.
+    let users: Vec<Value> = (0..40)
+        .map(|i| {
+            serde_json::json!({
+                "PK": {"S": format!("9e000000-0000-4000-8000-{i:012}")},
+                "SK": {"S": "User"},
+                "UserName": {"S": format!("u{i}")},
+                "EMailAddress": {"S": format!("u{i}@example.invalid")}
+            })
+        })
+        .collect();
+    t.put_json(&users).await;
+
+    let second = dev();
+    assert_eq!(records_read(&second), 40, "every write handled: {second}");
+    let third = dev();
+    assert_eq!(records_read(&third), 0, "none twice: {third}");
 }
 
 fn has_saved_position(v: &Value) -> bool {

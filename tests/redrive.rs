@@ -5,7 +5,8 @@
 //! real sequence numbers), and the operator replays that range: the dry run
 //! writes nothing, `--apply` handles the group and parks the bad record with
 //! its shard; a redrive of the parked record keeps it with the new reason
-//! (the handlers still reject it), and exits 3.
+//! (the handlers still reject it), and exits 3. A dry run naming a parking
+//! table that does not exist says so, goes on, and creates nothing.
 
 mod support;
 
@@ -141,5 +142,102 @@ async fn an_on_failure_message_is_replayed_and_its_bad_record_parked() {
     let o = run(&[&["redrive"], &common[..]].concat());
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--parking-table"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Whether the table exists at the endpoint.
+async fn table_exists(endpoint: &str, name: &str) -> bool {
+    match local_client(endpoint)
+        .describe_table()
+        .table_name(name)
+        .send()
+        .await
+    {
+        Ok(_) => true,
+        Err(e) => {
+            let e = aws_smithy_types::error::display::DisplayErrorContext(e).to_string();
+            assert!(e.contains("ResourceNotFound"), "{e}");
+            false
+        }
+    }
+}
+
+/// A dry run (no `--apply`) with `--parking-table` naming a missing table
+/// creates no table and writes nothing: it reports the missing table and
+/// goes on, for the parked records (none) and for a failure message's
+/// range (run through the handlers, the bad record would be parked).
+#[tokio::test]
+async fn a_dry_run_with_a_missing_parking_table_creates_nothing() {
+    let table = support::nishiki_table().await;
+    for (pk, sk) in [
+        ("9e000000-0000-4000-8000-00000000a001", "Group"),
+        ("not-a-uuid", "User"),
+    ] {
+        let item = ddb(json!({"PK": {"S": pk}, "SK": {"S": sk}, "GroupName": {"S": "Home"}}));
+        table.store.put(item, None).await.unwrap();
+    }
+    let (arn, records) = table.stream_records().await;
+    let shard = records[0].0.clone();
+    let seq = |i: usize| records[i].1.sequence_number.clone().unwrap().to_string();
+    let dir = std::env::temp_dir().join(format!("redrive-dry-{}", table.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("failure.json");
+    let message = on_failure_message(&arn, &shard, &seq(0), &seq(1), 2);
+    std::fs::write(&file, message.to_string()).unwrap();
+    let (endpoint, name) = (table.endpoint.as_str(), table.name.as_str());
+    let parking_name = format!("{name}-parking");
+    let before = table.snapshot().await;
+
+    let o = run(&[
+        "redrive",
+        "--endpoint-url",
+        endpoint,
+        "--table",
+        name,
+        "--parking-table",
+        &parking_name,
+    ]);
+    let text = stdout(&o);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains(&format!("parking table {parking_name} does not exist")),
+        "{text}"
+    );
+    assert!(
+        text.contains("nothing parked: nothing to redrive"),
+        "{text}"
+    );
+    assert!(
+        !table_exists(endpoint, &parking_name).await,
+        "created: {text}"
+    );
+
+    let o = run(&[
+        "redrive",
+        "--endpoint-url",
+        endpoint,
+        "--table",
+        name,
+        "--parking-table",
+        &parking_name,
+        "--failure-message",
+        &file.display().to_string(),
+    ]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(3), "the bad record fails: {text}");
+    assert!(text.contains("does not exist"), "{text}");
+    assert!(
+        text.contains("[PK=not-a-uuid, SK=User] would fail and be parked"),
+        "{text}"
+    );
+    assert!(
+        !table_exists(endpoint, &parking_name).await,
+        "created: {text}"
+    );
+    assert_eq!(table.snapshot().await, before, "nothing written");
     let _ = std::fs::remove_dir_all(dir);
 }

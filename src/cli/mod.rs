@@ -170,19 +170,20 @@ Examples:
 
 const DEV_EXAMPLES: &str = "\
 Settings and schedules come from infra/template.yaml (run from the repository root) or --template;
-without one: sweep-invitations */15 * * * *, audit 0 3 * * *, flag-expiring 5 0 * * * (UTC),
-backfill never.
+reading starts at its TRIM_HORIZON. Without one: reading starts at LATEST, sweep-invitations
+*/15 * * * *, audit 0 3 * * *, flag-expiring 5 0 * * * (UTC), backfill never.
 
 Examples:
-  # Embedded DynamoDB Local seeded from a snapshot; write to it from another terminal
-  nishiki-worker dev --snapshot events/tables/household.json
+  # Embedded DynamoDB Local seeded from a snapshot (its writes not handled); write to it from
+  # another terminal
+  nishiki-worker dev --snapshot events/tables/household.json --starting-position latest
   nishiki-worker table load --endpoint-url http://127.0.0.1:PORT more-items.json
 
   # Your own DynamoDB Local, small batches, audit every minute
   nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --batch-size 10 \\
       --bisect --cron audit='* * * * *' --env INVITATION_TTL=on
 
-  # Keep the stream position across restarts
+  # Keep the stream position across restarts: a restart handles what was written meanwhile
   nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --state-file dev-state.json";
 
 /// The command line with Nishiki's defaults: the table every `--table`

@@ -1,7 +1,8 @@
 //! An app's deployment template (AWS SAM / CloudFormation YAML) as local
 //! runs read it, so `dev`, `run` and `replay` behave like the deployment:
-//! the stream function's event source mapping (batch size, batching window,
-//! retries, bisect, record age, `FilterCriteria`, the failure destination),
+//! every DynamoDB event source mapping (the table whose stream it reads,
+//! batch size, batching window, retries, bisect, record age,
+//! `FilterCriteria`, the failure destination, the starting position),
 //! the schedules (expression, time zone, state, the job each one ticks) and
 //! every function's timeout.
 //!
@@ -246,12 +247,21 @@ impl<'a> Params<'a> {
     }
 }
 
-/// The stream function's DynamoDB event source mapping.
+/// A DynamoDB event source mapping of a function.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamMapping {
     /// The function's logical id.
     pub function: String,
+    /// The event's name in the function's `Events`.
+    pub event: String,
+    /// The logical id of the table whose stream it reads (`Stream: !GetAtt
+    /// <Table>.StreamArn`); `None` when the stream is not a table of the
+    /// template (an ARN given as a parameter).
+    pub table: Option<String>,
+    /// The function's environment variables that name that table (`!Ref
+    /// <Table>`): how a local run finds the table among the app's.
+    pub table_variables: Vec<String>,
     pub batch_size: u32,
     pub batching_window_secs: u32,
     /// `MaximumRetryAttempts`; `None`: unbounded (-1 or absent).
@@ -267,6 +277,9 @@ pub struct StreamMapping {
     /// `DestinationConfig.OnFailure.Destination`, as evaluated
     /// (`getatt:<Queue>.Arn`).
     pub on_failure: Option<String>,
+    /// `StartingPosition`: `TRIM_HORIZON` or `LATEST` (the two a DynamoDB
+    /// stream's mapping takes; any other value is refused when the template
+    /// is read).
     pub starting_position: Option<String>,
     /// The function's `Timeout` in seconds.
     pub timeout_secs: Option<u64>,
@@ -293,7 +306,9 @@ pub struct ScheduleSetting {
 #[serde(rename_all = "camelCase")]
 pub struct Deployment {
     pub file: String,
-    pub stream: Option<StreamMapping>,
+    /// Every DynamoDB event source, in the template's order of functions
+    /// and events (by logical id).
+    pub streams: Vec<StreamMapping>,
     pub schedules: Vec<ScheduleSetting>,
     /// The `Timeout` of the function pinned to each job (`WORKER_JOB`).
     pub job_timeouts: BTreeMap<String, u64>,
@@ -356,14 +371,29 @@ impl Deployment {
                 ) {
                     out.job_timeouts.insert(job.to_owned(), secs);
                 }
+                let variables = props["Environment"]["Variables"]
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default();
                 let events = props["Events"].as_object().cloned().unwrap_or_default();
-                for e in events.values().filter(|e| e["Type"] == "DynamoDB") {
-                    if out.stream.is_some() {
-                        return Err(err(
-                            "more than one DynamoDB event source: a local run follows one".into(),
-                        ));
+                for (event, e) in events.iter().filter(|(_, e)| e["Type"] == "DynamoDB") {
+                    let mut mapping =
+                        stream_mapping(id, &e["Properties"], timeout).map_err(&err)?;
+                    mapping.event = event.clone();
+                    mapping.table = e["Properties"]["Stream"]
+                        .as_str()
+                        .and_then(|s| s.strip_prefix("getatt:"))
+                        .and_then(|s| s.strip_suffix(".StreamArn"))
+                        .map(str::to_owned);
+                    if let Some(table) = &mapping.table {
+                        let reference = format!("ref:{table}");
+                        mapping.table_variables = variables
+                            .iter()
+                            .filter(|(_, v)| v.as_str() == Some(reference.as_str()))
+                            .map(|(name, _)| name.clone())
+                            .collect();
                     }
-                    out.stream = Some(stream_mapping(id, &e["Properties"], timeout).map_err(err)?);
+                    out.streams.push(mapping);
                 }
             }
             if kind == "AWS::Scheduler::Schedule" || kind == "AWS::Events::Rule" {
@@ -388,6 +418,11 @@ impl Deployment {
             }
         }
         Ok(out)
+    }
+
+    /// The timeout of the stream function (of the first event source).
+    pub fn stream_timeout(&self) -> Option<u64> {
+        self.streams.first().and_then(|s| s.timeout_secs)
     }
 
     /// The timeout of the function that runs `job`.
@@ -421,9 +456,21 @@ fn stream_mapping(
             })
             .collect::<Result<_, String>>()?,
     };
+    let starting_position = props["StartingPosition"].as_str().map(str::to_owned);
+    if let Some(p) = starting_position
+        .as_deref()
+        .filter(|p| !matches!(*p, "TRIM_HORIZON" | "LATEST"))
+    {
+        return Err(format!(
+            "the StartingPosition of {function} is {p:?}: a DynamoDB stream's is TRIM_HORIZON or LATEST"
+        ));
+    }
     let unbounded = |v: &Value| as_i64(v).filter(|n| *n >= 0).map(|n| n as u64);
     Ok(StreamMapping {
         function: function.to_owned(),
+        event: String::new(),
+        table: None,
+        table_variables: Vec::new(),
         batch_size: as_u64(&props["BatchSize"]).map_or(100, |n| n as u32),
         batching_window_secs: as_u64(&props["MaximumBatchingWindowInSeconds"])
             .map_or(0, |n| n as u32),
@@ -435,7 +482,7 @@ fn stream_mapping(
         on_failure: props["DestinationConfig"]["OnFailure"]["Destination"]
             .as_str()
             .map(str::to_owned),
-        starting_position: props["StartingPosition"].as_str().map(str::to_owned),
+        starting_position,
         timeout_secs,
     })
 }
@@ -573,6 +620,7 @@ Resources:
           Type: DynamoDB
           Properties:
             Stream: !GetAtt Table.StreamArn
+            StartingPosition: TRIM_HORIZON
             BatchSize: 500
             MaximumBatchingWindowInSeconds: 2
             BisectBatchOnFunctionError: true
@@ -602,13 +650,24 @@ Resources:
     fn settings_come_from_the_template() {
         let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(T).unwrap();
         let d = Deployment::from_template(&to_json(&yaml), "t.yaml").unwrap();
-        let s = d.stream.clone().unwrap();
+        assert_eq!(d.streams.len(), 1);
+        let s = d.streams[0].clone();
+        assert_eq!(
+            (s.function.as_str(), s.event.as_str()),
+            ("StreamFunction", "S")
+        );
+        assert_eq!(s.table.as_deref(), Some("Table"));
         assert_eq!((s.batch_size, s.batching_window_secs), (500, 2));
         assert_eq!((s.max_retries, s.bisect), (Some(10), true));
         assert_eq!(s.max_record_age_secs, None);
         assert_eq!(s.parallelization_factor, 4, "the parameter's default");
         assert_eq!(s.on_failure.as_deref(), Some("getatt:Queue.Arn"));
         assert_eq!(s.timeout_secs, Some(120));
+        assert_eq!(s.starting_position.as_deref(), Some("TRIM_HORIZON"));
+        let at_timestamp = T.replace("TRIM_HORIZON", "AT_TIMESTAMP");
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&at_timestamp).unwrap();
+        let e = Deployment::from_template(&to_json(&yaml), "t.yaml").unwrap_err();
+        assert!(e.problem.contains("TRIM_HORIZON or LATEST"), "{e}");
         assert_eq!(d.job_timeout("sweep"), Some(30), "the Globals timeout");
         let tick = d.schedule_of("sweep").unwrap();
         assert_eq!(tick.expression, "rate(15 minutes)");
@@ -616,6 +675,59 @@ Resources:
         let rec = |sk: &str| json!({"dynamodb": {"Keys": {"SK": {"S": sk}}}});
         assert!(filter::delivered(&s.filters, &rec("A#1")));
         assert!(!filter::delivered(&s.filters, &rec("B#1")));
+    }
+
+    /// Two tables' streams, each its own mapping: every event source is
+    /// read with its own settings and the variables naming its table.
+    #[test]
+    fn every_event_source_is_read_with_its_own_settings() {
+        const TWO: &str = r#"
+Resources:
+  People: {Type: AWS::DynamoDB::Table}
+  Orders: {Type: AWS::DynamoDB::Table}
+  StreamFunction:
+    Type: AWS::Serverless::Function
+    Properties:
+      Timeout: 60
+      Environment:
+        Variables:
+          PEOPLE_TABLE: !Ref People
+          ORDERS_TABLE: !Ref Orders
+          OTHER: x
+      Events:
+        PeopleStream:
+          Type: DynamoDB
+          Properties:
+            Stream: !GetAtt People.StreamArn
+            StartingPosition: LATEST
+            BatchSize: 10
+        OrdersStream:
+          Type: DynamoDB
+          Properties:
+            Stream: !GetAtt Orders.StreamArn
+            StartingPosition: TRIM_HORIZON
+            BatchSize: 200
+            FilterCriteria:
+              Filters:
+                - Pattern: '{"eventName": ["INSERT"]}'
+        Tick: {Type: Schedule, Properties: {Schedule: rate(1 minute)}}
+"#;
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(TWO).unwrap();
+        let d = Deployment::from_template(&to_json(&yaml), "two.yaml").unwrap();
+        let by_event = |e: &str| d.streams.iter().find(|s| s.event == e).unwrap();
+        assert_eq!(d.streams.len(), 2, "{d:?}");
+        let people = by_event("PeopleStream");
+        assert_eq!(people.table.as_deref(), Some("People"));
+        assert_eq!(people.table_variables, ["PEOPLE_TABLE"]);
+        assert_eq!(people.batch_size, 10);
+        assert_eq!(people.starting_position.as_deref(), Some("LATEST"));
+        assert!(people.filters.is_empty());
+        let orders = by_event("OrdersStream");
+        assert_eq!(orders.table_variables, ["ORDERS_TABLE"]);
+        assert_eq!(orders.batch_size, 200);
+        assert_eq!(orders.starting_position.as_deref(), Some("TRIM_HORIZON"));
+        assert_eq!(orders.filters.len(), 1);
+        assert_eq!(d.stream_timeout(), Some(60));
     }
 
     #[test]

@@ -160,4 +160,12 @@ mod tests {
             ]
         );
     }
+
+    #[test]
+    fn the_default_template_is_the_apps_own() {
+        let path = Archive::template_path();
+        assert_eq!(path, Some("infra/archive.yaml"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert!(root.join(path.unwrap()).is_file());
+    }
 }

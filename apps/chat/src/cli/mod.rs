@@ -31,6 +31,11 @@ use crate::schema::Table;
 /// The table every `--table` falls back to: the ChatRequests table.
 pub const LOCAL_TABLE: &str = Table::ChatRequests.name();
 
+/// The app's deployment template, relative to the workspace's root: every
+/// command with `--template` (`dev`, `run`, `replay`) follows it by default
+/// when run there.
+pub const TEMPLATE: &str = "infra/chat.yaml";
+
 /// The chat worker, as the engine's command line sees it.
 pub struct Chat;
 
@@ -75,6 +80,10 @@ impl CliApp for Chat {
 
     fn local_cron(job: Job) -> &'static str {
         APP.schedule(job).map_or("never", |s| s.local_cron)
+    }
+
+    fn template_path() -> Option<&'static str> {
+        Some(TEMPLATE)
     }
 
     fn examples() -> &'static [(&'static str, &'static str)] {
@@ -233,6 +242,13 @@ mod tests {
                 ("audit-requests", "30 3 * * *")
             ]
         );
+    }
+
+    #[test]
+    fn the_default_template_is_the_apps_own() {
+        assert_eq!(Chat::template_path(), Some("infra/chat.yaml"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert!(root.join(TEMPLATE).is_file());
     }
 
     #[test]

@@ -24,6 +24,11 @@ use crate::keys::{self, Job};
 /// The table every `--table` falls back to.
 pub const LOCAL_TABLE: &str = "shop-table-local";
 
+/// The app's deployment template, relative to the workspace's root: every
+/// command with `--template` (`dev`, `run`, `replay`) follows it by default
+/// when run there.
+pub const TEMPLATE: &str = "infra/shop.yaml";
+
 /// The shop worker, as the engine's command line sees it.
 pub struct Shop;
 
@@ -49,6 +54,10 @@ impl CliApp for Shop {
 
     fn local_cron(job: Job) -> &'static str {
         APP.schedule(job).map_or("never", |s| s.local_cron)
+    }
+
+    fn template_path() -> Option<&'static str> {
+        Some(TEMPLATE)
     }
 
     fn examples() -> &'static [(&'static str, &'static str)] {
@@ -185,5 +194,12 @@ mod tests {
                 ("backfill", "never")
             ]
         );
+    }
+
+    #[test]
+    fn the_default_template_is_the_apps_own() {
+        assert_eq!(Shop::template_path(), Some("infra/shop.yaml"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        assert!(root.join(TEMPLATE).is_file());
     }
 }

@@ -13,8 +13,9 @@ use crate::template::Deployment;
 #[derive(Debug, Clone, Default, Args)]
 pub struct DeployOpts {
     /// The deployment template the run follows (function timeouts; for
-    /// `dev` also the event source mapping and the schedules). Default: the
-    /// app's template, when the file is there.
+    /// `dev` also the event source mappings and the schedules). Default:
+    /// the app's own template (under infra/), relative to the directory the
+    /// command runs in, when the file is there.
     #[arg(long, value_name = "FILE")]
     pub template: Option<PathBuf>,
     /// Seconds an invocation may run, as the Lambda Timeout: handlers stop

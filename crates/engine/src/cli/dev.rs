@@ -1,5 +1,7 @@
-//! `<app> dev`: a local event-source loop. Polls the table's
-//! stream like Lambda's event source mapping (batch size, batching window,
+//! `<app> dev`: a local event-source loop. Polls the stream of every
+//! DynamoDB event source of the app's template ([`event_sources`]), each
+//! on its own table like Lambda's event source mapping with its own
+//! settings (batch size, batching window,
 //! in order per shard (per partition key with a parallelization factor),
 //! retry from the first failed sequence number, bounded
 //! retries, optional bisect, maximum record age, `FilterCriteria`, the
@@ -9,7 +11,8 @@
 //! the app's deployment template (`--template`) unless a flag overrides it.
 //! Anything that writes to the table (the service, a script, `table load`)
 //! sees the worker react live; every batch and tick is logged on stdout.
-//! `--state-file` keeps the stream position (per shard) across restarts.
+//! `--state-file` keeps where reading started and how far it got, so a
+//! restart resumes every stream without skipping or repeating a record.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -35,77 +38,108 @@ use crate::schedule::JobName;
 use crate::stream::decode::SequenceNumber;
 use crate::stream::engine::BatchReport;
 use crate::stream_reader::{StartAt, StreamTail};
-use crate::template::Deployment;
+use crate::template::{Deployment, StreamMapping};
 
-/// Where the loop starts reading.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+/// Where an event source starts reading a stream it has no saved position
+/// for (the `StartingPosition` of a DynamoDB stream's mapping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum StartingPosition {
-    /// Only records written after the loop started.
-    #[default]
+    /// Only records written after the loop started (LATEST).
     Latest,
-    /// Every record still in the stream.
+    /// Every record still in the stream (TRIM_HORIZON).
     TrimHorizon,
+}
+
+impl StartingPosition {
+    /// The template's spelling: `LATEST`, `TRIM_HORIZON`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartingPosition::Latest => "LATEST",
+            StartingPosition::TrimHorizon => "TRIM_HORIZON",
+        }
+    }
+
+    /// A template's `StartingPosition`.
+    pub fn from_template(s: &str) -> Option<StartingPosition> {
+        match s {
+            "LATEST" => Some(StartingPosition::Latest),
+            "TRIM_HORIZON" => Some(StartingPosition::TrimHorizon),
+            _ => None,
+        }
+    }
 }
 
 /// Options of `dev`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct DevArgs {
-    /// Load this snapshot before the loop starts (its writes are not
-    /// handled with the default --starting-position latest).
+    /// Load this snapshot into the table before the loop starts. Its
+    /// writes are records of the stream: handled when reading starts at
+    /// trim-horizon, skipped at latest.
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
-    /// Most records per invocation (Lambda BatchSize). Default: the
-    /// template's, else 1000.
+    /// Most records per invocation (Lambda BatchSize). Default: each event
+    /// source's in the template, else 1000; given, for every event source.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub batch_size: Option<u32>,
     /// Seconds to gather records before invoking with less than a full
-    /// batch (Lambda MaximumBatchingWindowInSeconds). Default: the
-    /// template's, else 0.
+    /// batch (Lambda MaximumBatchingWindowInSeconds). Default: each event
+    /// source's in the template, else 0; given, for every event source.
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(0..=300))]
     pub batching_window: Option<u32>,
     /// Failed retries of a record before its batch is given up on (Lambda
-    /// MaximumRetryAttempts). Default: the template's, else 5.
+    /// MaximumRetryAttempts). Default: each event source's in the template,
+    /// else 5; given, for every event source.
     #[arg(long)]
     pub max_retries: Option<u32>,
     /// Split a batch in two when the function fails (Lambda
-    /// BisectBatchOnFunctionError): --bisect, --bisect=false. Default: the
-    /// template's, else off.
+    /// BisectBatchOnFunctionError): --bisect, --bisect=false. Default: each
+    /// event source's in the template, else off; given, for every event
+    /// source.
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL")]
     pub bisect: Option<bool>,
     /// Give up on records older than this when they are read (Lambda
-    /// MaximumRecordAgeInSeconds). Default: the template's, else never.
+    /// MaximumRecordAgeInSeconds). Default: each event source's in the
+    /// template, else never; given, for every event source.
     #[arg(long, value_name = "SECS")]
     pub max_record_age: Option<u64>,
     /// Batches of one shard in flight at once (Lambda
     /// ParallelizationFactor, 1-10): a shard's records are split by a hash
-    /// of their partition key, order kept per key only. Default: the
-    /// template's, else 1.
+    /// of their partition key, order kept per key only. Default: each event
+    /// source's in the template, else 1; given, for every event source.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=10))]
     pub parallelization_factor: Option<u32>,
     /// Where records given up on are reported, one JSON line each (what the
-    /// mapping's on-failure destination would receive). Default:
-    /// dev-failures.jsonl when the template has a failure destination.
+    /// mapping's on-failure destination would receive, naming the stream).
+    /// Default: dev-failures.jsonl for an event source with a failure
+    /// destination in the template; given, for every event source.
     #[arg(long, value_name = "FILE")]
     pub failure_file: Option<PathBuf>,
-    /// Where to start reading the stream (with --state-file, only shards it
-    /// has no position for).
-    #[arg(long, value_enum, default_value_t = StartingPosition::Latest)]
-    pub starting_position: StartingPosition,
+    /// Where to start reading the stream: trim-horizon (every record still
+    /// in it) or latest (only records written from now on). Default: each
+    /// event source's StartingPosition in the template, else latest; given,
+    /// for every event source. With --state-file, only where the file has
+    /// no position: a restart resumes after it.
+    #[arg(long, value_enum)]
+    pub starting_position: Option<StartingPosition>,
     /// A job's schedule, JOB=EXPR (repeatable): 5-field cron in UTC
     /// ("0 3 * * *"), EventBridge "cron(0 3 * * ? *)", "rate(15 minutes)" or
     /// "never". Default: the template's schedule of the job in its time
     /// zone (disabled: never), else the job's local schedule.
     #[arg(long = "cron", value_name = "JOB=EXPR")]
     pub cron: Vec<String>,
-    /// Milliseconds between polls of the stream.
+    /// Milliseconds between polls of the streams.
     #[arg(long, value_name = "MS", default_value_t = 500)]
     pub poll_interval: u64,
-    /// Stop once the stream is quiet (nothing new, nothing pending) instead
-    /// of running until Ctrl-C; schedule ticks do not fire.
+    /// Stop once every stream is quiet (nothing new, nothing pending)
+    /// instead of running until Ctrl-C; schedule ticks do not fire.
     #[arg(long)]
     pub until_idle: bool,
-    /// Keep the stream position (the last record done per shard) in this
-    /// file: a restart resumes after it instead of re-reading or skipping.
+    /// Keep where reading started and the last record done per shard of
+    /// every event source in this file: a restart resumes after it, reading
+    /// every record written while the loop was stopped (shards without a
+    /// position, created since or empty then, from their start), none
+    /// twice.
     #[arg(long, value_name = "FILE")]
     pub state_file: Option<PathBuf>,
     /// Print one JSON document on stdout when the loop stops (the lines go
@@ -124,21 +158,24 @@ pub struct DevArgs {
     pub deploy: DeployOpts,
 }
 
-/// The mapping `dev` runs: flags over the template over the defaults.
+/// The mapping of one event source as `dev` runs it: flags over the
+/// template's event source over the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DevMapping {
     pub config: MappingConfig,
     pub max_record_age: Option<Duration>,
     pub filters: Vec<Value>,
     pub failure_file: Option<PathBuf>,
-    /// The stream function's timeout.
+    /// The timeout of the function the event source invokes.
     pub timeout: Option<Duration>,
+    /// Where reading starts without a saved position.
+    pub starting_position: StartingPosition,
 }
 
 impl DevMapping {
-    /// Resolve the settings of `args` with the template's.
-    pub fn resolve(args: &DevArgs, deployment: Option<&Deployment>) -> DevMapping {
-        let t = deployment.and_then(|d| d.stream.as_ref());
+    /// Resolve the settings of `args` with those of the template's event
+    /// source `t`.
+    pub fn resolve(args: &DevArgs, t: Option<&StreamMapping>) -> DevMapping {
         DevMapping {
             config: MappingConfig {
                 batch_size: args.batch_size.or(t.map(|t| t.batch_size)).unwrap_or(1000) as usize,
@@ -172,7 +209,52 @@ impl DevMapping {
                     .map(|_| PathBuf::from("dev-failures.jsonl"))
             }),
             timeout: args.deploy.timeout(t.and_then(|t| t.timeout_secs)),
+            starting_position: args
+                .starting_position
+                .or(t
+                    .and_then(|t| t.starting_position.as_deref())
+                    .and_then(StartingPosition::from_template))
+                .unwrap_or(StartingPosition::Latest),
         }
+    }
+
+    /// The settings, as the JSON summary shows them.
+    fn to_json(&self) -> Value {
+        let c = &self.config;
+        json!({
+            "batchSize": c.batch_size,
+            "batchingWindowSecs": c.batching_window.as_secs(),
+            "maxRetries": (c.max_retries != u32::MAX).then_some(c.max_retries),
+            "bisect": c.bisect_on_error,
+            "maxRecordAgeSecs": self.max_record_age.map(|a| a.as_secs()),
+            "parallelizationFactor": c.parallelization_factor,
+            "filters": self.filters,
+            "timeoutSecs": self.timeout.map(|t| t.as_secs_f64()),
+            "failureFile": self.failure_file.as_ref().map(|f| f.display().to_string()),
+            "startingPosition": self.starting_position,
+        })
+    }
+
+    /// The settings, as the loop's header shows them.
+    fn line(&self) -> String {
+        let c = &self.config;
+        format!(
+            "batch size {}, batching window {} s, max retries {}, bisect on error {}, max record age {}, parallelization factor {}, filters {}, starting position {}, {}",
+            c.batch_size,
+            c.batching_window.as_secs(),
+            if c.max_retries == u32::MAX {
+                "unbounded".to_owned()
+            } else {
+                c.max_retries.to_string()
+            },
+            if c.bisect_on_error { "on" } else { "off" },
+            self.max_record_age
+                .map_or("none".to_owned(), |a| format!("{} s", a.as_secs())),
+            c.parallelization_factor,
+            self.filters.len(),
+            self.starting_position.as_str(),
+            describe_timeout(self.timeout),
+        )
     }
 }
 
@@ -251,24 +333,78 @@ pub fn schedules_from<A: CliApp>(
         .collect()
 }
 
-/// The stream position a restart resumes after, as `--state-file` keeps it.
+/// Where each event source of the loop started reading and how far it
+/// got, as `--state-file` keeps it: a restart resumes every source where
+/// the last run stopped, so no record written while the loop was stopped
+/// is skipped (within the stream's 24 hours) and none is handled twice.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DevState {
+    /// Per event source, by its id: `<Function>.<Event>` of the template
+    /// (`StreamFunction.TableStream`), or without one the name of the
+    /// table whose stream it reads.
+    pub sources: BTreeMap<String, SourceState>,
+    /// A file of the one-stream form (`{"streamArn": ..., "shards":
+    /// {...}}`): it resumes whichever source reads that stream.
+    #[serde(skip)]
+    pub single: Option<SourceState>,
+}
+
+/// One event source's place in its stream.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceState {
     pub stream_arn: String,
-    /// The last record done, per shard.
+    /// Where reading started the first time this file was used (absent in
+    /// the one-stream form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub starting_position: Option<StartingPosition>,
+    /// When reading started (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<String>,
+    /// Per shard, the last record done, or (a LATEST start) the shard's
+    /// last record when reading started. A restart reads each shard after
+    /// its position, and a shard without one from its start (TRIM_HORIZON):
+    /// it had no record when reading started, or it was created since.
     pub shards: BTreeMap<String, String>,
+}
+
+/// What a state file holds for one event source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved<'a> {
+    /// Its place in this stream: resume after it.
+    Position(&'a SourceState),
+    /// A position in another stream (the table was made again): start
+    /// afresh.
+    OtherStream(&'a str),
+    /// Nothing: start afresh.
+    Nothing,
 }
 
 impl DevState {
     /// The state in `path`, if the file exists.
     pub fn read(path: &Path) -> Result<Option<DevState>, CliError> {
-        match std::fs::read_to_string(path) {
-            Ok(text) => serde_json::from_str(&text)
-                .map(Some)
-                .map_err(|e| CliError::input(path.display(), format!("not a dev state file: {e}"))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(CliError::input(path.display(), format!("cannot read: {e}"))),
+        #[derive(serde::Deserialize)]
+        #[serde(untagged)]
+        enum File {
+            Sources(DevState),
+            Single(SourceState),
+        }
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(CliError::input(path.display(), format!("cannot read: {e}"))),
+        };
+        match serde_json::from_str(&text) {
+            Ok(File::Sources(state)) => Ok(Some(state)),
+            Ok(File::Single(single)) => Ok(Some(DevState {
+                sources: BTreeMap::new(),
+                single: Some(single),
+            })),
+            Err(_) => Err(CliError::input(
+                path.display(),
+                "not a dev state file (expected {\"sources\": {...}})",
+            )),
         }
     }
 
@@ -279,6 +415,230 @@ impl DevState {
         std::fs::write(&tmp, text + "\n")
             .and_then(|_| std::fs::rename(&tmp, path))
             .map_err(|e| CliError::input(path.display(), format!("cannot write: {e}")))
+    }
+
+    /// What the file holds for the source `id` reading `stream_arn`: its
+    /// own entry, else the one entry of that stream (kept under another id:
+    /// the table's name without a template, the event source's with one,
+    /// or the one-stream form).
+    pub fn saved(&self, id: &str, stream_arn: &str) -> Saved<'_> {
+        match self.sources.get(id) {
+            Some(s) if s.stream_arn == stream_arn => Saved::Position(s),
+            Some(s) => Saved::OtherStream(&s.stream_arn),
+            None => {
+                let mut same = self
+                    .sources
+                    .values()
+                    .chain(&self.single)
+                    .filter(|s| s.stream_arn == stream_arn);
+                match (same.next(), same.next()) {
+                    (Some(s), None) => Saved::Position(s),
+                    _ => Saved::Nothing,
+                }
+            }
+        }
+    }
+}
+
+/// An event source the loop follows: one table's stream read through its
+/// own mapping, with its place in the stream.
+struct DevSource {
+    /// Its key in the state file and the JSON summary.
+    id: String,
+    /// The table whose stream it reads.
+    table: String,
+    arn: String,
+    mapping: DevMapping,
+    events: EventSourceLoop<MappingSource<StreamTail>>,
+    /// Where it started, and the positions it started from.
+    state: SourceState,
+    /// How it started: resumed, started afresh, records skipped at LATEST.
+    notes: Vec<String>,
+}
+
+impl DevSource {
+    /// Open the source: resume after the positions `saved` holds for it,
+    /// else start where its mapping says (at LATEST after every record in
+    /// the stream now, whose positions are kept as the start).
+    async fn open(
+        client: aws_sdk_dynamodbstreams::Client,
+        (id, table, arn): (String, String, String),
+        mut mapping: DevMapping,
+        partition_key: &str,
+        saved: Option<&DevState>,
+    ) -> Result<DevSource, CliError> {
+        // Lanes follow the table's partition key, as the mapping's do.
+        mapping.config.partition_key = Some(partition_key.to_owned());
+        let tail = StreamTail::new(client, arn.clone(), StartAt::TrimHorizon);
+        let saved = saved.map_or(Saved::Nothing, |s| s.saved(&id, &arn));
+        let (tail, resumed) = match saved {
+            Saved::Position(s) => {
+                let positions: Vec<(String, SequenceNumber)> = s
+                    .shards
+                    .iter()
+                    .filter_map(|(shard, seq)| Some((shard.clone(), seq.parse().ok()?)))
+                    .collect();
+                (tail.resume_after(positions), Some(s.clone()))
+            }
+            _ => (tail, None),
+        };
+        let source = MappingSource::new(tail, mapping.filters.clone(), mapping.max_record_age);
+        let mut events = EventSourceLoop::new(source, mapping.config.clone());
+        let (state, notes) = match resumed {
+            Some(state) => {
+                let started = match (state.starting_position, &state.started_at) {
+                    (Some(p), Some(at)) => format!(" (reading started at {} on {at})", p.as_str()),
+                    _ => String::new(),
+                };
+                let note = format!(
+                    "resuming after {} shard position(s) of the state file{started}; other shards from their start",
+                    state.shards.len(),
+                );
+                (state, vec![note])
+            }
+            None => {
+                let mut state = SourceState {
+                    stream_arn: arn.clone(),
+                    starting_position: Some(mapping.starting_position),
+                    started_at: Some(super::rfc3339(Utc::now())),
+                    shards: BTreeMap::new(),
+                };
+                let mut notes: Vec<String> = match saved {
+                    Saved::OtherStream(other) => vec![format!(
+                        "the state file's position is in another stream ({other}): starting afresh"
+                    )],
+                    _ => Vec::new(),
+                };
+                if mapping.starting_position == StartingPosition::Latest {
+                    // Read to the end of every shard now; what was read,
+                    // filtered out or too old is all skipped.
+                    let read = events.skip_existing().await?;
+                    let expired = events.source_mut().take_expired().len();
+                    let filtered = std::mem::take(&mut events.source_mut().filtered);
+                    let skipped = read + expired + filtered;
+                    state.shards.extend(
+                        events
+                            .source()
+                            .inner()
+                            .positions()
+                            .map(|(s, q)| (s.clone(), q.to_string())),
+                    );
+                    if skipped > 0 {
+                        notes.push(format!(
+                            "starting at latest: {skipped} existing records skipped"
+                        ));
+                    }
+                }
+                (state, notes)
+            }
+        };
+        Ok(DevSource {
+            id,
+            table,
+            arn,
+            mapping,
+            events,
+            state,
+            notes,
+        })
+    }
+
+    /// Its place now: where it started, with the last record done per
+    /// shard.
+    fn position(&self) -> SourceState {
+        let mut state = self.state.clone();
+        state.shards.extend(
+            self.events
+                .checkpoints()
+                .iter()
+                .map(|(s, q)| (s.clone(), q.to_string())),
+        );
+        state
+    }
+
+    /// The function as deployed for this source (its timeout).
+    fn function<'a, J: JobName>(&self, worker: &'a Worker<J>) -> Deployed<'a, J> {
+        Deployed {
+            worker,
+            stream_timeout: self.mapping.timeout,
+        }
+    }
+
+    /// The failure records of the batches given up on in `logs` and of
+    /// the records too old to be read since the last call, appended to the
+    /// failure file.
+    fn give_up(&mut self, logs: &[BatchLog]) -> Vec<Value> {
+        let mut out = discarded(logs, &self.arn);
+        for (shard, c) in self.events.source_mut().take_expired() {
+            let seq = c.sequence_number.as_ref().map(|s| s.to_string());
+            out.push(failure_record(
+                "RecordAgeExceeded",
+                &shard,
+                seq.as_deref(),
+                seq.as_deref(),
+                1,
+                0,
+                &self.arn,
+            ));
+        }
+        report_failures(self.mapping.failure_file.as_deref(), &out);
+        out
+    }
+
+    /// The source in the JSON summary.
+    fn to_json(&self) -> Value {
+        json!({
+            "id": self.id,
+            "table": self.table,
+            "streamArn": self.arn,
+            "mapping": self.mapping.to_json(),
+            "filtered": self.events.source().filtered,
+            "pending": self.events.pending(),
+            "position": self.position().shards,
+        })
+    }
+}
+
+/// The `--state-file`: every source's position, written when it moves.
+struct StateFile {
+    path: Option<PathBuf>,
+    /// The sources the file holds: those on streams this run does not
+    /// follow are written back as they are.
+    kept: BTreeMap<String, SourceState>,
+    written: Option<DevState>,
+}
+
+impl StateFile {
+    fn new(path: Option<PathBuf>, saved: Option<&DevState>) -> StateFile {
+        StateFile {
+            path,
+            kept: saved.map(|s| s.sources.clone()).unwrap_or_default(),
+            written: None,
+        }
+    }
+
+    /// Write the sources' positions when they changed (or the file is
+    /// missing).
+    fn save(&mut self, sources: &[DevSource]) -> Result<(), CliError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        // Entries of the streams followed now are replaced by the sources'.
+        let kept = self
+            .kept
+            .iter()
+            .filter(|(_, k)| !sources.iter().any(|s| s.arn == k.stream_arn));
+        let mut next = DevState {
+            sources: kept.map(|(id, k)| (id.clone(), k.clone())).collect(),
+            single: None,
+        };
+        next.sources
+            .extend(sources.iter().map(|s| (s.id.clone(), s.position())));
+        if self.written.as_ref() != Some(&next) || !path.exists() {
+            next.write(path)?;
+            self.written = Some(next);
+        }
+        Ok(())
     }
 }
 
@@ -347,14 +707,66 @@ fn discarded(logs: &[BatchLog], arn: &str) -> Vec<Value> {
         .collect()
 }
 
+/// An event source `dev` follows, before it is opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SourcePlan {
+    /// Its id (see [`DevState::sources`]).
+    pub id: String,
+    /// The table whose stream it reads: `None` the target table, else the
+    /// index of one of the app's other tables.
+    pub other: Option<usize>,
+    pub mapping: DevMapping,
+}
+
+/// The event sources `dev` follows: every DynamoDB event source of the
+/// template, each with its own settings (flags over them) on the table
+/// its function's variables name (`others`: each other table's variable
+/// and name; a source naming none of them reads the target table), the
+/// target table's first, then the others' in the app's order. Without a
+/// template, or one without a DynamoDB event source: every table's stream
+/// with the defaults (flags over them).
+pub fn event_sources(
+    args: &DevArgs,
+    deployment: Option<&Deployment>,
+    target: &str,
+    others: &[(&str, String)],
+) -> Vec<SourcePlan> {
+    let template = deployment.map_or(&[][..], |d| &d.streams[..]);
+    if template.is_empty() {
+        let mapping = DevMapping::resolve(args, None);
+        return std::iter::once((target.to_owned(), None))
+            .chain(
+                others
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, name))| (name.clone(), Some(i))),
+            )
+            .map(|(id, other)| SourcePlan {
+                id,
+                other,
+                mapping: mapping.clone(),
+            })
+            .collect();
+    }
+    let mut plans: Vec<SourcePlan> = template
+        .iter()
+        .map(|t| SourcePlan {
+            id: format!("{}.{}", t.function, t.event),
+            other: others
+                .iter()
+                .position(|(var, _)| t.table_variables.iter().any(|v| v == var)),
+            mapping: DevMapping::resolve(args, Some(t)),
+        })
+        .collect();
+    plans.sort_by_key(|p| p.other.map_or(0, |i| i + 1));
+    plans
+}
+
 /// `<app> dev`.
 pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     let deployment = args.deploy.deployment::<A>()?;
     let plan = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
-    let mut mapping = DevMapping::resolve(&args, deployment.as_ref());
     let app = AppTable::of::<A>();
-    // Lanes follow the table's partition key, as the mapping's do.
-    mapping.config.partition_key = Some(app.schema.key.partition_key.to_owned());
     check_config::<A>(&args.table.table, &args.env)?;
     refuse_remote_writes(args.table.endpoint_url.as_deref(), args.remote, "dev")?;
     if let Some(p) = &args.snapshot {
@@ -380,157 +792,83 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         say(format!("loaded {n} items from {}", p.display()));
     }
     let (worker, _) = worker::<A>(&target, None, false, &args.env)?;
-    let function = Deployed {
-        worker: &worker,
-        stream_timeout: mapping.timeout,
-    };
-    let resume: Vec<(String, SequenceNumber)> = match &saved {
-        Some(s) if s.stream_arn == arn => s
-            .shards
-            .iter()
-            .filter_map(|(shard, seq)| Some((shard.clone(), seq.parse().ok()?)))
-            .collect(),
-        Some(s) => {
-            eprintln!(
-                "state file is for another stream ({}); starting afresh",
-                s.stream_arn
-            );
-            Vec::new()
-        }
-        None => Vec::new(),
-    };
-    let resuming = !resume.is_empty();
-    let start = if resuming || args.starting_position == StartingPosition::TrimHorizon {
-        StartAt::TrimHorizon
-    } else {
-        StartAt::Latest
-    };
-    let tail = StreamTail::new(
-        target.streams_client().await,
-        arn.clone(),
-        StartAt::TrimHorizon,
-    )
-    .resume_after(resume.iter().cloned());
-    let source = MappingSource::new(tail, mapping.filters.clone(), mapping.max_record_age);
-    let mut events = EventSourceLoop::new(source, mapping.config.clone());
-    // One event source per other table's stream, as deployed. They take the
-    // main mapping's batching, retries and record age; the template's
-    // filters and `--state-file` are the main stream's.
-    let mut others = Vec::new();
-    for o in &target.others {
-        let other_arn = o
-            .store
-            .stream_arn()
-            .await?
-            .ok_or_else(|| CliError::NoStream {
-                app: A::NAME,
-                endpoint: target.endpoint.clone(),
-                table: o.name.clone(),
-            })?;
-        let tail = StreamTail::new(
-            target.streams_client().await,
-            other_arn.clone(),
-            StartAt::TrimHorizon,
-        );
-        let source = MappingSource::new(tail, Default::default(), mapping.max_record_age);
-        let config = MappingConfig {
-            partition_key: Some(o.table.schema.key.partition_key.to_owned()),
-            ..mapping.config.clone()
+    let tables: Vec<(&str, String)> = target
+        .others
+        .iter()
+        .map(|o| (o.table.var, o.name.clone()))
+        .collect();
+    let mut sources = Vec::new();
+    for plan in event_sources(&args, deployment.as_ref(), &target.table, &tables) {
+        let (table, arn, partition_key) = match plan.other {
+            None => (
+                target.table.clone(),
+                arn.clone(),
+                app.schema.key.partition_key,
+            ),
+            Some(i) => {
+                let o = &target.others[i];
+                let other_arn = o
+                    .store
+                    .stream_arn()
+                    .await?
+                    .ok_or_else(|| CliError::NoStream {
+                        app: A::NAME,
+                        endpoint: target.endpoint.clone(),
+                        table: o.name.clone(),
+                    })?;
+                (o.name.clone(), other_arn, o.table.schema.key.partition_key)
+            }
         };
-        others.push((other_arn, EventSourceLoop::new(source, config)));
-    }
-    if resuming {
-        say(format!(
-            "resuming after the position in {} ({} shard(s))",
-            args.state_file
-                .as_ref()
-                .map(|p| p.display().to_string())
-                .unwrap_or_default(),
-            resume.len()
-        ));
-    } else if start == StartAt::Latest {
-        let mut skipped = events.skip_existing().await?;
-        for (_, o) in &mut others {
-            skipped += o.skip_existing().await?;
-        }
-        if skipped > 0 {
-            say(format!(
-                "starting at latest: {skipped} existing records skipped"
-            ));
-        }
-    }
-    let mut state = DevState {
-        stream_arn: arn.clone(),
-        shards: resume
-            .iter()
-            .map(|(s, q)| (s.clone(), q.to_string()))
-            .collect(),
-    };
-    let save_state = |events: &EventSourceLoop<MappingSource<StreamTail>>, state: &mut DevState| {
-        let Some(path) = &args.state_file else {
-            return Ok(());
-        };
-        let mut next = state.clone();
-        next.shards.extend(
-            events
-                .checkpoints()
-                .iter()
-                .map(|(s, q)| (s.clone(), q.to_string())),
-        );
-        if next != *state || !path.exists() {
-            next.write(path)?;
-            *state = next;
-        }
-        Ok::<(), CliError>(())
-    };
-    // Skipping to latest is a position too.
-    if !resuming && start == StartAt::Latest {
-        state.shards.extend(
-            events
-                .source()
-                .inner()
-                .positions()
-                .map(|(s, q)| (s.clone(), q.to_string())),
+        sources.push(
+            DevSource::open(
+                target.streams_client().await,
+                (plan.id, table, arn),
+                plan.mapping,
+                partition_key,
+                saved.as_ref(),
+            )
+            .await?,
         );
     }
-    save_state(&events, &mut state)?;
-    let c = &mapping.config;
+    let mut state = StateFile::new(args.state_file.clone(), saved.as_ref());
+    state.save(&sources)?;
     say(format!("worker loop on {}", target.describe()));
-    say(format!("  stream {arn}"));
-    for (other_arn, _) in &others {
-        say(format!("  stream {other_arn}"));
-    }
     say(format!(
         "  {}",
-        deployment
-            .as_ref()
-            .map_or("no template: the defaults".to_owned(), |d| format!(
-                "settings from {}",
+        match &deployment {
+            None => match A::template_path() {
+                Some(path) => format!(
+                    "no template ({path} is not in {}; --template FILE): the defaults",
+                    std::env::current_dir()
+                        .map(|d| d.display().to_string())
+                        .unwrap_or_else(|_| "this directory".to_owned())
+                ),
+                None => "no template: the defaults".to_owned(),
+            },
+            Some(d) if d.streams.is_empty() => format!(
+                "settings from {} (no DynamoDB event source in it: every table's stream with the defaults)",
                 d.file
-            ))
+            ),
+            Some(d) => format!("settings from {}", d.file),
+        }
     ));
-    say(format!(
-        "  batch size {}, batching window {} s, max retries {}, bisect on error {}, max record age {}, parallelization factor {}, filters {}, {}",
-        c.batch_size,
-        c.batching_window.as_secs(),
-        if c.max_retries == u32::MAX {
-            "unbounded".to_owned()
+    for s in &sources {
+        let source = if s.id == s.table {
+            String::new()
         } else {
-            c.max_retries.to_string()
-        },
-        if c.bisect_on_error { "on" } else { "off" },
-        mapping
-            .max_record_age
-            .map_or("none".to_owned(), |a| format!("{} s", a.as_secs())),
-        c.parallelization_factor,
-        mapping.filters.len(),
-        describe_timeout(mapping.timeout),
-    ));
-    if let Some(f) = &mapping.failure_file {
-        say(format!(
-            "  records given up on are reported to {}",
-            f.display()
-        ));
+            format!(", event source {}", s.id)
+        };
+        say(format!("  stream {} (table {}{source})", s.arn, s.table));
+        say(format!("    {}", s.mapping.line()));
+        if let Some(f) = &s.mapping.failure_file {
+            say(format!(
+                "    records given up on are reported to {}",
+                f.display()
+            ));
+        }
+        for note in &s.notes {
+            say(format!("    {note}"));
+        }
     }
     say(format!(
         "  write to it: {} table load --endpoint-url {} --table {} FILE",
@@ -538,105 +876,66 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         target.endpoint,
         target.table
     ));
-    let mut all_logs: Vec<BatchLog> = Vec::new();
-    let mut ticks: Vec<Value> = Vec::new();
-    let mut failures: Vec<Value> = Vec::new();
-    let expired = |events: &mut EventSourceLoop<MappingSource<StreamTail>>| -> Vec<Value> {
-        events
-            .source_mut()
-            .take_expired()
-            .iter()
-            .map(|(shard, c)| {
-                let seq = c.sequence_number.as_ref().map(|s| s.to_string());
-                failure_record(
-                    "RecordAgeExceeded",
-                    shard,
-                    seq.as_deref(),
-                    seq.as_deref(),
-                    1,
-                    0,
-                    &arn,
-                )
-            })
-            .collect()
-    };
-    let finish = |logs: &[BatchLog],
-                  ticks: &[Value],
-                  failures: &[Value],
-                  events: &EventSourceLoop<MappingSource<StreamTail>>,
-                  state: &DevState| {
-        if json_out {
-            super::output::print_json(&json!({
-                "table": target.table,
-                "streamArn": arn,
-                "template": deployment.as_ref().map(|d| d.file.clone()),
-                "mapping": {
-                    "batchSize": c.batch_size,
-                    "batchingWindowSecs": c.batching_window.as_secs(),
-                    "maxRetries": (c.max_retries != u32::MAX).then_some(c.max_retries),
-                    "bisect": c.bisect_on_error,
-                    "maxRecordAgeSecs": mapping.max_record_age.map(|a| a.as_secs()),
-                    "parallelizationFactor": c.parallelization_factor,
-                    "filters": mapping.filters,
-                    "timeoutSecs": mapping.timeout.map(|t| t.as_secs_f64()),
-                    "failureFile": mapping.failure_file.as_ref().map(|f| f.display().to_string()),
-                },
-                "schedules": plan.iter().map(|(job, expr, _)| json!({"job": job, "schedule": expr})).collect::<Vec<_>>(),
-                "batches": logs,
-                "ticks": ticks,
-                "filtered": events.source().filtered,
-                "failures": failures,
-                "pending": events.pending(),
-                "position": state.shards,
-            }));
+    let finish = |logs: &[BatchLog], ticks: &[Value], failures: &[Value], sources: &[DevSource]| {
+        if !json_out {
+            return;
         }
+        let first = &sources[0];
+        super::output::print_json(&json!({
+            "table": target.table,
+            "streamArn": first.arn,
+            "template": deployment.as_ref().map(|d| d.file.clone()),
+            "mapping": first.mapping.to_json(),
+            "sources": sources.iter().map(DevSource::to_json).collect::<Vec<_>>(),
+            "schedules": plan.iter().map(|(job, expr, _)| json!({"job": job, "schedule": expr})).collect::<Vec<_>>(),
+            "batches": logs,
+            "ticks": ticks,
+            "filtered": sources.iter().map(|s| s.events.source().filtered).sum::<usize>(),
+            "failures": failures,
+            "pending": sources.iter().map(|s| s.events.pending()).sum::<usize>(),
+            "position": first.position().shards,
+        }));
     };
     if args.until_idle {
-        let logs = events
-            .run_until_idle(&function, Duration::from_secs(600))
-            .await
-            .map_err(|e| CliError::Usage(e.to_string()))?;
-        let mut gave_up = discarded(&logs, &arn);
-        gave_up.extend(expired(&mut events));
-        let mut logs = logs;
+        let mut logs: Vec<BatchLog> = Vec::new();
+        let mut gave_up: Vec<Value> = Vec::new();
         // Every stream until none has anything new (one table's writes
         // may be another's records).
         loop {
             let mut round = 0;
-            for (other_arn, o) in &mut others {
-                let more = o
-                    .run_until_idle(&function, Duration::from_secs(600))
+            for s in &mut sources {
+                let more = s
+                    .events
+                    .run_until_idle(&s.function(&worker), Duration::from_secs(600))
                     .await
                     .map_err(|e| CliError::Usage(e.to_string()))?;
-                gave_up.extend(discarded(&more, other_arn));
+                gave_up.extend(s.give_up(&more));
                 round += more.len();
                 logs.extend(more);
             }
             if round == 0 {
                 break;
             }
-            let more = events
-                .run_until_idle(&function, Duration::from_secs(600))
-                .await
-                .map_err(|e| CliError::Usage(e.to_string()))?;
-            gave_up.extend(discarded(&more, &arn));
-            gave_up.extend(expired(&mut events));
-            logs.extend(more);
         }
-        report_failures(mapping.failure_file.as_deref(), &gave_up);
         for l in &logs {
             say(l.line());
         }
-        save_state(&events, &mut state)?;
+        state.save(&sources)?;
         say(format!(
             "idle after {} batches ({} records filtered out, {} given up on)",
             logs.len(),
-            events.source().filtered,
+            sources
+                .iter()
+                .map(|s| s.events.source().filtered)
+                .sum::<usize>(),
             gave_up.len()
         ));
-        finish(&logs, &ticks, &gave_up, &events, &state);
+        finish(&logs, &[], &gave_up, &sources);
         return Ok(ExitCode::SUCCESS);
     }
+    let mut all_logs: Vec<BatchLog> = Vec::new();
+    let mut ticks: Vec<Value> = Vec::new();
+    let mut failures: Vec<Value> = Vec::new();
     let now = Utc::now();
     let mut ticker = Ticker::new(plan.clone(), now);
     say("  schedules:".to_owned());
@@ -658,40 +957,23 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     // One listener for the whole loop: a Ctrl-C during a poll is not lost.
     let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
-        match events.poll_once(&function).await {
-            Ok(report) => {
-                for l in &report.batches {
-                    say(format!("{} {}", Utc::now().format("%H:%M:%S"), l.line()));
-                }
-                let mut gave_up = discarded(&report.batches, &arn);
-                gave_up.extend(expired(&mut events));
-                report_failures(mapping.failure_file.as_deref(), &gave_up);
-                failures.extend(gave_up);
-                all_logs.extend(report.batches);
-                save_state(&events, &mut state)?;
-            }
-            Err(e) => eprintln!(
-                "{} reading the stream failed (retrying): {e}",
-                Utc::now().format("%H:%M:%S")
-            ),
-        }
-        for (other_arn, o) in &mut others {
-            match o.poll_once(&function).await {
+        for s in &mut sources {
+            match s.events.poll_once(&s.function(&worker)).await {
                 Ok(report) => {
                     for l in &report.batches {
                         say(format!("{} {}", Utc::now().format("%H:%M:%S"), l.line()));
                     }
-                    let gave_up = discarded(&report.batches, other_arn);
-                    report_failures(mapping.failure_file.as_deref(), &gave_up);
-                    failures.extend(gave_up);
+                    failures.extend(s.give_up(&report.batches));
                     all_logs.extend(report.batches);
                 }
                 Err(e) => eprintln!(
-                    "{} reading the stream of {other_arn} failed (retrying): {e}",
-                    Utc::now().format("%H:%M:%S")
+                    "{} reading the stream of {} failed (retrying): {e}",
+                    Utc::now().format("%H:%M:%S"),
+                    s.table
                 ),
             }
         }
+        state.save(&sources)?;
         for (job, at) in ticker.due(Utc::now()) {
             let event = json!({"job": job, "scheduledTime": super::rfc3339(at)});
             let timeout = args
@@ -723,13 +1005,220 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         tokio::select! {
             _ = tokio::time::sleep(interval) => {}
             _ = &mut stop => {
-                let pending = events.pending()
-                    + others.iter().map(|(_, o)| o.pending()).sum::<usize>();
+                let pending: usize = sources.iter().map(|s| s.events.pending()).sum();
                 say(format!("stopping ({pending} records pending)"));
-                save_state(&events, &mut state)?;
-                finish(&all_logs, &ticks, &failures, &events, &state);
+                state.save(&sources)?;
+                finish(&all_logs, &ticks, &failures, &sources);
                 return Ok(ExitCode::SUCCESS);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment(starting_position: Option<&str>) -> Deployment {
+        let position = starting_position
+            .map(|p| format!("StartingPosition: {p}"))
+            .unwrap_or_default();
+        let yaml = format!(
+            r#"
+Resources:
+  F:
+    Type: AWS::Serverless::Function
+    Properties:
+      Events:
+        S:
+          Type: DynamoDB
+          Properties: {{Stream: !GetAtt T.StreamArn, BatchSize: 7, {position}}}
+"#
+        );
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&yaml).unwrap();
+        Deployment::from_template(&crate::template::to_json(&yaml), "t.yaml").unwrap()
+    }
+
+    #[test]
+    fn the_starting_position_is_the_flag_else_the_templates_else_latest() {
+        let flag = |p| DevArgs {
+            starting_position: p,
+            ..DevArgs::default()
+        };
+        let at = |args: &DevArgs, d: Option<&Deployment>| {
+            DevMapping::resolve(args, d.and_then(|d| d.streams.first())).starting_position
+        };
+        let horizon = deployment(Some("TRIM_HORIZON"));
+        assert_eq!(
+            at(&flag(None), Some(&horizon)),
+            StartingPosition::TrimHorizon
+        );
+        assert_eq!(
+            at(&flag(Some(StartingPosition::Latest)), Some(&horizon)),
+            StartingPosition::Latest
+        );
+        let latest = deployment(Some("LATEST"));
+        assert_eq!(at(&flag(None), Some(&latest)), StartingPosition::Latest);
+        assert_eq!(
+            at(&flag(None), Some(&deployment(None))),
+            StartingPosition::Latest
+        );
+        assert_eq!(at(&flag(None), None), StartingPosition::Latest);
+        assert_eq!(
+            at(&flag(Some(StartingPosition::TrimHorizon)), None),
+            StartingPosition::TrimHorizon
+        );
+    }
+
+    /// Every event source of the template, each with its own settings on
+    /// the table its function's variables name (the target's first); flags
+    /// set every source's.
+    #[test]
+    fn every_event_source_of_the_template_is_followed_with_its_own_settings() {
+        let yaml = r#"
+Resources:
+  F:
+    Type: AWS::Serverless::Function
+    Properties:
+      Timeout: 90
+      Environment:
+        Variables:
+          ORDERS_TABLE: !Ref Orders
+          PEOPLE_TABLE: !Ref People
+          VISITS_TABLE: !Ref Visits
+      Events:
+        PeopleStream:
+          Type: DynamoDB
+          Properties: {Stream: !GetAtt People.StreamArn, StartingPosition: LATEST, BatchSize: 10}
+        OrdersStream:
+          Type: DynamoDB
+          Properties:
+            Stream: !GetAtt Orders.StreamArn
+            StartingPosition: TRIM_HORIZON
+            BatchSize: 20
+            MaximumRetryAttempts: 3
+            FilterCriteria: {Filters: [{Pattern: '{"eventName": ["REMOVE"]}'}]}
+            DestinationConfig: {OnFailure: {Type: SQS, Destination: !GetAtt Q.Arn}}
+        VisitsStream:
+          Type: DynamoDB
+          Properties: {Stream: !GetAtt Visits.StreamArn, StartingPosition: TRIM_HORIZON, BatchSize: 30}
+"#;
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(yaml).unwrap();
+        let d = Deployment::from_template(&crate::template::to_json(&yaml), "t.yaml").unwrap();
+        let others = [
+            ("PEOPLE_TABLE", "people".to_owned()),
+            ("PLACES_TABLE", "places".to_owned()),
+            ("ORDERS_TABLE", "orders".to_owned()),
+        ];
+        let plans = event_sources(&DevArgs::default(), Some(&d), "visits", &others);
+        let seen: Vec<(&str, Option<usize>, usize, StartingPosition)> = plans
+            .iter()
+            .map(|p| {
+                (
+                    p.id.as_str(),
+                    p.other,
+                    p.mapping.config.batch_size,
+                    p.mapping.starting_position,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("F.VisitsStream", None, 30, StartingPosition::TrimHorizon),
+                ("F.PeopleStream", Some(0), 10, StartingPosition::Latest),
+                ("F.OrdersStream", Some(2), 20, StartingPosition::TrimHorizon),
+            ]
+        );
+        let orders = &plans[2].mapping;
+        assert_eq!(orders.config.max_retries, 3);
+        assert_eq!(orders.filters.len(), 1);
+        assert_eq!(
+            orders.failure_file,
+            Some(PathBuf::from("dev-failures.jsonl"))
+        );
+        let people = &plans[1].mapping;
+        assert!(people.filters.is_empty() && people.failure_file.is_none());
+        assert!(
+            plans
+                .iter()
+                .all(|p| p.mapping.timeout == Some(Duration::from_secs(90)))
+        );
+
+        // A flag sets every source's.
+        let args = DevArgs {
+            batch_size: Some(5),
+            starting_position: Some(StartingPosition::Latest),
+            ..DevArgs::default()
+        };
+        let plans = event_sources(&args, Some(&d), "visits", &others);
+        assert!(plans.iter().all(|p| p.mapping.config.batch_size == 5
+            && p.mapping.starting_position == StartingPosition::Latest));
+        assert_eq!(
+            plans[2].mapping.filters.len(),
+            1,
+            "the filters stay each source's"
+        );
+
+        // No template: every table, the defaults.
+        let plans = event_sources(&DevArgs::default(), None, "visits", &others);
+        let ids: Vec<&str> = plans.iter().map(|p| p.id.as_str()).collect();
+        assert_eq!(ids, ["visits", "people", "places", "orders"]);
+        assert!(plans.iter().all(|p| p.mapping.config.batch_size == 1000));
+    }
+
+    #[test]
+    fn a_state_file_keeps_every_source_and_reads_the_one_stream_form() {
+        let dir = std::env::temp_dir().join(format!("dev-state-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.json");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(DevState::read(&path).unwrap(), None, "no file: no state");
+
+        // Started at LATEST on an empty stream: no shard position, yet a
+        // place to resume from.
+        let empty = SourceState {
+            stream_arn: "arn:a".into(),
+            starting_position: Some(StartingPosition::Latest),
+            started_at: Some("2024-03-25T09:00:00Z".into()),
+            shards: BTreeMap::new(),
+        };
+        let state = DevState {
+            sources: [("A".to_owned(), empty.clone())].into(),
+            single: None,
+        };
+        state.write(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\"startingPosition\": \"LATEST\""), "{text}");
+        let read = DevState::read(&path).unwrap().unwrap();
+        assert_eq!(read, state);
+        assert_eq!(read.saved("A", "arn:a"), Saved::Position(&empty));
+        assert_eq!(read.saved("A", "arn:new"), Saved::OtherStream("arn:a"));
+        assert_eq!(read.saved("B", "arn:b"), Saved::Nothing);
+        assert_eq!(
+            read.saved("F.Stream", "arn:a"),
+            Saved::Position(&empty),
+            "the one entry of the stream, under another id"
+        );
+        let mut two = read.clone();
+        two.sources.insert("C".into(), empty.clone());
+        assert_eq!(two.saved("F.Stream", "arn:a"), Saved::Nothing, "which one?");
+
+        std::fs::write(
+            &path,
+            r#"{"streamArn": "arn:a", "shards": {"shard-1": "42"}}"#,
+        )
+        .unwrap();
+        let one = DevState::read(&path).unwrap().unwrap();
+        let Saved::Position(s) = one.saved("any", "arn:a") else {
+            panic!("the one-stream form resumes its stream: {one:?}");
+        };
+        assert_eq!(s.shards["shard-1"], "42");
+        assert_eq!(one.saved("any", "arn:b"), Saved::Nothing);
+
+        std::fs::write(&path, "[1, 2]").unwrap();
+        let e = DevState::read(&path).unwrap_err().to_string();
+        assert!(e.contains("not a dev state file"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

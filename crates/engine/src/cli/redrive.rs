@@ -12,11 +12,12 @@
 //!   is deleted from the queue once every record of its range was handled
 //!   or parked.
 //!
-//! On DynamoDB Local the parking table is created when missing. Without
-//! `--apply` nothing is written: the handlers run over a dry-run
-//! store (reads from the table, writes recorded), and the command prints
-//! what each record would do. Exit status [`super::EXIT_FAILURES`] when a
-//! record still fails.
+//! With `--apply` on DynamoDB Local the parking table is created when
+//! missing. Without `--apply` nothing is created or written: the handlers
+//! run over a dry-run store (reads from the table, writes recorded), a
+//! missing parking table is reported (nothing is parked in it) and the run
+//! goes on, and the command prints what each record would do. Exit status
+//! [`super::EXIT_FAILURES`] when a record still fails.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -48,10 +49,12 @@ const CHUNK: usize = 1000;
 pub struct RedriveArgs {
     /// Replay for real: write the handlers' changes, remove handled records
     /// from the parking table, park what fails for good. Without it, a dry
-    /// run prints what would happen and writes nothing.
+    /// run prints what would happen and creates and writes nothing.
     #[arg(long)]
     pub apply: bool,
-    /// The parking table (default: the PARKING_TABLE variable).
+    /// The parking table (default: the PARKING_TABLE variable). With
+    /// --apply on DynamoDB Local a missing one is created; a dry run only
+    /// reports it missing (nothing parked in it) and goes on.
     #[arg(long, value_name = "NAME")]
     pub parking_table: Option<String>,
     /// An on-failure message of the stream mapping (JSON: one message, a
@@ -361,17 +364,51 @@ fn parking_settings(args: &RedriveArgs) -> Result<Option<ParkingSettings>, CliEr
     Ok(settings)
 }
 
-/// On DynamoDB Local the parking table is created when missing (in AWS the
-/// app's template creates it).
-async fn local_parking_table(
+/// Whether the parking table exists.
+async fn parking_table_exists(
     client: &aws_sdk_dynamodb::Client,
     settings: &ParkingSettings,
-) -> Result<(), CliError> {
+) -> Result<bool, CliError> {
     let store = DynamoStore::new(client.clone(), &settings.table).with_key(park::KEY);
     match store.stream_arn().await {
-        Ok(_) => Ok(()),
-        Err(StoreError::NotFound { .. }) => Ok(store.create_table(&park::schema()).await?),
+        Ok(_) => Ok(true),
+        Err(StoreError::NotFound { .. }) => Ok(false),
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Make sure of the parking table before a redrive; whether it is there.
+/// A missing one is created with `--apply` on DynamoDB Local (in AWS the
+/// app's template creates it). A dry run creates nothing: a missing table
+/// is reported (nothing is parked in it) and the run goes on.
+async fn prepare_parking_table(
+    client: &aws_sdk_dynamodb::Client,
+    settings: &ParkingSettings,
+    endpoint: &str,
+    apply: bool,
+) -> Result<bool, CliError> {
+    if parking_table_exists(client, settings).await? {
+        return Ok(true);
+    }
+    match (apply, is_local(endpoint)) {
+        (true, true) => {
+            let store = DynamoStore::new(client.clone(), &settings.table).with_key(park::KEY);
+            store.create_table(&park::schema()).await?;
+            Ok(true)
+        }
+        (true, false) => Ok(false),
+        (false, local) => {
+            println!(
+                "parking table {} does not exist at {endpoint}: nothing is parked in it, and a dry run creates nothing ({})",
+                settings.table,
+                if local {
+                    "--apply creates it"
+                } else {
+                    "the app's template creates it; --apply cannot park without it"
+                }
+            );
+            Ok(false)
+        }
     }
 }
 
@@ -431,11 +468,10 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
         crate::store::client(Some(&target.endpoint)).await
     };
     let settings = parking_settings(&args)?;
-    if let Some(s) = &settings
-        && is_local(&target.endpoint)
-    {
-        local_parking_table(&client, s).await?;
-    }
+    let parking_there = match &settings {
+        Some(s) => prepare_parking_table(&client, s, &target.endpoint, args.apply).await?,
+        None => false,
+    };
     let parking = settings.map(|s| Parking::dynamo(client, &s));
     let mode = if args.apply { "" } else { " (dry run)" };
     let mut failed = false;
@@ -451,7 +487,12 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
                 "no parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
             ))
         })?;
-        let report = redrive_parked(&worker, dry, &parking, args.apply).await?;
+        // A dry run's missing parking table holds nothing (reported).
+        let report = if parking_there || args.apply {
+            redrive_parked(&worker, dry, &parking, args.apply).await?
+        } else {
+            RedriveReport::default()
+        };
         if report.entries.is_empty() {
             println!("nothing parked: nothing to redrive");
             return Ok(ExitCode::SUCCESS);

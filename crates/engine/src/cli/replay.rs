@@ -435,8 +435,7 @@ pub async fn replay<A: CliApp>(
     let stream_timeout = args.deploy.timeout(
         deployment
             .as_ref()
-            .and_then(|d| d.stream.as_ref())
-            .and_then(|s| s.timeout_secs),
+            .and_then(crate::template::Deployment::stream_timeout),
     );
     if let Some(items) = snapshot {
         let pb = super::output::bar(items.len() as u64, "loading snapshot");

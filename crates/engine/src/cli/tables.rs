@@ -4,7 +4,8 @@
 //! default name. The embedded DynamoDB Local and `table create` make
 //! them all; `replay` and `run` give the worker a store per table (dry-run
 //! layered when asked); `--apply-writes` writes each record to the table
-//! its `eventSourceARN` names; `dev` follows every table's stream. Table
+//! its `eventSourceARN` names; `dev` follows every event source of the
+//! template, each on its table (without one, every table's stream). Table
 //! diffs and snapshots are of the target table. A one-table app has no
 //! other tables and nothing here changes what its commands do.
 
