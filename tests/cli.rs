@@ -1318,3 +1318,26 @@ fn a_closed_stdout_ends_the_command_quietly() {
 fn libc_sigpipe() -> i32 {
     13
 }
+
+/// `dev --until-idle` exits 3 when a record it read was not handled: here
+/// a membership whose ids are not ids (rejected), beside the
+/// household's records (handled).
+#[tokio::test]
+async fn dev_exits_3_when_a_record_was_not_handled() {
+    let t = household_table().await;
+    t.put_json(&[serde_json::json!({"PK": {"S": "not-a-user"}, "SK": {"S": "Group#not-a-group"}})])
+        .await;
+    let o = run(&[
+        "dev",
+        "--until-idle",
+        "--starting-position",
+        "trim-horizon",
+        "--endpoint-url",
+        &t.endpoint,
+        "--table",
+        &t.name,
+    ]);
+    let printed = format!("{}{}", stdout(&o), stderr(&o));
+    assert_eq!(o.status.code(), Some(3), "{printed}");
+    assert!(printed.contains("1 rejected"), "{printed}");
+}

@@ -763,6 +763,17 @@ pub fn event_sources(
 }
 
 /// `<app> dev`.
+/// Whether the loop left something unhandled (exit status 3): a record
+/// rejected, malformed or not the app's, a record given up on, a failed
+/// tick.
+fn not_all_handled(logs: &[BatchLog], ticks: &[Value], gave_up: &[Value]) -> bool {
+    !gave_up.is_empty()
+        || ticks.iter().any(|t| t.get("error").is_some())
+        || logs
+            .iter()
+            .any(|l| l.rejected + l.malformed + l.foreign > 0)
+}
+
 pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     let deployment = args.deploy.deployment::<A>()?;
     let plan = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
@@ -931,7 +942,10 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
             gave_up.len()
         ));
         finish(&logs, &[], &gave_up, &sources);
-        return Ok(ExitCode::SUCCESS);
+        return Ok(super::exit_status(
+            not_all_handled(&logs, &[], &gave_up),
+            false,
+        ));
     }
     let mut all_logs: Vec<BatchLog> = Vec::new();
     let mut ticks: Vec<Value> = Vec::new();
@@ -1009,7 +1023,10 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                 say(format!("stopping ({pending} records pending)"));
                 state.save(&sources)?;
                 finish(&all_logs, &ticks, &failures, &sources);
-                return Ok(ExitCode::SUCCESS);
+                return Ok(super::exit_status(
+                    not_all_handled(&all_logs, &ticks, &failures),
+                    false,
+                ));
             }
         }
     }

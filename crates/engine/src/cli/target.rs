@@ -363,15 +363,20 @@ impl Target {
         }
     }
 
-    /// A Streams API client for the same endpoint.
+    /// A Streams API client: at `AWS_ENDPOINT_URL_DYNAMODB_STREAMS` when it
+    /// is set (the SDK's variable), else beside the table's endpoint.
     pub async fn streams_client(&self) -> aws_sdk_dynamodbstreams::Client {
-        if is_local(&self.endpoint) {
-            crate::stream_reader::local_client(&self.endpoint)
+        let own = std::env::var("AWS_ENDPOINT_URL_DYNAMODB_STREAMS")
+            .ok()
+            .filter(|v| !v.trim().is_empty());
+        let endpoint = own.unwrap_or_else(|| streams_endpoint(&self.endpoint));
+        if is_local(&endpoint) {
+            crate::stream_reader::local_client(&endpoint)
         } else {
             let config = sdk_config(Some(&self.endpoint), &self.aws).await;
             aws_sdk_dynamodbstreams::Client::from_conf(
                 aws_sdk_dynamodbstreams::config::Builder::from(&config)
-                    .endpoint_url(streams_endpoint(&self.endpoint))
+                    .endpoint_url(endpoint)
                     .build(),
             )
         }
