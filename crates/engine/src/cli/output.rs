@@ -9,7 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
-use crate::replay::diff::TableDiff;
+use crate::replay::diff::{TableDiff, TablesDiff};
 use crate::store::DynamoStore;
 use crate::store::layers::{MadeWrite, PlannedWrite, WriteResult};
 
@@ -81,6 +81,24 @@ pub fn diff_block(diff: &TableDiff, keys: (&str, &str), indent: &str) -> Vec<Str
         .into_iter()
         .map(|l| format!("{indent}{l}"))
         .collect()
+}
+
+/// The diff of every table of a command, indented. One table: its
+/// [`diff_block`]. Several: `(no changes)`, or per table that changed a
+/// line `Table: N added, N changed, N removed` and its changes below it.
+pub fn tables_diff_block(diff: &TablesDiff, indent: &str) -> Vec<String> {
+    if let [one] = diff.tables.as_slice() {
+        return diff_block(&one.diff, one.keys, indent);
+    }
+    if diff.is_empty() {
+        return vec![format!("{indent}(no changes)")];
+    }
+    let mut out = Vec::new();
+    for t in diff.tables.iter().filter(|t| !t.diff.is_empty()) {
+        out.push(format!("{indent}{}: {}", t.table, t.diff.summary()));
+        out.extend(diff_block(&t.diff, t.keys, &format!("{indent}  ")));
+    }
+    out
 }
 
 /// A progress bar over `len` items.
@@ -181,5 +199,48 @@ mod tests {
         };
         assert_eq!(planned_line(&p, KEYS), r#"PUT u/Member#m {Status: "x"}"#);
         assert_eq!(planned_json(&p, KEYS)["op"], "PUT");
+    }
+
+    #[test]
+    fn a_diff_of_several_tables_says_which_changed() {
+        use crate::replay::diff::{NamedDiff, diff_tables};
+        let item = |v: serde_json::Value| crate::replay::ddbjson::item_from_json(&v).unwrap();
+        let named = |table: &str, keys, after: Vec<crate::item::Item>| NamedDiff {
+            table: table.into(),
+            keys,
+            diff: diff_tables(&[], &after, keys),
+        };
+        let d = TablesDiff {
+            tables: vec![
+                named("Requests", KEYS, vec![]),
+                named(
+                    "Users",
+                    ("PK", ""),
+                    vec![item(json!({"PK": {"S": "u"}, "Id": {"S": "u"}}))],
+                ),
+            ],
+        };
+        assert_eq!(
+            tables_diff_block(&d, "  "),
+            [
+                "  Users: 1 added, 0 changed, 0 removed",
+                r#"    + u {Id: "u"}"#
+            ]
+        );
+        let one = TablesDiff {
+            tables: d.tables[1..].to_vec(),
+        };
+        assert_eq!(
+            tables_diff_block(&one, "  "),
+            diff_block(&one.tables[0].diff, ("PK", ""), "  ")
+        );
+        let none = TablesDiff {
+            tables: d.tables[..1].to_vec(),
+        };
+        assert_eq!(tables_diff_block(&none, "  "), ["  (no changes)"]);
+        let unchanged = TablesDiff {
+            tables: vec![named("A", KEYS, vec![]), named("B", KEYS, vec![])],
+        };
+        assert_eq!(tables_diff_block(&unchanged, "  "), ["  (no changes)"]);
     }
 }
