@@ -424,7 +424,7 @@ async fn replay_reports_each_record_and_the_title_key_it_set() {
     assert!(replayed.applied.is_none(), "no --apply-writes");
 
     // The diff is the worker's one write: note a's derived attribute.
-    let diff = &replayed.diff;
+    let diff = replayed.diff.target();
     assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
     let [changed] = diff.changed.as_slice() else {
         panic!("one item changed: {diff:?}");

@@ -9,6 +9,9 @@
 //! records describe are performed first (as the service did), then the
 //! file is handled, the way Lambda sees a batch after its writes happened;
 //! the service's writes and the worker's are shown apart.
+//!
+//! For an app of several tables, the snapshots and the diffs cover every
+//! table ([`super::tables`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,16 +23,18 @@ use serde_json::{Value, json};
 
 use super::deployment::{DeployOpts, deadline};
 use super::events::{EventFile, EventKind, load_event_file};
-use super::output::{diff_block, made_json, made_line, planned_json, planned_line, print_json};
+use super::output::{
+    made_json, made_line, planned_json, planned_line, print_json, tables_diff_block,
+};
+use super::tables::{SnapshotWritten, diff_all, load_all, read_app_snapshot, scan_all, write_all};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::replay::apply::{self, NotApplied};
-use crate::replay::diff::{TableDiff, diff_tables};
+use crate::replay::diff::TablesDiff;
 use crate::replay::report::{RecordLine, record_lines};
-use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 use crate::runtime::Worker;
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
@@ -46,7 +51,9 @@ pub struct ReplayArgs {
     #[arg(value_name = "EVENT_FILE", required = true)]
     pub files: Vec<PathBuf>,
     /// Load the table from this snapshot first (a JSON array of items in
-    /// DynamoDB JSON, the same as a Scan's Items).
+    /// DynamoDB JSON, the same as a Scan's Items; for an app of several
+    /// tables, also a JSON object of such arrays by table name, each loaded
+    /// into its table).
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// Before a stream file is handled, perform the writes its records
@@ -57,7 +64,9 @@ pub struct ReplayArgs {
     /// The time every handler and job sees (RFC 3339). Default: real time.
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<DateTime<Utc>>,
-    /// Write the table after the replay to this file, sorted by PK then SK.
+    /// Write the table after the replay to this file, sorted by PK then SK
+    /// (for an app of several tables, every table: a JSON object of arrays
+    /// by table name).
     #[arg(long, value_name = "FILE")]
     pub write_snapshot: Option<PathBuf>,
     /// Compute and print what the handlers would write; write nothing.
@@ -90,8 +99,8 @@ pub struct ReplayArgs {
 pub struct AppliedWrites {
     pub applied: usize,
     pub not_applied: Vec<NotApplied>,
-    /// The table before and after the service's writes.
-    pub diff: TableDiff,
+    /// The tables before and after the service's writes.
+    pub diff: TablesDiff,
 }
 
 /// What one event file did.
@@ -117,8 +126,8 @@ pub struct FileReport<J: JobName> {
     /// Whether the table was scanned around the file (`diff` and the
     /// applied writes' diff are set only then).
     pub scanned: bool,
-    /// What the worker changed in the table.
-    pub diff: TableDiff,
+    /// What the worker changed in the tables.
+    pub diff: TablesDiff,
 }
 
 impl<J: JobName> FileReport<J> {
@@ -165,7 +174,7 @@ impl<J: JobName> FileReport<J> {
                 out.push(format!("    #{} not applied: {}", n.index, n.reason));
             }
             if self.scanned {
-                out.extend(diff_block(&a.diff, self.keys, "    "));
+                out.extend(tables_diff_block(&a.diff, "    "));
             }
         }
         if let Some(b) = &self.batch {
@@ -220,7 +229,7 @@ impl<J: JobName> FileReport<J> {
                 "  table changes by the worker: {}",
                 self.diff.summary()
             ));
-            out.extend(diff_block(&self.diff, self.keys, "    "));
+            out.extend(tables_diff_block(&self.diff, "    "));
         } else {
             out.push(format!(
                 "  writes made by the worker: {}",
@@ -248,7 +257,7 @@ impl<J: JobName> FileReport<J> {
             "applied": self.applied.as_ref().map(|a| json!({
                 "writes": a.applied,
                 "notApplied": a.not_applied.iter().map(|n| json!({"index": n.index, "reason": n.reason})).collect::<Vec<_>>(),
-                "diff": self.scanned.then(|| a.diff.to_json(self.keys)),
+                "diff": self.scanned.then(|| a.diff.to_json()),
             })),
             "records": self.records,
             "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
@@ -257,7 +266,7 @@ impl<J: JobName> FileReport<J> {
             "error": self.error,
             "plannedWrites": self.planned.iter().map(|w| planned_json(w, self.keys)).collect::<Vec<_>>(),
             "writes": self.writes.iter().map(|w| made_json(w, self.keys)).collect::<Vec<_>>(),
-            "diff": self.scanned.then(|| self.diff.to_json(self.keys)),
+            "diff": self.scanned.then(|| self.diff.to_json()),
         })
     }
 }
@@ -266,8 +275,9 @@ impl<J: JobName> FileReport<J> {
 #[derive(Debug, Clone)]
 pub struct ReplayReport<J: JobName> {
     pub files: Vec<FileReport<J>>,
-    /// `--write-snapshot`: the file and how many items it holds.
-    pub snapshot_written: Option<(String, usize)>,
+    /// `--write-snapshot`: the file and how many items of each table it
+    /// holds.
+    pub snapshot_written: Option<SnapshotWritten>,
 }
 
 impl<J: JobName> ReplayReport<J> {
@@ -403,12 +413,22 @@ fn app_worker<A: CliApp>(
         .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
 }
 
-/// Load a snapshot file into the target's table (batched writes).
+/// Load a snapshot file into the target's tables, each table the file
+/// holds into its own (batched writes); the items loaded.
 pub async fn load_snapshot(target: &Target, path: &std::path::Path) -> Result<usize, CliError> {
-    let items = read_snapshot(path, target.keys())?;
-    let n = items.len();
+    let snapshot = read_app_snapshot(path, &target.app, &target.table)?;
+    load_tables(target, snapshot).await
+}
+
+/// Load the tables of a snapshot read ([`read_app_snapshot`]), with a
+/// progress bar; the items loaded.
+async fn load_tables(
+    target: &Target,
+    snapshot: crate::replay::snapshot::TableItems,
+) -> Result<usize, CliError> {
+    let n: usize = snapshot.iter().map(|(_, items)| items.len()).sum();
     let pb = super::output::bar(n as u64, "loading snapshot");
-    load_items(target.store.clone(), items, 4, Some(&pb)).await?;
+    load_all(target, snapshot, 4, Some(&pb)).await?;
     pb.finish_and_clear();
     Ok(n)
 }
@@ -426,7 +446,7 @@ pub async fn replay<A: CliApp>(
     let snapshot = args
         .snapshot
         .as_ref()
-        .map(|p| read_snapshot(p, target.keys()))
+        .map(|p| read_app_snapshot(p, &target.app, &target.table))
         .transpose()?;
     let dry_run = args.dry_run || remote_dry_run(target, args);
     let (app, dry, recorder) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
@@ -437,10 +457,8 @@ pub async fn replay<A: CliApp>(
             .as_ref()
             .and_then(crate::template::Deployment::stream_timeout),
     );
-    if let Some(items) = snapshot {
-        let pb = super::output::bar(items.len() as u64, "loading snapshot");
-        load_items(target.store.clone(), items, 4, Some(&pb)).await?;
-        pb.finish_and_clear();
+    if let Some(snapshot) = snapshot {
+        load_tables(target, snapshot).await?;
     }
     let mut files = Vec::with_capacity(events.len());
     for ev in &events {
@@ -463,11 +481,7 @@ pub async fn replay<A: CliApp>(
         );
     }
     let snapshot_written = match &args.write_snapshot {
-        Some(path) => {
-            let items = scan_table(target.store.as_ref(), target.keys(), None).await?;
-            write_snapshot(path, &items, target.keys())?;
-            Some((path.display().to_string(), items.len()))
-        }
+        Some(path) => Some(write_all(path, target, &scan_all(target, None).await?)?),
         None => None,
     };
     Ok(ReplayReport {
@@ -491,7 +505,7 @@ async fn replay_file<J: JobName>(
     let store = target.store.as_ref();
     let keys = target.keys();
     let mut before = if scan {
-        scan_table(store, keys, None).await?
+        scan_all(target, None).await?
     } else {
         Vec::new()
     };
@@ -507,7 +521,7 @@ async fn replay_file<J: JobName>(
         planned: Vec::new(),
         writes: Vec::new(),
         scanned: scan,
-        diff: TableDiff::default(),
+        diff: TablesDiff::default(),
     };
     match &ev.kind {
         EventKind::Stream { .. } => {
@@ -518,12 +532,12 @@ async fn replay_file<J: JobName>(
                 let applied =
                     super::tables::apply_by_table(store, &target.others, &decoded, &plan).await?;
                 let diff = if scan {
-                    let after = scan_table(store, keys, None).await?;
-                    let diff = diff_tables(&before, &after, keys);
+                    let after = scan_all(target, None).await?;
+                    let diff = diff_all(target, &before, &after);
                     before = after;
                     diff
                 } else {
-                    TableDiff::default()
+                    TablesDiff::default()
                 };
                 report.applied = Some(AppliedWrites {
                     applied,
@@ -552,8 +566,8 @@ async fn replay_file<J: JobName>(
         report.writes = r.take_made();
     }
     if scan {
-        let after = scan_table(store, keys, None).await?;
-        report.diff = diff_tables(&before, &after, keys);
+        let after = scan_all(target, None).await?;
+        report.diff = diff_all(target, &before, &after);
     }
     Ok(report)
 }
@@ -573,7 +587,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
         load_event_file::<A::Job>(p)?;
     }
     if let Some(p) = &args.snapshot {
-        read_snapshot(p, app.keys())?;
+        read_app_snapshot(p, &app, &args.table.table)?;
     }
     if args.apply_writes || args.snapshot.is_some() {
         refuse_remote_writes(
@@ -610,7 +624,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
             "now": args.now.map(super::rfc3339),
             "dryRun": args.dry_run || remote_dry_run(&target, &args),
             "files": report.files.iter().map(FileReport::to_json).collect::<Vec<_>>(),
-            "snapshotWritten": report.snapshot_written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
+            "snapshotWritten": report.snapshot_written.as_ref().map(SnapshotWritten::to_json),
             "failed": report.failed(),
         }));
     } else {
@@ -627,8 +641,8 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
                 println!("{line}");
             }
         }
-        if let Some((file, n)) = &report.snapshot_written {
-            println!("snapshot written: {file} ({n} items)");
+        if let Some(w) = &report.snapshot_written {
+            println!("snapshot written: {}", w.describe());
         }
     }
     Ok(super::exit_status(report.failed(), report.incomplete()))
