@@ -9,6 +9,8 @@
 //!   and a `--write-snapshot` gives the same file back), a plain array is
 //!   the ChatRequests table, and `table load` / `table snapshot` make the
 //!   same round trip on a DynamoDB Local that outlives them;
+//! - the writes a dry run plans, or a run on a table it did not start
+//!   makes, are listed by table;
 //! - a snapshot naming a table the app does not have is refused with its
 //!   name and the names expected, before anything starts.
 //!
@@ -245,6 +247,31 @@ fn a_snapshot_of_the_six_tables_loads_each_table() {
         "{text}"
     );
 
+    // A dry run lists what the worker would write to each table: here
+    // the recount of a chat whose NumMembers misses its member.
+    let miscounted = dir.join("miscounted.json");
+    std::fs::write(
+        &miscounted,
+        golden().replace(r#""NumMembers":{"N":"1"}"#, r#""NumMembers":{"N":"0"}"#),
+    )
+    .unwrap();
+    let chat_created = events("stream/chat-created.json");
+    let o = chat_worker(&[
+        "replay",
+        "--dry-run",
+        "--snapshot",
+        &miscounted.display().to_string(),
+        &chat_created,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "  planned writes (dry run, nothing written): 1\n    GroupChats (1):\n      UPDATE GROUPCHAT#g1/GROUPCHAT#g1 SET #n = :n if "
+        ),
+        "{text}"
+    );
+
     // A plain array is the ChatRequests table.
     let items: Value = serde_json::from_str(&golden()).unwrap();
     let requests = dir.join("requests.json");
@@ -328,6 +355,44 @@ async fn table_load_and_snapshot_cover_the_six_tables() {
         "{v}"
     );
     assert_eq!(std::fs::read_to_string(&out).unwrap(), golden());
+
+    // On a table the command did not start, the writes made are listed by
+    // table: the recount of a chat whose NumMembers misses its member.
+    let miscounted = dir.join("miscounted.json");
+    std::fs::write(
+        &miscounted,
+        golden().replace(r#""NumMembers":{"N":"1"}"#, r#""NumMembers":{"N":"0"}"#),
+    )
+    .unwrap();
+    let o = chat_worker(&[
+        "table",
+        "load",
+        &miscounted.display().to_string(),
+        "--endpoint-url",
+        &endpoint,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = chat_worker(&[
+        "replay",
+        "--endpoint-url",
+        &endpoint,
+        &events("stream/chat-created.json"),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains(
+            "  writes made by the worker: 1\n    GroupChats (1):\n      UPDATE GROUPCHAT#g1/GROUPCHAT#g1 SET #n = :n if "
+        ),
+        "{text}"
+    );
+    let o = chat_worker(&["table", "snapshot", &out, "--endpoint-url", &endpoint]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        golden(),
+        "recounted"
+    );
     drop(local);
     let _ = std::fs::remove_dir_all(dir);
 }

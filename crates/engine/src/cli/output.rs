@@ -8,6 +8,7 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
+use super::tables::TableWrites;
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
 use crate::replay::diff::{TableDiff, TablesDiff};
 use crate::store::DynamoStore;
@@ -70,6 +71,59 @@ pub fn made_json(w: &MadeWrite, keys: (&str, &str)) -> Value {
     let mut v = planned_json(&w.write, keys);
     v["result"] = json!(w.result);
     v
+}
+
+/// How many writes of every table.
+pub fn write_count<W>(writes: &[TableWrites<W>]) -> usize {
+    writes.iter().map(|t| t.writes.len()).sum()
+}
+
+/// The writes of every table of a command, one line each as `line`
+/// renders them, indented. One table: its lines. Several: per table with
+/// writes a line `Table (N):` and its writes below it.
+pub fn writes_block<W>(
+    writes: &[TableWrites<W>],
+    indent: &str,
+    line: impl Fn(&W, (&str, &str)) -> String,
+) -> Vec<String> {
+    if let [one] = writes {
+        return one
+            .writes
+            .iter()
+            .map(|w| format!("{indent}{}", line(w, one.keys)))
+            .collect();
+    }
+    let mut out = Vec::new();
+    for t in writes.iter().filter(|t| !t.writes.is_empty()) {
+        out.push(format!("{indent}{} ({}):", t.table, t.writes.len()));
+        out.extend(
+            t.writes
+                .iter()
+                .map(|w| format!("{indent}  {}", line(w, t.keys))),
+        );
+    }
+    out
+}
+
+/// The same as JSON, as `json` renders each write; of several tables,
+/// each with its `"table"`.
+pub fn writes_json<W>(
+    writes: &[TableWrites<W>],
+    json: impl Fn(&W, (&str, &str)) -> Value,
+) -> Vec<Value> {
+    let several = writes.len() > 1;
+    writes
+        .iter()
+        .flat_map(|t| {
+            t.writes.iter().map(|w| {
+                let mut v = json(w, t.keys);
+                if several {
+                    v["table"] = Value::from(t.table.clone());
+                }
+                v
+            })
+        })
+        .collect()
 }
 
 /// The diff's lines, indented, or `(no changes)`.
@@ -199,6 +253,37 @@ mod tests {
         };
         assert_eq!(planned_line(&p, KEYS), r#"PUT u/Member#m {Status: "x"}"#);
         assert_eq!(planned_json(&p, KEYS)["op"], "PUT");
+    }
+
+    #[test]
+    fn writes_of_several_tables_are_listed_by_table() {
+        let key: crate::store::Key = [
+            ("PK".to_owned(), AttributeValue::S("c".into())),
+            ("SK".to_owned(), AttributeValue::S("c".into())),
+        ]
+        .into();
+        let delete = PlannedWrite::Delete {
+            key,
+            condition: None,
+        };
+        let of = |table: &str, writes: Vec<PlannedWrite>| TableWrites {
+            table: table.into(),
+            keys: KEYS,
+            writes,
+        };
+        let one = [of("Requests", vec![delete.clone()])];
+        assert_eq!(writes_block(&one, "  ", planned_line), ["  DELETE c/c"]);
+        assert_eq!(
+            writes_json(&one, planned_json),
+            [planned_json(&delete, KEYS)]
+        );
+        let several = [of("Requests", vec![]), of("Chats", vec![delete.clone()])];
+        assert_eq!(write_count(&several), 1);
+        assert_eq!(
+            writes_block(&several, "  ", planned_line),
+            ["  Chats (1):", "    DELETE c/c"]
+        );
+        assert_eq!(writes_json(&several, planned_json)[0]["table"], "Chats");
     }
 
     #[test]

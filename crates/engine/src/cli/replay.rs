@@ -24,9 +24,13 @@ use serde_json::{Value, json};
 use super::deployment::{DeployOpts, deadline};
 use super::events::{EventFile, EventKind, load_event_file};
 use super::output::{
-    made_json, made_line, planned_json, planned_line, print_json, tables_diff_block,
+    made_json, made_line, planned_json, planned_line, print_json, tables_diff_block, write_count,
+    writes_block, writes_json,
 };
-use super::tables::{SnapshotWritten, diff_all, load_all, read_app_snapshot, scan_all, write_all};
+use super::tables::{
+    SnapshotWritten, TableWrites, WriteLayer, diff_all, load_all, read_app_snapshot,
+    recorded_worker_tables, scan_all, take_made, take_planned, write_all,
+};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
@@ -38,7 +42,7 @@ use crate::replay::report::{RecordLine, record_lines};
 use crate::runtime::Worker;
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
-use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
+use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite};
 use crate::stream::decode::decode_event;
 use crate::stream::engine::BatchReport;
 
@@ -119,10 +123,10 @@ pub struct FileReport<J: JobName> {
     /// The invocation failed (e.g. the job is not available, or a store
     /// failure in a job).
     pub error: Option<String>,
-    /// `--dry-run`: the writes the handlers would have made.
-    pub planned: Vec<PlannedWrite>,
-    /// The writes the handlers made, with their outcome.
-    pub writes: Vec<MadeWrite>,
+    /// `--dry-run`: the writes the handlers would have made, by table.
+    pub planned: Vec<TableWrites<PlannedWrite>>,
+    /// The writes the handlers made, with their outcome, by table.
+    pub writes: Vec<TableWrites<MadeWrite>>,
     /// Whether the table was scanned around the file (`diff` and the
     /// applied writes' diff are set only then).
     pub scanned: bool,
@@ -217,13 +221,9 @@ impl<J: JobName> FileReport<J> {
         if dry_run {
             out.push(format!(
                 "  planned writes (dry run, nothing written): {}",
-                self.planned.len()
+                write_count(&self.planned)
             ));
-            out.extend(
-                self.planned
-                    .iter()
-                    .map(|w| format!("    {}", planned_line(w, self.keys))),
-            );
+            out.extend(writes_block(&self.planned, "    ", planned_line));
         } else if self.scanned {
             out.push(format!(
                 "  table changes by the worker: {}",
@@ -233,13 +233,9 @@ impl<J: JobName> FileReport<J> {
         } else {
             out.push(format!(
                 "  writes made by the worker: {}",
-                self.writes.len()
+                write_count(&self.writes)
             ));
-            out.extend(
-                self.writes
-                    .iter()
-                    .map(|w| format!("    {}", made_line(w, self.keys))),
-            );
+            out.extend(writes_block(&self.writes, "    ", made_line));
         }
         out
     }
@@ -264,8 +260,8 @@ impl<J: JobName> FileReport<J> {
             "retryWholeBatch": self.batch.as_ref().map(|b| b.retry_whole_batch),
             "job": self.job,
             "error": self.error,
-            "plannedWrites": self.planned.iter().map(|w| planned_json(w, self.keys)).collect::<Vec<_>>(),
-            "writes": self.writes.iter().map(|w| made_json(w, self.keys)).collect::<Vec<_>>(),
+            "plannedWrites": writes_json(&self.planned, planned_json),
+            "writes": writes_json(&self.writes, made_json),
             "diff": self.scanned.then(|| self.diff.to_json()),
         })
     }
@@ -346,14 +342,11 @@ pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job
 /// they are recorded instead of sent).
 pub type CommandWorker<J> = (Worker<J>, Option<Arc<DryRunStore>>);
 
-/// A worker for a command with the layer that knows its writes: the
-/// dry-run layer (writes planned, not sent) or the recording layer (writes
-/// sent and written down with their outcome).
-pub type RecordedWorker<J> = (
-    Worker<J>,
-    Option<Arc<DryRunStore>>,
-    Option<Arc<RecordingStore>>,
-);
+/// A worker for a command with the layers that know its writes, one per
+/// table (the target first, [`Target::tables`]): dry-run layers (writes
+/// planned, not sent) or recording layers (writes sent and written down
+/// with their outcome).
+pub type RecordedWorker<J> = (Worker<J>, Vec<WriteLayer>);
 
 /// The worker over the target's table: a fixed clock with `now`, writes
 /// recorded instead of sent with `dry_run`.
@@ -369,7 +362,11 @@ pub fn worker<A: CliApp>(
         Some(d) => d.clone(),
         None => base,
     };
-    Ok((app_worker::<A>(target, store, dry_run, now, env)?, dry))
+    let others = super::tables::worker_tables(&target.others, dry_run);
+    Ok((
+        app_worker::<A>(target, store, others, dry_run, now, env)?,
+        dry,
+    ))
 }
 
 /// [`worker`], whose writes, when sent, are also recorded (what the
@@ -380,20 +377,17 @@ pub fn recording_worker<A: CliApp>(
     dry_run: bool,
     env: &[String],
 ) -> Result<RecordedWorker<A::Job>, CliError> {
-    let base: Arc<dyn Store> = target.store.clone();
-    if dry_run {
-        let dry = Arc::new(DryRunStore::new(base));
-        let w = app_worker::<A>(target, dry.clone(), true, now, env)?;
-        return Ok((w, Some(dry), None));
-    }
-    let rec = Arc::new(RecordingStore::new(base));
-    let w = app_worker::<A>(target, rec.clone(), false, now, env)?;
-    Ok((w, None, Some(rec)))
+    let (store, layer) =
+        WriteLayer::over(&target.table, target.keys(), target.store.clone(), dry_run);
+    let (others, other_layers) = recorded_worker_tables(&target.others, dry_run);
+    let w = app_worker::<A>(target, store, others, dry_run, now, env)?;
+    Ok((w, std::iter::once(layer).chain(other_layers).collect()))
 }
 
 fn app_worker<A: CliApp>(
     target: &Target,
     store: Arc<dyn Store>,
+    others: super::tables::WorkerTables,
     dry_run: bool,
     now: Option<DateTime<Utc>>,
     env: &[String],
@@ -403,7 +397,6 @@ fn app_worker<A: CliApp>(
         None => Arc::new(SystemClock),
     };
     let lookup = worker_env(&target.table, env)?;
-    let others = super::tables::worker_tables(&target.others, dry_run);
     let tx: Arc<dyn crate::store::transact::Transactions> = if dry_run {
         Arc::new(super::tables::NoTransactions)
     } else {
@@ -449,7 +442,7 @@ pub async fn replay<A: CliApp>(
         .map(|p| read_app_snapshot(p, &target.app, &target.table))
         .transpose()?;
     let dry_run = args.dry_run || remote_dry_run(target, args);
-    let (app, dry, recorder) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
+    let (app, layers) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
     let scan = target.is_embedded() || args.diff;
     let deployment = args.deploy.deployment::<A>()?;
     let stream_timeout = args.deploy.timeout(
@@ -472,7 +465,7 @@ pub async fn replay<A: CliApp>(
             replay_file(
                 target,
                 &app,
-                (dry.as_deref(), recorder.as_deref()),
+                &layers,
                 ev,
                 (args.apply_writes, scan),
                 timeout,
@@ -490,18 +483,17 @@ pub async fn replay<A: CliApp>(
     })
 }
 
-/// Run one file; `layers`: the dry-run or recording layer of the worker;
-/// `(apply_writes, scan)`: perform the service's writes first, scan the
-/// table around the file for a diff.
+/// Run one file; `layers`: the dry-run or recording layers of the
+/// worker's tables; `(apply_writes, scan)`: perform the service's writes
+/// first, scan the tables around the file for a diff.
 async fn replay_file<J: JobName>(
     target: &Target,
     app: &Worker<J>,
-    layers: (Option<&DryRunStore>, Option<&RecordingStore>),
+    layers: &[WriteLayer],
     ev: &EventFile,
     (apply_writes, scan): (bool, bool),
     timeout: Option<std::time::Duration>,
 ) -> Result<FileReport<J>, CliError> {
-    let (dry, recorder) = layers;
     let store = target.store.as_ref();
     let keys = target.keys();
     let mut before = if scan {
@@ -559,12 +551,8 @@ async fn replay_file<J: JobName>(
             Err(e) => report.error = Some(e.to_string()),
         },
     }
-    if let Some(d) = dry {
-        report.planned = d.take_planned();
-    }
-    if let Some(r) = recorder {
-        report.writes = r.take_made();
-    }
+    report.planned = take_planned(layers);
+    report.writes = take_made(layers);
     if scan {
         let after = scan_all(target, None).await?;
         report.diff = diff_all(target, &before, &after);

@@ -12,9 +12,12 @@ use serde_json::{Value, json};
 use super::deployment::{DeployOpts, deadline, describe_timeout};
 use super::output::{
     job_spinner, made_json, made_line, planned_json, planned_line, print_json, tables_diff_block,
+    write_count, writes_block, writes_json,
 };
 use super::replay::{check_config, load_snapshot, recording_worker};
-use super::tables::{SnapshotWritten, diff_all, read_app_snapshot, scan_all, write_all};
+use super::tables::{
+    SnapshotWritten, diff_all, read_app_snapshot, scan_all, take_made, take_planned, write_all,
+};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
@@ -130,7 +133,6 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
     if let Some(p) = &args.snapshot {
         load_snapshot(&target, p).await?;
     }
-    let keys = target.keys();
     let scan = target.is_embedded() || args.diff;
     if args.diff && !target.is_embedded() {
         let (items, bytes, units) = scan_cost(&target).await?;
@@ -139,7 +141,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             target.describe()
         );
     }
-    let (worker, dry, recorder) = recording_worker::<A>(&target, args.now, dry_run, &args.env)?;
+    let (worker, layers) = recording_worker::<A>(&target, args.now, dry_run, &args.env)?;
     let before = if scan {
         Some(scan_all(&target, None).await?)
     } else {
@@ -153,8 +155,8 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
     spinner.finish_and_clear();
     let elapsed = started.elapsed();
     let metrics = target.store.metrics().snapshot().since(&metrics_before);
-    let planned = dry.map(|d| d.take_planned()).unwrap_or_default();
-    let made = recorder.map(|r| r.take_made()).unwrap_or_default();
+    let planned = take_planned(&layers);
+    let made = take_made(&layers);
     let after = if scan || args.write_snapshot.is_some() {
         Some(scan_all(&target, None).await?)
     } else {
@@ -186,8 +188,8 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             "error": error,
             "elapsedMs": elapsed.as_millis() as u64,
             "metrics": metrics,
-            "plannedWrites": planned.iter().map(|w| planned_json(w, keys)).collect::<Vec<_>>(),
-            "writes": made.iter().map(|w| made_json(w, keys)).collect::<Vec<_>>(),
+            "plannedWrites": writes_json(&planned, planned_json),
+            "writes": writes_json(&made, made_json),
             "diff": diff.as_ref().map(|d| d.to_json()),
             "snapshotWritten": written.as_ref().map(SnapshotWritten::to_json),
         }));
@@ -232,10 +234,10 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         if dry_run {
             println!(
                 "planned writes (dry run, nothing written): {}",
-                planned.len()
+                write_count(&planned)
             );
-            for w in &planned {
-                println!("  {}", planned_line(w, keys));
+            for l in writes_block(&planned, "  ", planned_line) {
+                println!("{l}");
             }
         } else if let Some(diff) = &diff {
             println!("table changes: {}", diff.summary());
@@ -243,9 +245,9 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
                 println!("{l}");
             }
         } else {
-            println!("writes made: {}", made.len());
-            for w in &made {
-                println!("  {}", made_line(w, keys));
+            println!("writes made: {}", write_count(&made));
+            for l in writes_block(&made, "  ", made_line) {
+                println!("{l}");
             }
         }
         if let Some(w) = &written {

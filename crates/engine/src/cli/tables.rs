@@ -32,7 +32,7 @@ use crate::replay::snapshot::{
     SnapshotError, SnapshotTable, TableItems, load_items, read_tables, scan_table, write_tables,
 };
 use crate::schema::TableSchema;
-use crate::store::layers::DryRunStore;
+use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use crate::store::transact::{TransactOp, TransactOutcome, Transactions};
 use crate::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
 use crate::stream::decode::{RecordError, StreamChange};
@@ -101,6 +101,102 @@ pub fn worker_tables(others: &[OpenTable], dry_run: bool) -> WorkerTables {
             (o.table.var, o.name.clone(), store)
         })
         .collect()
+}
+
+/// What a command's worker writes to one table, kept to be shown: the
+/// dry-run layer (writes planned, not sent) or the recording layer (writes
+/// sent and written down with their outcome).
+#[derive(Clone)]
+pub struct WriteLayer {
+    pub table: String,
+    pub keys: (&'static str, &'static str),
+    pub dry: Option<Arc<DryRunStore>>,
+    pub recorder: Option<Arc<RecordingStore>>,
+}
+
+impl WriteLayer {
+    /// `base`, the store of `table`, layered for a command: planned with
+    /// `dry_run`, else recorded.
+    pub fn over(
+        table: &str,
+        keys: (&'static str, &'static str),
+        base: Arc<dyn Store>,
+        dry_run: bool,
+    ) -> (Arc<dyn Store>, WriteLayer) {
+        let mut layer = WriteLayer {
+            table: table.to_owned(),
+            keys,
+            dry: None,
+            recorder: None,
+        };
+        let store: Arc<dyn Store> = if dry_run {
+            let d = Arc::new(DryRunStore::new(base));
+            layer.dry = Some(d.clone());
+            d
+        } else {
+            let r = Arc::new(RecordingStore::new(base));
+            layer.recorder = Some(r.clone());
+            r
+        };
+        (store, layer)
+    }
+}
+
+/// The writes a command's worker made to one table (or planned), in the
+/// order it made them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableWrites<W> {
+    pub table: String,
+    pub keys: (&'static str, &'static str),
+    pub writes: Vec<W>,
+}
+
+/// The writes planned so far in each layer (taken), in the layers' order.
+pub fn take_planned(layers: &[WriteLayer]) -> Vec<TableWrites<PlannedWrite>> {
+    layers
+        .iter()
+        .filter_map(|l| {
+            l.dry.as_ref().map(|d| TableWrites {
+                table: l.table.clone(),
+                keys: l.keys,
+                writes: d.take_planned(),
+            })
+        })
+        .collect()
+}
+
+/// The writes made so far in each layer (taken), in the layers' order.
+pub fn take_made(layers: &[WriteLayer]) -> Vec<TableWrites<MadeWrite>> {
+    layers
+        .iter()
+        .filter_map(|l| {
+            l.recorder.as_ref().map(|r| TableWrites {
+                table: l.table.clone(),
+                keys: l.keys,
+                writes: r.take_made(),
+            })
+        })
+        .collect()
+}
+
+/// The other tables as the worker of a command that shows its writes sees
+/// them, each store planned (`dry_run`) or recorded, with its layer.
+pub fn recorded_worker_tables(
+    others: &[OpenTable],
+    dry_run: bool,
+) -> (WorkerTables, Vec<WriteLayer>) {
+    others
+        .iter()
+        .map(|o| {
+            let (store, layer) = WriteLayer::over(
+                &o.name,
+                o.table.schema.key.names(),
+                o.store.clone(),
+                dry_run,
+            );
+            ((o.table.var, o.name.clone(), store), layer)
+        })
+        .unzip()
 }
 
 /// Transactions refused: a dry run writes nothing, and a transaction
