@@ -14,7 +14,9 @@
 //! table as one JSON object of arrays by table name
 //! ([`crate::replay::snapshot::tables_text`]), and `--snapshot`, `dev
 //! --snapshot` and `table load` load every table the file names (a plain
-//! array is the target table). A one-table app has no other tables and
+//! array is the target table). The writes a command lists (a dry run's,
+//! or those made on a table it did not start) are each table's, through a
+//! [`WriteLayer`] per table. A one-table app has no other tables and
 //! nothing here changes what its commands do or print.
 
 use std::path::Path;
@@ -319,7 +321,7 @@ impl SnapshotWritten {
     }
 
     /// `FILE (N items)`; of several tables, each table's count after it:
-    /// `FILE (N items: ChatRequests 5, GroupChats 2, ...)`.
+    /// `FILE (N items: Orders 5, Customers 2, ...)`.
     pub fn describe(&self) -> String {
         if self.tables.len() < 2 {
             return format!("{} ({} items)", self.file, self.items());
@@ -342,7 +344,7 @@ impl SnapshotWritten {
     }
 }
 
-/// `ChatRequests 5, GroupChats 2`.
+/// `Orders 5, Customers 2`.
 pub fn table_counts(counts: &[(String, usize)]) -> String {
     counts
         .iter()
@@ -351,7 +353,7 @@ pub fn table_counts(counts: &[(String, usize)]) -> String {
         .join(", ")
 }
 
-/// `{"ChatRequests": 5, "GroupChats": 2}`.
+/// `{"Orders": 5, "Customers": 2}`.
 pub fn counts_json(counts: &[(String, usize)]) -> Value {
     Value::Object(
         counts

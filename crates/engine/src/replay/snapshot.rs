@@ -36,7 +36,8 @@ pub enum SnapshotError {
     #[error("{file}: {table}item #{index}{key}: {reason}")]
     BadItem {
         file: String,
-        /// `GroupChats ` in a snapshot of several tables, else empty.
+        /// `Customers ` (the table, a space) in a snapshot of several tables,
+        /// else empty.
         table: String,
         index: usize,
         /// ` (PK/SK)` when the key could be read.
@@ -163,10 +164,10 @@ pub fn read_tables(path: &Path, tables: &[SnapshotTable<'_>]) -> Result<TableIte
 ///
 /// ```text
 /// {
-/// "GroupChats": [
-///   {"PK":{"S":"GROUPCHAT#g1"},"SK":{"S":"GROUPCHAT#g1"}}
+/// "Customers": [
+///   {"PK":{"S":"CUSTOMER#c1"},"SK":{"S":"PROFILE"}}
 /// ],
-/// "Users": []
+/// "Orders": []
 /// }
 /// ```
 pub fn tables_text(tables: &[(SnapshotTable<'_>, &[Item])]) -> String {
