@@ -78,7 +78,7 @@ async fn replay_apply_writes_lists_the_files_and_flags_the_unzipped_one() {
         panic!("one file");
     };
     let applied = replayed.applied.as_ref().expect("--apply-writes");
-    assert_eq!((applied.applied, applied.diff.added.len()), (4, 4));
+    assert_eq!((applied.applied, applied.diff.target().added.len()), (4, 4));
     let handled = replayed
         .records
         .iter()
@@ -88,6 +88,7 @@ async fn replay_apply_writes_lists_the_files_and_flags_the_unzipped_one() {
     // The worker's writes: five lookup items, and the flag.
     let added: Vec<String> = replayed
         .diff
+        .target()
         .added
         .iter()
         .map(|i| i[keys::PK].as_s().expect("PK").clone())
@@ -96,7 +97,7 @@ async fn replay_apply_writes_lists_the_files_and_flags_the_unzipped_one() {
     for pk in ["root", "2024", "2024-03", "2024-03-01", "2024-03-02"] {
         assert!(added.contains(&pk.to_owned()), "{pk}");
     }
-    let [flagged] = replayed.diff.changed.as_slice() else {
+    let [flagged] = replayed.diff.target().changed.as_slice() else {
         panic!("one item changed: {:?}", replayed.diff);
     };
     assert_eq!(

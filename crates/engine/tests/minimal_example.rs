@@ -424,7 +424,7 @@ async fn replay_reports_each_record_and_the_title_key_it_set() {
     assert!(replayed.applied.is_none(), "no --apply-writes");
 
     // The diff is the worker's one write: note a's derived attribute.
-    let diff = &replayed.diff;
+    let diff = replayed.diff.target();
     assert!(diff.added.is_empty() && diff.removed.is_empty(), "{diff:?}");
     let [changed] = diff.changed.as_slice() else {
         panic!("one item changed: {diff:?}");
@@ -436,8 +436,11 @@ async fn replay_reports_each_record_and_the_title_key_it_set() {
     assert_eq!(change.path, keys::TITLE_KEY);
     assert_eq!(change.old, None);
     assert_eq!(change.new, Some(AttributeValue::S("hello world".into())));
-    let [write] = replayed.writes.as_slice() else {
-        panic!("one write made: {:?}", replayed.writes);
+    let [notes] = replayed.writes.as_slice() else {
+        panic!("one table: {:?}", replayed.writes);
+    };
+    let [write] = notes.writes.as_slice() else {
+        panic!("one write made: {:?}", notes.writes);
     };
     assert_eq!(
         write.result,

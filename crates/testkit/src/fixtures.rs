@@ -191,34 +191,21 @@ pub fn write_ticks(dir: &Path, app: &str, job: &str, now: &str) {
     );
 }
 
-/// What a fixture's golden holds: a one-table app's table as snapshot text;
-/// an app of several tables, every table as one JSON object, each table's
-/// items (sorted, one a line) under its name, the names in order.
+/// What a fixture's golden holds: what `--write-snapshot` writes of every
+/// table of `target` (a one-table app's table as snapshot text; an app of
+/// several tables, every table as one JSON object, each table's items,
+/// sorted, one a line, under its name, the names in order).
 pub async fn tables_text(target: &Target) -> String {
-    let text_of = async |store: &worker_engine::store::DynamoStore| {
-        let (pk, sk) = store.key_attributes();
-        let keys = (pk.to_owned(), sk.to_owned());
-        let items = scan_table(store, (&keys.0, &keys.1), None)
-            .await
-            .expect("scan");
-        snapshot_text(&items, (&keys.0, &keys.1))
-    };
-    if target.others.is_empty() {
-        return text_of(target.store.as_ref()).await;
-    }
-    let mut stores: Vec<(String, &worker_engine::store::DynamoStore)> =
-        vec![(target.table.clone(), target.store.as_ref())];
-    for o in &target.others {
-        stores.push((o.name.clone(), o.store.as_ref()));
-    }
-    stores.sort_by(|a, b| a.0.cmp(&b.0));
-    let mut parts = Vec::new();
-    for (name, store) in stores {
-        parts.push(format!("{name:?}: {}", text_of(store).await.trim_end()));
-    }
-    let text = format!("{{\n{}\n}}\n", parts.join(",\n"));
-    serde_json::from_str::<Value>(&text).expect("the tables are JSON");
-    text
+    let scans = worker_engine::cli::tables::scan_all(target, None)
+        .await
+        .expect("scan");
+    let tables = target.tables();
+    let parts: Vec<_> = tables
+        .iter()
+        .zip(&scans)
+        .map(|(t, items)| (t.snapshot(), items.as_slice()))
+        .collect();
+    worker_engine::replay::snapshot::tables_text(&parts)
 }
 
 /// `events/<app>` of the workspace, from a package's folder two levels

@@ -7,8 +7,10 @@
 //! ChatRequests table; the five others are named by their variables
 //! (`USERS_TABLE`, ...; the seed's names by default) and created beside it
 //! on the embedded DynamoDB Local and by `table create`
-//! (`CliApp::other_tables`). Table diffs and snapshots are of the target
-//! table.
+//! (`CliApp::other_tables`). Table diffs and snapshots cover the six
+//! tables: a diff labels each change with its table, a snapshot file is one
+//! JSON object of the tables' items by table name (the format of the
+//! goldens in `events/chat/golden/`).
 
 use std::sync::Arc;
 
@@ -94,7 +96,7 @@ impl CliApp for Chat {
             ),
             (
                 "run",
-                "Example:\n  chat-worker run expire-requests --snapshot events/chat/tables/chat-requests.json --now 2024-06-01T00:00:00Z",
+                "Example:\n  chat-worker run expire-requests --snapshot events/chat/golden/request-accepted.json --now 2024-08-01T00:00:00Z",
             ),
             (
                 "dev",
@@ -162,8 +164,13 @@ Examples:
   # What does accepting this request do? (embedded DynamoDB Local, all six tables)
   chat-worker replay --apply-writes --now 2024-06-01T00:00:00Z events/chat/stream/request-accepted.json
 
-  # Expire old pending requests on a copy of a ChatRequests table
-  chat-worker run expire-requests --snapshot events/chat/tables/chat-requests.json --now 2024-06-01T00:00:00Z
+  # Expire old pending requests on a snapshot of the six tables
+  chat-worker run expire-requests --snapshot events/chat/golden/request-accepted.json --now 2024-08-01T00:00:00Z
+
+  # The six tables after the acceptance, in one file
+  chat-worker replay --apply-writes --write-snapshot after.json --now 2024-06-01T00:00:00Z \\
+      events/chat/stream/users-created.json events/chat/stream/chat-created.json \\
+      events/chat/stream/requests-created.json events/chat/stream/request-accepted.json
 
   # The six tables on a DynamoDB Local you run, then the live loop over their streams
   chat-worker table create --endpoint-url http://127.0.0.1:8000

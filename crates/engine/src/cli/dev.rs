@@ -73,9 +73,11 @@ impl StartingPosition {
 /// Options of `dev`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct DevArgs {
-    /// Load this snapshot into the table before the loop starts. Its
-    /// writes are records of the stream: handled when reading starts at
-    /// trim-horizon, skipped at latest.
+    /// Load this snapshot into the table before the loop starts (for an
+    /// app of several tables, also a JSON object of item arrays by table
+    /// name, each loaded into its table). Its writes are records of the
+    /// streams: handled when reading starts at trim-horizon, skipped at
+    /// latest.
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// Most records per invocation (Lambda BatchSize). Default: each event
@@ -781,7 +783,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     check_config::<A>(&args.table.table, &args.env)?;
     refuse_remote_writes(args.table.endpoint_url.as_deref(), args.remote, "dev")?;
     if let Some(p) = &args.snapshot {
-        crate::replay::snapshot::read_snapshot(p, app.keys())?;
+        super::tables::read_app_snapshot(p, &app, &args.table.table)?;
     }
     let saved = match &args.state_file {
         Some(p) => DevState::read(p)?,

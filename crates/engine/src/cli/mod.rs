@@ -251,6 +251,17 @@ pub enum CliError {
         endpoint: String,
         table: String,
     },
+    /// One of the app's other tables ([`CliApp::other_tables`]) is missing.
+    #[error(
+        "table {table:?} ({var}) does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint} --table {target}` (it creates every table of the app), or check {var}"
+    )]
+    NoOtherTable {
+        app: &'static str,
+        endpoint: String,
+        table: String,
+        var: &'static str,
+        target: String,
+    },
     #[error(
         "table {table:?} at {endpoint} has no stream: enable a NEW_AND_OLD_IMAGES stream on it (`{app} table create` makes tables with one)"
     )]

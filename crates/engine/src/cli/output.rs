@@ -8,8 +8,9 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
+use super::tables::TableWrites;
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
-use crate::replay::diff::TableDiff;
+use crate::replay::diff::{TableDiff, TablesDiff};
 use crate::store::DynamoStore;
 use crate::store::layers::{MadeWrite, PlannedWrite, WriteResult};
 
@@ -72,6 +73,59 @@ pub fn made_json(w: &MadeWrite, keys: (&str, &str)) -> Value {
     v
 }
 
+/// How many writes of every table.
+pub fn write_count<W>(writes: &[TableWrites<W>]) -> usize {
+    writes.iter().map(|t| t.writes.len()).sum()
+}
+
+/// The writes of every table of a command, one line each as `line`
+/// renders them, indented. One table: its lines. Several: per table with
+/// writes a line `Table (N):` and its writes below it.
+pub fn writes_block<W>(
+    writes: &[TableWrites<W>],
+    indent: &str,
+    line: impl Fn(&W, (&str, &str)) -> String,
+) -> Vec<String> {
+    if let [one] = writes {
+        return one
+            .writes
+            .iter()
+            .map(|w| format!("{indent}{}", line(w, one.keys)))
+            .collect();
+    }
+    let mut out = Vec::new();
+    for t in writes.iter().filter(|t| !t.writes.is_empty()) {
+        out.push(format!("{indent}{} ({}):", t.table, t.writes.len()));
+        out.extend(
+            t.writes
+                .iter()
+                .map(|w| format!("{indent}  {}", line(w, t.keys))),
+        );
+    }
+    out
+}
+
+/// The same as JSON, as `json` renders each write; of several tables,
+/// each with its `"table"`.
+pub fn writes_json<W>(
+    writes: &[TableWrites<W>],
+    json: impl Fn(&W, (&str, &str)) -> Value,
+) -> Vec<Value> {
+    let several = writes.len() > 1;
+    writes
+        .iter()
+        .flat_map(|t| {
+            t.writes.iter().map(|w| {
+                let mut v = json(w, t.keys);
+                if several {
+                    v["table"] = Value::from(t.table.clone());
+                }
+                v
+            })
+        })
+        .collect()
+}
+
 /// The diff's lines, indented, or `(no changes)`.
 pub fn diff_block(diff: &TableDiff, keys: (&str, &str), indent: &str) -> Vec<String> {
     if diff.is_empty() {
@@ -81,6 +135,24 @@ pub fn diff_block(diff: &TableDiff, keys: (&str, &str), indent: &str) -> Vec<Str
         .into_iter()
         .map(|l| format!("{indent}{l}"))
         .collect()
+}
+
+/// The diff of every table of a command, indented. One table: its
+/// [`diff_block`]. Several: `(no changes)`, or per table that changed a
+/// line `Table: N added, N changed, N removed` and its changes below it.
+pub fn tables_diff_block(diff: &TablesDiff, indent: &str) -> Vec<String> {
+    if let [one] = diff.tables.as_slice() {
+        return diff_block(&one.diff, one.keys, indent);
+    }
+    if diff.is_empty() {
+        return vec![format!("{indent}(no changes)")];
+    }
+    let mut out = Vec::new();
+    for t in diff.tables.iter().filter(|t| !t.diff.is_empty()) {
+        out.push(format!("{indent}{}: {}", t.table, t.diff.summary()));
+        out.extend(diff_block(&t.diff, t.keys, &format!("{indent}  ")));
+    }
+    out
 }
 
 /// A progress bar over `len` items.
@@ -181,5 +253,79 @@ mod tests {
         };
         assert_eq!(planned_line(&p, KEYS), r#"PUT u/Member#m {Status: "x"}"#);
         assert_eq!(planned_json(&p, KEYS)["op"], "PUT");
+    }
+
+    #[test]
+    fn writes_of_several_tables_are_listed_by_table() {
+        let key: crate::store::Key = [
+            ("PK".to_owned(), AttributeValue::S("c".into())),
+            ("SK".to_owned(), AttributeValue::S("c".into())),
+        ]
+        .into();
+        let delete = PlannedWrite::Delete {
+            key,
+            condition: None,
+        };
+        let of = |table: &str, writes: Vec<PlannedWrite>| TableWrites {
+            table: table.into(),
+            keys: KEYS,
+            writes,
+        };
+        let one = [of("Requests", vec![delete.clone()])];
+        assert_eq!(writes_block(&one, "  ", planned_line), ["  DELETE c/c"]);
+        assert_eq!(
+            writes_json(&one, planned_json),
+            [planned_json(&delete, KEYS)]
+        );
+        let several = [of("Requests", vec![]), of("Chats", vec![delete.clone()])];
+        assert_eq!(write_count(&several), 1);
+        assert_eq!(
+            writes_block(&several, "  ", planned_line),
+            ["  Chats (1):", "    DELETE c/c"]
+        );
+        assert_eq!(writes_json(&several, planned_json)[0]["table"], "Chats");
+    }
+
+    #[test]
+    fn a_diff_of_several_tables_says_which_changed() {
+        use crate::replay::diff::{NamedDiff, diff_tables};
+        let item = |v: serde_json::Value| crate::replay::ddbjson::item_from_json(&v).unwrap();
+        let named = |table: &str, keys, after: Vec<crate::item::Item>| NamedDiff {
+            table: table.into(),
+            keys,
+            diff: diff_tables(&[], &after, keys),
+        };
+        let d = TablesDiff {
+            tables: vec![
+                named("Requests", KEYS, vec![]),
+                named(
+                    "Users",
+                    ("PK", ""),
+                    vec![item(json!({"PK": {"S": "u"}, "Id": {"S": "u"}}))],
+                ),
+            ],
+        };
+        assert_eq!(
+            tables_diff_block(&d, "  "),
+            [
+                "  Users: 1 added, 0 changed, 0 removed",
+                r#"    + u {Id: "u"}"#
+            ]
+        );
+        let one = TablesDiff {
+            tables: d.tables[1..].to_vec(),
+        };
+        assert_eq!(
+            tables_diff_block(&one, "  "),
+            diff_block(&one.tables[0].diff, ("PK", ""), "  ")
+        );
+        let none = TablesDiff {
+            tables: d.tables[..1].to_vec(),
+        };
+        assert_eq!(tables_diff_block(&none, "  "), ["  (no changes)"]);
+        let unchanged = TablesDiff {
+            tables: vec![named("A", KEYS, vec![]), named("B", KEYS, vec![])],
+        };
+        assert_eq!(tables_diff_block(&unchanged, "  "), ["  (no changes)"]);
     }
 }

@@ -9,6 +9,9 @@
 //! records describe are performed first (as the service did), then the
 //! file is handled, the way Lambda sees a batch after its writes happened;
 //! the service's writes and the worker's are shown apart.
+//!
+//! For an app of several tables, the snapshots and the diffs cover every
+//! table ([`super::tables`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,20 +23,26 @@ use serde_json::{Value, json};
 
 use super::deployment::{DeployOpts, deadline};
 use super::events::{EventFile, EventKind, load_event_file};
-use super::output::{diff_block, made_json, made_line, planned_json, planned_line, print_json};
+use super::output::{
+    made_json, made_line, planned_json, planned_line, print_json, tables_diff_block, write_count,
+    writes_block, writes_json,
+};
+use super::tables::{
+    SnapshotWritten, TableWrites, WriteLayer, diff_all, load_all, read_app_snapshot,
+    recorded_worker_tables, scan_all, take_made, take_planned, write_all,
+};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
 use crate::clock::{Clock, ManualClock, SystemClock};
 use crate::replay::apply::{self, NotApplied};
-use crate::replay::diff::{TableDiff, diff_tables};
+use crate::replay::diff::TablesDiff;
 use crate::replay::report::{RecordLine, record_lines};
-use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 use crate::runtime::Worker;
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
-use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
+use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite};
 use crate::stream::decode::decode_event;
 use crate::stream::engine::BatchReport;
 
@@ -46,7 +55,9 @@ pub struct ReplayArgs {
     #[arg(value_name = "EVENT_FILE", required = true)]
     pub files: Vec<PathBuf>,
     /// Load the table from this snapshot first (a JSON array of items in
-    /// DynamoDB JSON, the same as a Scan's Items).
+    /// DynamoDB JSON, the same as a Scan's Items; for an app of several
+    /// tables, also a JSON object of such arrays by table name, each loaded
+    /// into its table).
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// Before a stream file is handled, perform the writes its records
@@ -57,7 +68,9 @@ pub struct ReplayArgs {
     /// The time every handler and job sees (RFC 3339). Default: real time.
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<DateTime<Utc>>,
-    /// Write the table after the replay to this file, sorted by PK then SK.
+    /// Write the table after the replay to this file, sorted by PK then SK
+    /// (for an app of several tables, every table: a JSON object of arrays
+    /// by table name).
     #[arg(long, value_name = "FILE")]
     pub write_snapshot: Option<PathBuf>,
     /// Compute and print what the handlers would write; write nothing.
@@ -90,8 +103,8 @@ pub struct ReplayArgs {
 pub struct AppliedWrites {
     pub applied: usize,
     pub not_applied: Vec<NotApplied>,
-    /// The table before and after the service's writes.
-    pub diff: TableDiff,
+    /// The tables before and after the service's writes.
+    pub diff: TablesDiff,
 }
 
 /// What one event file did.
@@ -110,15 +123,15 @@ pub struct FileReport<J: JobName> {
     /// The invocation failed (e.g. the job is not available, or a store
     /// failure in a job).
     pub error: Option<String>,
-    /// `--dry-run`: the writes the handlers would have made.
-    pub planned: Vec<PlannedWrite>,
-    /// The writes the handlers made, with their outcome.
-    pub writes: Vec<MadeWrite>,
+    /// `--dry-run`: the writes the handlers would have made, by table.
+    pub planned: Vec<TableWrites<PlannedWrite>>,
+    /// The writes the handlers made, with their outcome, by table.
+    pub writes: Vec<TableWrites<MadeWrite>>,
     /// Whether the table was scanned around the file (`diff` and the
     /// applied writes' diff are set only then).
     pub scanned: bool,
-    /// What the worker changed in the table.
-    pub diff: TableDiff,
+    /// What the worker changed in the tables.
+    pub diff: TablesDiff,
 }
 
 impl<J: JobName> FileReport<J> {
@@ -165,7 +178,7 @@ impl<J: JobName> FileReport<J> {
                 out.push(format!("    #{} not applied: {}", n.index, n.reason));
             }
             if self.scanned {
-                out.extend(diff_block(&a.diff, self.keys, "    "));
+                out.extend(tables_diff_block(&a.diff, "    "));
             }
         }
         if let Some(b) = &self.batch {
@@ -208,29 +221,21 @@ impl<J: JobName> FileReport<J> {
         if dry_run {
             out.push(format!(
                 "  planned writes (dry run, nothing written): {}",
-                self.planned.len()
+                write_count(&self.planned)
             ));
-            out.extend(
-                self.planned
-                    .iter()
-                    .map(|w| format!("    {}", planned_line(w, self.keys))),
-            );
+            out.extend(writes_block(&self.planned, "    ", planned_line));
         } else if self.scanned {
             out.push(format!(
                 "  table changes by the worker: {}",
                 self.diff.summary()
             ));
-            out.extend(diff_block(&self.diff, self.keys, "    "));
+            out.extend(tables_diff_block(&self.diff, "    "));
         } else {
             out.push(format!(
                 "  writes made by the worker: {}",
-                self.writes.len()
+                write_count(&self.writes)
             ));
-            out.extend(
-                self.writes
-                    .iter()
-                    .map(|w| format!("    {}", made_line(w, self.keys))),
-            );
+            out.extend(writes_block(&self.writes, "    ", made_line));
         }
         out
     }
@@ -248,16 +253,16 @@ impl<J: JobName> FileReport<J> {
             "applied": self.applied.as_ref().map(|a| json!({
                 "writes": a.applied,
                 "notApplied": a.not_applied.iter().map(|n| json!({"index": n.index, "reason": n.reason})).collect::<Vec<_>>(),
-                "diff": self.scanned.then(|| a.diff.to_json(self.keys)),
+                "diff": self.scanned.then(|| a.diff.to_json()),
             })),
             "records": self.records,
             "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
             "retryWholeBatch": self.batch.as_ref().map(|b| b.retry_whole_batch),
             "job": self.job,
             "error": self.error,
-            "plannedWrites": self.planned.iter().map(|w| planned_json(w, self.keys)).collect::<Vec<_>>(),
-            "writes": self.writes.iter().map(|w| made_json(w, self.keys)).collect::<Vec<_>>(),
-            "diff": self.scanned.then(|| self.diff.to_json(self.keys)),
+            "plannedWrites": writes_json(&self.planned, planned_json),
+            "writes": writes_json(&self.writes, made_json),
+            "diff": self.scanned.then(|| self.diff.to_json()),
         })
     }
 }
@@ -266,8 +271,9 @@ impl<J: JobName> FileReport<J> {
 #[derive(Debug, Clone)]
 pub struct ReplayReport<J: JobName> {
     pub files: Vec<FileReport<J>>,
-    /// `--write-snapshot`: the file and how many items it holds.
-    pub snapshot_written: Option<(String, usize)>,
+    /// `--write-snapshot`: the file and how many items of each table it
+    /// holds.
+    pub snapshot_written: Option<SnapshotWritten>,
 }
 
 impl<J: JobName> ReplayReport<J> {
@@ -336,14 +342,11 @@ pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job
 /// they are recorded instead of sent).
 pub type CommandWorker<J> = (Worker<J>, Option<Arc<DryRunStore>>);
 
-/// A worker for a command with the layer that knows its writes: the
-/// dry-run layer (writes planned, not sent) or the recording layer (writes
-/// sent and written down with their outcome).
-pub type RecordedWorker<J> = (
-    Worker<J>,
-    Option<Arc<DryRunStore>>,
-    Option<Arc<RecordingStore>>,
-);
+/// A worker for a command with the layers that know its writes, one per
+/// table (the target first, [`Target::tables`]): dry-run layers (writes
+/// planned, not sent) or recording layers (writes sent and written down
+/// with their outcome).
+pub type RecordedWorker<J> = (Worker<J>, Vec<WriteLayer>);
 
 /// The worker over the target's table: a fixed clock with `now`, writes
 /// recorded instead of sent with `dry_run`.
@@ -359,7 +362,11 @@ pub fn worker<A: CliApp>(
         Some(d) => d.clone(),
         None => base,
     };
-    Ok((app_worker::<A>(target, store, dry_run, now, env)?, dry))
+    let others = super::tables::worker_tables(&target.others, dry_run);
+    Ok((
+        app_worker::<A>(target, store, others, dry_run, now, env)?,
+        dry,
+    ))
 }
 
 /// [`worker`], whose writes, when sent, are also recorded (what the
@@ -370,20 +377,17 @@ pub fn recording_worker<A: CliApp>(
     dry_run: bool,
     env: &[String],
 ) -> Result<RecordedWorker<A::Job>, CliError> {
-    let base: Arc<dyn Store> = target.store.clone();
-    if dry_run {
-        let dry = Arc::new(DryRunStore::new(base));
-        let w = app_worker::<A>(target, dry.clone(), true, now, env)?;
-        return Ok((w, Some(dry), None));
-    }
-    let rec = Arc::new(RecordingStore::new(base));
-    let w = app_worker::<A>(target, rec.clone(), false, now, env)?;
-    Ok((w, None, Some(rec)))
+    let (store, layer) =
+        WriteLayer::over(&target.table, target.keys(), target.store.clone(), dry_run);
+    let (others, other_layers) = recorded_worker_tables(&target.others, dry_run);
+    let w = app_worker::<A>(target, store, others, dry_run, now, env)?;
+    Ok((w, std::iter::once(layer).chain(other_layers).collect()))
 }
 
 fn app_worker<A: CliApp>(
     target: &Target,
     store: Arc<dyn Store>,
+    others: super::tables::WorkerTables,
     dry_run: bool,
     now: Option<DateTime<Utc>>,
     env: &[String],
@@ -393,7 +397,6 @@ fn app_worker<A: CliApp>(
         None => Arc::new(SystemClock),
     };
     let lookup = worker_env(&target.table, env)?;
-    let others = super::tables::worker_tables(&target.others, dry_run);
     let tx: Arc<dyn crate::store::transact::Transactions> = if dry_run {
         Arc::new(super::tables::NoTransactions)
     } else {
@@ -403,12 +406,22 @@ fn app_worker<A: CliApp>(
         .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
 }
 
-/// Load a snapshot file into the target's table (batched writes).
+/// Load a snapshot file into the target's tables, each table the file
+/// holds into its own (batched writes); the items loaded.
 pub async fn load_snapshot(target: &Target, path: &std::path::Path) -> Result<usize, CliError> {
-    let items = read_snapshot(path, target.keys())?;
-    let n = items.len();
+    let snapshot = read_app_snapshot(path, &target.app, &target.table)?;
+    load_tables(target, snapshot).await
+}
+
+/// Load the tables of a snapshot read ([`read_app_snapshot`]), with a
+/// progress bar; the items loaded.
+async fn load_tables(
+    target: &Target,
+    snapshot: crate::replay::snapshot::TableItems,
+) -> Result<usize, CliError> {
+    let n: usize = snapshot.iter().map(|(_, items)| items.len()).sum();
     let pb = super::output::bar(n as u64, "loading snapshot");
-    load_items(target.store.clone(), items, 4, Some(&pb)).await?;
+    load_all(target, snapshot, 4, Some(&pb)).await?;
     pb.finish_and_clear();
     Ok(n)
 }
@@ -426,10 +439,10 @@ pub async fn replay<A: CliApp>(
     let snapshot = args
         .snapshot
         .as_ref()
-        .map(|p| read_snapshot(p, target.keys()))
+        .map(|p| read_app_snapshot(p, &target.app, &target.table))
         .transpose()?;
     let dry_run = args.dry_run || remote_dry_run(target, args);
-    let (app, dry, recorder) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
+    let (app, layers) = recording_worker::<A>(target, args.now, dry_run, &args.env)?;
     let scan = target.is_embedded() || args.diff;
     let deployment = args.deploy.deployment::<A>()?;
     let stream_timeout = args.deploy.timeout(
@@ -437,10 +450,8 @@ pub async fn replay<A: CliApp>(
             .as_ref()
             .and_then(crate::template::Deployment::stream_timeout),
     );
-    if let Some(items) = snapshot {
-        let pb = super::output::bar(items.len() as u64, "loading snapshot");
-        load_items(target.store.clone(), items, 4, Some(&pb)).await?;
-        pb.finish_and_clear();
+    if let Some(snapshot) = snapshot {
+        load_tables(target, snapshot).await?;
     }
     let mut files = Vec::with_capacity(events.len());
     for ev in &events {
@@ -454,7 +465,7 @@ pub async fn replay<A: CliApp>(
             replay_file(
                 target,
                 &app,
-                (dry.as_deref(), recorder.as_deref()),
+                &layers,
                 ev,
                 (args.apply_writes, scan),
                 timeout,
@@ -463,11 +474,7 @@ pub async fn replay<A: CliApp>(
         );
     }
     let snapshot_written = match &args.write_snapshot {
-        Some(path) => {
-            let items = scan_table(target.store.as_ref(), target.keys(), None).await?;
-            write_snapshot(path, &items, target.keys())?;
-            Some((path.display().to_string(), items.len()))
-        }
+        Some(path) => Some(write_all(path, target, &scan_all(target, None).await?)?),
         None => None,
     };
     Ok(ReplayReport {
@@ -476,22 +483,21 @@ pub async fn replay<A: CliApp>(
     })
 }
 
-/// Run one file; `layers`: the dry-run or recording layer of the worker;
-/// `(apply_writes, scan)`: perform the service's writes first, scan the
-/// table around the file for a diff.
+/// Run one file; `layers`: the dry-run or recording layers of the
+/// worker's tables; `(apply_writes, scan)`: perform the service's writes
+/// first, scan the tables around the file for a diff.
 async fn replay_file<J: JobName>(
     target: &Target,
     app: &Worker<J>,
-    layers: (Option<&DryRunStore>, Option<&RecordingStore>),
+    layers: &[WriteLayer],
     ev: &EventFile,
     (apply_writes, scan): (bool, bool),
     timeout: Option<std::time::Duration>,
 ) -> Result<FileReport<J>, CliError> {
-    let (dry, recorder) = layers;
     let store = target.store.as_ref();
     let keys = target.keys();
     let mut before = if scan {
-        scan_table(store, keys, None).await?
+        scan_all(target, None).await?
     } else {
         Vec::new()
     };
@@ -507,7 +513,7 @@ async fn replay_file<J: JobName>(
         planned: Vec::new(),
         writes: Vec::new(),
         scanned: scan,
-        diff: TableDiff::default(),
+        diff: TablesDiff::default(),
     };
     match &ev.kind {
         EventKind::Stream { .. } => {
@@ -518,12 +524,12 @@ async fn replay_file<J: JobName>(
                 let applied =
                     super::tables::apply_by_table(store, &target.others, &decoded, &plan).await?;
                 let diff = if scan {
-                    let after = scan_table(store, keys, None).await?;
-                    let diff = diff_tables(&before, &after, keys);
+                    let after = scan_all(target, None).await?;
+                    let diff = diff_all(target, &before, &after);
                     before = after;
                     diff
                 } else {
-                    TableDiff::default()
+                    TablesDiff::default()
                 };
                 report.applied = Some(AppliedWrites {
                     applied,
@@ -545,15 +551,11 @@ async fn replay_file<J: JobName>(
             Err(e) => report.error = Some(e.to_string()),
         },
     }
-    if let Some(d) = dry {
-        report.planned = d.take_planned();
-    }
-    if let Some(r) = recorder {
-        report.writes = r.take_made();
-    }
+    report.planned = take_planned(layers);
+    report.writes = take_made(layers);
     if scan {
-        let after = scan_table(store, keys, None).await?;
-        report.diff = diff_tables(&before, &after, keys);
+        let after = scan_all(target, None).await?;
+        report.diff = diff_all(target, &before, &after);
     }
     Ok(report)
 }
@@ -573,7 +575,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
         load_event_file::<A::Job>(p)?;
     }
     if let Some(p) = &args.snapshot {
-        read_snapshot(p, app.keys())?;
+        read_app_snapshot(p, &app, &args.table.table)?;
     }
     if args.apply_writes || args.snapshot.is_some() {
         refuse_remote_writes(
@@ -610,7 +612,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
             "now": args.now.map(super::rfc3339),
             "dryRun": args.dry_run || remote_dry_run(&target, &args),
             "files": report.files.iter().map(FileReport::to_json).collect::<Vec<_>>(),
-            "snapshotWritten": report.snapshot_written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
+            "snapshotWritten": report.snapshot_written.as_ref().map(SnapshotWritten::to_json),
             "failed": report.failed(),
         }));
     } else {
@@ -627,8 +629,8 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
                 println!("{line}");
             }
         }
-        if let Some((file, n)) = &report.snapshot_written {
-            println!("snapshot written: {file} ({n} items)");
+        if let Some(w) = &report.snapshot_written {
+            println!("snapshot written: {}", w.describe());
         }
     }
     Ok(super::exit_status(report.failed(), report.incomplete()))

@@ -1,5 +1,6 @@
 //! `<app> run JOB`: run one scheduled job now, on a snapshot or a
-//! table, and show its report and what it changed.
+//! table, and show its report and what it changed (in every table of an
+//! app of several, [`super::tables`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,15 +11,17 @@ use serde_json::{Value, json};
 
 use super::deployment::{DeployOpts, deadline, describe_timeout};
 use super::output::{
-    diff_block, job_spinner, made_json, made_line, planned_json, planned_line, print_json,
+    job_spinner, made_json, made_line, planned_json, planned_line, print_json, tables_diff_block,
+    write_count, writes_block, writes_json,
 };
 use super::replay::{check_config, load_snapshot, recording_worker};
+use super::tables::{
+    SnapshotWritten, diff_all, read_app_snapshot, scan_all, take_made, take_planned, write_all,
+};
 use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
-use crate::replay::diff::diff_tables;
-use crate::replay::snapshot::{read_snapshot, scan_table, write_snapshot};
 use crate::schedule::JobName;
 
 /// Options of `run`.
@@ -28,13 +31,16 @@ pub struct RunArgs {
     #[arg(value_name = "JOB")]
     pub job: String,
     /// Load the table from this snapshot first (a JSON array of items in
-    /// DynamoDB JSON).
+    /// DynamoDB JSON; for an app of several tables, also a JSON object of
+    /// such arrays by table name, each loaded into its table).
     #[arg(long, value_name = "FILE")]
     pub snapshot: Option<PathBuf>,
     /// The time the job sees (RFC 3339). Default: real time.
     #[arg(long, value_name = "RFC3339", value_parser = parse_now)]
     pub now: Option<DateTime<Utc>>,
-    /// Write the table after the run to this file, sorted by PK then SK.
+    /// Write the table after the run to this file, sorted by PK then SK
+    /// (for an app of several tables, every table: a JSON object of arrays
+    /// by table name).
     #[arg(long, value_name = "FILE")]
     pub write_snapshot: Option<PathBuf>,
     /// Compute and print what the job would write; write nothing.
@@ -95,7 +101,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         )));
     }
     if let Some(p) = &args.snapshot {
-        read_snapshot(p, app.keys())?;
+        read_app_snapshot(p, &app, &args.table.table)?;
         // Loading a snapshot writes.
         refuse_remote_writes(
             args.table.endpoint_url.as_deref(),
@@ -127,7 +133,6 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
     if let Some(p) = &args.snapshot {
         load_snapshot(&target, p).await?;
     }
-    let keys = target.keys();
     let scan = target.is_embedded() || args.diff;
     if args.diff && !target.is_embedded() {
         let (items, bytes, units) = scan_cost(&target).await?;
@@ -136,9 +141,9 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             target.describe()
         );
     }
-    let (worker, dry, recorder) = recording_worker::<A>(&target, args.now, dry_run, &args.env)?;
+    let (worker, layers) = recording_worker::<A>(&target, args.now, dry_run, &args.env)?;
     let before = if scan {
-        Some(scan_table(target.store.as_ref(), keys, None).await?)
+        Some(scan_all(&target, None).await?)
     } else {
         None
     };
@@ -150,22 +155,19 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
     spinner.finish_and_clear();
     let elapsed = started.elapsed();
     let metrics = target.store.metrics().snapshot().since(&metrics_before);
-    let planned = dry.map(|d| d.take_planned()).unwrap_or_default();
-    let made = recorder.map(|r| r.take_made()).unwrap_or_default();
+    let planned = take_planned(&layers);
+    let made = take_made(&layers);
     let after = if scan || args.write_snapshot.is_some() {
-        Some(scan_table(target.store.as_ref(), keys, None).await?)
+        Some(scan_all(&target, None).await?)
     } else {
         None
     };
     let diff = match (&before, &after) {
-        (Some(b), Some(a)) => Some(diff_tables(b, a, keys)),
+        (Some(b), Some(a)) => Some(diff_all(&target, b, a)),
         _ => None,
     };
     let written = match (&args.write_snapshot, &after) {
-        (Some(path), Some(after)) => {
-            write_snapshot(path, after, keys)?;
-            Some((path.display().to_string(), after.len()))
-        }
+        (Some(path), Some(after)) => Some(write_all(path, &target, after)?),
         _ => None,
     };
     let failed = result.is_err();
@@ -186,10 +188,10 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             "error": error,
             "elapsedMs": elapsed.as_millis() as u64,
             "metrics": metrics,
-            "plannedWrites": planned.iter().map(|w| planned_json(w, keys)).collect::<Vec<_>>(),
-            "writes": made.iter().map(|w| made_json(w, keys)).collect::<Vec<_>>(),
-            "diff": diff.as_ref().map(|d| d.to_json(keys)),
-            "snapshotWritten": written.as_ref().map(|(f, n)| json!({"file": f, "items": n})),
+            "plannedWrites": writes_json(&planned, planned_json),
+            "writes": writes_json(&made, made_json),
+            "diff": diff.as_ref().map(|d| d.to_json()),
+            "snapshotWritten": written.as_ref().map(SnapshotWritten::to_json),
         }));
     } else {
         println!(
@@ -232,24 +234,24 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         if dry_run {
             println!(
                 "planned writes (dry run, nothing written): {}",
-                planned.len()
+                write_count(&planned)
             );
-            for w in &planned {
-                println!("  {}", planned_line(w, keys));
+            for l in writes_block(&planned, "  ", planned_line) {
+                println!("{l}");
             }
         } else if let Some(diff) = &diff {
             println!("table changes: {}", diff.summary());
-            for l in diff_block(diff, keys, "  ") {
+            for l in tables_diff_block(diff, "  ") {
                 println!("{l}");
             }
         } else {
-            println!("writes made: {}", made.len());
-            for w in &made {
-                println!("  {}", made_line(w, keys));
+            println!("writes made: {}", write_count(&made));
+            for l in writes_block(&made, "  ", made_line) {
+                println!("{l}");
             }
         }
-        if let Some((file, n)) = &written {
-            println!("snapshot written: {file} ({n} items)");
+        if let Some(w) = &written {
+            println!("snapshot written: {}", w.describe());
         }
     }
     let incomplete = result.as_ref().is_ok_and(|r| !r.complete);

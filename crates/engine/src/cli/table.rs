@@ -1,5 +1,8 @@
 //! `<app> table create|snapshot|load`: manage a table on any endpoint
-//! (DynamoDB Local or AWS).
+//! (DynamoDB Local or AWS). For an app of several tables, each command
+//! covers every table ([`super::tables`]): `create` makes them all,
+//! `snapshot` writes them all to one file, `load` loads each table the
+//! file holds.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,10 +12,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use super::output::{bar, counter, print_json};
+use super::tables::{counts_json, load_all, read_app_snapshot, scan_all, table_counts, write_all};
 use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
-use crate::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
-use crate::store::StoreError;
+use crate::store::{BatchWriteReport, StoreError};
 
 /// Options of `table`.
 #[derive(Debug, Clone, Args)]
@@ -28,10 +31,12 @@ pub enum TableCommand {
     /// NEW_AND_OLD_IMAGES stream) and wait until it is active.
     Create(CreateArgs),
     /// Write every item of the table to FILE (a JSON array of items in
-    /// DynamoDB JSON, sorted by PK then SK).
+    /// DynamoDB JSON, sorted by PK then SK; for an app of several tables,
+    /// every table: a JSON object of such arrays by table name).
     Snapshot(SnapshotArgs),
     /// Put every item of a snapshot FILE into the table (BatchWriteItem,
-    /// several batches in flight).
+    /// several batches in flight; for an app of several tables, each table
+    /// the file names into that table).
     Load(LoadArgs),
 }
 
@@ -128,23 +133,39 @@ async fn create(args: CreateArgs, app: &AppTable) -> Result<ExitCode, CliError> 
 
 async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliError> {
     let target = Target::open_endpoint(&args.endpoint, app).await?;
+    target.require_others(|_| true).await?;
     let pb = counter("scanning");
-    let items = scan_table(target.store.as_ref(), target.keys(), Some(&pb)).await?;
+    let scans = scan_all(&target, Some(&pb)).await?;
     pb.finish_and_clear();
-    write_snapshot(&args.file, &items, target.keys())?;
+    let written = write_all(&args.file, &target, &scans)?;
+    // The other tables share the target's counters.
     let m = target.store.metrics().snapshot();
+    let several = written.tables.len() > 1;
     if args.json {
-        print_json(&json!({
+        let mut v = json!({
             "table": target.table, "endpoint": target.endpoint,
-            "file": args.file.display().to_string(), "items": items.len(),
+            "file": written.file, "items": written.items(),
             "scanPages": m.scan, "readCapacity": m.read_capacity,
-        }));
+        });
+        if several {
+            v["tables"] = counts_json(&written.tables);
+        }
+        print_json(&v);
         return Ok(ExitCode::SUCCESS);
     }
+    let of = if several {
+        format!(
+            "{} tables at {} ({})",
+            written.tables.len(),
+            target.endpoint,
+            table_counts(&written.tables)
+        )
+    } else {
+        target.describe()
+    };
     println!(
-        "wrote {} items of {} to {} ({} scan pages, {:.1} RCU)",
-        items.len(),
-        target.describe(),
+        "wrote {} items of {of} to {} ({} scan pages, {:.1} RCU)",
+        written.items(),
         args.file.display(),
         m.scan,
         m.read_capacity
@@ -153,35 +174,61 @@ async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliErr
 }
 
 async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
-    let items = read_snapshot(&args.file, app.keys())?;
+    let snapshot = read_app_snapshot(&args.file, app, &args.endpoint.table)?;
     refuse_remote_writes(Some(&args.endpoint.endpoint_url), args.remote, "table load")?;
     let target = Target::open_endpoint(&args.endpoint, app).await?;
+    target
+        .require_others(|name| snapshot.iter().any(|(n, _)| n == name))
+        .await?;
     target.announce_writes().await;
-    let pb = bar(items.len() as u64, "loading");
+    let n: usize = snapshot.iter().map(|(_, items)| items.len()).sum();
+    let pb = bar(n as u64, "loading");
     let started = std::time::Instant::now();
-    let report = load_items(
-        target.store.clone(),
-        items,
-        usize::from(args.concurrency),
-        Some(&pb),
-    )
-    .await?;
+    let loaded = load_all(&target, snapshot, usize::from(args.concurrency), Some(&pb)).await?;
     pb.finish_and_clear();
+    let report = loaded
+        .iter()
+        .fold(BatchWriteReport::default(), |mut acc, (_, r)| {
+            acc.items += r.items;
+            acc.requests += r.requests;
+            acc.retried_items += r.retried_items;
+            acc.consumed_capacity += r.consumed_capacity;
+            acc
+        });
+    // A snapshot of several tables names each; a plain array is the target.
+    let several = !app.others.is_empty() && loaded.iter().any(|(name, _)| *name != target.table);
+    let counts: Vec<(String, usize)> = loaded
+        .iter()
+        .map(|(name, r)| (name.clone(), r.items))
+        .collect();
     if args.json {
-        print_json(&json!({
+        let mut v = json!({
             "table": target.table, "endpoint": target.endpoint,
             "file": args.file.display().to_string(), "items": report.items,
             "requests": report.requests, "retriedItems": report.retried_items,
             "writeCapacity": report.consumed_capacity,
             "elapsedMs": started.elapsed().as_millis() as u64,
-        }));
+        });
+        if several {
+            v["tables"] = counts_json(&counts);
+        }
+        print_json(&v);
         return Ok(ExitCode::SUCCESS);
     }
+    let into = if several {
+        format!(
+            "{} tables at {} ({})",
+            counts.len(),
+            target.endpoint,
+            table_counts(&counts)
+        )
+    } else {
+        target.describe()
+    };
     println!(
-        "loaded {} items from {} into {} in {:.1} s ({} BatchWriteItem requests, {} items retried, {:.1} WCU)",
+        "loaded {} items from {} into {into} in {:.1} s ({} BatchWriteItem requests, {} items retried, {:.1} WCU)",
         report.items,
         args.file.display(),
-        target.describe(),
         started.elapsed().as_secs_f64(),
         report.requests,
         report.retried_items,

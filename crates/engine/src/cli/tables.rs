@@ -5,17 +5,38 @@
 //! them all; `replay` and `run` give the worker a store per table (dry-run
 //! layered when asked); `--apply-writes` writes each record to the table
 //! its `eventSourceARN` names; `dev` follows every event source of the
-//! template, each on its table (without one, every table's stream). Table
-//! diffs and snapshots are of the target table. A one-table app has no
-//! other tables and nothing here changes what its commands do.
+//! template, each on its table (without one, every table's stream).
+//!
+//! Table diffs and snapshots cover every table ([`CommandTable`], the
+//! target first): `replay` and `run` compare every table around what they
+//! run, each change labelled with its table
+//! ([`crate::replay::diff::TablesDiff`]); a snapshot file holds every
+//! table as one JSON object of arrays by table name
+//! ([`crate::replay::snapshot::tables_text`]), and `--snapshot`, `dev
+//! --snapshot` and `table load` load every table the file names (a plain
+//! array is the target table). The writes a command lists (a dry run's,
+//! or those made on a table it did not start) are each table's, through a
+//! [`WriteLayer`] per table. A one-table app has no other tables and
+//! nothing here changes what its commands do or print.
 
+use std::path::Path;
 use std::sync::Arc;
 
+use indicatif::ProgressBar;
+use serde_json::{Value, json};
+
+use super::CliError;
+use super::target::{AppTable, Target};
+use crate::item::Item;
 use crate::replay::apply::WritePlan;
+use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
+use crate::replay::snapshot::{
+    SnapshotError, SnapshotTable, TableItems, load_items, read_tables, scan_table, write_tables,
+};
 use crate::schema::TableSchema;
-use crate::store::layers::DryRunStore;
+use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use crate::store::transact::{TransactOp, TransactOutcome, Transactions};
-use crate::store::{DynamoStore, ItemWriter, Store, StoreError, WriteOp};
+use crate::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
 use crate::stream::decode::{RecordError, StreamChange};
 use crate::stream::source::table_name;
 
@@ -84,6 +105,102 @@ pub fn worker_tables(others: &[OpenTable], dry_run: bool) -> WorkerTables {
         .collect()
 }
 
+/// What a command's worker writes to one table, kept to be shown: the
+/// dry-run layer (writes planned, not sent) or the recording layer (writes
+/// sent and written down with their outcome).
+#[derive(Clone)]
+pub struct WriteLayer {
+    pub table: String,
+    pub keys: (&'static str, &'static str),
+    pub dry: Option<Arc<DryRunStore>>,
+    pub recorder: Option<Arc<RecordingStore>>,
+}
+
+impl WriteLayer {
+    /// `base`, the store of `table`, layered for a command: planned with
+    /// `dry_run`, else recorded.
+    pub fn over(
+        table: &str,
+        keys: (&'static str, &'static str),
+        base: Arc<dyn Store>,
+        dry_run: bool,
+    ) -> (Arc<dyn Store>, WriteLayer) {
+        let mut layer = WriteLayer {
+            table: table.to_owned(),
+            keys,
+            dry: None,
+            recorder: None,
+        };
+        let store: Arc<dyn Store> = if dry_run {
+            let d = Arc::new(DryRunStore::new(base));
+            layer.dry = Some(d.clone());
+            d
+        } else {
+            let r = Arc::new(RecordingStore::new(base));
+            layer.recorder = Some(r.clone());
+            r
+        };
+        (store, layer)
+    }
+}
+
+/// The writes a command's worker made to one table (or planned), in the
+/// order it made them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableWrites<W> {
+    pub table: String,
+    pub keys: (&'static str, &'static str),
+    pub writes: Vec<W>,
+}
+
+/// The writes planned so far in each layer (taken), in the layers' order.
+pub fn take_planned(layers: &[WriteLayer]) -> Vec<TableWrites<PlannedWrite>> {
+    layers
+        .iter()
+        .filter_map(|l| {
+            l.dry.as_ref().map(|d| TableWrites {
+                table: l.table.clone(),
+                keys: l.keys,
+                writes: d.take_planned(),
+            })
+        })
+        .collect()
+}
+
+/// The writes made so far in each layer (taken), in the layers' order.
+pub fn take_made(layers: &[WriteLayer]) -> Vec<TableWrites<MadeWrite>> {
+    layers
+        .iter()
+        .filter_map(|l| {
+            l.recorder.as_ref().map(|r| TableWrites {
+                table: l.table.clone(),
+                keys: l.keys,
+                writes: r.take_made(),
+            })
+        })
+        .collect()
+}
+
+/// The other tables as the worker of a command that shows its writes sees
+/// them, each store planned (`dry_run`) or recorded, with its layer.
+pub fn recorded_worker_tables(
+    others: &[OpenTable],
+    dry_run: bool,
+) -> (WorkerTables, Vec<WriteLayer>) {
+    others
+        .iter()
+        .map(|o| {
+            let (store, layer) = WriteLayer::over(
+                &o.name,
+                o.table.schema.key.names(),
+                o.store.clone(),
+                dry_run,
+            );
+            ((o.table.var, o.name.clone(), store), layer)
+        })
+        .unzip()
+}
+
 /// Transactions refused: a dry run writes nothing, and a transaction
 /// cannot be recorded instead of sent.
 pub struct NoTransactions;
@@ -124,4 +241,195 @@ pub async fn apply_by_table(
         };
     }
     Ok(plan.writes.len())
+}
+
+/// One table of a command, as snapshots and diffs see it
+/// ([`Target::tables`]).
+#[derive(Clone, Copy)]
+pub struct CommandTable<'a> {
+    pub name: &'a str,
+    /// Its key attribute names (an empty sort key: it has none).
+    pub keys: (&'static str, &'static str),
+    pub store: &'a Arc<DynamoStore>,
+}
+
+impl<'a> CommandTable<'a> {
+    pub fn snapshot(&self) -> SnapshotTable<'a> {
+        SnapshotTable {
+            name: self.name,
+            keys: self.keys,
+        }
+    }
+}
+
+/// Read a snapshot file of `app`'s tables for a command whose target table
+/// is `target` ([`read_tables`]): checked before anything starts.
+pub fn read_app_snapshot(
+    path: &Path,
+    app: &AppTable,
+    target: &str,
+) -> Result<TableItems, SnapshotError> {
+    let names = app.table_names(target);
+    let tables: Vec<SnapshotTable<'_>> = names
+        .iter()
+        .map(|(name, keys)| SnapshotTable { name, keys: *keys })
+        .collect();
+    read_tables(path, &tables)
+}
+
+/// Every item of every table (consistent scans, sorted by key), in the
+/// order of [`Target::tables`]; `progress` counts the items read.
+pub async fn scan_all(
+    target: &Target,
+    progress: Option<&ProgressBar>,
+) -> Result<Vec<Vec<Item>>, StoreError> {
+    let mut out = Vec::new();
+    for t in target.tables() {
+        out.push(scan_table(t.store.as_ref(), t.keys, progress).await?);
+    }
+    Ok(out)
+}
+
+/// What changed in every table between two [`scan_all`]s.
+pub fn diff_all(target: &Target, before: &[Vec<Item>], after: &[Vec<Item>]) -> TablesDiff {
+    TablesDiff {
+        tables: target
+            .tables()
+            .iter()
+            .zip(before.iter().zip(after))
+            .map(|(t, (b, a))| NamedDiff {
+                table: t.name.to_owned(),
+                keys: t.keys,
+                diff: diff_tables(b, a, t.keys),
+            })
+            .collect(),
+    }
+}
+
+/// A snapshot file written: where, and how many items of each table (in
+/// the order of [`Target::tables`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SnapshotWritten {
+    pub file: String,
+    pub tables: Vec<(String, usize)>,
+}
+
+impl SnapshotWritten {
+    /// The items of every table.
+    pub fn items(&self) -> usize {
+        self.tables.iter().map(|(_, n)| n).sum()
+    }
+
+    /// `FILE (N items)`; of several tables, each table's count after it:
+    /// `FILE (N items: Orders 5, Customers 2, ...)`.
+    pub fn describe(&self) -> String {
+        if self.tables.len() < 2 {
+            return format!("{} ({} items)", self.file, self.items());
+        }
+        format!(
+            "{} ({} items: {})",
+            self.file,
+            self.items(),
+            table_counts(&self.tables)
+        )
+    }
+
+    /// `{"file", "items"}`; of several tables also `"tables": {name: n}`.
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({"file": self.file, "items": self.items()});
+        if self.tables.len() > 1 {
+            v["tables"] = counts_json(&self.tables);
+        }
+        v
+    }
+}
+
+/// `Orders 5, Customers 2`.
+pub fn table_counts(counts: &[(String, usize)]) -> String {
+    counts
+        .iter()
+        .map(|(name, n)| format!("{name} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `{"Orders": 5, "Customers": 2}`.
+pub fn counts_json(counts: &[(String, usize)]) -> Value {
+    Value::Object(
+        counts
+            .iter()
+            .map(|(name, n)| (name.clone(), Value::from(*n)))
+            .collect(),
+    )
+}
+
+/// Write a [`scan_all`] of every table to `path`: one table as the plain
+/// array, several as one object ([`crate::replay::snapshot::tables_text`]).
+pub fn write_all(
+    path: &Path,
+    target: &Target,
+    scans: &[Vec<Item>],
+) -> Result<SnapshotWritten, SnapshotError> {
+    let tables = target.tables();
+    let parts: Vec<(SnapshotTable<'_>, &[Item])> = tables
+        .iter()
+        .zip(scans)
+        .map(|(t, items)| (t.snapshot(), items.as_slice()))
+        .collect();
+    write_tables(path, &parts)?;
+    Ok(SnapshotWritten {
+        file: path.display().to_string(),
+        tables: tables
+            .iter()
+            .zip(scans)
+            .map(|(t, items)| (t.name.to_owned(), items.len()))
+            .collect(),
+    })
+}
+
+/// Put every item of a snapshot's tables into the table of its name
+/// (BatchWriteItem, `concurrency` batches in flight per table); what was
+/// written to each, in the snapshot's order.
+pub async fn load_all(
+    target: &Target,
+    snapshot: TableItems,
+    concurrency: usize,
+    progress: Option<&ProgressBar>,
+) -> Result<Vec<(String, BatchWriteReport)>, CliError> {
+    let tables = target.tables();
+    let mut out = Vec::new();
+    for (name, items) in snapshot {
+        let store = tables
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.store.clone())
+            .ok_or_else(|| CliError::Usage(format!("no table {name:?} in this command")))?;
+        let report = load_items(store, items, concurrency, progress).await?;
+        out.push((name, report));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_of_several_tables_counts_each() {
+        let one = SnapshotWritten {
+            file: "s.json".into(),
+            tables: vec![("T".into(), 3)],
+        };
+        assert_eq!(one.describe(), "s.json (3 items)");
+        assert_eq!(one.to_json(), json!({"file": "s.json", "items": 3}));
+        let several = SnapshotWritten {
+            file: "s.json".into(),
+            tables: vec![("Requests".into(), 3), ("Users".into(), 2)],
+        };
+        assert_eq!(several.describe(), "s.json (5 items: Requests 3, Users 2)");
+        assert_eq!(
+            several.to_json(),
+            json!({"file": "s.json", "items": 5, "tables": {"Requests": 3, "Users": 2}})
+        );
+    }
 }

@@ -37,6 +37,15 @@ impl AppTable {
     pub fn keys(&self) -> (&'static str, &'static str) {
         self.schema.key.names()
     }
+
+    /// Every table of a command on `target` (the target table's name):
+    /// `(name, key attribute names)`, the target first, then the others by
+    /// their names ([`super::tables::OtherTable::name`]).
+    pub fn table_names(&self, target: &str) -> Vec<(String, (&'static str, &'static str))> {
+        std::iter::once((target.to_owned(), self.keys()))
+            .chain(self.others.iter().map(|o| (o.name(), o.schema.key.names())))
+            .collect()
+    }
 }
 
 /// Credentials and region of a command that may reach AWS.
@@ -189,6 +198,7 @@ impl Target {
             Some(url) => {
                 let t = Target::connect_with(url, &opts.table, app, &opts.aws).await;
                 t.require_table().await?;
+                t.require_others(|_| true).await?;
                 Ok(t)
             }
         }
@@ -295,6 +305,22 @@ impl Target {
         self.app.keys()
     }
 
+    /// Every table of the command: the target table first, then the app's
+    /// other tables in their order (one for a one-table app).
+    pub fn tables(&self) -> Vec<super::tables::CommandTable<'_>> {
+        std::iter::once(super::tables::CommandTable {
+            name: &self.table,
+            keys: self.keys(),
+            store: &self.store,
+        })
+        .chain(self.others.iter().map(|o| super::tables::CommandTable {
+            name: &o.name,
+            keys: o.table.schema.key.names(),
+            store: &o.store,
+        }))
+        .collect()
+    }
+
     /// Whether this is the command's own DynamoDB Local.
     pub fn is_embedded(&self) -> bool {
         self.embedded.is_some()
@@ -334,6 +360,27 @@ impl Target {
             .await
             .map(|_| ())
             .map_err(|e| self.no_table(e))
+    }
+
+    /// Fail with "run `<app> table create ...`" when one of the other
+    /// tables `wanted` names does not exist.
+    pub async fn require_others(&self, wanted: impl Fn(&str) -> bool) -> Result<(), CliError> {
+        for o in self.others.iter().filter(|o| wanted(&o.name)) {
+            match o.store.stream_arn().await {
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(CliError::NoOtherTable {
+                        app: self.app.app,
+                        endpoint: self.endpoint.clone(),
+                        table: o.name.clone(),
+                        var: o.table.var,
+                        target: self.table.clone(),
+                    });
+                }
+                Err(e) => return Err(self.no_table(e)),
+            }
+        }
+        Ok(())
     }
 
     fn no_table(&self, e: StoreError) -> CliError {

@@ -267,8 +267,12 @@ fn key_part(v: Option<&AttributeValue>) -> String {
     }
 }
 
-/// The item's key as `PK/SK` (the partition value, a slash, the sort value).
+/// The item's key as `PK/SK` (the partition value, a slash, the sort value);
+/// of a table without a sort key (`sk` empty), the partition value alone.
 pub fn key_text(item: &Item, (pk, sk): (&str, &str)) -> String {
+    if sk.is_empty() {
+        return key_part(item.get(pk));
+    }
     format!("{}/{}", key_part(item.get(pk)), key_part(item.get(sk)))
 }
 
@@ -423,6 +427,7 @@ mod tests {
             r#"{"PK":{"S":"u1"},"SK":{"S":"User"},"Alpha":{"N":"1"},"Zed":{"S":"z"}}"#
         );
         assert_eq!(key_text(&item, KEYS), "u1/User");
+        assert_eq!(key_text(&item, ("PK", "")), "u1", "no sort key, no slash");
         assert_eq!(readable_attributes(&item, KEYS), r#"{Alpha: 1, Zed: "z"}"#);
     }
 

@@ -38,6 +38,84 @@ pub struct TableDiff {
     pub removed: Vec<Item>,
 }
 
+/// What changed in one table among the tables of a command.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedDiff {
+    pub table: String,
+    /// The table's key attribute names (an empty sort key: it has none).
+    pub keys: (&'static str, &'static str),
+    pub diff: TableDiff,
+}
+
+/// What changed in every table a command works on, the target table
+/// first, then the app's other tables. Of one table it reads exactly as
+/// that table's [`TableDiff`]; of several, every change is labelled with
+/// its table.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TablesDiff {
+    pub tables: Vec<NamedDiff>,
+}
+
+/// The diff of a command that compared no table.
+static NO_CHANGES: TableDiff = TableDiff {
+    added: Vec::new(),
+    changed: Vec::new(),
+    removed: Vec::new(),
+};
+
+impl TablesDiff {
+    /// The target table's diff.
+    pub fn target(&self) -> &TableDiff {
+        self.tables.first().map_or(&NO_CHANGES, |t| &t.diff)
+    }
+
+    /// The diff of the table named `table`, if it was compared.
+    pub fn of(&self, table: &str) -> Option<&TableDiff> {
+        self.tables
+            .iter()
+            .find(|t| t.table == table)
+            .map(|t| &t.diff)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tables.iter().all(|t| t.diff.is_empty())
+    }
+
+    /// `N added, N changed, N removed`, over every table.
+    pub fn summary(&self) -> String {
+        let count =
+            |f: fn(&TableDiff) -> usize| self.tables.iter().map(|t| f(&t.diff)).sum::<usize>();
+        format!(
+            "{} added, {} changed, {} removed",
+            count(|d| d.added.len()),
+            count(|d| d.changed.len()),
+            count(|d| d.removed.len())
+        )
+    }
+
+    /// As JSON: one table, [`TableDiff::to_json`]; several, the same three
+    /// lists over every table, each entry with its `"table"`, the target
+    /// table's entries first.
+    pub fn to_json(&self) -> Value {
+        if let [one] = self.tables.as_slice() {
+            return one.diff.to_json(one.keys);
+        }
+        let mut out = json!({"added": [], "changed": [], "removed": []});
+        for t in &self.tables {
+            let one = t.diff.to_json(t.keys);
+            for list in ["added", "changed", "removed"] {
+                for mut entry in one[list].as_array().cloned().unwrap_or_default() {
+                    entry["table"] = Value::from(t.table.clone());
+                    if let Some(l) = out[list].as_array_mut() {
+                        l.push(entry);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
 /// Compare two states of a table.
 pub fn diff_tables(before: &[Item], after: &[Item], key_attributes: (&str, &str)) -> TableDiff {
     let old = by_key(before, key_attributes);
@@ -244,6 +322,42 @@ mod tests {
             json!({"path": "X", "old": null, "new": {"N": "1"}})
         );
         assert_eq!(j["added"][0]["item"]["DisplayName"], json!({"S": "Ann"}));
+    }
+
+    #[test]
+    fn several_tables_label_each_change() {
+        let of = |table: &str, keys, before: Vec<Item>, after: Vec<Item>| NamedDiff {
+            table: table.into(),
+            keys,
+            diff: diff_tables(&before, &after, keys),
+        };
+        let chat = item(json!({"PK": {"S": "c"}, "SK": {"S": "c"}, "N": {"N": "0"}}));
+        let counted = item(json!({"PK": {"S": "c"}, "SK": {"S": "c"}, "N": {"N": "1"}}));
+        let user = item(json!({"PK": {"S": "u"}}));
+        let d = TablesDiff {
+            tables: vec![
+                of("Requests", KEYS, vec![], vec![]),
+                of("Chats", KEYS, vec![chat], vec![counted]),
+                of("Users", ("PK", ""), vec![], vec![user]),
+            ],
+        };
+        assert!(d.target().is_empty() && !d.is_empty());
+        assert_eq!(d.summary(), "1 added, 1 changed, 0 removed");
+        assert_eq!(d.of("Users").map(|u| u.added.len()), Some(1));
+        let j = d.to_json();
+        assert_eq!(
+            j["changed"],
+            json!([{"table": "Chats", "key": {"PK": {"S": "c"}, "SK": {"S": "c"}},
+                "changes": [{"path": "N", "old": {"N": "0"}, "new": {"N": "1"}}]}])
+        );
+        assert_eq!(j["added"][0]["table"], "Users");
+        assert_eq!(j["added"][0]["key"], json!({"PK": {"S": "u"}}));
+        // One table: its own diff, unlabelled.
+        let one = TablesDiff {
+            tables: d.tables[1..2].to_vec(),
+        };
+        assert_eq!(one.to_json(), d.tables[1].diff.to_json(KEYS));
+        assert!(TablesDiff::default().target().is_empty());
     }
 
     #[test]
