@@ -55,6 +55,11 @@ pub struct RaceStore {
     seen: AtomicUsize,
     write: Mutex<Option<ServiceAction>>,
     fired: AtomicBool,
+    /// Held exclusively by the request that fires, from its own call to
+    /// the end of the service's write: every other request waits, so a
+    /// concurrent handler (the other copy of a request) reads the table
+    /// before or after the race, never halfway, whatever the scheduling.
+    gate: tokio::sync::RwLock<()>,
 }
 
 impl RaceStore {
@@ -72,6 +77,7 @@ impl RaceStore {
             seen: AtomicUsize::new(0),
             write: Mutex::new(Some(write)),
             fired: AtomicBool::new(false),
+            gate: tokio::sync::RwLock::new(()),
         }
     }
 
@@ -104,6 +110,10 @@ impl RaceStore {
 impl Store for RaceStore {
     async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
         let write = self.take(&request);
+        let _gate = match write {
+            None => Err(self.gate.read().await),
+            Some(_) => Ok(self.gate.write().await),
+        };
         match (write, self.step) {
             (None, _) => self.inner.call(request).await,
             (Some(w), Step::Before) => {
