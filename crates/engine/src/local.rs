@@ -86,8 +86,8 @@ const LOG_TAIL_LINES: usize = 40;
 /// the JVM is then terminated (`TERM`, then `KILL` after 10 s). Being signalled also
 /// terminates the JVM. Unlike polling `kill -0 <pid>`, this cannot be fooled by a zombie
 /// parent or a recycled pid.
-const WATCHDOG_SCRIPT: &str = r#"java="$1"; shift
-"$java" "$@" >&2 </dev/null &
+const WATCHDOG_SCRIPT: &str = r#"program="$1"; shift
+"$program" "$@" >&2 </dev/null &
 j=$!
 trap 'kill -s TERM "$j" 2>/dev/null' EXIT
 trap 'exit 143' TERM INT HUP
@@ -566,12 +566,107 @@ pub struct DynamoDbLocal {
 
 #[derive(Debug)]
 struct OwnedProcess {
-    /// The `sh` watchdog; leader of the process group that also contains the JVM.
-    watchdog: Child,
-    /// Write end of the watchdog's stdin; closing it (or exiting) stops the JVM.
-    lifeline: Option<ChildStdin>,
-    java_pid: u32,
+    watched: Watched,
     keep_log: bool,
+}
+
+/// A child process that never outlives this one: started through a small
+/// `sh` watchdog in its own process group, which holds the read end of a
+/// pipe only this process writes to. When this process exits (even killed
+/// with `SIGKILL`) the pipe closes and the watchdog stops the child; dropping
+/// the handle stops it at once (`TERM`, then `KILL` after 10 s) and waits.
+#[derive(Debug)]
+pub struct Watched {
+    /// The `sh` watchdog; leader of the process group that also holds the child.
+    watchdog: Child,
+    /// Write end of the watchdog's stdin; closing it (or exiting) stops the child.
+    lifeline: Option<ChildStdin>,
+    pid: u32,
+}
+
+impl Watched {
+    /// Start `program` with `args` in `dir`, its stdout and stderr into `log`.
+    pub fn spawn(
+        program: &Path,
+        args: &[OsString],
+        dir: &Path,
+        log: File,
+    ) -> Result<Watched, String> {
+        let mut watchdog = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(WATCHDOG_SCRIPT)
+            .arg("worker-watchdog")
+            .arg(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log))
+            // Own process group, so Drop can kill the watchdog, `sleep` and the child at once.
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("cannot spawn /bin/sh to launch {}: {e}", program.display()))?;
+        let mut first_line = String::new();
+        let read = watchdog
+            .stdout
+            .take()
+            .map(|out| BufReader::new(out).read_line(&mut first_line));
+        match (read, first_line.trim().parse::<u32>()) {
+            (Some(Ok(_)), Ok(pid)) => Ok(Watched {
+                lifeline: watchdog.stdin.take(),
+                watchdog,
+                pid,
+            }),
+            _ => {
+                let _ = watchdog.kill();
+                let _ = watchdog.wait();
+                Err(format!(
+                    "the launcher script did not report the child's pid (got {first_line:?})"
+                ))
+            }
+        }
+    }
+
+    /// The child's process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Why the child is gone, or `None` while it runs.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.watchdog.try_wait() {
+            Ok(Some(status)) => Some(format!("the launcher exited ({status})")),
+            Ok(None) if !process_alive(self.pid) => Some("the process exited".to_owned()),
+            Ok(None) => None,
+            Err(e) => Some(format!("cannot query the launcher process: {e}")),
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        let group = self.watchdog.id();
+        drop(self.lifeline.take());
+        send_signal("TERM", &format!("-{group}"));
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        while process_alive(self.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if process_alive(self.pid) {
+            send_signal("KILL", &format!("-{group}"));
+            send_signal("KILL", &self.pid.to_string());
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while matches!(self.watchdog.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.watchdog.kill();
+        let _ = self.watchdog.wait();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while process_alive(self.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 }
 
 impl DynamoDbLocal {
@@ -592,7 +687,7 @@ impl DynamoDbLocal {
 
     /// Process id of the JVM, or `None` for an external endpoint.
     pub fn pid(&self) -> Option<u32> {
-        self.process.as_ref().map(|p| p.java_pid)
+        self.process.as_ref().map(|p| p.watched.pid)
     }
 
     fn external(endpoint: &str) -> Self {
@@ -621,35 +716,15 @@ impl DynamoDbLocal {
 
 impl Drop for DynamoDbLocal {
     fn drop(&mut self) {
-        let Some(process) = &mut self.process else {
+        let Some(process) = self.process.take() else {
             return;
         };
-        let group = process.watchdog.id();
         tracing::debug!(
-            pid = process.java_pid,
+            pid = process.watched.pid,
             port = self.port,
             "stopping DynamoDB Local"
         );
-        drop(process.lifeline.take());
-        send_signal("TERM", &format!("-{group}"));
-        let deadline = Instant::now() + STOP_TIMEOUT;
-        while process_alive(process.java_pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if process_alive(process.java_pid) {
-            send_signal("KILL", &format!("-{group}"));
-            send_signal("KILL", &process.java_pid.to_string());
-        }
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while matches!(process.watchdog.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = process.watchdog.kill();
-        let _ = process.watchdog.wait();
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while process_alive(process.java_pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        drop(process.watched);
         if !process.keep_log {
             let _ = fs::remove_file(&self.log_path);
         }
@@ -823,54 +898,27 @@ fn spawn_java(installation: &Installation, port: u16) -> Result<DynamoDbLocal, L
     let mut library_path = OsString::from("-Djava.library.path=");
     library_path.push(&installation.lib_dir);
 
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(WATCHDOG_SCRIPT)
-        .arg("worker-dynamodb-local-watchdog")
-        .arg(&installation.java)
-        .arg(library_path)
-        .arg("-jar")
-        .arg(&installation.jar)
-        .args(["-inMemory", "-sharedDb", "-disableTelemetry", "-port"])
-        .arg(port.to_string())
-        .current_dir(installation.jar_dir())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        // Own process group, so Drop can kill the watchdog, `sleep` and the JVM at once.
-        .process_group(0);
-    let mut watchdog = cmd
-        .spawn()
-        .map_err(io_err("cannot spawn /bin/sh to launch DynamoDB Local"))?;
-
-    let mut first_line = String::new();
-    let read = watchdog
-        .stdout
-        .take()
-        .map(|out| BufReader::new(out).read_line(&mut first_line));
-    let java_pid = match (read, first_line.trim().parse::<u32>()) {
-        (Some(Ok(_)), Ok(pid)) => pid,
-        _ => {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-            return Err(LocalError::StartFailed {
-                reason: format!(
-                    "the launcher script did not report the JVM pid (got {first_line:?})"
-                ),
-                log_tail: read_log_tail(&log_path),
-                log_path,
-            });
-        }
-    };
-    tracing::debug!(port, java_pid, log = %log_path.display(), "spawned DynamoDB Local");
+    let mut args = vec![library_path, "-jar".into(), installation.jar.clone().into()];
+    args.extend(
+        ["-inMemory", "-sharedDb", "-disableTelemetry", "-port"]
+            .into_iter()
+            .map(OsString::from),
+    );
+    args.push(port.to_string().into());
+    let watched = Watched::spawn(&installation.java, &args, installation.jar_dir(), log).map_err(
+        |reason| LocalError::StartFailed {
+            reason,
+            log_tail: read_log_tail(&log_path),
+            log_path: log_path.clone(),
+        },
+    )?;
+    tracing::debug!(port, java_pid = watched.pid, log = %log_path.display(), "spawned DynamoDB Local");
     Ok(DynamoDbLocal {
         endpoint: format!("http://127.0.0.1:{port}"),
         port,
         log_path,
         process: Some(OwnedProcess {
-            lifeline: watchdog.stdin.take(),
-            watchdog,
-            java_pid,
+            watched,
             keep_log: false,
         }),
     })
@@ -895,12 +943,7 @@ async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Fa
         let Some(process) = handle.process.as_mut() else {
             return Ok(handle);
         };
-        let exited = match process.watchdog.try_wait() {
-            Ok(Some(status)) => Some(format!("the launcher exited ({status})")),
-            Ok(None) if !process_alive(process.java_pid) => Some("the JVM exited".to_owned()),
-            Ok(None) => None,
-            Err(e) => Some(format!("cannot query the launcher process: {e}")),
-        };
+        let exited = process.watched.exited();
         if let Some(why) = exited {
             // The JVM may have written its bind error just now.
             let port_in_use = log_shows_port_in_use(&read_log_tail(&handle.log_path));

@@ -19,13 +19,15 @@
 //! - [`template`]: a SAM template read and evaluated, to check it against
 //!   the code;
 //! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
-//!   process.
+//!   process;
+//! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS.
 
 pub mod cargo_lambda;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;
 pub mod layers;
+pub mod moto;
 pub mod parallel;
 pub mod race;
 pub mod recorded;
