@@ -26,7 +26,7 @@
 mod decide_event;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use worker_testkit::runtime_api::{Outcome, RuntimeApi};
@@ -82,24 +82,13 @@ fn memory(pid: u32) -> (u64, u64) {
 
 /// A `bootstrap` started against `api` with a Lambda-like environment.
 fn spawn(binary: &Path, api: &RuntimeApi, env: &[(&str, String)]) -> std::process::Child {
-    let mut cmd = Command::new(binary);
-    cmd.env_clear()
-        .env("AWS_LAMBDA_RUNTIME_API", api.address())
-        .env("AWS_LAMBDA_FUNCTION_NAME", "local")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+    worker_testkit::runtime_api::function_command(binary, api)
         .env("AWS_REGION", "us-east-1")
         .env("AWS_ACCESS_KEY_ID", "local")
         .env("AWS_SECRET_ACCESS_KEY", "local")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("start the bootstrap")
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .spawn()
+        .expect("start the bootstrap")
 }
 
 fn stats(mut xs: Vec<f64>) -> (f64, f64, f64) {

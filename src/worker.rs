@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use crate::config::Clock;
 use crate::items::{Entity, ItemError, redact_quoted};
 use crate::keys::{ContainerId, ItemKey, ItemKind, PK, SK};
+use worker_engine::error::FailureKind;
 pub use worker_engine::error::HandlerError;
 use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
@@ -230,30 +231,25 @@ impl Router {
         )
         .await;
         let mut done = Vec::new();
-        let (mut transient, mut permanent) = (Vec::new(), Vec::new());
+        let mut failures = Vec::new();
         for (h, outcome) in wanted.iter().zip(outcomes) {
             match outcome {
                 Ok(HandlerOutcome::Wrote { writes, detail }) => {
                     done.push(format!("{}: {detail} ({writes} writes)", h.name()))
                 }
                 Ok(HandlerOutcome::Nothing(why)) => done.push(format!("{}: {why}", h.name())),
-                Err(e) if e.is_retryable() => transient.push(format!("{}: {e}", h.name())),
-                Err(e) => permanent.push(format!("{}: {e}", h.name())),
+                Err(e) => failures.push((e.kind(), format!("{}: {e}", h.name()))),
             }
         }
-        // One handler failing transiently makes the whole record retried
-        // (the others' work is idempotent), even when another one failed
-        // for good: the retry lets the transient one finish.
-        if !transient.is_empty() {
-            transient.extend(permanent);
-            return Err(ProcessError::Transient {
-                reason: transient.join("; "),
-            });
-        }
-        if !permanent.is_empty() {
-            return Err(ProcessError::Permanent {
-                reason: permanent.join("; "),
-            });
+        // The worst failure decides for the record (FailureKind::worst): an
+        // environment fault stops the invocation; one handler failing
+        // transiently makes the whole record retried (the others' work is
+        // idempotent), even when another one failed for good: the retry
+        // lets the transient one finish.
+        if let Some(kind) = FailureKind::worst(failures.iter().map(|(k, _)| *k)) {
+            failures.sort_by_key(|(k, _)| (*k != kind, *k));
+            let reasons: Vec<String> = failures.into_iter().map(|(_, r)| r).collect();
+            return Err(ProcessError::of_kind(kind, reasons.join("; ")));
         }
         if done.is_empty() {
             return Ok(RecordOutcome::Skipped {

@@ -331,6 +331,7 @@ fn texts(r: &RecordReport) -> String {
         | RecordStatus::Rejected { reason }
         | RecordStatus::Malformed { reason }
         | RecordStatus::Failed { reason }
+        | RecordStatus::Environment { reason }
         | RecordStatus::NotAttempted { reason } => reason,
     };
     format!(

@@ -1341,3 +1341,54 @@ async fn dev_exits_3_when_a_record_was_not_handled() {
     assert_eq!(o.status.code(), Some(3), "{printed}");
     assert!(printed.contains("1 rejected"), "{printed}");
 }
+
+/// A table without its indexes is the deployment's fault, not the
+/// records': `replay`, `run` and `dev` stop with exit status 1 and the
+/// cause on one line, where they used to reject the records and exit 0.
+#[tokio::test]
+async fn a_missing_index_stops_replay_run_and_dev_with_the_cause() {
+    let t = TestTable::with_schema(&worker_engine::schema::TableSchema {
+        indexes: Vec::new(),
+        ..nishiki_worker::schema::nishiki()
+    })
+    .await;
+    let items = read_snapshot(Path::new(&events("tables/household.json")), KEYS).unwrap();
+    load_items(t.store.clone(), items, 4, None).await.unwrap();
+    // The service's writes of the last-members-left fixture: its cascade
+    // reads the relationship index (for `dev`).
+    let v: Value = serde_json::from_str(
+        &std::fs::read_to_string(events("stream/last-members-left.json")).unwrap(),
+    )
+    .unwrap();
+    let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
+    worker_engine::replay::apply::apply(
+        t.store.as_ref(),
+        &worker_engine::replay::apply::plan(&decoded),
+    )
+    .await
+    .unwrap();
+    let target = ["--endpoint-url", &t.endpoint, "--table", &t.name];
+    let tick = events("schedule/flag-expiring.scheduler.json");
+    let now = "2024-03-26T00:05:00Z";
+    let commands: [Vec<&str>; 3] = [
+        [&["replay", "--now", now][..], &target, &[tick.as_str()]].concat(),
+        [&["run", "flag-expiring", "--now", now][..], &target].concat(),
+        [
+            &["dev", "--starting-position", "trim-horizon", "--until-idle"][..],
+            &target,
+        ]
+        .concat(),
+    ];
+    for args in commands {
+        let o = run(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}\n{}", stdout(&o));
+        let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "{args:?}: {err}");
+        assert!(
+            errors[0].starts_with("error: environment fault")
+                && errors[0].contains("does not have the specified index"),
+            "{args:?}: {err}"
+        );
+    }
+}

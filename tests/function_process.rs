@@ -14,7 +14,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use nishiki_worker::cli::KEYS;
@@ -24,7 +24,7 @@ use support::fault_proxy::{FaultConfig, FaultProxy};
 use worker_engine::replay::apply::{apply, plan};
 use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 use worker_engine::stream::decode::decode_event;
-use worker_testkit::runtime_api::{Outcome, RuntimeApi};
+use worker_testkit::runtime_api::{Outcome, RuntimeApi, function_command};
 
 fn events(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -54,23 +54,13 @@ fn fixture() -> Vec<u8> {
 }
 
 /// A function process on `api`, with only the variables Lambda sets plus
-/// `env` (no `DYNAMODB_ENDPOINT_URL` unless given).
+/// `env` (no `DYNAMODB_ENDPOINT_URL` unless given); its log on stderr.
 fn spawn(binary: &str, api: &RuntimeApi, env: &[(&str, String)]) -> Child {
-    let mut cmd = Command::new(binary);
-    cmd.env_clear()
-        .env("AWS_LAMBDA_RUNTIME_API", api.address())
-        .env("AWS_LAMBDA_FUNCTION_NAME", "local")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("start the function")
+    function_command(Path::new(binary), api)
+        .stderr(Stdio::inherit())
+        .envs(env.iter().map(|(k, v)| (*k, v)))
+        .spawn()
+        .expect("start the function")
 }
 
 struct Running(Child);
@@ -200,4 +190,47 @@ async fn aws_endpoint_url_dynamodb_sends_every_request_to_its_endpoint() {
     );
     assert_eq!(after, golden());
     assert!(requests >= 3, "{requests}");
+}
+
+/// A table that does not exist (a wrong `TABLE_NAME`): the invocation
+/// fails (Lambda retries the batch, then hands it to the on-failure
+/// destination), nothing is parked although a parking table is set, and
+/// the `EnvironmentFaults` metric the templates alarm on counts it.
+#[tokio::test]
+async fn a_missing_table_fails_the_invocation_parks_nothing_and_counts_the_fault() {
+    let table = household().await;
+    let parking = TestTable::with_schema(&worker_engine::park::schema()).await;
+    let api = RuntimeApi::start().await.expect("runtime API");
+    let metrics = std::env::temp_dir().join(format!("emf-{}.jsonl", std::process::id()));
+    let _function = Running(
+        function_command(Path::new(env!("CARGO_BIN_EXE_stream")), &api)
+            .env("DYNAMODB_ENDPOINT_URL", &table.endpoint)
+            .env("TABLE_NAME", "household-does-not-exist")
+            .env("PARKING_TABLE", &parking.name)
+            .stdout(std::fs::File::create(&metrics).expect("a metrics file"))
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the function"),
+    );
+    let outcome = api.invoke(fixture(), Duration::from_secs(60)).await;
+    let Outcome::Error { body, .. } = &outcome else {
+        panic!("the invocation succeeded: {outcome:?}");
+    };
+    let error: Value = serde_json::from_slice(body).expect("a JSON error");
+    assert_eq!(error["errorType"], "EnvironmentFault", "{error}");
+    assert!(
+        error["errorMessage"]
+            .as_str()
+            .is_some_and(|m| m.contains("non-existent table")),
+        "{error}"
+    );
+    assert!(parking.snapshot().await.is_empty(), "nothing parked");
+    let emf = std::fs::read_to_string(&metrics).expect("the metrics");
+    let _ = std::fs::remove_file(&metrics);
+    let faults: f64 = emf
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["EnvironmentFaults"].as_f64())
+        .sum();
+    assert!(faults >= 1.0, "EnvironmentFaults in {emf}");
 }

@@ -90,7 +90,7 @@ use worker_engine::stream::decode::ChangeKind;
 use super::{JobDeps, JobSpec};
 use crate::config::{ConfigError, Env, EnvVar, ReadBy};
 use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
-use worker_engine::metrics::Metric;
+use worker_engine::metrics::{ENVIRONMENT_FAULTS, Metric};
 
 /// The metric of the TTL stamps the stream side writes.
 pub const INVITATION_WRITES: &str = "InvitationWrites";
@@ -500,7 +500,7 @@ impl SweepInvitations {
             let page = match self.read_page(source, &upper, start.clone()).await {
                 Ok(page) => page,
                 Err(e) if source == Source::Index && e.is_missing_index() => {
-                    tracing::debug!(error = %e, "invitation-expiry index missing; falling back to a Scan");
+                    tracing::warn!(error = %e, "invitation-expiry index missing (an environment fault, counted in EnvironmentFaults); falling back to a Scan");
                     source = Source::Scan;
                     report.used_index = false;
                     start = self.load_resume_key().await?;
@@ -689,7 +689,13 @@ impl ScheduledJob<Job> for SweepInvitations {
             details: serde_json::to_value(&report).map_err(|e| {
                 HandlerError::Invalid(format!("cannot serialize the sweep report: {e}"))
             })?,
-            metrics: vec![Metric::count(LINKS_SWEPT, report.deleted)],
+            metrics: vec![
+                Metric::count(LINKS_SWEPT, report.deleted),
+                // A missing index is the deployment's fault: the sweep
+                // still runs (by Scan, at a higher cost) but the alarm on
+                // environment faults fires until the index is there.
+                Metric::count(ENVIRONMENT_FAULTS, u64::from(!report.used_index)),
+            ],
         })
     }
 }

@@ -5,7 +5,9 @@
 //!   mapping with `FunctionResponseTypes: [ReportBatchItemFailures]`. The
 //!   response names the earliest record to retry; a transient failure on a
 //!   record without a sequence number fails the invocation, the only way
-//!   to have Lambda retry it.
+//!   to have Lambda retry it, and so does an environment fault (a missing
+//!   table or index, access denied: [`crate::error::FailureKind`]), so
+//!   that nothing is skipped until the deployment is fixed.
 //! - [`serve_schedule`]: schedule ticks (EventBridge Scheduler input or the
 //!   rule envelope); a failed job fails the invocation (retried, then sent
 //!   to the schedule's dead-letter queue).
@@ -22,14 +24,15 @@
 //! ([`crate::telemetry::invocation_span`]): `cold_start` and the X-Ray
 //! `trace_id` on every line it writes.
 
-use lambda_runtime::{Context, Error, LambdaEvent, run, service_fn};
+use lambda_runtime::{Context, Diagnostic, Error, LambdaEvent, run, service_fn};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use tracing::Instrument;
 
 use std::time::Duration;
 
-use crate::runtime::{Worker, invocation_deadline};
+use crate::error::FailureKind;
+use crate::runtime::{EventError, Worker, invocation_deadline};
 use crate::schedule::{JobName, JobReport};
 use crate::stream::engine::BatchResponse;
 use crate::telemetry;
@@ -59,15 +62,36 @@ pub async fn serve_stream<J: JobName>(worker: &Worker<J>) -> Result<(), Error> {
         let report = worker
             .handle_stream_bytes(event.payload.get().as_bytes(), deadline)
             .instrument(span)
-            .await?;
-        if report.retry_whole_batch {
-            return Err(Error::from(
-                "transient failure on a record without a sequence number; retrying the whole batch",
-            ));
+            .await
+            .map_err(|e| Diagnostic::from(Error::from(e)))?;
+        if let Some(fault) = &report.environment_fault {
+            return Err(Diagnostic {
+                error_type: "EnvironmentFault".into(),
+                error_message: format!("the whole batch is retried: {fault}"),
+            });
         }
-        Ok::<BatchResponse, Error>(report.response())
+        if report.retry_whole_batch {
+            return Err(Diagnostic {
+                error_type: "TransientFailure".into(),
+                error_message: "transient failure on a record without a sequence number; retrying the whole batch".into(),
+            });
+        }
+        Ok::<BatchResponse, Diagnostic>(report.response())
     }))
     .await
+}
+
+/// A failed tick as Lambda reports it: `errorType` `EnvironmentFault` when
+/// the deployment is at fault (the run is retried, then its tick lands in
+/// the dead-letter queue; the alarm on `EnvironmentFaults` says why).
+fn job_error<J: JobName>(e: EventError<J>) -> Diagnostic {
+    match &e {
+        EventError::Job(job) if job.kind() == FailureKind::Environment => Diagnostic {
+            error_type: "EnvironmentFault".into(),
+            error_message: e.to_string(),
+        },
+        _ => Diagnostic::from(Error::from(e)),
+    }
 }
 
 /// Serve schedule ticks until the runtime stops.
@@ -81,8 +105,9 @@ pub async fn serve_schedule<J: JobName>(worker: &Worker<J>) -> Result<(), Error>
         let report = worker
             .handle_schedule(&event.payload, deadline)
             .instrument(span)
-            .await?;
-        Ok::<JobReport<J>, Error>(report)
+            .await
+            .map_err(job_error)?;
+        Ok::<JobReport<J>, Diagnostic>(report)
     }))
     .await
 }

@@ -193,6 +193,12 @@ pub fn value_list(values: &[f64]) -> Vec<f64> {
 /// metric name each handler's writes count under.
 pub type HandlerWrites = BTreeMap<String, u64>;
 
+/// Records (stream) or runs (schedule) stopped by an environment fault: a
+/// missing table or index, access denied, a bad credential
+/// ([`crate::error::FailureKind::Environment`]). Every template alarms on
+/// it.
+pub const ENVIRONMENT_FAULTS: &str = "EnvironmentFaults";
+
 /// DynamoDB figures of one invocation.
 pub fn store_metrics(s: &MetricsSnapshot) -> Vec<Metric> {
     let requests = s.requests();
@@ -213,8 +219,10 @@ pub fn batch_metrics(report: &BatchReport, lags_ms: &[f64]) -> Vec<Metric> {
         Metric::count(crate::park::RECORDS_PARKED, report.parked as u64),
         Metric::count(
             "RecordsRetried",
-            (report.failed + report.not_attempted + report.parking_failed) as u64,
+            (report.failed + report.environment + report.not_attempted + report.parking_failed)
+                as u64,
         ),
+        Metric::count(ENVIRONMENT_FAULTS, report.environment_faults() as u64),
     ];
     if !lags_ms.is_empty() {
         m.push(Metric {
@@ -235,7 +243,13 @@ pub fn batch_metrics(report: &BatchReport, lags_ms: &[f64]) -> Vec<Metric> {
 /// run counters, then the job's own metrics from its report.
 pub fn job_run_metrics<J: JobName>(result: Result<&JobReport<J>, &HandlerError>) -> Vec<Metric> {
     match result {
-        Err(_) => vec![Metric::count("JobErrors", 1)],
+        Err(e) => vec![
+            Metric::count("JobErrors", 1),
+            Metric::count(
+                ENVIRONMENT_FAULTS,
+                u64::from(e.kind() == crate::error::FailureKind::Environment),
+            ),
+        ],
         Ok(report) => {
             let mut m = vec![
                 Metric::count("JobRuns", 1),

@@ -412,6 +412,13 @@ pub async fn park_failures(
             }
             Err(e) => {
                 report.parking_failed += 1;
+                if e.is_environment() {
+                    // A parking table that is missing or denied: the
+                    // deployment is wrong, the invocation fails.
+                    report
+                        .environment_fault
+                        .get_or_insert_with(|| format!("parking table: {e}"));
+                }
                 tracing::error!(
                     event_id = parked.event_id.as_deref(),
                     sequence_number = parked.sequence_number.as_str(),

@@ -313,7 +313,11 @@ impl<J: JobName> Worker<J> {
             Some(c) => c.gathered(run).await,
             None => run.await,
         };
-        if let (Some(parking), Some(event)) = (&self.parking, event)
+        // An environment fault fails the invocation: the whole batch comes
+        // again, and nothing of it is parked (the parking table may be
+        // what is missing).
+        if let (Some(parking), Some(event), None) =
+            (&self.parking, event, &report.environment_fault)
             && report
                 .records
                 .iter()

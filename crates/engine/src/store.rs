@@ -120,6 +120,34 @@ impl StoreError {
         )
     }
 
+    /// Which of the three kinds of failure this is
+    /// ([`crate::error::FailureKind`]): a missing table or index, a denied
+    /// request, a bad credential or a table whose key schema is not the
+    /// app's are the environment's; a throttle, 5xx or dropped connection
+    /// is transient; any other rejection is the record's (an item too
+    /// large, a value the service refuses).
+    pub fn kind(&self) -> crate::error::FailureKind {
+        use crate::error::FailureKind;
+        match self {
+            StoreError::Transient { .. } | StoreError::Unprocessed { .. } => FailureKind::Transient,
+            StoreError::NotFound { .. } => FailureKind::Environment,
+            StoreError::Permanent { code, message, .. }
+                if ENVIRONMENT_CODES.contains(&code.as_str())
+                    || self.is_missing_index()
+                    || is_schema_mismatch(message) =>
+            {
+                FailureKind::Environment
+            }
+            StoreError::Permanent { .. } => FailureKind::Record,
+        }
+    }
+
+    /// Whether the deployment, not the record, is at fault
+    /// ([`Self::kind`]).
+    pub fn is_environment(&self) -> bool {
+        self.kind() == crate::error::FailureKind::Environment
+    }
+
     /// Whether the error says a queried index does not exist.
     pub fn is_missing_index(&self) -> bool {
         match self {
@@ -167,6 +195,37 @@ const TRANSIENT_CODES: [&str; 8] = [
     "LimitExceededException",
 ];
 
+/// Error codes that say the deployment is wrong (the identity, its
+/// credentials, its permissions or its encryption key), whatever the
+/// request: [`StoreError::kind`] calls them the environment's.
+const ENVIRONMENT_CODES: [&str; 17] = [
+    "AccessDeniedException",
+    "AccessDenied",
+    "UnrecognizedClientException",
+    "InvalidClientTokenId",
+    "InvalidSignatureException",
+    "SignatureDoesNotMatch",
+    "IncompleteSignature",
+    "IncompleteSignatureException",
+    "MissingAuthenticationToken",
+    "MissingAuthenticationTokenException",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "KMSAccessDeniedException",
+    "KMSDisabledException",
+    "KMSInvalidStateException",
+    "KMSNotFoundException",
+    // The SDK could not build the request: no region or no credentials.
+    "ConstructionFailure",
+];
+
+/// A key the table does not have: the table is not the one the app was
+/// built for (wrong `TABLE_NAME`, or a table created with other keys).
+fn is_schema_mismatch(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("key element does not match the schema") || m.contains("missing the key")
+}
+
 fn classify<E, R>(
     operation: &'static str,
     code: &str,
@@ -193,6 +252,19 @@ fn classify<E, R>(
     if code == "ResourceNotFoundException" {
         return StoreError::NotFound { operation, message };
     }
+    if matches!(err, SdkError::ConstructionFailure(_)) {
+        return StoreError::Permanent {
+            operation,
+            code: "ConstructionFailure".to_owned(),
+            message,
+        };
+    }
+    let code = match status {
+        // A denial without a code the SDK could read (an HTML 403 from a
+        // proxy or gateway in the way) is a denial all the same.
+        Some(401 | 403) if code.is_empty() => "AccessDenied",
+        _ => code,
+    };
     StoreError::Permanent {
         operation,
         code: code.to_owned(),

@@ -17,7 +17,10 @@
 //! - `DropAfterForward`: the request is forwarded and applied, then the
 //!   connection is closed before the response reaches the client (the write
 //!   happened, the caller does not know: the hard case for idempotency);
-//! - `Latency`: the request is forwarded after an added delay.
+//! - `Latency`: the request is forwarded after an added delay;
+//! - `AccessDenied`: HTTP 400 `AccessDeniedException`, as DynamoDB answers
+//!   a role whose policy lacks the action (an environment fault, not a
+//!   transient one: never drawn by [`FaultPlan::random`]).
 //!
 //! [`FaultProxy::stats`] counts requests and each fault kind.
 #![allow(dead_code)]
@@ -43,6 +46,7 @@ pub enum FaultKind {
     DropBeforeForward,
     DropAfterForward,
     Latency,
+    AccessDenied,
 }
 
 impl FaultKind {
@@ -71,6 +75,8 @@ pub enum FaultPlan {
     Random { rate: f64, kinds: Vec<FaultKind> },
     /// The first `n` requests (from now) get `kind`, then none.
     FirstN { n: u64, kind: FaultKind },
+    /// Every request (from now) gets `kind`.
+    Always(FaultKind),
 }
 
 impl FaultPlan {
@@ -183,6 +189,7 @@ impl State {
                     None
                 }
             }
+            FaultPlan::Always(kind) => Some(*kind),
             FaultPlan::FirstN { kind, .. } => {
                 if self.first_left > 0 {
                     self.first_left -= 1;
@@ -493,6 +500,15 @@ async fn serve(client: TcpStream, shared: &Shared) -> io::Result<()> {
                 "500 Internal Server Error",
                 "InternalServerError",
                 "Internal server error",
+            )),
+            Some(FaultKind::AccessDenied) => Some(error_response(
+                "400 Bad Request",
+                "AccessDeniedException",
+                &format!(
+                    "User: arn:aws:sts::123456789012:assumed-role/worker-role/worker is not authorized to perform: dynamodb:{} on resource: arn:aws:dynamodb:us-east-1:123456789012:table/* because no identity-based policy allows the dynamodb:{} action",
+                    request.operation.as_deref().unwrap_or("?"),
+                    request.operation.as_deref().unwrap_or("?"),
+                ),
             )),
             Some(FaultKind::DropBeforeForward) => return Ok(()),
             _ => None,

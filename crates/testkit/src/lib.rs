@@ -23,6 +23,7 @@
 //! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS.
 
 pub mod cargo_lambda;
+pub mod environment;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;

@@ -33,6 +33,28 @@ use tokio::sync::{Mutex, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 const PREFIX: &str = "/2018-06-01/runtime/";
+
+/// The command that starts `binary` as a function process on `api`: only
+/// the variables Lambda sets (`AWS_LAMBDA_RUNTIME_API`, the function's
+/// name, memory and version), instance metadata off, `RUST_LOG=warn`, no
+/// stdin, stdout and stderr discarded. Add the function's own variables
+/// (and a region and credentials, where the binary needs them) with
+/// `.env`, and keep its output with `.stdout`/`.stderr`.
+pub fn function_command(binary: &std::path::Path, api: &RuntimeApi) -> std::process::Command {
+    use std::process::Stdio;
+    let mut cmd = std::process::Command::new(binary);
+    cmd.env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", api.address())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "local")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    cmd
+}
 /// The function ARN every invocation names.
 pub const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:local";
 

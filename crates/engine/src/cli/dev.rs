@@ -29,11 +29,12 @@ use super::deployment::{DeployOpts, deadline, describe_timeout};
 use super::replay::{check_config, load_snapshot, worker};
 use super::target::{AppTable, RemoteWriteOpts, TableOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
+use crate::error::FailureKind;
 use crate::replay::dev::{
-    Action, BatchLog, EventFunction, EventSourceLoop, InvokeError, MAX_PARALLELIZATION_FACTOR,
-    MappingConfig, MappingSource, Schedule, Ticker, failure_record,
+    Action, BatchLog, EnvironmentFault, EventFunction, EventSourceLoop, InvokeError, LoopError,
+    MAX_PARALLELIZATION_FACTOR, MappingConfig, MappingSource, Schedule, Ticker, failure_record,
 };
-use crate::runtime::Worker;
+use crate::runtime::{EventError, Worker};
 use crate::schedule::JobName;
 use crate::stream::decode::SequenceNumber;
 use crate::stream::engine::BatchReport;
@@ -653,17 +654,37 @@ struct Deployed<'a, J: JobName> {
 
 #[async_trait]
 impl<J: JobName> EventFunction for Deployed<'_, J> {
+    /// An environment fault fails the invocation, as in Lambda, and stops
+    /// the loop ([`EnvironmentFault`]).
     async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
-        Ok(self
+        let report = self
             .worker
             .handle_stream(event, deadline(self.stream_timeout))
-            .await?)
+            .await?;
+        match &report.environment_fault {
+            Some(fault) => Err(Box::new(EnvironmentFault(fault.clone()))),
+            None => Ok(report),
+        }
     }
 
     async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError> {
-        Ok(serde_json::to_value(
-            self.worker.handle_schedule(event, None).await?,
-        )?)
+        match self.worker.handle_schedule(event, None).await {
+            Ok(report) => Ok(serde_json::to_value(report)?),
+            Err(e) => Err(match environment_fault(&e) {
+                Some(fault) => Box::new(fault),
+                None => Box::new(e),
+            }),
+        }
+    }
+}
+
+/// The environment fault a failed tick met, if that is why it failed.
+fn environment_fault<J: JobName>(e: &EventError<J>) -> Option<EnvironmentFault> {
+    match e {
+        EventError::Job(job) if job.kind() == FailureKind::Environment => {
+            Some(EnvironmentFault(job.to_string()))
+        }
+        _ => None,
     }
 }
 
@@ -921,7 +942,10 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                     .events
                     .run_until_idle(&s.function(&worker), Duration::from_secs(600))
                     .await
-                    .map_err(|e| CliError::Usage(e.to_string()))?;
+                    .map_err(|e| match e {
+                        LoopError::Environment(fault) => CliError::Environment(fault),
+                        e => CliError::Usage(e.to_string()),
+                    })?;
                 gave_up.extend(s.give_up(&more));
                 round += more.len();
                 logs.extend(more);
@@ -981,6 +1005,10 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                     }
                     failures.extend(s.give_up(&report.batches));
                     all_logs.extend(report.batches);
+                    if let Some(fault) = report.environment_fault {
+                        state.save(&sources)?;
+                        return Err(CliError::Environment(fault));
+                    }
                 }
                 Err(e) => eprintln!(
                     "{} reading the stream of {} failed (retrying): {e}",
@@ -1012,6 +1040,10 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                     )
                 }
                 Err(e) => {
+                    if let Some(fault) = environment_fault(&e) {
+                        state.save(&sources)?;
+                        return Err(CliError::Environment(fault.0));
+                    }
                     ticks.push(json!({"job": job, "scheduledTime": super::rfc3339(at), "error": e.to_string()}));
                     format!("tick {job}: FAILED: {e}")
                 }

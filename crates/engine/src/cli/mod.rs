@@ -55,7 +55,9 @@ pub const EXIT_INCOMPLETE: u8 = 4;
 pub const EXIT_STATUS_HELP: &str = "\
 Exit status:
   0  success: every record handled, every job complete
-  1  error: bad input, no table, nothing answers at the endpoint
+  1  error: bad input, no table, nothing answers at the endpoint, or an
+     environment fault (a missing table or index, access denied, a bad
+     credential: the deployment, not the records; nothing was skipped)
   2  bad usage
   3  the command ran but a record was not handled (failed, rejected, malformed,
      not the app's, given up on) or a job failed
@@ -287,6 +289,13 @@ pub enum CliError {
     },
     #[error("{0}")]
     Store(StoreError),
+    /// The deployment, not the records, is wrong (a missing table or
+    /// index, access denied, a bad credential): what makes the function
+    /// fail its invocation. Exit status 1.
+    #[error(
+        "environment fault, nothing parked or skipped (the table, index, credentials or permissions, not the records): {0}"
+    )]
+    Environment(String),
     #[error("cannot start DynamoDB Local: {0}")]
     Local(#[from] LocalError),
     /// Options that do not fit together, or a value the parser let through.

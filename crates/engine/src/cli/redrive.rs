@@ -154,7 +154,9 @@ fn verdict(status: &RecordStatus) -> Verdict {
                 reason: reason.clone(),
             }
         }
-        RecordStatus::Failed { reason } | RecordStatus::NotAttempted { reason } => Verdict::Retry {
+        RecordStatus::Failed { reason }
+        | RecordStatus::Environment { reason }
+        | RecordStatus::NotAttempted { reason } => Verdict::Retry {
             reason: reason.clone(),
         },
     }
@@ -171,6 +173,9 @@ async fn run_event<J: JobName>(
         .handle_stream(event, None)
         .await
         .map_err(|e| CliError::Usage(format!("cannot run the records: {e}")))?;
+    if let Some(fault) = &report.environment_fault {
+        return Err(CliError::Environment(fault.clone()));
+    }
     let planned = dry.map(|d| d.take_planned().len()).unwrap_or(0);
     Ok((report, planned))
 }

@@ -36,10 +36,11 @@ use super::target::{
 };
 use super::{CliApp, CliError, parse_now};
 use crate::clock::{Clock, ManualClock, SystemClock};
+use crate::error::FailureKind;
 use crate::replay::apply::{self, NotApplied};
 use crate::replay::diff::TablesDiff;
 use crate::replay::report::{RecordLine, record_lines};
-use crate::runtime::Worker;
+use crate::runtime::{EventError, Worker};
 use crate::schedule::{JobName, JobReport};
 use crate::store::Store;
 use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite};
@@ -123,6 +124,9 @@ pub struct FileReport<J: JobName> {
     /// The invocation failed (e.g. the job is not available, or a store
     /// failure in a job).
     pub error: Option<String>,
+    /// An environment fault (a missing table or index, access denied):
+    /// the command stops with it after the report, exit status 1.
+    pub environment_fault: Option<String>,
     /// `--dry-run`: the writes the handlers would have made, by table.
     pub planned: Vec<TableWrites<PlannedWrite>>,
     /// The writes the handlers made, with their outcome, by table.
@@ -143,6 +147,7 @@ impl<J: JobName> FileReport<J> {
     /// not one.
     pub fn lambda_failed(&self) -> bool {
         self.error.is_some()
+            || self.environment_fault.is_some()
             || self
                 .batch
                 .as_ref()
@@ -195,7 +200,9 @@ impl<J: JobName> FileReport<J> {
                     .map(|s| format!("{{\"itemIdentifier\": \"{s}\"}}"))
                     .collect::<Vec<_>>()
                     .join(", "),
-                if b.retry_whole_batch {
+                if b.environment_fault.is_some() {
+                    " — environment fault: the invocation fails, Lambda retries the whole batch"
+                } else if b.retry_whole_batch {
                     " — the invocation fails: Lambda retries the whole batch"
                 } else {
                     ""
@@ -258,6 +265,7 @@ impl<J: JobName> FileReport<J> {
             "records": self.records,
             "batchItemFailures": self.batch.as_ref().map(|b| b.response()),
             "retryWholeBatch": self.batch.as_ref().map(|b| b.retry_whole_batch),
+            "environmentFault": self.environment_fault,
             "job": self.job,
             "error": self.error,
             "plannedWrites": writes_json(&self.planned, planned_json),
@@ -510,6 +518,7 @@ async fn replay_file<J: JobName>(
         records: Vec::new(),
         job: None,
         error: None,
+        environment_fault: None,
         planned: Vec::new(),
         writes: Vec::new(),
         scanned: scan,
@@ -540,6 +549,7 @@ async fn replay_file<J: JobName>(
             match app.handle_stream(&ev.value, deadline(timeout)).await {
                 Ok(batch) => {
                     report.records = record_lines(&batch, &decoded, keys);
+                    report.environment_fault = batch.environment_fault.clone();
                     report.batch = Some(batch);
                 }
                 Err(e) => report.error = Some(e.to_string()),
@@ -548,7 +558,14 @@ async fn replay_file<J: JobName>(
         EventKind::Schedule { .. } => match app.handle_schedule(&ev.value, deadline(timeout)).await
         {
             Ok(job) => report.job = Some(job),
-            Err(e) => report.error = Some(e.to_string()),
+            Err(e) => {
+                if let EventError::Job(job) = &e
+                    && job.kind() == FailureKind::Environment
+                {
+                    report.environment_fault = Some(job.to_string());
+                }
+                report.error = Some(e.to_string());
+            }
         },
     }
     report.planned = take_planned(layers);
@@ -632,6 +649,13 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
         if let Some(w) = &report.snapshot_written {
             println!("snapshot written: {}", w.describe());
         }
+    }
+    if let Some(fault) = report
+        .files
+        .iter()
+        .find_map(|f| f.environment_fault.clone())
+    {
+        return Err(CliError::Environment(fault));
     }
     Ok(super::exit_status(report.failed(), report.incomplete()))
 }

@@ -254,6 +254,11 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             println!("snapshot written: {}", w.describe());
         }
     }
+    if let Err(e) = &result
+        && e.kind() == crate::error::FailureKind::Environment
+    {
+        return Err(CliError::Environment(e.to_string()));
+    }
     let incomplete = result.as_ref().is_ok_and(|r| !r.complete);
     Ok(super::exit_status(failed, incomplete))
 }

@@ -52,6 +52,16 @@ use crate::stream_reader::StreamTail;
 /// renders it only where it logs it).
 pub type InvokeError = Box<dyn std::error::Error + Send + Sync>;
 
+/// The invocation failed because of the deployment, not the records (a
+/// missing table or index, access denied: [`crate::error::FailureKind`]).
+/// A function returns it as its [`InvokeError`]; the loop stops at once
+/// instead of retrying and discarding the batch, since every retry would
+/// meet the same fault ([`PollReport::environment_fault`],
+/// [`LoopError::Environment`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("environment fault: {0}")]
+pub struct EnvironmentFault(pub String);
+
 /// The function the loop invokes, as Lambda would.
 #[async_trait]
 pub trait EventFunction: Send + Sync {
@@ -497,6 +507,9 @@ pub struct PollReport {
     pub read: usize,
     /// Invocations made.
     pub batches: Vec<BatchLog>,
+    /// An invocation met an environment fault: the loop stopped there,
+    /// its batch not counted as a retry and not checkpointed.
+    pub environment_fault: Option<String>,
 }
 
 /// One of a shard's batch streams (all of it with a parallelization factor
@@ -533,6 +546,8 @@ struct LaneRun {
     done: Vec<u64>,
     /// A batch failed: its retry waits for the next poll.
     blocked: bool,
+    /// An environment fault stopped the lane.
+    fault: Option<String>,
 }
 
 /// The event source mapping over a [`RecordSource`].
@@ -626,7 +641,14 @@ impl<S: RecordSource> EventSourceLoop<S> {
             queue.lanes[lane].pending.push_back((now, position, change));
         }
         for i in 0..self.shards.len() {
-            let blocked = self.run_shard(i, function, &mut report.batches).await;
+            let blocked = self
+                .run_shard(
+                    i,
+                    function,
+                    &mut report.batches,
+                    &mut report.environment_fault,
+                )
+                .await;
             if blocked || self.shards[i].pending() > 0 {
                 // Later shards wait (parents before children).
                 break;
@@ -643,6 +665,7 @@ impl<S: RecordSource> EventSourceLoop<S> {
         i: usize,
         function: &dyn EventFunction,
         logs: &mut Vec<BatchLog>,
+        fault: &mut Option<String>,
     ) -> bool {
         let config = &self.config;
         let queue = &mut self.shards[i];
@@ -659,6 +682,9 @@ impl<S: RecordSource> EventSourceLoop<S> {
         for run in runs {
             logs.extend(run.logs);
             blocked |= run.blocked;
+            if fault.is_none() {
+                *fault = run.fault;
+            }
             for position in run.done {
                 queue.order[(position - queue.front) as usize].1 = true;
             }
@@ -686,6 +712,9 @@ impl<S: RecordSource> EventSourceLoop<S> {
         let mut logs = Vec::new();
         loop {
             let report = self.poll_once(function).await?;
+            if let Some(fault) = report.environment_fault {
+                return Err(LoopError::Environment(fault));
+            }
             let quiet = report.read == 0 && report.batches.is_empty();
             logs.extend(report.batches);
             if quiet && self.pending() == 0 {
@@ -744,6 +773,13 @@ async fn run_lane(
                 ),
                 None => (Invocation::Succeeded, Some(r)),
             },
+            Err(error) if error.downcast_ref::<EnvironmentFault>().is_some() => {
+                out.fault = error
+                    .downcast_ref::<EnvironmentFault>()
+                    .map(|f| f.0.clone());
+                out.blocked = true;
+                return out;
+            }
             Err(error) => (
                 Invocation::FunctionError {
                     error: error.to_string(),
@@ -801,6 +837,9 @@ pub enum LoopError {
         "the stream did not become idle in time: {pending} records pending after {batches} batches"
     )]
     NotIdle { pending: usize, batches: usize },
+    /// The function met an environment fault ([`EnvironmentFault`]).
+    #[error("environment fault: {0}")]
+    Environment(String),
 }
 
 /// The lowest of the reported sequence numbers (Lambda's checkpoint rule).
@@ -1153,6 +1192,43 @@ mod tests {
         assert_eq!(logs[1].attempt, 2);
         assert_eq!(logs[1].last_sequence.as_deref(), Some("12"));
         assert_eq!(l.pending(), 0);
+    }
+
+    /// Fails every invocation with an environment fault.
+    struct Broken(Mutex<u32>);
+
+    #[async_trait]
+    impl EventFunction for Broken {
+        async fn invoke_stream(&self, _: &Value) -> Result<BatchReport, InvokeError> {
+            *self.0.lock().unwrap() += 1;
+            Err(Box::new(EnvironmentFault("table missing".into())))
+        }
+        async fn invoke_schedule(&self, _: &Value) -> Result<Value, InvokeError> {
+            Ok(Value::Null)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_environment_fault_stops_the_loop_without_retrying_or_discarding() {
+        let mut source = Queue::default();
+        for s in 1..=3 {
+            source.0.push(("s".into(), change(s)));
+        }
+        let f = Broken(Mutex::new(0));
+        let mut l = EventSourceLoop::new(source, config(false));
+        let err = l
+            .run_until_idle(&f, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, LoopError::Environment(f) if f == "table missing"),
+            "{err}"
+        );
+        // One invocation, nothing discarded or checkpointed: the records
+        // wait for the deployment to be fixed.
+        assert_eq!(*f.0.lock().unwrap(), 1);
+        assert_eq!(l.pending(), 3);
+        assert!(l.checkpoints().is_empty());
     }
 
     #[tokio::test]

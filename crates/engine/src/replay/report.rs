@@ -63,6 +63,7 @@ pub fn record_lines(
                 RecordStatus::Rejected { reason } => ("rejected", reason.clone()),
                 RecordStatus::Malformed { reason } => ("malformed", reason.clone()),
                 RecordStatus::Failed { reason } => ("failed", reason.clone()),
+                RecordStatus::Environment { reason } => ("environment-fault", reason.clone()),
                 RecordStatus::NotAttempted { reason } => ("not-attempted", reason.clone()),
             };
             RecordLine {

@@ -9,6 +9,12 @@
 //! - a malformed record (decode error) or a [`ProcessError::Permanent`] is
 //!   logged, counted and skipped; processing continues (the worker then
 //!   parks it, [`crate::park`], before the batch is reported);
+//! - a [`ProcessError::Environment`] (a missing table or index, access
+//!   denied, a bad credential: [`crate::error::FailureKind`]) stops the
+//!   batch as a transient failure does, and more: nothing of the batch is
+//!   parked and [`BatchReport::environment_fault`] is set, so the entry
+//!   point fails the invocation (the mapping retries the whole batch, then
+//!   sends it to its on-failure destination) and the alarm fires;
 //! - a [`ProcessError::Transient`] stops the batch: the earliest failed
 //!   record's sequence number is the only batch item failure (Lambda retries
 //!   from there) and no record after it starts any more: they are
@@ -36,6 +42,7 @@ use futures::StreamExt;
 use tracing::{Instrument, Span};
 
 use super::decode::{ChangeKind, RecordError, SequenceNumber, StreamChange};
+use crate::error::FailureKind;
 
 /// Reason of records left after the deadline check stopped the batch.
 const DEADLINE_REASON: &str = "Lambda deadline near";
@@ -97,28 +104,26 @@ pub enum ProcessError {
     /// retries from this record.
     #[error("transient failure: {reason}")]
     Transient { reason: String },
+    /// The deployment is wrong, not the record (a missing table or index,
+    /// access denied, a bad credential): the batch stops and the
+    /// invocation fails; nothing is parked or skipped.
+    #[error("environment fault: {reason}")]
+    Environment { reason: String },
 }
 
-/// A store failure: transient when retrying may help (throttling, 5xx,
-/// network), permanent otherwise.
+/// A store failure, by its kind ([`StoreError::kind`]).
+///
+/// [`StoreError::kind`]: crate::store::StoreError::kind
 impl From<crate::store::StoreError> for ProcessError {
     fn from(e: crate::store::StoreError) -> Self {
-        if e.is_retryable() {
-            ProcessError::transient(e.to_string())
-        } else {
-            ProcessError::permanent(e.to_string())
-        }
+        ProcessError::of_kind(e.kind(), e.to_string())
     }
 }
 
-/// A handler's failure: transient when retrying may help.
+/// A handler's failure, by its kind.
 impl From<crate::error::HandlerError> for ProcessError {
     fn from(e: crate::error::HandlerError) -> Self {
-        if e.is_retryable() {
-            ProcessError::transient(e.to_string())
-        } else {
-            ProcessError::permanent(e.to_string())
-        }
+        ProcessError::of_kind(e.kind(), e.to_string())
     }
 }
 
@@ -135,14 +140,41 @@ impl ProcessError {
         }
     }
 
-    /// Whether Lambda should deliver the record again.
+    pub fn environment(reason: impl Into<String>) -> Self {
+        ProcessError::Environment {
+            reason: reason.into(),
+        }
+    }
+
+    /// The error of a failure of `kind`.
+    pub fn of_kind(kind: FailureKind, reason: impl Into<String>) -> Self {
+        match kind {
+            FailureKind::Transient => ProcessError::transient(reason),
+            FailureKind::Environment => ProcessError::environment(reason),
+            FailureKind::Record => ProcessError::permanent(reason),
+        }
+    }
+
+    /// Which of the three kinds of failure this is.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            ProcessError::Permanent { .. } => FailureKind::Record,
+            ProcessError::Transient { .. } => FailureKind::Transient,
+            ProcessError::Environment { .. } => FailureKind::Environment,
+        }
+    }
+
+    /// Whether Lambda should deliver the record again by itself (a
+    /// transient failure; an environment fault fails the invocation).
     pub fn is_retryable(&self) -> bool {
         matches!(self, ProcessError::Transient { .. })
     }
 
     pub fn reason(&self) -> &str {
         match self {
-            ProcessError::Permanent { reason } | ProcessError::Transient { reason } => reason,
+            ProcessError::Permanent { reason }
+            | ProcessError::Transient { reason }
+            | ProcessError::Environment { reason } => reason,
         }
     }
 }
@@ -236,6 +268,11 @@ pub enum RecordStatus {
     Failed {
         reason: String,
     },
+    /// Failed because the deployment is wrong ([`ProcessError::Environment`]):
+    /// the invocation fails, nothing is parked.
+    Environment {
+        reason: String,
+    },
     /// Not processed: after a transient failure or near the deadline.
     NotAttempted {
         reason: String,
@@ -278,7 +315,12 @@ pub struct BatchReport {
     pub rejected: usize,
     pub malformed: usize,
     pub failed: usize,
+    /// Records that met an environment fault.
+    pub environment: usize,
     pub not_attempted: usize,
+    /// The first environment fault of the batch (`#index: reason`): the
+    /// entry point must fail the invocation, and nothing is parked.
+    pub environment_fault: Option<String>,
     /// Records that failed for good and were parked
     /// ([`crate::park::park_failures`]; 0 when nothing parks).
     pub parked: usize,
@@ -291,6 +333,13 @@ pub struct BatchReport {
 }
 
 impl BatchReport {
+    /// What the `EnvironmentFaults` metric counts: the records that met an
+    /// environment fault, or 1 when only parking met one.
+    pub fn environment_faults(&self) -> usize {
+        self.environment
+            .max(usize::from(self.environment_fault.is_some()))
+    }
+
     /// The response for Lambda's `ReportBatchItemFailures`.
     pub fn response(&self) -> BatchResponse {
         let mut response = BatchResponse::default();
@@ -422,14 +471,15 @@ fn outcome_label(status: &RecordStatus) -> &'static str {
         RecordStatus::Rejected { .. } => "rejected",
         RecordStatus::Malformed { .. } => "malformed",
         RecordStatus::Failed { .. } => "failed",
+        RecordStatus::Environment { .. } => "environment",
         RecordStatus::NotAttempted { .. } => "not_attempted",
     }
 }
 
 /// What every lane of a batch sees: where the batch stopped.
 struct Stops {
-    /// Index of the earliest record that failed transiently (`usize::MAX`:
-    /// none). A record after it is not attempted: Lambda delivers it again.
+    /// Index of the earliest record that failed transiently or met an
+    /// environment fault (`usize::MAX`: none). A record after it is not attempted: Lambda delivers it again.
     failed_at: AtomicUsize,
     /// The deadline margin was reached: nothing more starts.
     deadline: AtomicBool,
@@ -521,6 +571,7 @@ async fn run_records(
         rejected = report.rejected,
         malformed = report.malformed,
         failed = report.failed,
+        environment = report.environment,
         not_attempted = report.not_attempted,
         batch_item_failures = report.batch_item_failures.len(),
         retry_whole_batch = report.retry_whole_batch,
@@ -538,9 +589,18 @@ async fn run_records(
 /// delivers it again.
 fn sum_up(finished: Vec<(usize, Identity, Done)>, failed_at: usize) -> BatchReport {
     let mut report = BatchReport::default();
+    let stopped_by = finished
+        .iter()
+        .find(|(index, _, _)| *index == failed_at)
+        .map(|(_, _, done)| match done {
+            Done::Ran(RecordStatus::Environment { .. }) => "an environment fault",
+            _ => "a transient failure",
+        })
+        .unwrap_or("a transient failure");
     for (index, id, done) in finished {
         let retry = match &done {
-            Done::Ran(RecordStatus::Failed { .. }) | Done::Deadline => index <= failed_at,
+            Done::Ran(RecordStatus::Failed { .. } | RecordStatus::Environment { .. })
+            | Done::Deadline => index <= failed_at,
             _ => false,
         };
         if retry {
@@ -557,7 +617,7 @@ fn sum_up(finished: Vec<(usize, Identity, Done)>, failed_at: usize) -> BatchRepo
         let status = match done {
             Done::Ran(status) => status,
             Done::AfterFailure => RecordStatus::NotAttempted {
-                reason: format!("after a transient failure of record #{failed_at}"),
+                reason: format!("after {stopped_by} of record #{failed_at}"),
             },
             Done::Deadline => RecordStatus::NotAttempted {
                 reason: DEADLINE_REASON.to_owned(),
@@ -570,6 +630,12 @@ fn sum_up(finished: Vec<(usize, Identity, Done)>, failed_at: usize) -> BatchRepo
             RecordStatus::Rejected { .. } => report.rejected += 1,
             RecordStatus::Malformed { .. } => report.malformed += 1,
             RecordStatus::Failed { .. } => report.failed += 1,
+            RecordStatus::Environment { reason } => {
+                report.environment += 1;
+                report
+                    .environment_fault
+                    .get_or_insert_with(|| format!("record #{index}: {reason}"));
+            }
             RecordStatus::NotAttempted { .. } => report.not_attempted += 1,
         }
         report.records.push(id.report(index, status));
@@ -622,6 +688,7 @@ async fn run_record(
         Ok(RecordOutcome::Foreign { reason }) => RecordStatus::Foreign { reason },
         Err(ProcessError::Permanent { reason }) => RecordStatus::Rejected { reason },
         Err(ProcessError::Transient { reason }) => RecordStatus::Failed { reason },
+        Err(ProcessError::Environment { reason }) => RecordStatus::Environment { reason },
     };
     outcome(outcome_label(&status));
     match &status {
@@ -648,6 +715,16 @@ async fn run_record(
             id.warn("failed transiently, batch stopped", reason);
             stops.failed_at.fetch_min(index, Ordering::SeqCst);
         }
+        RecordStatus::Environment { reason } => {
+            tracing::error!(
+                event_id = id.event_id.as_deref(),
+                sequence_number = id.sequence_number.as_ref().map(SequenceNumber::as_str),
+                key = id.keys.as_deref(),
+                reason,
+                "environment fault (the deployment, not the record): batch stopped, invocation fails"
+            );
+            stops.failed_at.fetch_min(index, Ordering::SeqCst);
+        }
         RecordStatus::Malformed { .. } | RecordStatus::NotAttempted { .. } => {}
     }
     Done::Ran(status)
@@ -670,6 +747,7 @@ mod tests {
     struct Recorder {
         transient: HashSet<String>,
         permanent: HashSet<String>,
+        environment: HashSet<String>,
         skip: HashSet<String>,
         seen: Mutex<Vec<String>>,
     }
@@ -697,6 +775,8 @@ mod tests {
                 Err(ProcessError::transient("throttled"))
             } else if self.permanent.contains(&id) {
                 Err(ProcessError::permanent("unusable change"))
+            } else if self.environment.contains(&id) {
+                Err(ProcessError::environment("table missing"))
             } else if self.skip.contains(&id) {
                 Ok(RecordOutcome::skipped("not interesting"))
             } else {
@@ -753,6 +833,7 @@ mod tests {
                 RecordStatus::Rejected { .. } => "rejected",
                 RecordStatus::Malformed { .. } => "malformed",
                 RecordStatus::Failed { .. } => "failed",
+                RecordStatus::Environment { .. } => "environment",
                 RecordStatus::NotAttempted { .. } => "not_attempted",
             })
             .collect()
@@ -889,6 +970,78 @@ mod tests {
         assert!(!config.deadline_near());
         let config = EngineConfig::default().with_deadline_epoch_millis(0);
         assert!(config.deadline_near());
+    }
+
+    #[tokio::test]
+    async fn an_environment_fault_stops_the_batch_and_fails_the_invocation() {
+        let p = Recorder {
+            permanent: ["e1".to_owned()].into(),
+            environment: ["e3".to_owned()].into(),
+            ..Default::default()
+        };
+        let report = run_batch(batch(), &p, &EngineConfig::default()).await;
+        assert_eq!(p.seen(), ["e1", "e2", "e3"], "nothing after the fault runs");
+        assert_eq!(
+            statuses(&report),
+            [
+                "rejected",
+                "handled",
+                "environment",
+                "not_attempted",
+                "not_attempted"
+            ]
+        );
+        assert_eq!(
+            report.environment_fault.as_deref(),
+            Some("record #2: table missing")
+        );
+        assert_eq!((report.environment, report.environment_faults()), (1, 1));
+        assert_eq!(
+            report.records[3].status,
+            RecordStatus::NotAttempted {
+                reason: "after an environment fault of record #2".into()
+            }
+        );
+        // Not a record's own failure: nothing of it is parkable.
+        assert_eq!(report.records[2].status.parkable_reason(), None);
+    }
+
+    #[test]
+    fn store_errors_become_the_process_error_of_their_kind() {
+        use crate::store::StoreError;
+        let denied = StoreError::Permanent {
+            operation: "Query",
+            code: "AccessDeniedException".into(),
+            message: "not authorized".into(),
+        };
+        let index = StoreError::Permanent {
+            operation: "Query",
+            code: "ValidationException".into(),
+            message: "The table does not have the specified index: GSI1".into(),
+        };
+        let too_large = StoreError::Permanent {
+            operation: "PutItem",
+            code: "ValidationException".into(),
+            message: "Item size has exceeded the maximum allowed size".into(),
+        };
+        let missing = StoreError::NotFound {
+            operation: "GetItem",
+            message: "Requested resource not found".into(),
+        };
+        let throttled = StoreError::Transient {
+            operation: "Query",
+            code: "ThrottlingException".into(),
+            message: "slow down".into(),
+        };
+        for e in [denied, index, missing] {
+            assert_eq!(
+                ProcessError::from(e.clone()).kind(),
+                FailureKind::Environment,
+                "{e}"
+            );
+        }
+        assert_eq!(ProcessError::from(too_large).kind(), FailureKind::Record);
+        assert_eq!(ProcessError::from(throttled).kind(), FailureKind::Transient);
     }
 
     #[tokio::test]

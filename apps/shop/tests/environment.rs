@@ -1,0 +1,24 @@
+//! Environment faults: every fixture of `events/shop/` run with every
+//! request denied, with the table deleted, and on a table without its
+//! indexes stops with an environment fault wherever it reached the store,
+//! and never gives up on (parks) a record a working deployment handles
+//! (`worker_testkit::environment`).
+
+use std::path::PathBuf;
+
+use worker_testkit::environment::{Broken, every_fixture_stops_on_environment_faults};
+
+fn events_dir() -> PathBuf {
+    worker_testkit::fixtures::events_dir(env!("CARGO_MANIFEST_DIR"), "shop")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_deployment_stops_every_fixture_and_parks_nothing() {
+    let outcomes =
+        every_fixture_stops_on_environment_faults::<shop_worker::cli::Shop>(&events_dir()).await;
+    for (broken, out) in &outcomes {
+        if *broken != Broken::IndexesMissing {
+            assert!(out.faults > 0, "{broken:?}: no fixture met the fault");
+        }
+    }
+}

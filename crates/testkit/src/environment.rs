@@ -1,0 +1,260 @@
+//! Environment faults, for every app: each fixture of an app's manifest is
+//! run through the code of `<app> replay` in a broken deployment, and
+//! wherever the worker reached the store it must stop with an environment
+//! fault ([`worker_engine::error::FailureKind::Environment`]): never reject
+//! (and so park) or skip a record the working deployment handles.
+//!
+//! The deployments ([`Broken`]):
+//! - every request denied, as DynamoDB answers a role whose policy lacks
+//!   the action ([`FaultKind::AccessDenied`] from a [`FaultProxy`]);
+//! - the table deleted under the worker (`ResourceNotFoundException`);
+//! - the table created without its indexes (a `Query` on an index that
+//!   does not exist).
+//!
+//! Each fixture's files run one by one, first on a working table, then on
+//! a broken one, both loaded with the fixture's snapshot and without the
+//! service's writes (a denied table cannot take them); the proxy in front
+//! of the broken table counts the requests of each file.
+
+use std::path::Path;
+
+use worker_engine::cli::CliApp;
+use worker_engine::cli::replay::{FileReport, ReplayArgs, load_snapshot, replay};
+use worker_engine::cli::target::{AppTable, TableOpts, Target};
+use worker_engine::metrics::{ENVIRONMENT_FAULTS, MetricValue};
+use worker_engine::schema::TableSchema;
+use worker_engine::stream::engine::RecordStatus;
+
+use crate::TestTable;
+use crate::fault_proxy::{FaultConfig, FaultKind, FaultPlan, FaultProxy};
+
+/// What this check reads of a manifest entry.
+#[derive(Debug, serde::Deserialize)]
+struct Fixture {
+    name: String,
+    events: Vec<String>,
+    snapshot: String,
+    now: String,
+    #[serde(default)]
+    env: Vec<String>,
+}
+
+fn manifest(dir: &Path) -> Vec<Fixture> {
+    let path = dir.join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: serde_json::Value = serde_json::from_str(&text).expect("the manifest is JSON");
+    serde_json::from_value(v["fixtures"].clone()).expect("entries with a snapshot")
+}
+
+/// A deployment that is wrong in one way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// Every request is denied (`AccessDeniedException`).
+    Denied,
+    /// The table was deleted.
+    TableMissing,
+    /// The table has none of its indexes.
+    IndexesMissing,
+}
+
+impl Broken {
+    pub const ALL: [Broken; 3] = [Broken::Denied, Broken::TableMissing, Broken::IndexesMissing];
+}
+
+/// What the broken runs did, over a manifest.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Files that stopped with an environment fault.
+    pub faults: usize,
+    /// Files run.
+    pub files: usize,
+    /// What went wrong (empty: the worker behaved).
+    pub problems: Vec<String>,
+}
+
+fn args(files: Vec<std::path::PathBuf>, f: &Fixture, endpoint: &str, table: &str) -> ReplayArgs {
+    ReplayArgs {
+        files,
+        now: Some(f.now.parse().expect("an RFC 3339 time")),
+        env: f.env.clone(),
+        table: TableOpts {
+            endpoint_url: Some(endpoint.to_owned()),
+            table: table.to_owned(),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// A status that means "the record was not handled, for good".
+fn gave_up(status: &RecordStatus) -> bool {
+    matches!(
+        status,
+        RecordStatus::Rejected { .. } | RecordStatus::Malformed { .. }
+    )
+}
+
+/// One broken run of a file against the working run of the same file.
+fn judge(
+    name: &str,
+    good: &FileReport<impl worker_engine::schedule::JobName>,
+    bad: &FileReport<impl worker_engine::schedule::JobName>,
+    requests: u64,
+    broken: Broken,
+    out: &mut Outcome,
+) {
+    out.files += 1;
+    if let Some(fault) = &bad.environment_fault {
+        out.faults += 1;
+        if std::env::var_os("SHOW_FAULTS").is_some() {
+            eprintln!("{name} ({broken:?}): {fault}");
+        }
+    }
+    let bad_records = bad.batch.as_ref().map(|b| &b.records[..]).unwrap_or(&[]);
+    let good_records = good.batch.as_ref().map(|b| &b.records[..]).unwrap_or(&[]);
+    for (i, r) in bad_records.iter().enumerate() {
+        let was = good_records.get(i).map(|g| &g.status);
+        if gave_up(&r.status) && !was.is_some_and(gave_up) {
+            out.problems.push(format!(
+                "{name} ({broken:?}): record #{i} {:?} given up on, but handled by a working deployment: {:?}",
+                r.keys, r.status
+            ));
+        }
+    }
+    if let Some(b) = &bad.batch
+        && b.parked > 0
+    {
+        out.problems
+            .push(format!("{name} ({broken:?}): {} records parked", b.parked));
+    }
+    let changed = bad_records
+        .iter()
+        .zip(good_records)
+        .any(|(b, g)| b.status != g.status)
+        || bad.job.as_ref().map(|j| &j.summary) != good.job.as_ref().map(|j| &j.summary)
+        || bad.error.is_some();
+    let must_fault = match broken {
+        // Every request failed: any request at all is a fault.
+        Broken::Denied | Broken::TableMissing => requests > 0,
+        // Only a request on an index failed: whatever changed did so
+        // because of one.
+        Broken::IndexesMissing => changed,
+    };
+    // A job that works around the fault (a Scan for a missing index) must
+    // still say so through the metric the alarm watches.
+    let reported = bad.job.as_ref().is_some_and(|j| {
+        j.metrics.iter().any(|m| {
+            m.name == ENVIRONMENT_FAULTS && matches!(m.value, MetricValue::One(v) if v > 0.0)
+        })
+    });
+    if reported {
+        out.faults += 1;
+    }
+    if must_fault && bad.environment_fault.is_none() && !reported {
+        out.problems.push(format!(
+            "{name} ({broken:?}): {requests} requests, {} — but no environment fault (records: {:?}; job: {:?}; error: {:?})",
+            if changed { "an outcome changed" } else { "same outcomes" },
+            bad_records.iter().map(|r| &r.status).collect::<Vec<_>>(),
+            bad.job.as_ref().map(|j| &j.summary),
+            bad.error
+        ));
+    }
+}
+
+/// Run every fixture of `dir`'s manifest in each [`Broken`] deployment;
+/// panics listing every problem. Returns how many files stopped with an
+/// environment fault, by deployment.
+pub async fn every_fixture_stops_on_environment_faults<A: CliApp>(
+    dir: &Path,
+) -> Vec<(Broken, Outcome)> {
+    let app = AppTable::of::<A>();
+    let mut outcomes = Vec::new();
+    for broken in Broken::ALL {
+        let mut out = Outcome::default();
+        for f in &manifest(dir) {
+            // The working deployment.
+            let good_table = TestTable::with_schema(&A::schema()).await;
+            let good = Target::connect(&good_table.endpoint, &good_table.name, &app).await;
+            load_snapshot(&good, &dir.join(&f.snapshot))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            // The broken one, behind a proxy that counts (and denies).
+            let schema = match broken {
+                Broken::IndexesMissing => TableSchema {
+                    indexes: Vec::new(),
+                    local_indexes: Vec::new(),
+                    ..A::schema()
+                },
+                _ => A::schema(),
+            };
+            let bad_table = TestTable::with_schema(&schema).await;
+            let proxy = FaultProxy::start(&bad_table.endpoint, FaultConfig::none())
+                .await
+                .expect("the proxy starts");
+            let bad = Target::connect(&proxy.endpoint_url(), &bad_table.name, &app).await;
+            load_snapshot(&bad, &dir.join(&f.snapshot))
+                .await
+                .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+            match broken {
+                Broken::Denied => proxy.set_plan(FaultPlan::Always(FaultKind::AccessDenied)),
+                Broken::TableMissing => bad_table
+                    .store
+                    .client()
+                    .delete_table()
+                    .table_name(&bad_table.name)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .expect("delete the table"),
+                Broken::IndexesMissing => {}
+            }
+            for file in &f.events {
+                let path = dir.join(file);
+                let name = format!("{}: {file}", f.name);
+                let good_run = replay::<A>(
+                    &good,
+                    &args(
+                        vec![path.clone()],
+                        f,
+                        &good_table.endpoint,
+                        &good_table.name,
+                    ),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+                let before = proxy.stats().requests;
+                let bad_run = replay::<A>(
+                    &bad,
+                    &args(vec![path], f, &proxy.endpoint_url(), &bad_table.name),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{name} ({broken:?}): {e}"));
+                let requests = proxy.stats().requests - before;
+                judge(
+                    &name,
+                    &good_run.files[0],
+                    &bad_run.files[0],
+                    requests,
+                    broken,
+                    &mut out,
+                );
+            }
+        }
+        eprintln!(
+            "{broken:?}: {} of {} files stopped with an environment fault",
+            out.faults, out.files
+        );
+        outcomes.push((broken, out));
+    }
+    let problems: Vec<&String> = outcomes.iter().flat_map(|(_, o)| &o.problems).collect();
+    assert!(
+        problems.is_empty(),
+        "{}",
+        problems
+            .iter()
+            .map(|p| p.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    outcomes
+}
