@@ -118,12 +118,13 @@ pub async fn require_stream_view(
         app,
         endpoint: endpoint.to_owned(),
         table: table.to_owned(),
-        view: stated.unwrap_or_else(|| "(unstated)".into()),
+        view: stated.as_deref().unwrap_or("(unstated)").into(),
         accepted: accepted
             .iter()
             .map(|v| v.as_str())
             .collect::<Vec<_>>()
-            .join(" or "),
+            .join(" or ")
+            .into(),
         wanted: wanted.as_str(),
     })
 }

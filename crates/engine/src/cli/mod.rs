@@ -281,9 +281,9 @@ pub enum CliError {
         table: String,
         /// The stream's view type (DescribeStream's), or what stands for
         /// a missing one.
-        view: String,
+        view: Box<str>,
         /// The views the app accepts, `A or B`.
-        accepted: String,
+        accepted: Box<str>,
         /// The view to enable.
         wanted: &'static str,
     },
