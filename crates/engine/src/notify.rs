@@ -65,6 +65,16 @@ pub struct EventBridgePublisher {
     client: tokio::sync::OnceCell<aws_sdk_eventbridge::Client>,
 }
 
+impl EventBridgePublisher {
+    /// A publisher on `client` instead of the environment's (another
+    /// endpoint or credentials, e.g. a local EventBridge in tests).
+    pub fn with_client(client: aws_sdk_eventbridge::Client) -> Self {
+        EventBridgePublisher {
+            client: tokio::sync::OnceCell::new_with(Some(client)),
+        }
+    }
+}
+
 #[async_trait]
 impl EventPublisher for EventBridgePublisher {
     async fn publish(&self, entries: &[EventEntry]) -> Result<PublishReport, NotifyError> {

@@ -1,6 +1,6 @@
 //! A table's definition as data the app gives the engine: key attribute
-//! names and types, global and local secondary indexes, and the stream
-//! view. Everything that creates a table (tests, the CLI, templates) goes
+//! names and types, global and local secondary indexes, the stream view,
+//! and what the app's handlers need a stream record to carry. Everything that creates a table (tests, the CLI, templates) goes
 //! through [`TableSchema`]; nothing in the engine names an attribute.
 
 use aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder;
@@ -80,13 +80,47 @@ pub enum StreamView {
 }
 
 impl StreamView {
-    fn as_str(self) -> &'static str {
+    /// Every view, the richest first.
+    pub const ALL: [StreamView; 4] = [
+        StreamView::NewAndOldImages,
+        StreamView::NewImage,
+        StreamView::OldImage,
+        StreamView::KeysOnly,
+    ];
+
+    /// The API's name (`NEW_AND_OLD_IMAGES`, ...): a table's
+    /// `StreamViewType`, a record's `dynamodb.StreamViewType`.
+    pub fn as_str(self) -> &'static str {
         match self {
             StreamView::NewAndOldImages => "NEW_AND_OLD_IMAGES",
             StreamView::NewImage => "NEW_IMAGE",
             StreamView::OldImage => "OLD_IMAGE",
             StreamView::KeysOnly => "KEYS_ONLY",
         }
+    }
+
+    /// The view of an API name; `None` for a name this code does not know.
+    pub fn parse(name: &str) -> Option<StreamView> {
+        StreamView::ALL.into_iter().find(|v| v.as_str() == name)
+    }
+
+    /// Whether a record of this view carries everything a record of
+    /// `needed` carries: NEW_AND_OLD_IMAGES carries every view, NEW_IMAGE
+    /// and OLD_IMAGE their own image and the keys, KEYS_ONLY the keys only.
+    pub fn carries(self, needed: StreamView) -> bool {
+        use StreamView::*;
+        match self {
+            NewAndOldImages => true,
+            NewImage => matches!(needed, NewImage | KeysOnly),
+            OldImage => matches!(needed, OldImage | KeysOnly),
+            KeysOnly => needed == KeysOnly,
+        }
+    }
+}
+
+impl std::fmt::Display for StreamView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -101,13 +135,21 @@ pub struct TableSchema {
     pub indexes: Vec<IndexSpec>,
     /// Local secondary indexes (partition key: the table's).
     pub local_indexes: Vec<IndexSpec>,
-    /// The stream, if the table has one.
+    /// The stream, if the table has one (what `table create` makes).
     pub stream: Option<StreamView>,
+    /// What the app's stream handlers read from a record: a stream whose
+    /// view carries less ([`StreamView::carries`]) is refused by `capture`
+    /// and `dev`, as the handlers would find images missing. By default
+    /// NEW_AND_OLD_IMAGES ([`TableSchema::new`]): handlers that read the old
+    /// image of a change (a modification's previous values, a removed
+    /// item) need both; an app whose handlers read less may say so
+    /// ([`TableSchema::needing_stream`]).
+    pub stream_needs: StreamView,
 }
 
 impl TableSchema {
-    /// A table with this key, no index, a NEW_AND_OLD_IMAGES stream, and
-    /// every key attribute a string.
+    /// A table with this key, no index, a NEW_AND_OLD_IMAGES stream whose
+    /// records must carry both images, and every key attribute a string.
     pub fn new(key: KeySchema) -> Self {
         TableSchema {
             key,
@@ -115,7 +157,28 @@ impl TableSchema {
             indexes: Vec::new(),
             local_indexes: Vec::new(),
             stream: Some(StreamView::NewAndOldImages),
+            stream_needs: StreamView::NewAndOldImages,
         }
+    }
+
+    /// Handlers that read only what `view` carries (a stream of any view
+    /// that carries it is accepted).
+    pub fn needing_stream(mut self, view: StreamView) -> Self {
+        self.stream_needs = view;
+        self
+    }
+
+    /// Whether the app's handlers can work on a stream of this view.
+    pub fn accepts_stream(&self, view: StreamView) -> bool {
+        view.carries(self.stream_needs)
+    }
+
+    /// Every view the app accepts, the richest first.
+    pub fn accepted_streams(&self) -> Vec<StreamView> {
+        StreamView::ALL
+            .into_iter()
+            .filter(|v| self.accepts_stream(*v))
+            .collect()
     }
 
     /// Add a global secondary index.
@@ -381,5 +444,31 @@ mod tests {
             "NEW_AND_OLD_IMAGES"
         );
         assert!(props.get("LocalSecondaryIndexes").is_none());
+    }
+
+    #[test]
+    fn a_stream_is_accepted_when_it_carries_what_the_handlers_read() {
+        let s = schema();
+        assert_eq!(s.accepted_streams(), [StreamView::NewAndOldImages]);
+        for view in [
+            StreamView::NewImage,
+            StreamView::OldImage,
+            StreamView::KeysOnly,
+        ] {
+            assert!(!s.accepts_stream(view), "{view}");
+        }
+        let new_only = schema().needing_stream(StreamView::NewImage);
+        assert_eq!(
+            new_only.accepted_streams(),
+            [StreamView::NewAndOldImages, StreamView::NewImage]
+        );
+        let keys = schema().needing_stream(StreamView::KeysOnly);
+        assert_eq!(keys.accepted_streams(), StreamView::ALL);
+        // The stream a table is created with is one its handlers accept.
+        assert!(s.accepts_stream(s.stream.unwrap()));
+        for v in StreamView::ALL {
+            assert_eq!(StreamView::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(StreamView::parse("new_image"), None);
     }
 }

@@ -49,6 +49,33 @@ pub async fn client(endpoint_url: Option<&str>) -> Client {
     }
 }
 
+/// The stream's view type as DescribeStream states it
+/// (`StreamDescription.StreamViewType`: `NEW_AND_OLD_IMAGES`, `NEW_IMAGE`,
+/// `OLD_IMAGE`, `KEYS_ONLY`); `None` when the answer states none. What a
+/// record of the stream carries, whatever the app expects.
+pub async fn stream_view_type(
+    client: &Client,
+    stream_arn: &str,
+) -> Result<Option<String>, StoreError> {
+    let out = client
+        .describe_stream()
+        .stream_arn(stream_arn)
+        // The view is the stream's; one shard keeps the answer small.
+        .limit(1)
+        .send()
+        .await
+        .map_err(|e| {
+            err(
+                "DescribeStream",
+                aws_smithy_types::error::display::DisplayErrorContext(e),
+            )
+        })?;
+    Ok(out
+        .stream_description
+        .and_then(|d| d.stream_view_type)
+        .map(|v| v.as_str().to_owned()))
+}
+
 /// Where a reader starts in shards it has not read yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StartAt {

@@ -20,10 +20,13 @@
 //!   the code;
 //! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
 //!   process;
-//! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS.
+//! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS;
+//! - [`eventbridge`]: a bus on moto routed by a rule to a queue, to read
+//!   back what a publisher put on it.
 
 pub mod cargo_lambda;
 pub mod environment;
+pub mod eventbridge;
 pub mod fault_proxy;
 pub mod fixtures;
 pub mod infra;

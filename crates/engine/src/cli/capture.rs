@@ -5,6 +5,12 @@
 //! --data-file` or `sam local invoke -e`. `--redact` replaces the app's
 //! personal attributes (e-mail addresses, names) with stable placeholders,
 //! keeping every id.
+//!
+//! The event is the stream as it is: every record says the stream's own
+//! view type (DescribeStream's `StreamViewType`), and a stream whose view
+//! does not carry what the app's handlers read ([`TableSchema::stream_needs`])
+//! is refused before anything is read ([`require_stream_view`], which `dev`
+//! applies too).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +21,8 @@ use clap::Args;
 use super::target::{AppTable, EndpointOpts, Target};
 use super::{CliApp, CliError, parse_now};
 use crate::replay::redact::{Placeholder, Redactor};
-use crate::stream::decode::{SequenceNumber, encode_event};
+use crate::schema::{StreamView, TableSchema};
+use crate::stream::decode::{SequenceNumber, encode_event_as};
 use crate::stream_reader::{StartAt, StreamTail};
 
 /// Options of `capture`.
@@ -77,13 +84,63 @@ pub struct Captured {
     pub records: usize,
     pub shards: usize,
     pub stream_arn: String,
+    /// The stream's view type, written into every record.
+    pub view: StreamView,
     /// Distinct values replaced by `--redact`.
     pub redacted_values: usize,
+}
+
+/// The view type of `table`'s stream at `stream_arn` (DescribeStream), when
+/// `schema` accepts it ([`TableSchema::accepts_stream`]); otherwise
+/// [`CliError::StreamView`], saying how to give the table a stream the app
+/// accepts.
+pub async fn require_stream_view(
+    client: &aws_sdk_dynamodbstreams::Client,
+    stream_arn: &str,
+    schema: &TableSchema,
+    app: &'static str,
+    endpoint: &str,
+    table: &str,
+) -> Result<StreamView, CliError> {
+    let stated = crate::stream_reader::stream_view_type(client, stream_arn).await?;
+    if let Some(view) = stated.as_deref().and_then(StreamView::parse)
+        && schema.accepts_stream(view)
+    {
+        return Ok(view);
+    }
+    let accepted = schema.accepted_streams();
+    // What `table create` makes, when the app accepts it.
+    let wanted = schema
+        .stream
+        .filter(|v| schema.accepts_stream(*v))
+        .unwrap_or(schema.stream_needs);
+    Err(CliError::StreamView {
+        app,
+        endpoint: endpoint.to_owned(),
+        table: table.to_owned(),
+        view: stated.as_deref().unwrap_or("(unstated)").into(),
+        accepted: accepted
+            .iter()
+            .map(|v| v.as_str())
+            .collect::<Vec<_>>()
+            .join(" or ")
+            .into(),
+        wanted: wanted.as_str(),
+    })
 }
 
 /// Capture the target's stream into `args.out`.
 pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, CliError> {
     let arn = target.stream_arn().await?;
+    let view = require_stream_view(
+        &target.streams_client().await,
+        &arn,
+        &target.app.schema,
+        target.app.app,
+        &target.endpoint,
+        &target.table,
+    )
+    .await?;
     let start = match (&args.after_sequence, args.since) {
         (Some(seq), _) => StartAt::After(seq.clone()),
         (None, Some(t)) => StartAt::Since(t),
@@ -116,7 +173,7 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
     if args.redacting() {
         redactor.redact_changes(&mut changes);
     }
-    let event = encode_event(&changes, Some(&arn));
+    let event = encode_event_as(&changes, Some(&arn), view);
     let text = serde_json::to_string_pretty(&event).expect("JSON values always serialize");
     if let Some(dir) = args.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)
@@ -128,6 +185,7 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
         records: changes.len(),
         shards: shard_count,
         stream_arn: arn,
+        view,
         redacted_values: redactor.replaced(),
     })
 }
@@ -142,6 +200,7 @@ pub async fn run<A: CliApp>(args: CaptureArgs) -> Result<ExitCode, CliError> {
             "records": c.records,
             "shards": c.shards,
             "streamArn": c.stream_arn,
+            "streamViewType": c.view.as_str(),
             "redactedValues": args.redacting().then_some(c.redacted_values),
             "keyedRedaction": args.redact_key.is_some(),
         }));

@@ -821,6 +821,12 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     let target = Target::open(&args.table, &app).await?;
     target.announce_writes().await;
     let arn = target.stream_arn().await?;
+    // A stream that lacks what the handlers read is refused before
+    // anything is written or read (the other tables' below).
+    let streams = target.streams_client().await;
+    let (endpoint, name) = (&target.endpoint, &target.table);
+    super::capture::require_stream_view(&streams, &arn, &app.schema, A::NAME, endpoint, name)
+        .await?;
     if let Some(p) = &args.snapshot {
         let n = load_snapshot(&target, p).await?;
         say(format!("loaded {n} items from {}", p.display()));
@@ -850,6 +856,16 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                         endpoint: target.endpoint.clone(),
                         table: o.name.clone(),
                     })?;
+                let schema = &o.table.schema;
+                super::capture::require_stream_view(
+                    &streams,
+                    &other_arn,
+                    schema,
+                    A::NAME,
+                    endpoint,
+                    &o.name,
+                )
+                .await?;
                 (o.name.clone(), other_arn, o.table.schema.key.partition_key)
             }
         };

@@ -272,6 +272,23 @@ pub enum CliError {
         endpoint: String,
         table: String,
     },
+    /// The table's stream does not carry what the app's handlers read
+    /// ([`TableSchema::stream_needs`]): `capture` and `dev` refuse it.
+    #[error(
+        "table {table:?} at {endpoint} has a {view} stream, but {app} needs {accepted} (its handlers read images a {view} record lacks): replace the stream with `aws dynamodb update-table --endpoint-url {endpoint} --table-name {table} --stream-specification StreamEnabled=false` then `aws dynamodb update-table --endpoint-url {endpoint} --table-name {table} --stream-specification StreamEnabled=true,StreamViewType={wanted}`, or create a table with `{app} table create --endpoint-url {endpoint} --table NEW-NAME`"
+    )]
+    StreamView {
+        app: &'static str,
+        endpoint: String,
+        table: String,
+        /// The stream's view type (DescribeStream's), or what stands for
+        /// a missing one.
+        view: Box<str>,
+        /// The views the app accepts, `A or B`.
+        accepted: Box<str>,
+        /// The view to enable.
+        wanted: &'static str,
+    },
     /// A command that writes was pointed at a table that is not on this
     /// machine without `--allow-remote-writes`.
     #[error(

@@ -273,31 +273,39 @@ impl Target {
 
     /// Before the first write to a table that is not on this machine: say
     /// which account (STS GetCallerIdentity, for an AWS endpoint), region
-    /// and table will be written to, on stderr. Nothing for a local table.
+    /// and table will be written to, on stderr ([`WriteDestination`]'s
+    /// line). Nothing for a local table. The STS client is the command's
+    /// ([`sdk_config`]): the environment's credentials, region and STS
+    /// endpoint (`AWS_ENDPOINT_URL_STS`, `AWS_ENDPOINT_URL`).
     pub async fn announce_writes(&self) -> Option<WriteDestination> {
         if self.is_embedded() || is_loopback(&self.endpoint) {
             return None;
         }
         let config = sdk_config(Some(&self.endpoint), &self.aws).await;
+        let d = self.write_destination(&config).await;
+        eprintln!("{d}");
+        Some(d)
+    }
+
+    /// Where a write goes with `config`'s credentials: the account STS
+    /// GetCallerIdentity answers for them (asked only of an AWS endpoint's
+    /// table; a DynamoDB elsewhere has no account), the region and the
+    /// table.
+    pub async fn write_destination(&self, config: &aws_config::SdkConfig) -> WriteDestination {
         let region = config
             .region()
             .map_or_else(|| "(none)".to_owned(), |r| r.to_string());
         let account = if is_aws(&self.endpoint) {
-            caller_account(&config).await
+            caller_account(config).await
         } else {
             "n/a (not an AWS endpoint)".to_owned()
         };
-        let d = WriteDestination {
+        WriteDestination {
             account,
             region,
             table: self.table.clone(),
             endpoint: self.endpoint.clone(),
-        };
-        eprintln!(
-            "writing to table {} at {} (account {}, region {})",
-            d.table, d.endpoint, d.account, d.region
-        );
-        Some(d)
+        }
     }
 
     /// The table's key attribute names.
@@ -468,13 +476,24 @@ pub fn unreachable(message: &str) -> Option<&'static str> {
     }
 }
 
-/// Where a command is about to write, as printed before its first write.
+/// Where a command is about to write, as printed before its first write
+/// (its `Display`: `writing to table T at URL (account A, region R)`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WriteDestination {
     pub account: String,
     pub region: String,
     pub table: String,
     pub endpoint: String,
+}
+
+impl std::fmt::Display for WriteDestination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "writing to table {} at {} (account {}, region {})",
+            self.table, self.endpoint, self.account, self.region
+        )
+    }
 }
 
 /// The account of the credentials (STS GetCallerIdentity), or why it is

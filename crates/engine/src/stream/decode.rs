@@ -40,6 +40,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::item::{Item, redact_quoted};
+use crate::schema::StreamView;
 
 mod direct;
 
@@ -790,9 +791,11 @@ fn clip_to(s: &str, max: usize) -> String {
     }
 }
 
-/// The inverse of [`decode_event`], for fixtures and captures: the event
-/// exactly as Lambda delivers it (`eventVersion` `1.1`, `StreamViewType`
-/// `NEW_AND_OLD_IMAGES`, `userIdentity` on TTL removals).
+/// The inverse of [`decode_event`], for fixtures and test events: the
+/// event exactly as Lambda delivers it from a NEW_AND_OLD_IMAGES stream
+/// (`eventVersion` `1.1`, `StreamViewType` `NEW_AND_OLD_IMAGES`,
+/// `userIdentity` on TTL removals). [`encode_event_as`] labels the records
+/// with another stream's view (`capture` writes the stream's own).
 ///
 /// `eventSourceARN` is the change's own, else `table_arn` (used verbatim;
 /// Lambda writes the stream ARN `arn:aws:dynamodb:<region>:<account>:table/
@@ -807,14 +810,26 @@ fn clip_to(s: &str, max: usize) -> String {
 /// absent optional field, `{}` for absent images and always truncates the
 /// creation time to whole seconds.
 pub fn encode_event(changes: &[StreamChange], table_arn: Option<&str>) -> Value {
+    encode_event_as(changes, table_arn, StreamView::NewAndOldImages)
+}
+
+/// [`encode_event`] for a stream of `view`: every record's
+/// `dynamodb.StreamViewType` is `view`'s name, as Lambda writes the
+/// stream's own. The images are the changes' (a record read from a
+/// KEYS_ONLY stream has none); nothing is added or dropped.
+pub fn encode_event_as(
+    changes: &[StreamChange],
+    table_arn: Option<&str>,
+    view: StreamView,
+) -> Value {
     let records: Vec<Value> = changes
         .iter()
-        .map(|c| encode_record(c, table_arn))
+        .map(|c| encode_record(c, table_arn, view))
         .collect();
     json!({ "Records": records })
 }
 
-fn encode_record(change: &StreamChange, table_arn: Option<&str>) -> Value {
+fn encode_record(change: &StreamChange, table_arn: Option<&str>, view: StreamView) -> Value {
     let arn = change.event_source_arn.as_deref().or(table_arn);
     let region = arn
         .and_then(|arn| arn.split(':').nth(3))
@@ -838,7 +853,7 @@ fn encode_record(change: &StreamChange, table_arn: Option<&str>) -> Value {
     if let Some(size) = change.size_bytes {
         ddb.insert("SizeBytes".into(), Value::from(size));
     }
-    ddb.insert("StreamViewType".into(), Value::from("NEW_AND_OLD_IMAGES"));
+    ddb.insert("StreamViewType".into(), Value::from(view.as_str()));
 
     let mut rec = Map::new();
     rec.insert("awsRegion".into(), Value::from(region));
@@ -1729,6 +1744,49 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(back, changes);
+    }
+
+    /// A record says the view of the stream it came from: a KEYS_ONLY
+    /// stream's records carry only keys and say so, they are not labelled
+    /// NEW_AND_OLD_IMAGES; the label changes nothing else.
+    #[test]
+    fn encoded_records_carry_the_streams_view_type() {
+        let changes = sample_changes();
+        let default = encode_event(&changes, None);
+        for view in StreamView::ALL {
+            let event = encode_event_as(&changes, None, view);
+            let records = event["Records"].as_array().unwrap();
+            assert_eq!(records.len(), changes.len());
+            for (i, r) in records.iter().enumerate() {
+                assert_eq!(r["dynamodb"]["StreamViewType"], view.as_str(), "{i}");
+                let mut same = r.clone();
+                same["dynamodb"]["StreamViewType"] = json!("NEW_AND_OLD_IMAGES");
+                assert_eq!(same, default["Records"][i], "only the label differs");
+            }
+        }
+        // Records read from a KEYS_ONLY stream: keys, no images.
+        let keys_only: Vec<StreamChange> = changes
+            .iter()
+            .cloned()
+            .map(|mut c| {
+                c.old_image = None;
+                c.new_image = None;
+                c
+            })
+            .collect();
+        let event = encode_event_as(&keys_only, None, StreamView::KeysOnly);
+        for r in event["Records"].as_array().unwrap() {
+            let ddb = r["dynamodb"].as_object().unwrap();
+            assert_eq!(ddb["StreamViewType"], "KEYS_ONLY");
+            assert!(ddb.contains_key("Keys"));
+            assert!(!ddb.contains_key("NewImage") && !ddb.contains_key("OldImage"));
+        }
+        let back: Vec<StreamChange> = decode_event(&event)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(back, keys_only);
     }
 
     #[test]

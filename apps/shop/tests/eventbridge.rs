@@ -1,0 +1,179 @@
+//! `OrderStuck` events through a real EventBridge (moto's server): orders
+//! written by the service on DynamoDB Local without index attributes, the
+//! stream handled by the shop's handlers (which derive the `GSI1` keys the
+//! job reads), then `stuck-orders` publishes through
+//! `EventBridgePublisher` to the bus; a rule matching the shop's source
+//! and detail type routes them to an SQS queue, where each is read back
+//! with its detail. Once in process (the publisher on moto's client), once
+//! as Lambda runs it: the `shop-schedule` bootstrap on a local Runtime API,
+//! EventBridge found through `AWS_ENDPOINT_URL_EVENTBRIDGE`.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use shop_worker::config::Settings;
+use shop_worker::items::Order;
+use shop_worker::schema::schema;
+use shop_worker::stuck::rules::{EVENT_SOURCE, EVENT_TYPE};
+use support::*;
+use worker_engine::notify::EventBridgePublisher;
+use worker_engine::replay::dev::EventFunction;
+use worker_engine::store::ItemWriter;
+use worker_testkit::eventbridge::RoutedBus;
+use worker_testkit::moto;
+use worker_testkit::runtime_api::RuntimeApi;
+use worker_testkit::workload::Seeded;
+use worker_testkit::{Drain, TestTable};
+
+fn tick() -> Value {
+    json!({"job": "stuck-orders", "scheduledTime": NOW})
+}
+
+/// The rule a deployment would put on the bus for the shop's events.
+fn pattern() -> Value {
+    json!({"source": [EVENT_SOURCE], "detail-type": [EVENT_TYPE]})
+}
+
+/// Orders by (status, hours since their last update), written as the
+/// service writes them. Returns the expected details of the stuck ones
+/// (PENDING or PAID for more than 48 hours, the defaults) by order id.
+async fn orders(table: &TestTable) -> BTreeMap<String, Value> {
+    let mut rng = Seeded::new(31);
+    let now = now().timestamp();
+    let mut stuck = BTreeMap::new();
+    for (status, hours) in [
+        ("PENDING", 72),
+        ("PAID", 49),
+        ("PAID", 47),
+        ("SHIPPED", 100),
+        ("PENDING", 200),
+        ("DELIVERED", 300),
+    ] {
+        let updated = now - hours * 3600;
+        let o = Order {
+            user: id_at(&mut rng, updated - 50),
+            id: id_at(&mut rng, updated - 10),
+            status: Some(status.into()),
+            total_price: Some(20.0),
+            stamps: stamps(updated - 10, updated),
+        };
+        table.store.put(o.to_item(), None).await.unwrap();
+        if ["PENDING", "PAID"].contains(&status) && hours > 48 {
+            stuck.insert(
+                o.id.to_string(),
+                json!({
+                    "order_id": o.id.to_string(),
+                    "user_id": o.user.to_string(),
+                    "status": status,
+                    "updated_at": updated,
+                    "stuck_seconds": now - updated,
+                }),
+            );
+        }
+    }
+    assert_eq!(stuck.len(), 3);
+    stuck
+}
+
+/// The events the queue received, by order id, each checked as the
+/// shop's.
+fn by_order(events: Vec<Value>) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        assert_eq!(e["source"], EVENT_SOURCE, "{e}");
+        assert_eq!(e["detail-type"], EVENT_TYPE, "{e}");
+        assert_eq!(e["region"], moto::REGION, "{e}");
+        let id = e["detail"]["order_id"]
+            .as_str()
+            .expect("order_id")
+            .to_owned();
+        assert!(out.insert(id, e["detail"].clone()).is_none(), "twice: {e}");
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
+    let moto = moto::moto().await;
+    let routed = RoutedBus::new(moto, "shop", &pattern()).await;
+    let table = TestTable::with_schema(&schema()).await;
+    let stuck = orders(&table).await;
+
+    let mut settings = Settings::for_table(&table.name);
+    settings.stuck.event_bus = Some(routed.bus.clone());
+    let publisher = Arc::new(EventBridgePublisher::with_client(moto.eventbridge()));
+    let app = app_with(table.store.clone(), settings, publisher);
+
+    // Before the stream is handled no order has its index keys: the job
+    // finds nothing, nothing is published.
+    let report = app.invoke_schedule(&tick()).await.unwrap();
+    assert_eq!(report["details"]["published"], json!(0), "{report}");
+    assert!(routed.received(0, Duration::from_secs(10)).await.is_empty());
+
+    let mut drain = Drain::new(&table).await;
+    drain.run(&app).await;
+    let report = app.invoke_schedule(&tick()).await.unwrap();
+    assert_eq!(report["details"]["stuck"], json!(3), "{report}");
+    assert_eq!(report["details"]["published"], json!(3), "{report}");
+    let events = routed.received(3, Duration::from_secs(30)).await;
+    assert_eq!(by_order(events), stuck);
+}
+
+struct Running(Child);
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedule_function_publishes_to_the_bus_the_environment_names() {
+    let moto = moto::moto().await;
+    let routed = RoutedBus::new(moto, "shop-fn", &pattern()).await;
+    let table = TestTable::with_schema(&schema()).await;
+    let stuck = orders(&table).await;
+    let mut drain = Drain::new(&table).await;
+    drain.run(&app(table.store.clone())).await;
+
+    let api = RuntimeApi::start().await.expect("runtime API");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shop-schedule"));
+    cmd.env_clear()
+        .env("AWS_LAMBDA_RUNTIME_API", api.address())
+        .env("AWS_LAMBDA_FUNCTION_NAME", "stuck-orders")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("RUST_LOG", "warn")
+        .env("TABLE_NAME", &table.name)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &table.endpoint)
+        .env("WORKER_JOB", "stuck-orders")
+        .env("WORKER_NOW", NOW)
+        .env("NOTIFY_EVENT_BUS", &routed.bus)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
+    // AWS_ENDPOINT_URL_EVENTBRIDGE (and STS, SQS, S3), region, credentials.
+    for (k, v) in moto.env() {
+        cmd.env(k, v);
+    }
+    let _function = Running(cmd.spawn().expect("start the function"));
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(120),
+        api.invoke(
+            serde_json::to_vec(&tick()).unwrap(),
+            Duration::from_secs(60),
+        ),
+    )
+    .await
+    .expect("the function answers within 120 s");
+    let answer = outcome.json();
+    assert_eq!(answer["details"]["published"], json!(3), "{answer}");
+    let events = routed.received(3, Duration::from_secs(30)).await;
+    assert_eq!(by_order(events), stuck);
+}

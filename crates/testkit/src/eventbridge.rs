@@ -1,0 +1,136 @@
+//! Events read back from a real EventBridge: a bus of its own on moto's
+//! server ([`crate::moto`]), a rule with an event pattern (as a deployment
+//! would route an app's events), and an SQS queue as the rule's target.
+//! What a publisher put on the bus and the rule matched arrives in the
+//! queue as the event EventBridge delivers (`source`, `detail-type`,
+//! `detail`, `region`, `time`, ...; moto leaves out `account`).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_eventbridge::types::Target;
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::Value;
+
+use crate::moto::Moto;
+
+/// A bus whose events matching a pattern land in a queue.
+pub struct RoutedBus {
+    /// The bus's name (unique to this test process and call).
+    pub bus: String,
+    pub rule: String,
+    pub queue_url: String,
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl RoutedBus {
+    /// A new bus `<name>-<pid>-<n>` on `moto`, a rule on it with
+    /// `pattern` (an EventBridge event pattern) and a queue as its target.
+    pub async fn new(moto: &Moto, name: &str, pattern: &Value) -> RoutedBus {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let id = format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let events = moto.eventbridge();
+        let sqs = moto.sqs();
+        events
+            .create_event_bus()
+            .name(&id)
+            .send()
+            .await
+            .expect("CreateEventBus");
+        let queue_url = sqs
+            .create_queue()
+            .queue_name(&id)
+            .send()
+            .await
+            .expect("CreateQueue")
+            .queue_url
+            .expect("a queue URL");
+        let queue_arn = sqs
+            .get_queue_attributes()
+            .queue_url(&queue_url)
+            .attribute_names(QueueAttributeName::QueueArn)
+            .send()
+            .await
+            .expect("GetQueueAttributes")
+            .attributes
+            .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+            .expect("the queue's ARN");
+        let rule = format!("{id}-to-queue");
+        events
+            .put_rule()
+            .name(&rule)
+            .event_bus_name(&id)
+            .event_pattern(pattern.to_string())
+            .send()
+            .await
+            .expect("PutRule");
+        let put = events
+            .put_targets()
+            .rule(&rule)
+            .event_bus_name(&id)
+            .targets(
+                Target::builder()
+                    .id("queue")
+                    .arn(queue_arn)
+                    .build()
+                    .expect("id and arn are set"),
+            )
+            .send()
+            .await
+            .expect("PutTargets");
+        assert_eq!(put.failed_entry_count, 0, "PutTargets: {put:?}");
+        RoutedBus {
+            bus: id,
+            rule,
+            queue_url,
+            sqs,
+        }
+    }
+
+    /// The events that reached the queue: read (and deleted) until `n`
+    /// arrived, then until the queue stays empty for a second, so an extra
+    /// event is seen too; a test failure after `timeout` without `n`.
+    pub async fn received(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        let mut events = Vec::new();
+        loop {
+            let got = self
+                .sqs
+                .receive_message()
+                .queue_url(&self.queue_url)
+                .max_number_of_messages(10)
+                .wait_time_seconds(1)
+                .send()
+                .await
+                .expect("ReceiveMessage");
+            let messages = got.messages.unwrap_or_default();
+            let empty = messages.is_empty();
+            for m in messages {
+                let body = m.body.as_deref().expect("a message body");
+                events.push(serde_json::from_str(body).expect("the event as JSON"));
+                if let Some(handle) = m.receipt_handle {
+                    self.sqs
+                        .delete_message()
+                        .queue_url(&self.queue_url)
+                        .receipt_handle(handle)
+                        .send()
+                        .await
+                        .expect("DeleteMessage");
+                }
+            }
+            if events.len() >= n && empty {
+                return events;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} of {n} events reached the queue of bus {} within {timeout:?}",
+                events.len(),
+                self.bus
+            );
+        }
+    }
+}
