@@ -310,13 +310,81 @@ fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
         .collect()
 }
 
+/// checkov checks that guard data at rest or from the public, which no
+/// template may skip: S3 encryption, public ACLs and the public access
+/// block (`CKV_AWS_19`, `20`, `53`-`57`); nor may the parking table skip
+/// point-in-time recovery (`CKV_AWS_28`).
+pub const CHECKOV_NEVER_SKIPPED: [&str; 7] = [
+    "CKV_AWS_19",
+    "CKV_AWS_20",
+    "CKV_AWS_53",
+    "CKV_AWS_54",
+    "CKV_AWS_55",
+    "CKV_AWS_56",
+    "CKV_AWS_57",
+];
+
+/// The checkov decisions of a template (`scripts/lint-infra` runs checkov
+/// on it), as written on the resources: `Metadata: {checkov: {skip: [{id,
+/// comment}]}}`, each a check id (`CKV_AWS_<n>`) at most once per resource,
+/// with a one-line reason; none of [`CHECKOV_NEVER_SKIPPED`] (nor
+/// `CKV_AWS_28` on the parking table). Empty: all well written.
+pub fn checkov_skip_problems(t: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(resources) = t["Resources"].as_object() else {
+        return vec!["no Resources".into()];
+    };
+    for (id, r) in resources {
+        let Some(checkov) = r["Metadata"].get("checkov") else {
+            continue;
+        };
+        let Some(skips) = checkov["skip"].as_array() else {
+            problems.push(format!("{id}: Metadata.checkov has no skip list"));
+            continue;
+        };
+        let mut seen = BTreeSet::new();
+        for s in skips {
+            let check = s["id"].as_str().unwrap_or_default();
+            let comment = s["comment"].as_str().unwrap_or_default().trim();
+            let well_named = check
+                .strip_prefix("CKV_AWS_")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if !well_named {
+                problems.push(format!(
+                    "{id}: checkov skip {s}: id is not a CKV_AWS_<n> check"
+                ));
+            }
+            if comment.is_empty() || comment.contains('\n') {
+                problems.push(format!(
+                    "{id}: checkov skip of {check}: a one-line comment gives the reason"
+                ));
+            }
+            if !seen.insert(check.to_owned()) {
+                problems.push(format!("{id}: checkov skip of {check} twice"));
+            }
+            if CHECKOV_NEVER_SKIPPED.contains(&check)
+                || (id == PARKING_TABLE && check == "CKV_AWS_28")
+            {
+                problems.push(format!(
+                    "{id}: {check} guards the data: fix it, never skip it"
+                ));
+            }
+        }
+    }
+    problems
+}
+
 /// What every app's template needs to run in production, checked against
 /// the engine (empty: all there):
 ///
-/// - the parking table is [`park::schema`] with SSE on and TTL on
-///   [`park::TTL_ATTRIBUTE`]; the stream function gets `PARKING_TABLE` (the
-///   table), `PARKING_RETENTION_DAYS` (the `ParkingRetentionDays`
-///   parameter) and a [`park::PARK_ACTIONS`] grant on it;
+/// - the parking table is [`park::schema`] with SSE on, TTL on
+///   [`park::TTL_ATTRIBUTE`] and point-in-time recovery on; the stream
+///   function gets `PARKING_TABLE` (the table), `PARKING_RETENTION_DAYS`
+///   (the `ParkingRetentionDays` parameter) and a [`park::PARK_ACTIONS`]
+///   grant on it;
+/// - every queue is encrypted at rest (SQS-managed SSE or a KMS key), and
+///   every checkov decision is written on its resource
+///   ([`checkov_skip_problems`]);
 /// - every function is traced (`Tracing: Active`, the X-Ray grant) and
 ///   logs through Lambda's controls (`LoggingConfig`: JSON, the `LogLevel`
 ///   parameter as `ApplicationLogLevel`; no `LOG_FORMAT`/`RUST_LOG`);
@@ -350,6 +418,7 @@ pub fn operations_problems<J: JobName>(
         let obj = props.as_object_mut().expect("Properties");
         let sse = obj.remove("SSESpecification");
         let ttl = obj.remove("TimeToLiveSpecification");
+        let pitr = obj.remove("PointInTimeRecoverySpecification");
         check(
             sse == Some(json!({"SSEEnabled": true})),
             format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
@@ -357,6 +426,10 @@ pub fn operations_problems<J: JobName>(
         check(
             ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
             format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
+        );
+        check(
+            pitr == Some(json!({"PointInTimeRecoveryEnabled": true})),
+            format!("{PARKING_TABLE}: point-in-time recovery on (it may hold the only copy)"),
         );
         let want = park::schema().to_cloudformation(props["TableName"].clone());
         check(
@@ -370,6 +443,18 @@ pub fn operations_problems<J: JobName>(
             t["DeletionPolicy"] == "Retain",
             format!("{PARKING_TABLE}: DeletionPolicy Retain"),
         );
+    }
+
+    // Queues encrypted at rest (the skip of checkov's CKV_AWS_27 says so).
+    for (id, q) in stack.resources_of("AWS::SQS::Queue") {
+        let p = &q["Properties"];
+        check(
+            p["SqsManagedSseEnabled"] == true || p.get("KmsMasterKeyId").is_some(),
+            format!("{id}: encrypted at rest (SqsManagedSseEnabled or KmsMasterKeyId)"),
+        );
+    }
+    for p in checkov_skip_problems(&stack.t) {
+        check(false, p);
     }
 
     let globals = stack.resolve(&stack.t["Globals"]["Function"]);
