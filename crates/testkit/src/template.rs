@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 use worker_engine::deploy::{
     FunctionSpec, JOB_ALARM_METRICS, JOBS_INCOMPLETE_PERIODS, PARKING_TABLE, STREAM_ALARM_METRICS,
-    TRACING_ACTIONS, alarm_period,
+    STREAM_FUNCTION, TRACING_ACTIONS, alarm_period,
 };
 use worker_engine::job::Schedule;
 use worker_engine::park;
@@ -308,6 +308,242 @@ fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
                 .unwrap_or_default()
         })
         .collect()
+}
+
+/// A template's stack for given parameter overrides.
+pub type StackOf<'a> = dyn Fn(&[(&str, &str)]) -> Stack + 'a;
+
+/// The logical id of the stream mapping's on-failure queue in a template.
+pub const STREAM_FAILURE_QUEUE: &str = "StreamFailureQueue";
+/// The logical id of the on-failure bucket (`OnFailureDestination=bucket`).
+pub const STREAM_FAILURE_BUCKET: &str = "StreamFailureBucket";
+
+/// Where the stream mappings record the batches they give up on, as the
+/// `OnFailureDestination` parameter (`queue`, the default, or `bucket`)
+/// chooses, on stacks of the template made by `stack` with parameters
+/// overridden (empty: all well):
+///
+/// - `queue`: every DynamoDB event source of the stream function sends to
+///   [`STREAM_FAILURE_QUEUE`], its role may `sqs:SendMessage` there and
+///   nothing on S3, and no bucket is created;
+/// - `bucket`: every one writes to [`STREAM_FAILURE_BUCKET`], created by the
+///   stack (retained), encrypted (SSE), with every public access block on,
+///   a bucket policy denying any request without TLS, and a lifecycle rule
+///   expiring every object after `FailureRecordRetentionDays`; the stream
+///   role may `s3:PutObject` on its objects and `s3:ListBucket` on it (what
+///   Lambda asks of an S3 on-failure destination), no other role anything
+///   on S3; an alarm on the bucket's `PutRequests` and an output name it.
+pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            problems.push(what);
+        }
+    };
+    let queue = stack(&[]);
+    let p = &queue.t["Parameters"];
+    check(
+        p["OnFailureDestination"]["AllowedValues"] == json!(["queue", "bucket"])
+            && p["OnFailureDestination"]["Default"] == "queue",
+        "OnFailureDestination: AllowedValues [queue, bucket], Default queue".into(),
+    );
+    let days = &p["FailureRecordRetentionDays"];
+    check(
+        days["Type"] == "Number" && days["Default"] == 14 && days["MinValue"] == 1,
+        "FailureRecordRetentionDays: a Number, Default 14, MinValue 1".into(),
+    );
+    let destinations = |stack: &Stack| -> Vec<Value> {
+        stack.resource(STREAM_FUNCTION)["Properties"]["Events"]
+            .as_object()
+            .into_iter()
+            .flat_map(|e| e.values())
+            .filter(|e| e["Type"] == "DynamoDB")
+            .map(|e| e["Properties"]["DestinationConfig"]["OnFailure"].clone())
+            .collect()
+    };
+    let grants = |stack: &Stack, function: &str| -> BTreeSet<(String, String)> {
+        role_statements(stack, function)
+            .iter()
+            .filter(|s| s["Effect"] == "Allow")
+            .flat_map(|s| {
+                let resources = strings(&s["Resource"]);
+                strings(&s["Action"])
+                    .into_iter()
+                    .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.clone(), r)))
+            })
+            .collect()
+    };
+    let on_s3 = |g: &BTreeSet<(String, String)>| -> BTreeSet<(String, String)> {
+        g.iter()
+            .filter(|(a, _)| a.starts_with("s3:"))
+            .cloned()
+            .collect()
+    };
+    let queue_arn = format!("getatt:{STREAM_FAILURE_QUEUE}.Arn");
+    let bucket_arn = format!("getatt:{STREAM_FAILURE_BUCKET}.Arn");
+
+    // queue: as before.
+    let sources = destinations(&queue);
+    check(
+        !sources.is_empty(),
+        "the stream function has no DynamoDB event source".into(),
+    );
+    for d in &sources {
+        check(
+            d["Destination"] == queue_arn.as_str() && d.get("Type").is_none_or(|t| t == "SQS"),
+            format!("queue: an event source's OnFailure is {d}, not {queue_arn}"),
+        );
+    }
+    let g = grants(&queue, STREAM_FUNCTION);
+    check(
+        g.contains(&("sqs:SendMessage".to_owned(), queue_arn.clone())) && on_s3(&g).is_empty(),
+        format!(
+            "queue: the stream role may sqs:SendMessage to {STREAM_FAILURE_QUEUE}, nothing on S3"
+        ),
+    );
+    check(
+        queue.resources_of("AWS::S3::Bucket").is_empty()
+            && queue.resources_of("AWS::S3::BucketPolicy").is_empty(),
+        "queue: no bucket created".into(),
+    );
+
+    // bucket: an encrypted, private, TLS-only bucket whose objects expire.
+    let bucket = stack(&[
+        ("OnFailureDestination", "bucket"),
+        ("FailureRecordRetentionDays", "30"),
+    ]);
+    let buckets = bucket.resources_of("AWS::S3::Bucket");
+    check(
+        buckets
+            .keys()
+            .map(String::as_str)
+            .eq([STREAM_FAILURE_BUCKET]),
+        format!(
+            "bucket: the one bucket is {STREAM_FAILURE_BUCKET} ({:?})",
+            buckets.keys()
+        ),
+    );
+    if let Some(b) = buckets.get(STREAM_FAILURE_BUCKET) {
+        let props = &b["Properties"];
+        check(
+            b["DeletionPolicy"] == "Retain",
+            format!("{STREAM_FAILURE_BUCKET}: DeletionPolicy Retain (it may hold the only copy)"),
+        );
+        let sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        check(
+            !sse.is_empty()
+                && sse.iter().all(|r| {
+                    ["AES256", "aws:kms", "aws:kms:dsse"].contains(
+                        &r["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
+                            .as_str()
+                            .unwrap_or(""),
+                    )
+                }),
+            format!("{STREAM_FAILURE_BUCKET}: encrypted (BucketEncryption SSE)"),
+        );
+        let block = &props["PublicAccessBlockConfiguration"];
+        check(
+            [
+                "BlockPublicAcls",
+                "BlockPublicPolicy",
+                "IgnorePublicAcls",
+                "RestrictPublicBuckets",
+            ]
+            .iter()
+            .all(|k| block[*k] == true),
+            format!("{STREAM_FAILURE_BUCKET}: every public access block on"),
+        );
+        let rules = props["LifecycleConfiguration"]["Rules"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        check(
+            rules.iter().any(|r| {
+                r["Status"] == "Enabled"
+                    && text(&r["ExpirationInDays"]) == "30"
+                    && r.get("Prefix").is_none()
+                    && r.get("Filter").is_none()
+                    && r.get("TagFilters").is_none()
+            }),
+            format!(
+                "{STREAM_FAILURE_BUCKET}: a lifecycle rule expires every object after FailureRecordRetentionDays"
+            ),
+        );
+        let filter = props["MetricsConfigurations"][0]["Id"].clone();
+        check(
+            bucket
+                .resources_of("AWS::CloudWatch::Alarm")
+                .values()
+                .any(|a| {
+                    let p = &a["Properties"];
+                    p["Namespace"] == "AWS/S3"
+                        && p["MetricName"] == "PutRequests"
+                        && p["Dimensions"]
+                            == json!([
+                                {"Name": "BucketName", "Value": format!("ref:{STREAM_FAILURE_BUCKET}")},
+                                {"Name": "FilterId", "Value": filter}
+                            ])
+                }),
+            format!("{STREAM_FAILURE_BUCKET}: an alarm on its PutRequests (request metrics {filter})"),
+        );
+    }
+    let objects = format!("{bucket_arn}/*");
+    let tls_only = bucket
+        .resources_of("AWS::S3::BucketPolicy")
+        .values()
+        .filter(|p| p["Properties"]["Bucket"] == format!("ref:{STREAM_FAILURE_BUCKET}").as_str())
+        .flat_map(|p| {
+            p["Properties"]["PolicyDocument"]["Statement"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .any(|s| {
+            s["Effect"] == "Deny"
+                && s["Principal"] == "*"
+                && strings(&s["Action"]).contains("s3:*")
+                && strings(&s["Resource"]) == BTreeSet::from([bucket_arn.clone(), objects.clone()])
+                && s["Condition"] == json!({"Bool": {"aws:SecureTransport": "false"}})
+        });
+    check(
+        tls_only,
+        format!("{STREAM_FAILURE_BUCKET}: a bucket policy denies every request without TLS"),
+    );
+    for d in destinations(&bucket) {
+        check(
+            d["Destination"] == bucket_arn.as_str() && d.get("Type").is_none_or(|t| t == "S3"),
+            format!("bucket: an event source's OnFailure is {d}, not {bucket_arn}"),
+        );
+    }
+    for f in functions {
+        let want = if *f == STREAM_FUNCTION {
+            BTreeSet::from([
+                ("s3:PutObject".to_owned(), objects.clone()),
+                ("s3:ListBucket".to_owned(), bucket_arn.clone()),
+            ])
+        } else {
+            BTreeSet::new()
+        };
+        check(
+            on_s3(&grants(&bucket, f)) == want,
+            format!("bucket: {f} may on S3 exactly {want:?}"),
+        );
+    }
+    let outputs = bucket.resolve(&bucket.t["Outputs"]);
+    let named = outputs.as_object().is_some_and(|o| {
+        o.iter().any(|(id, o)| {
+            o["Value"] == format!("ref:{STREAM_FAILURE_BUCKET}").as_str()
+                && bucket.t["Outputs"][id]["Condition"] == "FailuresToBucket"
+        })
+    });
+    check(
+        named,
+        format!("bucket: an output (Condition FailuresToBucket) names {STREAM_FAILURE_BUCKET}"),
+    );
+    problems
 }
 
 /// checkov checks that guard data at rest or from the public, which no
