@@ -470,13 +470,14 @@ fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
     let problems = operations_problems(&stack, APP.namespace, &deploy::functions(), &schedule_of);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     // The check sees a missing alarm, a parking table without SSE or
-    // point-in-time recovery, a queue not encrypted, and a skipped check
-    // that guards the data.
+    // point-in-time recovery, a queue not encrypted, a skipped check that
+    // guards the data, and an environment-faults alarm over 5 minutes.
     let mut t = stack.t.clone();
     t["Resources"]
         .as_object_mut()
         .unwrap()
         .remove("StreamRecordsParkedAlarm");
+    t["Resources"]["AuditEnvironmentFaultsAlarm"]["Properties"]["Period"] = json!(300);
     let parking = t["Resources"][PARKING_TABLE]["Properties"]
         .as_object_mut()
         .unwrap();
@@ -489,12 +490,16 @@ fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
     t["Resources"]["AuditDlq"]["Properties"]["SqsManagedSseEnabled"] = json!(false);
     let broken = Stack::new(t, "nishiki-worker-dev", STREAM_ARN, &[]);
     let problems = operations_problems(&broken, APP.namespace, &deploy::functions(), &schedule_of);
-    assert_eq!(problems.len(), 5, "{problems:?}");
+    assert_eq!(problems.len(), 6, "{problems:?}");
     assert!(problems[0].contains("SSE"), "{problems:?}");
     assert!(problems[1].contains("point-in-time"), "{problems:?}");
     assert!(problems[2].contains("AuditDlq: encrypted"), "{problems:?}");
     assert!(problems[3].contains("CKV_AWS_28 guards"), "{problems:?}");
     assert!(problems[4].contains("RecordsParked"), "{problems:?}");
+    assert!(
+        problems[5].contains("AuditFunction: EnvironmentFaults alarm"),
+        "{problems:?}"
+    );
 }
 
 #[test]

@@ -292,6 +292,7 @@ fn every_job_has_its_schedule_and_every_function_and_metric_an_alarm() {
     ]);
     want.extend(STREAM_ALARM_METRICS);
     want.extend(JOB_ALARM_METRICS);
+    want.insert(template::ENVIRONMENT_FAULTS);
     assert_eq!(metrics, want);
 }
 

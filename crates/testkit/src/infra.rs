@@ -33,8 +33,8 @@ use worker_engine::schedule::{JobName, parse_tick};
 use worker_engine::schema::TableSchema;
 
 use crate::template::{
-    ACCOUNT, REGION, Stack, is_operations_statement, on_failure_destination_problems,
-    operations_problems, strings, table_arn,
+    ACCOUNT, ENVIRONMENT_FAULTS, REGION, Stack, is_operations_statement,
+    on_failure_destination_problems, operations_problems, strings, table_arn,
 };
 
 /// What the checks read of the app's settings.
@@ -615,6 +615,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
             let metric = p["MetricName"].as_str().unwrap();
             let writes: Vec<&str> = match f.job {
                 None => vec![
+                    ENVIRONMENT_FAULTS,
                     "RecordsHandled",
                     "RecordsSkipped",
                     "RecordsFailed",
@@ -626,7 +627,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
                 .into_iter()
                 .chain(self.app.stream_specs().map(|s| s.writes_metric))
                 .collect(),
-                Some(job) => vec!["JobRuns", "JobsIncomplete", "JobErrors"]
+                Some(job) => vec![ENVIRONMENT_FAULTS, "JobRuns", "JobsIncomplete", "JobErrors"]
                     .into_iter()
                     .chain(self.app.schedule(job).unwrap().metrics.iter().copied())
                     .collect(),

@@ -310,6 +310,14 @@ fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The worker's count of environment faults: a table or index missing,
+/// access denied, invalid credentials. The stream function and every
+/// schedule function write it (EMF, the app's namespace, dimension
+/// `Function`), and every template alarms on it per function: `Sum >= 1`
+/// over one period of 60 s, missing data not breaching, actions on the
+/// alarm topic (issue 31; the engine's name for it once it writes it).
+pub const ENVIRONMENT_FAULTS: &str = "EnvironmentFaults";
+
 /// A template's stack for given parameter overrides.
 pub type StackOf<'a> = dyn Fn(&[(&str, &str)]) -> Stack + 'a;
 
@@ -630,7 +638,9 @@ pub fn checkov_skip_problems(t: &Value) -> Vec<String> {
 ///   the lag over the `StreamLagAlarmMs` parameter), [`JOB_ALARM_METRICS`]
 ///   on each schedule function (`JobErrors > 0`; `JobsIncomplete` minimum
 ///   `>= 1` for [`JOBS_INCOMPLETE_PERIODS`] periods in a row of
-///   [`alarm_period`] of its schedule).
+///   [`alarm_period`] of its schedule), and [`ENVIRONMENT_FAULTS`] on every
+///   function (`Sum >= 1` in one minute, missing data not breaching,
+///   `AlarmActions` the `AlarmTopicArn` when set).
 pub fn operations_problems<J: JobName>(
     stack: &Stack,
     namespace: &str,
@@ -736,6 +746,34 @@ pub fn operations_problems<J: JobName>(
                             == json!([{"Name": "Function", "Value": format!("ref:{id}")}])
                 })
         };
+        // Environment faults: any one, within the minute, to the topic.
+        match alarm(ENVIRONMENT_FAULTS) {
+            None => check(false, format!("{id}: no {ENVIRONMENT_FAULTS} alarm")),
+            Some(a) => {
+                let topic = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+                let raw = stack.t["Resources"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .find(|(_, r)| {
+                        r["Properties"]["MetricName"] == ENVIRONMENT_FAULTS
+                            && r["Properties"]["Dimensions"][0]["Value"] == json!({"Ref": id})
+                    })
+                    .map(|(_, r)| r["Properties"]["AlarmActions"].clone());
+                check(
+                    a["Statistic"] == "Sum"
+                        && text(&a["Period"]) == "60"
+                        && text(&a["EvaluationPeriods"]) == "1"
+                        && text(&a["Threshold"]) == "1"
+                        && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+                        && a["TreatMissingData"] == "notBreaching"
+                        && raw == Some(topic),
+                    format!(
+                        "{id}: {ENVIRONMENT_FAULTS} alarm: Sum >= 1 in one period of 60 s, notBreaching, AlarmActions on the topic"
+                    ),
+                );
+            }
+        }
         match f.job {
             None => {
                 check(
