@@ -49,7 +49,8 @@ use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
 use worker_engine::stream::decode;
 use worker_testkit::template::{
-    ACCOUNT, REGION, Stack, is_operations_statement, operations_problems, strings, table_arn,
+    ACCOUNT, REGION, Stack, is_operations_statement, on_failure_destination_problems,
+    operations_problems, strings, table_arn,
 };
 
 fn root() -> &'static Path {
@@ -468,21 +469,37 @@ fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
     let stack = nishiki_stack(&[]);
     let problems = operations_problems(&stack, APP.namespace, &deploy::functions(), &schedule_of);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    // The check sees a missing alarm and a parking table without SSE.
+    // The check sees a missing alarm, a parking table without SSE or
+    // point-in-time recovery, a queue not encrypted, a skipped check that
+    // guards the data, and an environment-faults alarm over 5 minutes.
     let mut t = stack.t.clone();
     t["Resources"]
         .as_object_mut()
         .unwrap()
         .remove("StreamRecordsParkedAlarm");
-    t["Resources"][PARKING_TABLE]["Properties"]
+    t["Resources"]["AuditEnvironmentFaultsAlarm"]["Properties"]["Period"] = json!(300);
+    let parking = t["Resources"][PARKING_TABLE]["Properties"]
         .as_object_mut()
+        .unwrap();
+    parking.remove("SSESpecification");
+    parking.remove("PointInTimeRecoverySpecification");
+    t["Resources"][PARKING_TABLE]["Metadata"]["checkov"]["skip"]
+        .as_array_mut()
         .unwrap()
-        .remove("SSESpecification");
+        .push(json!({"id": "CKV_AWS_28", "comment": "no backups"}));
+    t["Resources"]["AuditDlq"]["Properties"]["SqsManagedSseEnabled"] = json!(false);
     let broken = Stack::new(t, "nishiki-worker-dev", STREAM_ARN, &[]);
     let problems = operations_problems(&broken, APP.namespace, &deploy::functions(), &schedule_of);
-    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert_eq!(problems.len(), 6, "{problems:?}");
     assert!(problems[0].contains("SSE"), "{problems:?}");
-    assert!(problems[1].contains("RecordsParked"), "{problems:?}");
+    assert!(problems[1].contains("point-in-time"), "{problems:?}");
+    assert!(problems[2].contains("AuditDlq: encrypted"), "{problems:?}");
+    assert!(problems[3].contains("CKV_AWS_28 guards"), "{problems:?}");
+    assert!(problems[4].contains("RecordsParked"), "{problems:?}");
+    assert!(
+        problems[5].contains("AuditFunction: EnvironmentFaults alarm"),
+        "{problems:?}"
+    );
 }
 
 #[test]
@@ -510,7 +527,14 @@ fn the_stream_event_source_is_safe() {
     let batch = source["BatchSize"].as_i64().unwrap();
     assert!((1..=1000).contains(&batch));
     assert!(source["MaximumBatchingWindowInSeconds"].as_i64().unwrap() <= 300);
-    assert_eq!(source["DestinationConfig"]["OnFailure"]["Type"], "SQS");
+    // By default the queue, as before (OnFailureDestination: see
+    // stream_failures_go_to_the_queue_or_an_encrypted_bucket). No Type: SAM's
+    // takes no intrinsic, and the role holds the grant.
+    assert!(
+        source["DestinationConfig"]["OnFailure"]
+            .get("Type")
+            .is_none()
+    );
     assert_eq!(
         source["DestinationConfig"]["OnFailure"]["Destination"],
         "getatt:StreamFailureQueue.Arn"
@@ -562,6 +586,49 @@ fn the_stream_event_source_is_safe() {
     assert_eq!(
         ten.resource(STREAM_FUNCTION)["Properties"]["Events"]["TableStream"]["Properties"]["ParallelizationFactor"],
         "10"
+    );
+}
+
+/// The queue by default; with OnFailureDestination=bucket an encrypted,
+/// private, TLS-only bucket whose objects expire
+/// (worker_testkit::template::on_failure_destination_problems).
+#[test]
+fn stream_failures_go_to_the_queue_or_an_encrypted_bucket() {
+    let ids: Vec<&str> = deploy::functions().iter().map(|f| f.logical_id).collect();
+    let problems = on_failure_destination_problems(&nishiki_stack, &ids);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The check sees a bucket without encryption or expiry, and a role that
+    // may not write to it.
+    let mut t = support::template::template();
+    let bucket = &mut t["Resources"]["StreamFailureBucket"]["Properties"];
+    bucket.as_object_mut().unwrap().remove("BucketEncryption");
+    bucket["LifecycleConfiguration"]["Rules"][0]["Status"] = json!("Disabled");
+    t["Resources"]["StreamRole"]["Properties"]["Policies"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(1);
+    let broken = |o: &[(&str, &str)]| Stack::new(t.clone(), "nishiki-worker-dev", STREAM_ARN, o);
+    let problems = on_failure_destination_problems(&broken, &ids);
+    assert_eq!(problems.len(), 3, "{problems:?}");
+    assert!(problems[0].contains("encrypted"), "{problems:?}");
+    assert!(problems[1].contains("lifecycle"), "{problems:?}");
+    assert!(
+        problems[2].contains("StreamFunction may on S3"),
+        "{problems:?}"
+    );
+}
+
+/// With OnFailureDestination=bucket an object holds Lambda's on-failure
+/// record with the batch itself beside it: `redrive --failure-message`
+/// reads a downloaded object as it reads the queue's message.
+#[test]
+fn a_bucket_record_is_read_as_the_queue_message_is() {
+    let message = worker_testkit::on_failure_message(STREAM_ARN, "shardId-1", "100", "300", 3);
+    let mut object = message.clone();
+    object["payload"] = json!({"Records": []});
+    assert_eq!(
+        worker_engine::failure_message::parse_all(&object).unwrap(),
+        worker_engine::failure_message::parse_all(&message).unwrap()
     );
 }
 

@@ -49,10 +49,17 @@ fn the_tables_are_the_schemas_in_code() {
             .as_object_mut()
             .unwrap()
             .remove("TableName");
-        got["Properties"]
-            .as_object_mut()
-            .unwrap()
-            .remove("TableName");
+        let props = got["Properties"].as_object_mut().unwrap();
+        props.remove("TableName");
+        // The live tables: point-in-time recovery on (the worker's cascades
+        // delete items; a mistaken run can be undone by a restore).
+        assert_eq!(
+            props.remove("PointInTimeRecoverySpecification"),
+            Some(json!({"PointInTimeRecoveryEnabled": true})),
+            "{t:?}: point-in-time recovery"
+        );
+        // Metadata: checkov's decisions (operations_problems reads them).
+        got.as_object_mut().unwrap().remove("Metadata");
         assert_eq!(got, expected, "{t:?}");
     }
 }
@@ -226,6 +233,17 @@ fn every_table_stream_has_its_own_mapping_reporting_batch_item_failures() {
     }
 }
 
+/// Every mapping: the queue by default; with OnFailureDestination=bucket an
+/// encrypted, private, TLS-only bucket whose objects expire.
+#[test]
+fn stream_failures_go_to_the_queue_or_an_encrypted_bucket() {
+    let t = template::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../infra/chat.yaml"));
+    let stack = |o: &[(&str, &str)]| Stack::new(t.clone(), "chat-worker-dev", "", o);
+    let ids: Vec<&str> = functions().iter().map(|f| f.logical_id).collect();
+    let problems = template::on_failure_destination_problems(&stack, &ids);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 #[test]
 fn every_job_has_its_schedule_and_every_function_and_metric_an_alarm() {
     let stack = stack();
@@ -274,6 +292,7 @@ fn every_job_has_its_schedule_and_every_function_and_metric_an_alarm() {
     ]);
     want.extend(STREAM_ALARM_METRICS);
     want.extend(JOB_ALARM_METRICS);
+    want.insert(template::ENVIRONMENT_FAULTS);
     assert_eq!(metrics, want);
 }
 

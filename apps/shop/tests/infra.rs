@@ -69,6 +69,13 @@ fn the_stream_event_source_reports_batch_item_failures_and_is_bounded() {
     template().the_stream_event_source_reports_batch_item_failures_and_is_bounded();
 }
 
+/// The queue by default; with OnFailureDestination=bucket an encrypted,
+/// private, TLS-only bucket whose objects expire.
+#[test]
+fn stream_failures_go_to_the_queue_or_an_encrypted_bucket() {
+    template().stream_failures_go_to_the_queue_or_an_encrypted_bucket();
+}
+
 #[test]
 fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue() {
     template().every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue();

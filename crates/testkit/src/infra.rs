@@ -33,7 +33,8 @@ use worker_engine::schedule::{JobName, parse_tick};
 use worker_engine::schema::TableSchema;
 
 use crate::template::{
-    ACCOUNT, REGION, Stack, is_operations_statement, operations_problems, strings, table_arn,
+    ACCOUNT, ENVIRONMENT_FAULTS, REGION, Stack, is_operations_statement,
+    on_failure_destination_problems, operations_problems, strings, table_arn,
 };
 
 /// What the checks read of the app's settings.
@@ -368,7 +369,14 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
         let batch = source["BatchSize"].as_i64().unwrap();
         assert!((1..=1000).contains(&batch));
         assert!(source["MaximumBatchingWindowInSeconds"].as_i64().unwrap() <= 300);
-        assert_eq!(source["DestinationConfig"]["OnFailure"]["Type"], "SQS");
+        // By default the queue, as before (OnFailureDestination: see
+        // stream_failures_go_to_the_queue_or_an_encrypted_bucket). No Type:
+        // SAM's takes no intrinsic, and the role holds the grant.
+        assert!(
+            source["DestinationConfig"]["OnFailure"]
+                .get("Type")
+                .is_none()
+        );
         assert_eq!(
             source["DestinationConfig"]["OnFailure"]["Destination"],
             "getatt:StreamFailureQueue.Arn"
@@ -423,6 +431,20 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
             .expect("a DynamoDB event source")["Properties"]["ParallelizationFactor"]
             .clone();
         assert_eq!(ten, "10");
+    }
+
+    /// The batches the stream mapping gives up on go to the queue, or with
+    /// `OnFailureDestination=bucket` to an encrypted, private, TLS-only
+    /// bucket whose objects expire ([`on_failure_destination_problems`]).
+    pub fn stream_failures_go_to_the_queue_or_an_encrypted_bucket(&self) {
+        let ids: Vec<&str> = self.functions().iter().map(|f| f.logical_id).collect();
+        let problems = on_failure_destination_problems(&self.stack, &ids);
+        assert!(
+            problems.is_empty(),
+            "{}:\n{}",
+            self.template_path.display(),
+            problems.join("\n")
+        );
     }
 
     pub fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue(&self) {
@@ -593,6 +615,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
             let metric = p["MetricName"].as_str().unwrap();
             let writes: Vec<&str> = match f.job {
                 None => vec![
+                    ENVIRONMENT_FAULTS,
                     "RecordsHandled",
                     "RecordsSkipped",
                     "RecordsFailed",
@@ -604,7 +627,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
                 .into_iter()
                 .chain(self.app.stream_specs().map(|s| s.writes_metric))
                 .collect(),
-                Some(job) => vec!["JobRuns", "JobsIncomplete", "JobErrors"]
+                Some(job) => vec![ENVIRONMENT_FAULTS, "JobRuns", "JobsIncomplete", "JobErrors"]
                     .into_iter()
                     .chain(self.app.schedule(job).unwrap().metrics.iter().copied())
                     .collect(),

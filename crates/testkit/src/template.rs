@@ -9,7 +9,7 @@ use std::path::Path;
 use serde_json::{Map, Value, json};
 use worker_engine::deploy::{
     FunctionSpec, JOB_ALARM_METRICS, JOBS_INCOMPLETE_PERIODS, PARKING_TABLE, STREAM_ALARM_METRICS,
-    TRACING_ACTIONS, alarm_period,
+    STREAM_FUNCTION, TRACING_ACTIONS, alarm_period,
 };
 use worker_engine::job::Schedule;
 use worker_engine::park;
@@ -310,13 +310,325 @@ fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The worker's count of environment faults: a table or index missing,
+/// access denied, invalid credentials. The stream function and every
+/// schedule function write it (EMF, the app's namespace, dimension
+/// `Function`), and every template alarms on it per function: `Sum >= 1`
+/// over one period of 60 s, missing data not breaching, actions on the
+/// alarm topic (issue 31; the engine's name for it once it writes it).
+pub const ENVIRONMENT_FAULTS: &str = "EnvironmentFaults";
+
+/// A template's stack for given parameter overrides.
+pub type StackOf<'a> = dyn Fn(&[(&str, &str)]) -> Stack + 'a;
+
+/// The logical id of the stream mapping's on-failure queue in a template.
+pub const STREAM_FAILURE_QUEUE: &str = "StreamFailureQueue";
+/// The logical id of the on-failure bucket (`OnFailureDestination=bucket`).
+pub const STREAM_FAILURE_BUCKET: &str = "StreamFailureBucket";
+
+/// Where the stream mappings record the batches they give up on, as the
+/// `OnFailureDestination` parameter (`queue`, the default, or `bucket`)
+/// chooses, on stacks of the template made by `stack` with parameters
+/// overridden (empty: all well):
+///
+/// - `queue`: every DynamoDB event source of the stream function sends to
+///   [`STREAM_FAILURE_QUEUE`], its role may `sqs:SendMessage` there and
+///   nothing on S3, and no bucket is created;
+/// - `bucket`: every one writes to [`STREAM_FAILURE_BUCKET`], created by the
+///   stack (retained), encrypted (SSE), with every public access block on,
+///   a bucket policy denying any request without TLS, and a lifecycle rule
+///   expiring every object after `FailureRecordRetentionDays`; the stream
+///   role may `s3:PutObject` on its objects and `s3:ListBucket` on it (what
+///   Lambda asks of an S3 on-failure destination), no other role anything
+///   on S3; an alarm on the bucket's `PutRequests` and an output name it.
+pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            problems.push(what);
+        }
+    };
+    let queue = stack(&[]);
+    let p = &queue.t["Parameters"];
+    check(
+        p["OnFailureDestination"]["AllowedValues"] == json!(["queue", "bucket"])
+            && p["OnFailureDestination"]["Default"] == "queue",
+        "OnFailureDestination: AllowedValues [queue, bucket], Default queue".into(),
+    );
+    let days = &p["FailureRecordRetentionDays"];
+    check(
+        days["Type"] == "Number" && days["Default"] == 14 && days["MinValue"] == 1,
+        "FailureRecordRetentionDays: a Number, Default 14, MinValue 1".into(),
+    );
+    let destinations = |stack: &Stack| -> Vec<Value> {
+        stack.resource(STREAM_FUNCTION)["Properties"]["Events"]
+            .as_object()
+            .into_iter()
+            .flat_map(|e| e.values())
+            .filter(|e| e["Type"] == "DynamoDB")
+            .map(|e| e["Properties"]["DestinationConfig"]["OnFailure"].clone())
+            .collect()
+    };
+    let grants = |stack: &Stack, function: &str| -> BTreeSet<(String, String)> {
+        role_statements(stack, function)
+            .iter()
+            .filter(|s| s["Effect"] == "Allow")
+            .flat_map(|s| {
+                let resources = strings(&s["Resource"]);
+                strings(&s["Action"])
+                    .into_iter()
+                    .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.clone(), r)))
+            })
+            .collect()
+    };
+    let on_s3 = |g: &BTreeSet<(String, String)>| -> BTreeSet<(String, String)> {
+        g.iter()
+            .filter(|(a, _)| a.starts_with("s3:"))
+            .cloned()
+            .collect()
+    };
+    let queue_arn = format!("getatt:{STREAM_FAILURE_QUEUE}.Arn");
+    let bucket_arn = format!("getatt:{STREAM_FAILURE_BUCKET}.Arn");
+
+    // queue: as before.
+    let sources = destinations(&queue);
+    check(
+        !sources.is_empty(),
+        "the stream function has no DynamoDB event source".into(),
+    );
+    for d in &sources {
+        check(
+            d["Destination"] == queue_arn.as_str() && d.get("Type").is_none_or(|t| t == "SQS"),
+            format!("queue: an event source's OnFailure is {d}, not {queue_arn}"),
+        );
+    }
+    let g = grants(&queue, STREAM_FUNCTION);
+    check(
+        g.contains(&("sqs:SendMessage".to_owned(), queue_arn.clone())) && on_s3(&g).is_empty(),
+        format!(
+            "queue: the stream role may sqs:SendMessage to {STREAM_FAILURE_QUEUE}, nothing on S3"
+        ),
+    );
+    check(
+        queue.resources_of("AWS::S3::Bucket").is_empty()
+            && queue.resources_of("AWS::S3::BucketPolicy").is_empty(),
+        "queue: no bucket created".into(),
+    );
+
+    // bucket: an encrypted, private, TLS-only bucket whose objects expire.
+    let bucket = stack(&[
+        ("OnFailureDestination", "bucket"),
+        ("FailureRecordRetentionDays", "30"),
+    ]);
+    let buckets = bucket.resources_of("AWS::S3::Bucket");
+    check(
+        buckets
+            .keys()
+            .map(String::as_str)
+            .eq([STREAM_FAILURE_BUCKET]),
+        format!(
+            "bucket: the one bucket is {STREAM_FAILURE_BUCKET} ({:?})",
+            buckets.keys()
+        ),
+    );
+    if let Some(b) = buckets.get(STREAM_FAILURE_BUCKET) {
+        let props = &b["Properties"];
+        check(
+            b["DeletionPolicy"] == "Retain",
+            format!("{STREAM_FAILURE_BUCKET}: DeletionPolicy Retain (it may hold the only copy)"),
+        );
+        let sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        check(
+            !sse.is_empty()
+                && sse.iter().all(|r| {
+                    ["AES256", "aws:kms", "aws:kms:dsse"].contains(
+                        &r["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
+                            .as_str()
+                            .unwrap_or(""),
+                    )
+                }),
+            format!("{STREAM_FAILURE_BUCKET}: encrypted (BucketEncryption SSE)"),
+        );
+        let block = &props["PublicAccessBlockConfiguration"];
+        check(
+            [
+                "BlockPublicAcls",
+                "BlockPublicPolicy",
+                "IgnorePublicAcls",
+                "RestrictPublicBuckets",
+            ]
+            .iter()
+            .all(|k| block[*k] == true),
+            format!("{STREAM_FAILURE_BUCKET}: every public access block on"),
+        );
+        let rules = props["LifecycleConfiguration"]["Rules"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        check(
+            rules.iter().any(|r| {
+                r["Status"] == "Enabled"
+                    && text(&r["ExpirationInDays"]) == "30"
+                    && r.get("Prefix").is_none()
+                    && r.get("Filter").is_none()
+                    && r.get("TagFilters").is_none()
+            }),
+            format!(
+                "{STREAM_FAILURE_BUCKET}: a lifecycle rule expires every object after FailureRecordRetentionDays"
+            ),
+        );
+        let filter = props["MetricsConfigurations"][0]["Id"].clone();
+        check(
+            bucket
+                .resources_of("AWS::CloudWatch::Alarm")
+                .values()
+                .any(|a| {
+                    let p = &a["Properties"];
+                    p["Namespace"] == "AWS/S3"
+                        && p["MetricName"] == "PutRequests"
+                        && p["Dimensions"]
+                            == json!([
+                                {"Name": "BucketName", "Value": format!("ref:{STREAM_FAILURE_BUCKET}")},
+                                {"Name": "FilterId", "Value": filter}
+                            ])
+                }),
+            format!("{STREAM_FAILURE_BUCKET}: an alarm on its PutRequests (request metrics {filter})"),
+        );
+    }
+    let objects = format!("{bucket_arn}/*");
+    let tls_only = bucket
+        .resources_of("AWS::S3::BucketPolicy")
+        .values()
+        .filter(|p| p["Properties"]["Bucket"] == format!("ref:{STREAM_FAILURE_BUCKET}").as_str())
+        .flat_map(|p| {
+            p["Properties"]["PolicyDocument"]["Statement"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .any(|s| {
+            s["Effect"] == "Deny"
+                && s["Principal"] == "*"
+                && strings(&s["Action"]).contains("s3:*")
+                && strings(&s["Resource"]) == BTreeSet::from([bucket_arn.clone(), objects.clone()])
+                && s["Condition"] == json!({"Bool": {"aws:SecureTransport": "false"}})
+        });
+    check(
+        tls_only,
+        format!("{STREAM_FAILURE_BUCKET}: a bucket policy denies every request without TLS"),
+    );
+    for d in destinations(&bucket) {
+        check(
+            d["Destination"] == bucket_arn.as_str() && d.get("Type").is_none_or(|t| t == "S3"),
+            format!("bucket: an event source's OnFailure is {d}, not {bucket_arn}"),
+        );
+    }
+    for f in functions {
+        let want = if *f == STREAM_FUNCTION {
+            BTreeSet::from([
+                ("s3:PutObject".to_owned(), objects.clone()),
+                ("s3:ListBucket".to_owned(), bucket_arn.clone()),
+            ])
+        } else {
+            BTreeSet::new()
+        };
+        check(
+            on_s3(&grants(&bucket, f)) == want,
+            format!("bucket: {f} may on S3 exactly {want:?}"),
+        );
+    }
+    let outputs = bucket.resolve(&bucket.t["Outputs"]);
+    let named = outputs.as_object().is_some_and(|o| {
+        o.iter().any(|(id, o)| {
+            o["Value"] == format!("ref:{STREAM_FAILURE_BUCKET}").as_str()
+                && bucket.t["Outputs"][id]["Condition"] == "FailuresToBucket"
+        })
+    });
+    check(
+        named,
+        format!("bucket: an output (Condition FailuresToBucket) names {STREAM_FAILURE_BUCKET}"),
+    );
+    problems
+}
+
+/// checkov checks that guard data at rest or from the public, which no
+/// template may skip: S3 encryption, public ACLs and the public access
+/// block (`CKV_AWS_19`, `20`, `53`-`57`); nor may the parking table skip
+/// point-in-time recovery (`CKV_AWS_28`).
+pub const CHECKOV_NEVER_SKIPPED: [&str; 7] = [
+    "CKV_AWS_19",
+    "CKV_AWS_20",
+    "CKV_AWS_53",
+    "CKV_AWS_54",
+    "CKV_AWS_55",
+    "CKV_AWS_56",
+    "CKV_AWS_57",
+];
+
+/// The checkov decisions of a template (`scripts/lint-infra` runs checkov
+/// on it), as written on the resources: `Metadata: {checkov: {skip: [{id,
+/// comment}]}}`, each a check id (`CKV_AWS_<n>`) at most once per resource,
+/// with a one-line reason; none of [`CHECKOV_NEVER_SKIPPED`] (nor
+/// `CKV_AWS_28` on the parking table). Empty: all well written.
+pub fn checkov_skip_problems(t: &Value) -> Vec<String> {
+    let mut problems = Vec::new();
+    let Some(resources) = t["Resources"].as_object() else {
+        return vec!["no Resources".into()];
+    };
+    for (id, r) in resources {
+        let Some(checkov) = r["Metadata"].get("checkov") else {
+            continue;
+        };
+        let Some(skips) = checkov["skip"].as_array() else {
+            problems.push(format!("{id}: Metadata.checkov has no skip list"));
+            continue;
+        };
+        let mut seen = BTreeSet::new();
+        for s in skips {
+            let check = s["id"].as_str().unwrap_or_default();
+            let comment = s["comment"].as_str().unwrap_or_default().trim();
+            let well_named = check
+                .strip_prefix("CKV_AWS_")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            if !well_named {
+                problems.push(format!(
+                    "{id}: checkov skip {s}: id is not a CKV_AWS_<n> check"
+                ));
+            }
+            if comment.is_empty() || comment.contains('\n') {
+                problems.push(format!(
+                    "{id}: checkov skip of {check}: a one-line comment gives the reason"
+                ));
+            }
+            if !seen.insert(check.to_owned()) {
+                problems.push(format!("{id}: checkov skip of {check} twice"));
+            }
+            if CHECKOV_NEVER_SKIPPED.contains(&check)
+                || (id == PARKING_TABLE && check == "CKV_AWS_28")
+            {
+                problems.push(format!(
+                    "{id}: {check} guards the data: fix it, never skip it"
+                ));
+            }
+        }
+    }
+    problems
+}
+
 /// What every app's template needs to run in production, checked against
 /// the engine (empty: all there):
 ///
-/// - the parking table is [`park::schema`] with SSE on and TTL on
-///   [`park::TTL_ATTRIBUTE`]; the stream function gets `PARKING_TABLE` (the
-///   table), `PARKING_RETENTION_DAYS` (the `ParkingRetentionDays`
-///   parameter) and a [`park::PARK_ACTIONS`] grant on it;
+/// - the parking table is [`park::schema`] with SSE on, TTL on
+///   [`park::TTL_ATTRIBUTE`] and point-in-time recovery on; the stream
+///   function gets `PARKING_TABLE` (the table), `PARKING_RETENTION_DAYS`
+///   (the `ParkingRetentionDays` parameter) and a [`park::PARK_ACTIONS`]
+///   grant on it;
+/// - every queue is encrypted at rest (SQS-managed SSE or a KMS key), and
+///   every checkov decision is written on its resource
+///   ([`checkov_skip_problems`]);
 /// - every function is traced (`Tracing: Active`, the X-Ray grant) and
 ///   logs through Lambda's controls (`LoggingConfig`: JSON, the `LogLevel`
 ///   parameter as `ApplicationLogLevel`; no `LOG_FORMAT`/`RUST_LOG`);
@@ -326,7 +638,9 @@ fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
 ///   the lag over the `StreamLagAlarmMs` parameter), [`JOB_ALARM_METRICS`]
 ///   on each schedule function (`JobErrors > 0`; `JobsIncomplete` minimum
 ///   `>= 1` for [`JOBS_INCOMPLETE_PERIODS`] periods in a row of
-///   [`alarm_period`] of its schedule).
+///   [`alarm_period`] of its schedule), and [`ENVIRONMENT_FAULTS`] on every
+///   function (`Sum >= 1` in one minute, missing data not breaching,
+///   `AlarmActions` the `AlarmTopicArn` when set).
 pub fn operations_problems<J: JobName>(
     stack: &Stack,
     namespace: &str,
@@ -350,6 +664,7 @@ pub fn operations_problems<J: JobName>(
         let obj = props.as_object_mut().expect("Properties");
         let sse = obj.remove("SSESpecification");
         let ttl = obj.remove("TimeToLiveSpecification");
+        let pitr = obj.remove("PointInTimeRecoverySpecification");
         check(
             sse == Some(json!({"SSEEnabled": true})),
             format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
@@ -357,6 +672,10 @@ pub fn operations_problems<J: JobName>(
         check(
             ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
             format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
+        );
+        check(
+            pitr == Some(json!({"PointInTimeRecoveryEnabled": true})),
+            format!("{PARKING_TABLE}: point-in-time recovery on (it may hold the only copy)"),
         );
         let want = park::schema().to_cloudformation(props["TableName"].clone());
         check(
@@ -370,6 +689,18 @@ pub fn operations_problems<J: JobName>(
             t["DeletionPolicy"] == "Retain",
             format!("{PARKING_TABLE}: DeletionPolicy Retain"),
         );
+    }
+
+    // Queues encrypted at rest (the skip of checkov's CKV_AWS_27 says so).
+    for (id, q) in stack.resources_of("AWS::SQS::Queue") {
+        let p = &q["Properties"];
+        check(
+            p["SqsManagedSseEnabled"] == true || p.get("KmsMasterKeyId").is_some(),
+            format!("{id}: encrypted at rest (SqsManagedSseEnabled or KmsMasterKeyId)"),
+        );
+    }
+    for p in checkov_skip_problems(&stack.t) {
+        check(false, p);
     }
 
     let globals = stack.resolve(&stack.t["Globals"]["Function"]);
@@ -415,6 +746,34 @@ pub fn operations_problems<J: JobName>(
                             == json!([{"Name": "Function", "Value": format!("ref:{id}")}])
                 })
         };
+        // Environment faults: any one, within the minute, to the topic.
+        match alarm(ENVIRONMENT_FAULTS) {
+            None => check(false, format!("{id}: no {ENVIRONMENT_FAULTS} alarm")),
+            Some(a) => {
+                let topic = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+                let raw = stack.t["Resources"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .find(|(_, r)| {
+                        r["Properties"]["MetricName"] == ENVIRONMENT_FAULTS
+                            && r["Properties"]["Dimensions"][0]["Value"] == json!({"Ref": id})
+                    })
+                    .map(|(_, r)| r["Properties"]["AlarmActions"].clone());
+                check(
+                    a["Statistic"] == "Sum"
+                        && text(&a["Period"]) == "60"
+                        && text(&a["EvaluationPeriods"]) == "1"
+                        && text(&a["Threshold"]) == "1"
+                        && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+                        && a["TreatMissingData"] == "notBreaching"
+                        && raw == Some(topic),
+                    format!(
+                        "{id}: {ENVIRONMENT_FAULTS} alarm: Sum >= 1 in one period of 60 s, notBreaching, AlarmActions on the topic"
+                    ),
+                );
+            }
+        }
         match f.job {
             None => {
                 check(
