@@ -310,13 +310,13 @@ fn role_statements(stack: &Stack, function: &str) -> Vec<Value> {
         .collect()
 }
 
-/// The worker's count of environment faults: a table or index missing,
-/// access denied, invalid credentials. The stream function and every
-/// schedule function write it (EMF, the app's namespace, dimension
-/// `Function`), and every template alarms on it per function: `Sum >= 1`
-/// over one period of 60 s, missing data not breaching, actions on the
-/// alarm topic (issue 31; the engine's name for it once it writes it).
-pub const ENVIRONMENT_FAULTS: &str = "EnvironmentFaults";
+/// The worker's count of environment faults (a table or index missing,
+/// access denied, invalid credentials), the engine's own name: the stream
+/// function and every schedule function write it (EMF, the app's
+/// namespace, dimension `Function`), and every template alarms on it per
+/// function: `Sum >= 1` over one period of 60 s, missing data not
+/// breaching, actions on the alarm topic.
+pub use worker_engine::metrics::ENVIRONMENT_FAULTS;
 
 /// A template's stack for given parameter overrides.
 pub type StackOf<'a> = dyn Fn(&[(&str, &str)]) -> Stack + 'a;
