@@ -20,7 +20,9 @@
 //!   the code;
 //! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
 //!   process;
-//! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS.
+//! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS;
+//! - [`on_failure`]: what a stream mapping's on-failure destination (SQS,
+//!   S3) receives, built as Lambda builds it.
 
 pub mod cargo_lambda;
 pub mod fault_proxy;
@@ -28,6 +30,7 @@ pub mod fixtures;
 pub mod infra;
 pub mod layers;
 pub mod moto;
+pub mod on_failure;
 pub mod parallel;
 pub mod race;
 pub mod recorded;
