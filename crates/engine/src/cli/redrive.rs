@@ -649,6 +649,13 @@ fn unreadable(range: &FailureRange, e: &StoreError) -> String {
         _ if answer.contains("TrimmedDataAccess") => {
             format!("its records are trimmed from the stream (older than 24 hours): {answer}")
         }
+        // GetShardIterator refuses a sequence number the shard does not hold.
+        _ if answer.contains("ValidationException") && answer.contains("SequenceNumber") => {
+            format!(
+                "its first record {} is not in shard {} (trimmed, or not this shard's): {answer}",
+                range.start, range.shard_id
+            )
+        }
         _ => format!("cannot read it from the stream: {answer}"),
     }
 }
@@ -1209,6 +1216,15 @@ mod tests {
             unreadable(&range, &trimmed).starts_with("its records are trimmed from the stream (older than 24 hours): TrimmedDataAccessException: The operation"),
             "{}",
             unreadable(&range, &trimmed)
+        );
+        let invalid = StoreError::Transient {
+            operation: "GetShardIterator",
+            code: "StreamsApi".into(),
+            message: r#"service error: unhandled error (ValidationException): Error { code: "ValidationException", message: "Invalid SequenceNumber for the shard" }"#.into(),
+        };
+        assert_eq!(
+            unreadable(&range, &invalid),
+            "its first record 1 is not in shard shardId-1 (trimmed, or not this shard's): ValidationException: Invalid SequenceNumber for the shard"
         );
     }
 
