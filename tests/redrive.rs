@@ -718,6 +718,10 @@ async fn invocation_records_of_an_s3_destination_are_replayed_and_deleted() {
         2,
         "{text}"
     );
+    assert!(
+        text.contains("2 object(s) deleted, 2 left in the bucket"),
+        "{text}"
+    );
     assert_eq!(bucket_keys(moto, &bucket).await, vec![key(3), key(4)]);
     let parked = parking(endpoint, &parking_name).list().await.unwrap();
     assert_eq!(parked.len(), 1);

@@ -899,6 +899,7 @@ async fn replay_destinations<J: JobName>(
         let keys = bucket.keys().await?;
         println!("{} object(s) under {}", keys.len(), bucket.location);
         let mut totals = Totals::default();
+        let mut deleted = 0;
         for key in &keys {
             let url = bucket.location.url_of(key);
             let (title, outcome) = match bucket.read(key).await? {
@@ -925,6 +926,7 @@ async fn replay_destinations<J: JobName>(
             match (args.apply, done) {
                 (true, true) => {
                     bucket.delete(key).await?;
+                    deleted += 1;
                     println!("  object deleted");
                 }
                 (true, false) => println!("  object left in the bucket"),
@@ -933,6 +935,13 @@ async fn replay_destinations<J: JobName>(
             }
         }
         totals.print("object(s)", args.apply);
+        if args.apply {
+            println!(
+                "{} object(s) deleted, {} left in the bucket",
+                deleted,
+                keys.len() - deleted
+            );
+        }
         if !args.apply && !keys.is_empty() {
             println!("nothing written or deleted; run again with --apply to replay them");
         }
