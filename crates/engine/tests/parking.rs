@@ -422,11 +422,12 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
         "nothing outside the range"
     );
 
-    // --park --apply: the whole range copied as it is (the draft's first copy kept).
+    // --park --apply: the whole range copied as it is (the draft's first copy
+    // kept: counted as already parked, its conditional put refused).
     let copied = park_range(&client, keys, &parking, range, true)
         .await
         .unwrap();
-    assert_eq!(copied.parked, 3);
+    assert_eq!((copied.parked, copied.already_parked), (2, 1));
     let parked = parking.list().await.unwrap();
     assert_eq!(parked.len(), 3);
     assert!(

@@ -22,7 +22,12 @@
 //!   process;
 //! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS;
 //! - [`eventbridge`]: a bus on moto routed by a rule to a queue, to read
-//!   back what a publisher put on it.
+//!   back what a publisher put on it;
+//! - [`on_failure`]: what a stream mapping's on-failure destination (SQS,
+//!   S3) receives, built as Lambda builds it;
+//! - [`environment`]: every fixture of an app run in a broken deployment
+//!   (denied, table deleted, indexes missing) must stop with an
+//!   environment fault.
 
 pub mod cargo_lambda;
 pub mod environment;
@@ -32,6 +37,7 @@ pub mod fixtures;
 pub mod infra;
 pub mod layers;
 pub mod moto;
+pub mod on_failure;
 pub mod parallel;
 pub mod race;
 pub mod recorded;

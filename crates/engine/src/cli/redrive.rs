@@ -1,28 +1,51 @@
 //! `<app> redrive`: run parked records ([`crate::park`]) through the
-//! current handlers, and turn the stream mapping's on-failure messages
-//! ([`crate::failure_message`]) into the records they stand for.
+//! current handlers, and replay the batches the stream mapping gave up on
+//! from its on-failure destination ([`crate::failure_message`]).
 //!
 //! - `redrive` alone: every parked record is run again. A record now
 //!   handled (or skipped) is removed from the parking table; one that fails
 //!   again stays, with the new reason and one more redrive counted.
-//! - `--failure-message FILE` (repeatable) / `--queue-url URL`: each
+//! - `--failure-message FILE` (repeatable) / `--queue-url URL` (SQS): each
 //!   message's shard and sequence range is read from the table's stream
 //!   (while the stream still holds it, 24 hours) and run; a record that
-//!   fails for good is parked (with its shard). With `--queue-url` a message
-//!   is deleted from the queue once every record of its range was handled
-//!   or parked.
+//!   fails for good is parked (with its shard). With `--queue-url` every
+//!   message of the queue is read (each hidden while the command works), a
+//!   message is deleted once every record of its range was handled or
+//!   parked, and every other one is made visible again at the end: a dry
+//!   run leaves the queue as it was. A range that cannot be read (its shard
+//!   is gone, its records are trimmed) is reported and its message left;
+//!   the run goes on with the others.
+//! - `--s3 s3://BUCKET/PREFIX`: the invocation records Lambda wrote to an
+//!   S3 on-failure destination carry the batch itself, so nothing is read
+//!   from the stream: each object's records are run, and the object deleted
+//!   once every record in it was handled or parked. An object that is not
+//!   an invocation record is reported and left.
+//! - `--park` (with a destination): the records are copied into the parking
+//!   table as they are, handlers not run; a record parked already keeps its
+//!   first copy and is counted as such.
+//!
+//! The SQS and S3 clients: [`endpoints`] (the queue URL's own server,
+//! `--sqs-endpoint-url`/`--s3-endpoint-url`, the SDK's `AWS_ENDPOINT_URL_*`
+//! variables, `--region`, `--profile`).
 //!
 //! With `--apply` on DynamoDB Local the parking table is created when
-//! missing. Without `--apply` nothing is created or written: the handlers
-//! run over a dry-run store (reads from the table, writes recorded), a
-//! missing parking table is reported (nothing is parked in it) and the run
-//! goes on, and the command prints what each record would do. Exit status
-//! [`super::EXIT_FAILURES`] when a record still fails.
+//! missing. Without `--apply` nothing is created or written (nor deleted):
+//! the handlers run over a dry-run store (reads from the table, writes
+//! recorded), a missing parking table is reported (nothing is parked in it)
+//! and the run goes on, and the command prints what each record would do.
+//! Exit status [`super::EXIT_FAILURES`] when a record still fails, or a
+//! message or object is left.
 
+mod bucket;
+pub mod endpoints;
+mod queue;
+
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use futures::StreamExt;
 use serde_json::{Value, json};
 
 use super::replay::worker;
@@ -31,25 +54,32 @@ use super::target::{
 };
 use super::{CliApp, CliError, EXIT_FAILURES};
 use crate::failure_message::{self, FailureRange};
-use crate::park::{self, Origin, PARKING_TABLE_ENV, Parking, ParkingSettings};
+use crate::park::{self, Origin, PARKING_TABLE_ENV, ParkedRecord, Parking, ParkingSettings};
 use crate::runtime::Worker;
 use crate::schedule::JobName;
 use crate::store::layers::DryRunStore;
 use crate::store::{DynamoStore, StoreError};
-use crate::stream::decode::encode_event;
+use crate::stream::decode::{SequenceNumber, decode_record_with, encode_event};
 use crate::stream::engine::{BatchReport, RecordStatus};
 use crate::stream_reader::read_range;
+
+pub use bucket::S3Location;
+pub use queue::VISIBILITY_TIMEOUT;
 
 /// Records run through the worker at once (Lambda's largest batch of a
 /// DynamoDB stream is 10,000; 1,000 keeps a report readable).
 const CHUNK: usize = 1000;
+/// Conditional puts to the parking table in flight at once.
+const PARK_CONCURRENCY: usize = 16;
 
 /// Options of `redrive`.
 #[derive(Debug, Clone, Args)]
 pub struct RedriveArgs {
     /// Replay for real: write the handlers' changes, remove handled records
-    /// from the parking table, park what fails for good. Without it, a dry
-    /// run prints what would happen and creates and writes nothing.
+    /// from the parking table, park what fails for good, delete the
+    /// messages (objects) whose records are all handled or parked. Without
+    /// it, a dry run prints what would happen and creates, writes and
+    /// deletes nothing.
     #[arg(long)]
     pub apply: bool,
     /// The parking table (default: the PARKING_TABLE variable). With
@@ -60,17 +90,34 @@ pub struct RedriveArgs {
     /// An on-failure message of the stream mapping (JSON: one message, a
     /// list, or `aws sqs receive-message` output); its range is replayed
     /// instead of the parked records. Repeatable.
-    #[arg(long, value_name = "FILE", conflicts_with = "queue_url")]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["queue_url", "s3"])]
     pub failure_message: Vec<PathBuf>,
-    /// Read the on-failure messages from this SQS queue (the mapping's
-    /// on-failure destination); with --apply, a message is deleted once its
-    /// records are handled or parked.
-    #[arg(long, value_name = "URL")]
+    /// Read every on-failure message of this SQS queue (the mapping's
+    /// on-failure destination) and replay its range; with --apply, a
+    /// message is deleted once its records are handled or parked. The
+    /// others (all, in a dry run) are made visible again at the end.
+    #[arg(long, value_name = "URL", conflicts_with = "s3")]
     pub queue_url: Option<String>,
-    /// With --failure-message/--queue-url: copy every record of the ranges
-    /// into the parking table without running the handlers (the fix is not
-    /// ready and the stream keeps records only 24 hours); redrive them
-    /// later.
+    /// SQS endpoint of --queue-url. Default: AWS_ENDPOINT_URL_SQS, else the
+    /// queue URL's own server when it is not AWS (moto, LocalStack), else
+    /// AWS_ENDPOINT_URL, else AWS in the region the queue URL names.
+    #[arg(long, value_name = "URL", requires = "queue_url")]
+    pub sqs_endpoint_url: Option<String>,
+    /// Replay the invocation records an S3 on-failure destination holds
+    /// under this prefix (Lambda writes them under
+    /// aws/lambda/<mapping UUID>/<shard id>/...): each carries its batch's
+    /// records, so the stream's 24 hours do not matter. With --apply, an
+    /// object is deleted once its records are handled or parked.
+    #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+    pub s3: Option<String>,
+    /// S3 endpoint of --s3 (path-style addressing when it is not AWS).
+    /// Default: AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL, else AWS.
+    #[arg(long, value_name = "URL", requires = "s3")]
+    pub s3_endpoint_url: Option<String>,
+    /// With --failure-message/--queue-url/--s3: copy every record of the
+    /// batches into the parking table without running the handlers (the
+    /// fix is not ready, and the stream keeps records only 24 hours);
+    /// redrive them later.
     #[arg(long)]
     pub park: bool,
     /// Set a worker configuration variable (repeatable).
@@ -87,10 +134,17 @@ pub struct RedriveArgs {
 pub enum Verdict {
     /// Handled (or skipped: nothing to do).
     Handled { detail: String },
-    /// Failed for good again (kept parked / parked).
+    /// Failed for good: kept parked (a parked record), parked now (a
+    /// failed batch's record, `--apply`), would be parked (a dry run).
     FailedAgain { reason: String },
+    /// Failed for good, or copied with `--park`, and found in the parking
+    /// table already: the first copy is kept.
+    AlreadyParked { reason: String },
     /// Failed transiently or not attempted (kept parked / not parked).
     Retry { reason: String },
+    /// Failed and not parked: not this app's record, or the parking table
+    /// refused it. Its message (object) is left for another run.
+    NotParked { reason: String },
     /// Copied to the parking table as it is, handlers not run (`--park`).
     Parked { reason: String },
 }
@@ -115,29 +169,72 @@ pub struct RedriveReport {
     pub removed: usize,
     /// Parked records kept with a new reason.
     pub kept: usize,
-    /// Records of failure ranges parked now.
+    /// Records of failed batches parked now (the conditional put applied).
     pub parked: usize,
+    /// Records of failed batches found parked already (the conditional put
+    /// failed: the first copy is kept).
+    pub already_parked: usize,
     /// Writes the handlers would send (a dry run; 0 with `--apply`).
     pub planned_writes: usize,
 }
 
 impl RedriveReport {
     pub fn handled(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| matches!(e.verdict, Verdict::Handled { .. }))
-            .count()
+        self.count(|v| matches!(v, Verdict::Handled { .. }))
     }
 
-    /// Whether a record still fails.
+    /// Records that failed and are not parked (transient failures, records
+    /// the parking table refused): their batch is not done.
+    pub fn failing(&self) -> usize {
+        self.count(|v| matches!(v, Verdict::Retry { .. } | Verdict::NotParked { .. }))
+    }
+
+    /// Records that are (or would be) parked: failed for good, or `--park`.
+    pub fn to_park(&self) -> usize {
+        self.count(|v| {
+            matches!(
+                v,
+                Verdict::FailedAgain { .. }
+                    | Verdict::Parked { .. }
+                    | Verdict::AlreadyParked { .. }
+            )
+        })
+    }
+
+    /// Whether a record still fails (is not handled).
     pub fn failed(&self) -> bool {
         self.entries
             .iter()
             .any(|e| !matches!(e.verdict, Verdict::Handled { .. }))
     }
+
+    fn count(&self, f: impl Fn(&Verdict) -> bool) -> usize {
+        self.entries.iter().filter(|e| f(&e.verdict)).count()
+    }
+
+    /// `N handled, N parked, N already parked, N failed` (what `--apply`
+    /// did).
+    pub fn counts(&self) -> String {
+        format!(
+            "{} handled, {} parked, {} already parked, {} failed",
+            self.handled(),
+            self.parked,
+            self.already_parked,
+            self.failing()
+        )
+    }
+
+    fn absorb(&mut self, other: &RedriveReport) {
+        self.entries.extend(other.entries.iter().cloned());
+        self.removed += other.removed;
+        self.kept += other.kept;
+        self.parked += other.parked;
+        self.already_parked += other.already_parked;
+        self.planned_writes += other.planned_writes;
+    }
 }
 
-/// The verdict of one record of a batch report.
+/// The verdict of one parked record in a batch report.
 fn verdict(status: &RecordStatus) -> Verdict {
     match status {
         RecordStatus::Handled { detail } => Verdict::Handled {
@@ -159,6 +256,18 @@ fn verdict(status: &RecordStatus) -> Verdict {
         | RecordStatus::NotAttempted { reason } => Verdict::Retry {
             reason: reason.clone(),
         },
+    }
+}
+
+/// The verdict of one record of a failed batch: what fails for good and
+/// can be parked ([`RecordStatus::parkable_reason`]) is `FailedAgain`; a
+/// record that is not this app's cannot be parked.
+fn batch_verdict(status: &RecordStatus) -> Verdict {
+    match status {
+        RecordStatus::Foreign { reason } => Verdict::NotParked {
+            reason: format!("not this app's: {reason}"),
+        },
+        other => verdict(other),
     }
 }
 
@@ -207,7 +316,9 @@ pub async fn redrive_parked<J: JobName>(
                         out.removed += 1;
                     }
                     Verdict::FailedAgain { reason }
+                    | Verdict::AlreadyParked { reason }
                     | Verdict::Retry { reason }
+                    | Verdict::NotParked { reason }
                     | Verdict::Parked { reason } => {
                         parking.keep(p, reason).await?;
                         out.kept += 1;
@@ -226,10 +337,230 @@ pub async fn redrive_parked<J: JobName>(
     Ok(out)
 }
 
+/// Park each record (conditional puts, [`PARK_CONCURRENCY`] at once), in
+/// order: `Ok(true)` parked now, `Ok(false)` parked already.
+async fn park_all(parking: &Parking, records: &[ParkedRecord]) -> Vec<Result<bool, StoreError>> {
+    futures::stream::iter(records)
+        .map(|p| parking.park(p))
+        .buffered(PARK_CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// The sequence number of a record as delivered (`""` without one).
+fn raw_sequence_number(raw: &Value) -> String {
+    raw["dynamodb"]["SequenceNumber"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// What one failed batch's records go through: the handlers (parking what
+/// fails for good with `apply`), or straight into the parking table
+/// (`park`).
+pub struct Replay<'a, J: JobName> {
+    pub worker: &'a Worker<J>,
+    pub dry: Option<&'a DryRunStore>,
+    pub parking: Option<&'a Parking>,
+    /// The table's key attribute names (the rendered key of a record).
+    pub keys: (&'static str, &'static str),
+    pub park: bool,
+    pub apply: bool,
+}
+
+impl<J: JobName> Replay<'_, J> {
+    /// Replay the records of one failed batch (as Lambda delivered them,
+    /// in order) of `shard_id`. `Err`: the batch cannot be run at all (its
+    /// records are not a DynamoDB Streams event).
+    pub async fn batch(
+        &self,
+        records: &[Value],
+        stream_arn: &str,
+        shard_id: &str,
+        condition: Option<&str>,
+    ) -> Result<RedriveReport, CliError> {
+        let mut out = RedriveReport {
+            applied: self.apply,
+            ..Default::default()
+        };
+        match (self.park, self.parking) {
+            (true, Some(parking)) => {
+                out = park_records(parking, self.keys, records, shard_id, condition, self.apply)
+                    .await;
+            }
+            _ => {
+                for chunk in records.chunks(CHUNK) {
+                    self.run_records(chunk, stream_arn, shard_id, &mut out)
+                        .await?;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Run records through the worker; with `apply`, park what fails for
+    /// good.
+    async fn run_records(
+        &self,
+        chunk: &[Value],
+        stream_arn: &str,
+        shard_id: &str,
+        out: &mut RedriveReport,
+    ) -> Result<(), CliError> {
+        let event = json!({ "Records": chunk });
+        let (report, planned) = run_event(self.worker, &event, self.dry).await?;
+        out.planned_writes += planned;
+        let mut verdicts: Vec<Verdict> = report
+            .records
+            .iter()
+            .map(|r| batch_verdict(&r.status))
+            .collect();
+        if self.apply
+            && let Some(parking) = self.parking
+        {
+            let now = chrono::Utc::now();
+            let (at, to_park): (Vec<usize>, Vec<ParkedRecord>) = report
+                .records
+                .iter()
+                .enumerate()
+                .filter_map(|(i, r)| {
+                    let reason = r.status.parkable_reason()?;
+                    let raw = chunk.get(r.index)?;
+                    let mut p = ParkedRecord::of_record(
+                        raw,
+                        r.event_id.as_deref(),
+                        r.sequence_number.as_ref(),
+                        r.keys.as_deref(),
+                        reason,
+                        now,
+                    );
+                    p.shard_id = Some(shard_id.to_owned());
+                    p.origin = Origin::FailureMessage;
+                    Some((i, p))
+                })
+                .unzip();
+            for (i, result) in at.into_iter().zip(park_all(parking, &to_park).await) {
+                let reason = match &verdicts[i] {
+                    Verdict::FailedAgain { reason } => reason.clone(),
+                    _ => continue,
+                };
+                verdicts[i] = match result {
+                    Ok(true) => {
+                        out.parked += 1;
+                        Verdict::FailedAgain { reason }
+                    }
+                    Ok(false) => {
+                        out.already_parked += 1;
+                        Verdict::AlreadyParked { reason }
+                    }
+                    Err(e) => Verdict::NotParked {
+                        reason: format!("{reason}; could not be parked: {e}"),
+                    },
+                };
+            }
+        }
+        for (r, verdict) in report.records.iter().zip(verdicts) {
+            out.entries.push(RedriveEntry {
+                stream_arn: stream_arn.to_owned(),
+                sequence_number: r
+                    .sequence_number
+                    .as_ref()
+                    .map(SequenceNumber::to_string)
+                    .unwrap_or_else(|| {
+                        chunk
+                            .get(r.index)
+                            .map(raw_sequence_number)
+                            .unwrap_or_default()
+                    }),
+                key: r.keys.clone(),
+                parked_for: None,
+                verdict,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `--park`: copy every record of a failed batch (as Lambda delivered
+/// them) into the parking table as it is, handlers not run (with `apply`;
+/// else only listed). The reason says the mapping gave up on it; `keys`:
+/// the table's key attribute names (for the rendered key).
+pub async fn park_records(
+    parking: &Parking,
+    keys: (&str, &str),
+    records: &[Value],
+    shard_id: &str,
+    condition: Option<&str>,
+    apply: bool,
+) -> RedriveReport {
+    let mut out = RedriveReport {
+        applied: apply,
+        ..Default::default()
+    };
+    let reason = format!(
+        "given up on by the event source mapping ({})",
+        condition.unwrap_or("on-failure message")
+    );
+    let now = chrono::Utc::now();
+    let parked: Vec<ParkedRecord> = records
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| {
+            let change = decode_record_with(i, raw, keys).ok();
+            let key = change.as_ref().map(|c| c.key_string(keys));
+            let mut p = ParkedRecord::of_record(
+                raw,
+                change.as_ref().map(|c| c.event_id.as_str()),
+                change.as_ref().and_then(|c| c.sequence_number.as_ref()),
+                key.as_deref(),
+                &reason,
+                now,
+            );
+            p.shard_id = Some(shard_id.to_owned());
+            p.origin = Origin::FailureMessage;
+            p
+        })
+        .collect();
+    let results = if apply {
+        park_all(parking, &parked).await
+    } else {
+        Vec::new()
+    };
+    for (i, p) in parked.into_iter().enumerate() {
+        let verdict = match results.get(i) {
+            None => Verdict::Parked {
+                reason: reason.clone(),
+            },
+            Some(Ok(true)) => {
+                out.parked += 1;
+                Verdict::Parked {
+                    reason: reason.clone(),
+                }
+            }
+            Some(Ok(false)) => {
+                out.already_parked += 1;
+                Verdict::AlreadyParked {
+                    reason: reason.clone(),
+                }
+            }
+            Some(Err(e)) => Verdict::NotParked {
+                reason: format!("could not be parked: {e}"),
+            },
+        };
+        out.entries.push(RedriveEntry {
+            stream_arn: p.stream_arn,
+            sequence_number: p.sequence_number,
+            key: p.key,
+            parked_for: None,
+            verdict,
+        });
+    }
+    out
+}
+
 /// Read a failure message's range from the stream and copy every record
-/// into the parking table, handlers not run (with `apply`; else only
-/// listed). The reason says the mapping gave up on it; `keys`: the
-/// table's key attribute names (for the rendered key).
+/// into the parking table, handlers not run ([`park_records`]). A range
+/// that cannot be read is an error saying why ([`read_failure_range`]).
 pub async fn park_range(
     streams: &aws_sdk_dynamodbstreams::Client,
     keys: (&str, &str),
@@ -237,60 +568,23 @@ pub async fn park_range(
     range: &FailureRange,
     apply: bool,
 ) -> Result<RedriveReport, CliError> {
-    let changes = read_range(
-        streams,
-        &range.stream_arn,
+    let records = read_failure_range(streams, range)
+        .await
+        .map_err(|why| CliError::Usage(format!("{}: {why}", describe_range(range))))?;
+    Ok(park_records(
+        parking,
+        keys,
+        &records,
         &range.shard_id,
-        &range.start,
-        &range.end,
+        range.condition.as_deref(),
+        apply,
     )
-    .await?;
-    let event = encode_event(&changes, Some(&range.stream_arn));
-    let reason = format!(
-        "given up on by the event source mapping ({})",
-        range.condition.as_deref().unwrap_or("on-failure message")
-    );
-    let now = chrono::Utc::now();
-    let mut out = RedriveReport {
-        applied: apply,
-        ..Default::default()
-    };
-    for (raw, change) in event["Records"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .zip(&changes)
-    {
-        let key = change.key_string(keys);
-        let mut p = park::ParkedRecord::of_record(
-            raw,
-            Some(&change.event_id),
-            change.sequence_number.as_ref(),
-            Some(&key),
-            &reason,
-            now,
-        );
-        p.shard_id = Some(range.shard_id.clone());
-        p.origin = Origin::FailureMessage;
-        if apply {
-            parking.park(&p).await?;
-            out.parked += 1;
-        }
-        out.entries.push(RedriveEntry {
-            stream_arn: p.stream_arn,
-            sequence_number: p.sequence_number,
-            key: Some(key),
-            parked_for: None,
-            verdict: Verdict::Parked {
-                reason: reason.clone(),
-            },
-        });
-    }
-    Ok(out)
+    .await)
 }
 
 /// Read a failure message's range from the stream and run it through
 /// `worker`. With `apply`, what fails for good is parked (with its shard).
+/// A range that cannot be read is an error saying why.
 pub async fn redrive_range<J: JobName>(
     worker: &Worker<J>,
     dry: Option<&DryRunStore>,
@@ -299,6 +593,85 @@ pub async fn redrive_range<J: JobName>(
     range: &FailureRange,
     apply: bool,
 ) -> Result<RedriveReport, CliError> {
+    let records = read_failure_range(streams, range)
+        .await
+        .map_err(|why| CliError::Usage(format!("{}: {why}", describe_range(range))))?;
+    let replay = Replay {
+        worker,
+        dry,
+        parking,
+        keys: crate::schema::DEFAULT_KEY.names(),
+        park: false,
+        apply,
+    };
+    replay
+        .batch(
+            &records,
+            &range.stream_arn,
+            &range.shard_id,
+            range.condition.as_deref(),
+        )
+        .await
+}
+
+/// The service's error code and message in an SDK error's text
+/// (`ResourceNotFoundException: Shard does not exist` of `... service error:
+/// ResourceNotFoundException: Shard does not exist: ... (ServiceError {...})`);
+/// `None` when it is not a service's answer.
+fn service_error(text: &str) -> Option<String> {
+    let rest = text.split_once("service error: ")?.1;
+    if let Some(unhandled) = rest.strip_prefix("unhandled error (") {
+        let code = unhandled.split(')').next()?;
+        let message = unhandled
+            .split_once("message: \"")
+            .and_then(|(_, m)| m.split('"').next())
+            .filter(|m| !m.is_empty());
+        return Some(match message {
+            Some(m) => format!("{code}: {m}"),
+            None => code.to_owned(),
+        });
+    }
+    let head = rest.split(" (ServiceError").next()?;
+    let mut parts = head.splitn(3, ": ");
+    let code = parts.next().filter(|c| !c.is_empty())?;
+    Some(match parts.next() {
+        Some(message) => format!("{code}: {message}"),
+        None => code.to_owned(),
+    })
+}
+
+/// Why a failure message's range cannot be read from the stream: its shard
+/// is gone, its records are trimmed (the stream keeps them 24 hours), or
+/// the stream cannot be read.
+fn unreadable(range: &FailureRange, e: &StoreError) -> String {
+    let text = e.to_string();
+    let answer = service_error(&text).unwrap_or(text);
+    match e {
+        StoreError::NotFound { .. } => format!(
+            "shard {} is not in the stream (the shard is gone, or the stream was replaced): {answer}",
+            range.shard_id
+        ),
+        _ if answer.contains("TrimmedDataAccess") => {
+            format!("its records are trimmed from the stream (older than 24 hours): {answer}")
+        }
+        // GetShardIterator refuses a sequence number the shard does not hold.
+        _ if answer.contains("ValidationException") && answer.contains("SequenceNumber") => {
+            format!(
+                "its first record {} is not in shard {} (trimmed, or not this shard's): {answer}",
+                range.start, range.shard_id
+            )
+        }
+        _ => format!("cannot read it from the stream: {answer}"),
+    }
+}
+
+/// The records of a failure message's range, read from the stream (as
+/// Lambda would deliver them); `Err` says why it cannot be read, the first
+/// record of the range no longer in the shard included.
+pub async fn read_failure_range(
+    streams: &aws_sdk_dynamodbstreams::Client,
+    range: &FailureRange,
+) -> Result<Vec<Value>, String> {
     let changes = read_range(
         streams,
         &range.stream_arn,
@@ -306,48 +679,25 @@ pub async fn redrive_range<J: JobName>(
         &range.start,
         &range.end,
     )
-    .await?;
-    let mut out = RedriveReport {
-        applied: apply,
-        ..Default::default()
-    };
-    for chunk in changes.chunks(CHUNK) {
-        let event = encode_event(chunk, Some(&range.stream_arn));
-        let (mut report, planned) = run_event(worker, &event, dry).await?;
-        out.planned_writes += planned;
-        if apply && let Some(parking) = parking {
-            park::park_failures(
-                parking,
-                &event,
-                &mut report,
-                Some(&range.shard_id),
-                Origin::FailureMessage,
-                chrono::Utc::now(),
-            )
-            .await;
-            out.parked += report.parked;
-            if report.parking_failed > 0 {
-                return Err(CliError::Usage(format!(
-                    "{} record(s) of {} failed for good and could not be parked: run again",
-                    report.parking_failed, range.shard_id
-                )));
-            }
+    .await
+    .map_err(|e| unreadable(range, &e))?;
+    match changes.first().and_then(|c| c.sequence_number.as_ref()) {
+        Some(first) if *first == range.start => {}
+        Some(first) => {
+            return Err(format!(
+                "its first record {} is no longer in the shard (trimmed: the stream keeps records 24 hours; the shard starts at {first} now)",
+                range.start
+            ));
         }
-        for r in &report.records {
-            out.entries.push(RedriveEntry {
-                stream_arn: range.stream_arn.clone(),
-                sequence_number: r
-                    .sequence_number
-                    .as_ref()
-                    .map(|s| s.to_string())
-                    .unwrap_or_default(),
-                key: r.keys.clone(),
-                parked_for: None,
-                verdict: verdict(&r.status),
-            });
+        None => {
+            return Err(format!(
+                "no record of it is left in shard {} (trimmed: the stream keeps records 24 hours)",
+                range.shard_id
+            ));
         }
     }
-    Ok(out)
+    let event = encode_event(&changes, Some(&range.stream_arn));
+    Ok(event["Records"].as_array().cloned().unwrap_or_default())
 }
 
 /// The parking table of the command: `--parking-table`, else
@@ -424,7 +774,7 @@ fn print_report(title: &str, report: &RedriveReport) {
         let what = match (&e.verdict, report.applied) {
             (Verdict::Handled { detail }, false) => format!("would be handled: {detail}"),
             (Verdict::Handled { detail, .. }, true) => format!("handled: {detail}"),
-            // A record of a failure message's range was never parked.
+            // A record of a failed batch was never parked.
             (Verdict::FailedAgain { reason }, false) if e.parked_for.is_none() => {
                 format!("would fail and be parked: {reason}")
             }
@@ -433,7 +783,14 @@ fn print_report(title: &str, report: &RedriveReport) {
             }
             (Verdict::FailedAgain { reason }, false) => format!("would fail again: {reason}"),
             (Verdict::FailedAgain { reason }, true) => format!("failed again, kept: {reason}"),
+            (Verdict::AlreadyParked { reason }, _) => {
+                format!("already parked (the first copy is kept): {reason}")
+            }
             (Verdict::Retry { reason }, _) => format!("failed transiently: {reason}"),
+            (Verdict::NotParked { reason }, false) => {
+                format!("would fail, cannot be parked: {reason}")
+            }
+            (Verdict::NotParked { reason }, true) => format!("failed, not parked: {reason}"),
             (Verdict::Parked { reason }, false) => format!("would be parked: {reason}"),
             (Verdict::Parked { reason }, true) => format!("parked: {reason}"),
         };
@@ -450,6 +807,271 @@ fn print_report(title: &str, report: &RedriveReport) {
             report.planned_writes
         );
     }
+}
+
+/// `shardId-… 1..9 (RetryAttemptsExhausted)`.
+fn describe_range(range: &FailureRange) -> String {
+    format!(
+        "{} {}..{} ({})",
+        range.shard_id,
+        range.start,
+        range.end,
+        range.condition.as_deref().unwrap_or("failure message")
+    )
+}
+
+/// What a run over failed batches (messages, objects) did.
+#[derive(Default)]
+struct Totals {
+    /// Batches seen (messages, objects).
+    batches: usize,
+    /// Batches that cannot be read or run.
+    unusable: usize,
+    /// Batches done: deleted (`--apply`), or that would be.
+    done: usize,
+    report: RedriveReport,
+}
+
+impl Totals {
+    /// Print one batch's report and count it; whether it is done (every
+    /// record handled or parked).
+    fn batch(&mut self, title: &str, outcome: Result<RedriveReport, String>) -> bool {
+        self.batches += 1;
+        match outcome {
+            Err(reason) => {
+                println!("{title}: cannot be replayed: {reason}");
+                self.unusable += 1;
+                false
+            }
+            Ok(report) => {
+                print_report(title, &report);
+                if report.applied {
+                    println!("{}", report.counts());
+                }
+                let done = report.failing() == 0;
+                self.done += usize::from(done);
+                self.report.absorb(&report);
+                done
+            }
+        }
+    }
+
+    /// The closing lines; `noun`: `message(s)`, `object(s)`.
+    fn print(&self, noun: &str, applied: bool) {
+        let r = &self.report;
+        let records = r.entries.len();
+        if applied {
+            println!(
+                "total: {} {noun}, {records} record(s): {}",
+                self.batches,
+                r.counts()
+            );
+        } else {
+            println!(
+                "total: {} {noun}, {records} record(s): {} would be handled, {} would be parked, {} would fail; {} cannot be replayed",
+                self.batches,
+                r.handled(),
+                r.to_park(),
+                r.failing(),
+                self.unusable
+            );
+        }
+    }
+
+    /// Whether the run ends with [`EXIT_FAILURES`]: a batch is not done
+    /// (a dry run: a record would not be handled).
+    fn failed(&self, applied: bool) -> bool {
+        self.unusable > 0 || self.done < self.batches || (!applied && self.report.failed())
+    }
+}
+
+/// The failed batches of the command's destination, replayed.
+async fn replay_destinations<J: JobName>(
+    args: &RedriveArgs,
+    target: &Target,
+    replay: &Replay<'_, J>,
+) -> Result<bool, CliError> {
+    let mode = if args.apply { "" } else { " (dry run)" };
+    if let Some(url) = &args.s3 {
+        let location = S3Location::parse(url)?;
+        let bucket = bucket::Bucket::new(
+            location,
+            args.s3_endpoint_url.as_deref(),
+            &args.endpoint.aws,
+        )
+        .await;
+        eprintln!("reading {} at {}", bucket.location, bucket.endpoint);
+        let keys = bucket.keys().await?;
+        println!("{} object(s) under {}", keys.len(), bucket.location);
+        let mut totals = Totals::default();
+        let mut deleted = 0;
+        for key in &keys {
+            let url = bucket.location.url_of(key);
+            let (title, outcome) = match bucket.read(key).await? {
+                Err(reason) => (
+                    format!("redrive{mode} of {url}"),
+                    Err(format!(
+                        "not an invocation record of a DynamoDB stream: {reason}"
+                    )),
+                ),
+                Ok(record) => (
+                    format!("redrive{mode} of {url} ({})", describe_range(&record.range)),
+                    replay
+                        .batch(
+                            &record.records,
+                            &record.range.stream_arn,
+                            &record.range.shard_id,
+                            record.range.condition.as_deref(),
+                        )
+                        .await
+                        .map_err(|e| e.to_string()),
+                ),
+            };
+            let done = totals.batch(&title, outcome);
+            match (args.apply, done) {
+                (true, true) => {
+                    bucket.delete(key).await?;
+                    deleted += 1;
+                    println!("  object deleted");
+                }
+                (true, false) => println!("  object left in the bucket"),
+                (false, true) => println!("  object would be deleted"),
+                (false, false) => println!("  object would be left in the bucket"),
+            }
+        }
+        totals.print("object(s)", args.apply);
+        if args.apply {
+            println!(
+                "{} object(s) deleted, {} left in the bucket",
+                deleted,
+                keys.len() - deleted
+            );
+        }
+        if !args.apply && !keys.is_empty() {
+            println!("nothing written or deleted; run again with --apply to replay them");
+        }
+        return Ok(totals.failed(args.apply));
+    }
+
+    let streams = target.streams_client().await;
+    if let Some(url) = &args.queue_url {
+        let q = queue::Queue::new(
+            url.clone(),
+            args.sqs_endpoint_url.as_deref(),
+            &args.endpoint.aws,
+        )
+        .await;
+        eprintln!("reading {} at {}", q.url, q.endpoint);
+        let mut messages = q.receive_all().await?;
+        // Stream order within a shard; what is not an on-failure message last.
+        messages.sort_by(|a, b| match (&a.range, &b.range) {
+            (Ok(a), Ok(b)) => {
+                (&a.stream_arn, &a.shard_id, &a.start).cmp(&(&b.stream_arn, &b.shard_id, &b.start))
+            }
+            (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+            (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+            (Err(_), Err(_)) => a.id.cmp(&b.id),
+        });
+        println!("{} message(s) in {}", messages.len(), q.url);
+        let mut deleted: HashSet<String> = HashSet::new();
+        let mut totals = Totals::default();
+        let run = async {
+            for m in &messages {
+                let (title, outcome) = match &m.range {
+                    Err(reason) => (
+                        format!("redrive{mode} of message {}", m.id),
+                        Err(format!(
+                            "not an on-failure message of a DynamoDB stream: {reason}"
+                        )),
+                    ),
+                    Ok(range) => (
+                        format!("redrive{mode} of {}", describe_range(range)),
+                        replay_range(replay, &streams, range).await,
+                    ),
+                };
+                match (args.apply, totals.batch(&title, outcome)) {
+                    (true, true) => {
+                        q.delete(m).await?;
+                        deleted.insert(m.id.clone());
+                        println!("  message deleted from the queue");
+                    }
+                    (true, false) => println!("  message left in the queue"),
+                    (false, true) => println!("  message would be deleted from the queue"),
+                    (false, false) => println!("  message would be left in the queue"),
+                }
+            }
+            Ok::<(), CliError>(())
+        }
+        .await;
+        // Whatever happened: what is not deleted is visible again.
+        let left: Vec<&queue::Message> = messages
+            .iter()
+            .filter(|m| !deleted.contains(&m.id))
+            .collect();
+        let released = q.release(&left).await;
+        run?;
+        let released = released?;
+        totals.print("message(s)", args.apply);
+        if args.apply {
+            println!(
+                "{} message(s) deleted from the queue, {released} left in it (visible again)",
+                deleted.len()
+            );
+        } else {
+            println!("the queue is as it was: {released} message(s) visible again");
+            if !messages.is_empty() {
+                println!("nothing written or deleted; run again with --apply to replay them");
+            }
+        }
+        return Ok(totals.failed(args.apply));
+    }
+
+    let mut ranges: Vec<FailureRange> = Vec::new();
+    for file in &args.failure_message {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| CliError::input(file.display(), format!("cannot read: {e}")))?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| CliError::input(file.display(), format!("not JSON: {e}")))?;
+        ranges.extend(
+            failure_message::parse_all(&v)
+                .map_err(|e| CliError::input(file.display(), e.to_string()))?,
+        );
+    }
+    if ranges.is_empty() {
+        println!("no failure message: nothing to redrive");
+        return Ok(false);
+    }
+    let mut totals = Totals::default();
+    for range in &ranges {
+        let outcome = replay_range(replay, &streams, range).await;
+        totals.batch(
+            &format!("redrive{mode} of {}", describe_range(range)),
+            outcome,
+        );
+    }
+    totals.print("message(s)", args.apply);
+    if !args.apply {
+        println!("nothing written; run again with --apply to replay them");
+    }
+    Ok(totals.failed(args.apply))
+}
+
+/// Read a failure message's range from the stream and replay it.
+async fn replay_range<J: JobName>(
+    replay: &Replay<'_, J>,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    range: &FailureRange,
+) -> Result<RedriveReport, String> {
+    let records = read_failure_range(streams, range).await?;
+    replay
+        .batch(
+            &records,
+            &range.stream_arn,
+            &range.shard_id,
+            range.condition.as_deref(),
+        )
+        .await
+        .map_err(|e| e.to_string())
 }
 
 /// `<app> redrive`.
@@ -477,113 +1099,38 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
         Some(s) => prepare_parking_table(&client, s, &target.endpoint, args.apply).await?,
         None => false,
     };
-    let parking = settings.map(|s| Parking::dynamo(client, &s));
-    let mode = if args.apply { "" } else { " (dry run)" };
-    let mut failed = false;
-
-    if args.failure_message.is_empty() && args.queue_url.is_none() {
-        if args.park {
-            return Err(CliError::Usage(
-                "--park copies on-failure messages' ranges: give --failure-message FILE or --queue-url URL".into(),
-            ));
-        }
-        let parking = parking.ok_or_else(|| {
-            CliError::Usage(format!(
-                "no parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
-            ))
-        })?;
-        // A dry run's missing parking table holds nothing (reported).
-        let report = if parking_there || args.apply {
-            redrive_parked(&worker, dry, &parking, args.apply).await?
-        } else {
-            RedriveReport::default()
-        };
-        if report.entries.is_empty() {
-            println!("nothing parked: nothing to redrive");
-            return Ok(ExitCode::SUCCESS);
-        }
-        print_report(&format!("redrive{mode} of parked records"), &report);
-        if args.apply {
-            println!(
-                "{} handled and removed, {} kept (with the new reason)",
-                report.removed, report.kept
-            );
-        } else {
-            println!("nothing written; run again with --apply to replay them");
-        }
-        failed = report.failed();
-    } else {
-        if args.park && parking.is_none() {
-            return Err(CliError::Usage(format!(
-                "--park needs the parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
-            )));
-        }
-        if args.apply && parking.is_none() {
-            return Err(CliError::Usage(format!(
-                "--apply parks what fails for good: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
-            )));
-        }
-        let streams = target.streams_client().await;
-        let mut messages: Vec<(Option<String>, FailureRange)> = Vec::new();
-        for file in &args.failure_message {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| CliError::input(file.display(), format!("cannot read: {e}")))?;
-            let v: Value = serde_json::from_str(&text)
-                .map_err(|e| CliError::input(file.display(), format!("not JSON: {e}")))?;
-            let ranges = failure_message::parse_all(&v)
-                .map_err(|e| CliError::input(file.display(), e.to_string()))?;
-            messages.extend(ranges.into_iter().map(|r| (None, r)));
-        }
-        let queue = match &args.queue_url {
-            Some(url) => Some(queue::Queue::new(url.clone()).await),
-            None => None,
-        };
-        if let Some(q) = &queue {
-            messages.extend(q.receive_all(!args.apply).await?);
-        }
-        if messages.is_empty() {
-            println!("no failure message: nothing to redrive");
-        }
-        for (receipt, range) in &messages {
-            let report = match (&parking, args.park) {
-                (Some(parking), true) => {
-                    park_range(&streams, target.keys(), parking, range, args.apply).await?
-                }
-                _ => {
-                    redrive_range(&worker, dry, &streams, parking.as_ref(), range, args.apply)
-                        .await?
-                }
-            };
-            print_report(
-                &format!(
-                    "redrive{mode} of {} {}..{} ({})",
-                    range.shard_id,
-                    range.start,
-                    range.end,
-                    range.condition.as_deref().unwrap_or("failure message")
-                ),
-                &report,
-            );
-            let retry = report
-                .entries
-                .iter()
-                .any(|e| matches!(e.verdict, Verdict::Retry { .. }));
-            if args.apply {
-                println!("{} handled, {} parked", report.handled(), report.parked);
-            }
-            if report.entries.is_empty() {
-                println!("  no record of this range is left in the stream (older than 24 h?)");
-            }
-            failed |= retry || (!args.apply && report.failed());
-            if let (Some(q), Some(receipt), true, false) = (&queue, receipt, args.apply, retry) {
-                q.delete(receipt).await?;
-                println!("  message deleted from the queue");
-            }
-        }
-        if !args.apply && !messages.is_empty() {
-            println!("nothing written; run again with --apply to replay them");
-        }
+    let destination =
+        !args.failure_message.is_empty() || args.queue_url.is_some() || args.s3.is_some();
+    if !destination {
+        let parking = settings.map(|s| Parking::dynamo(client, &s));
+        return redrive_parked_command(&args, &worker, dry, parking, parking_there).await;
     }
+    if args.park && settings.is_none() {
+        return Err(CliError::Usage(format!(
+            "--park needs the parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
+        )));
+    }
+    if args.apply && settings.is_none() {
+        return Err(CliError::Usage(format!(
+            "--apply parks what fails for good: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
+        )));
+    }
+    if let (true, false, Some(s)) = (args.apply, parking_there, &settings) {
+        return Err(CliError::Usage(format!(
+            "parking table {} does not exist at {}: --apply parks what fails for good there (the app's template creates it)",
+            s.table, target.endpoint
+        )));
+    }
+    let parking = settings.map(|s| Parking::dynamo(client, &s));
+    let replay = Replay {
+        worker: &worker,
+        dry,
+        parking: parking.as_ref(),
+        keys: target.keys(),
+        park: args.park,
+        apply: args.apply,
+    };
+    let failed = replay_destinations(&args, &target, &replay).await?;
     Ok(if failed {
         ExitCode::from(EXIT_FAILURES)
     } else {
@@ -591,87 +1138,149 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
     })
 }
 
-/// The on-failure queue (SQS), read with the AWS SDK.
-mod queue {
+/// `redrive` without a destination: the parked records.
+async fn redrive_parked_command<J: JobName>(
+    args: &RedriveArgs,
+    worker: &Worker<J>,
+    dry: Option<&DryRunStore>,
+    parking: Option<Parking>,
+    parking_there: bool,
+) -> Result<ExitCode, CliError> {
+    if args.park {
+        return Err(CliError::Usage(
+            "--park copies failed batches: give --failure-message FILE, --queue-url URL or --s3 s3://BUCKET/PREFIX".into(),
+        ));
+    }
+    let parking = parking.ok_or_else(|| {
+        CliError::Usage(format!(
+            "no parking table: pass --parking-table NAME or set {PARKING_TABLE_ENV}"
+        ))
+    })?;
+    // A dry run's missing parking table holds nothing (reported).
+    let report = if parking_there || args.apply {
+        redrive_parked(worker, dry, &parking, args.apply).await?
+    } else {
+        RedriveReport::default()
+    };
+    if report.entries.is_empty() {
+        println!("nothing parked: nothing to redrive");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mode = if args.apply { "" } else { " (dry run)" };
+    print_report(&format!("redrive{mode} of parked records"), &report);
+    if args.apply {
+        println!(
+            "{} handled and removed, {} kept (with the new reason)",
+            report.removed, report.kept
+        );
+    } else {
+        println!("nothing written; run again with --apply to replay them");
+    }
+    Ok(if report.failed() {
+        ExitCode::from(EXIT_FAILURES)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
     use super::*;
 
-    pub struct Queue {
-        client: aws_sdk_sqs::Client,
-        url: String,
+    #[test]
+    fn a_service_error_is_its_code_and_message() {
+        let not_found = "DynamoDB GetShardIterator: service error: ResourceNotFoundException: Shard does not exist: ResourceNotFoundException: Shard does not exist (ServiceError(ServiceError { source: ResourceNotFoundException { .. } })) (create it with the worker's `table create` command)";
+        assert_eq!(
+            service_error(not_found).as_deref(),
+            Some("ResourceNotFoundException: Shard does not exist")
+        );
+        let unhandled = r#"DynamoDB GetShardIterator failed transiently (StreamsApi): service error: unhandled error (ValidationException): Error { code: "ValidationException", message: "1 validation error detected", aws_request_id: "x" }"#;
+        assert_eq!(
+            service_error(unhandled).as_deref(),
+            Some("ValidationException: 1 validation error detected")
+        );
+        assert_eq!(
+            service_error("dispatch failure: io error: connection refused"),
+            None
+        );
     }
 
-    impl Queue {
-        pub async fn new(url: String) -> Self {
-            let config = crate::aws::defaults().load().await;
-            Queue {
-                client: aws_sdk_sqs::Client::new(&config),
-                url,
-            }
-        }
+    #[test]
+    fn an_unreadable_range_says_why_in_a_line() {
+        let range = failure_message::parse(&json!({"DDBStreamBatchInfo": {
+            "shardId": "shardId-1", "startSequenceNumber": "1", "endSequenceNumber": "2",
+            "streamArn": "arn:s"}}))
+        .unwrap();
+        let gone = StoreError::NotFound {
+            operation: "GetShardIterator",
+            message:
+                "service error: ResourceNotFoundException: Shard does not exist (ServiceError(..))"
+                    .into(),
+        };
+        assert_eq!(
+            unreadable(&range, &gone),
+            "shard shardId-1 is not in the stream (the shard is gone, or the stream was replaced): ResourceNotFoundException: Shard does not exist"
+        );
+        let trimmed = StoreError::Transient {
+            operation: "GetRecords",
+            code: "StreamsApi".into(),
+            message: "service error: TrimmedDataAccessException: The operation attempted to read past the oldest stream record in a shard. (ServiceError(..))".into(),
+        };
+        assert!(
+            unreadable(&range, &trimmed).starts_with("its records are trimmed from the stream (older than 24 hours): TrimmedDataAccessException: The operation"),
+            "{}",
+            unreadable(&range, &trimmed)
+        );
+        let invalid = StoreError::Transient {
+            operation: "GetShardIterator",
+            code: "StreamsApi".into(),
+            message: r#"service error: unhandled error (ValidationException): Error { code: "ValidationException", message: "Invalid SequenceNumber for the shard" }"#.into(),
+        };
+        assert_eq!(
+            unreadable(&range, &invalid),
+            "its first record 1 is not in shard shardId-1 (trimmed, or not this shard's): ValidationException: Invalid SequenceNumber for the shard"
+        );
+    }
 
-        /// Every message of the queue with its receipt handle. A dry run
-        /// (`peek`) leaves them visible (visibility timeout 0) and stops
-        /// when a message comes again.
-        pub async fn receive_all(
-            &self,
-            peek: bool,
-        ) -> Result<Vec<(Option<String>, FailureRange)>, CliError> {
-            let mut out = Vec::new();
-            let mut seen = std::collections::HashSet::new();
-            loop {
-                let mut req = self
-                    .client
-                    .receive_message()
-                    .queue_url(&self.url)
-                    .max_number_of_messages(10)
-                    .wait_time_seconds(1);
-                if peek {
-                    req = req.visibility_timeout(0);
-                }
-                let page = req.send().await.map_err(|e| {
-                    CliError::Usage(format!(
-                        "cannot read {}: {}",
-                        self.url,
-                        aws_smithy_types::error::display::DisplayErrorContext(e)
-                    ))
-                })?;
-                let messages = page.messages.unwrap_or_default();
-                let mut new = 0;
-                for m in messages {
-                    let id = m.message_id.clone().unwrap_or_default();
-                    if !seen.insert(id.clone()) {
-                        continue;
-                    }
-                    new += 1;
-                    let body: Value = serde_json::from_str(m.body.as_deref().unwrap_or(""))
-                        .map_err(|e| {
-                            CliError::input(&self.url, format!("message {id} is not JSON: {e}"))
-                        })?;
-                    let range = failure_message::parse(&body)
-                        .map_err(|e| CliError::input(&self.url, format!("message {id}: {e}")))?;
-                    out.push((m.receipt_handle, range));
-                }
-                if new == 0 {
-                    return Ok(out);
-                }
-            }
-        }
-
-        pub async fn delete(&self, receipt: &str) -> Result<(), CliError> {
-            self.client
-                .delete_message()
-                .queue_url(&self.url)
-                .receipt_handle(receipt)
-                .send()
-                .await
-                .map_err(|e| {
-                    CliError::Usage(format!(
-                        "cannot delete a message of {}: {}",
-                        self.url,
-                        aws_smithy_types::error::display::DisplayErrorContext(e)
-                    ))
-                })?;
-            Ok(())
-        }
+    #[test]
+    fn a_batch_is_done_once_every_record_is_handled_or_parked() {
+        let entry = |verdict| RedriveEntry {
+            stream_arn: "s".into(),
+            sequence_number: "1".into(),
+            key: None,
+            parked_for: None,
+            verdict,
+        };
+        let reason = || "r".to_owned();
+        let mut report = RedriveReport {
+            applied: true,
+            parked: 1,
+            already_parked: 1,
+            entries: vec![
+                entry(Verdict::Handled { detail: reason() }),
+                entry(Verdict::FailedAgain { reason: reason() }),
+                entry(Verdict::AlreadyParked { reason: reason() }),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            report.counts(),
+            "1 handled, 1 parked, 1 already parked, 0 failed"
+        );
+        assert_eq!(report.failing(), 0);
+        report
+            .entries
+            .push(entry(Verdict::NotParked { reason: reason() }));
+        report
+            .entries
+            .push(entry(Verdict::Retry { reason: reason() }));
+        assert_eq!(
+            report.counts(),
+            "1 handled, 1 parked, 1 already parked, 2 failed"
+        );
+        // Foreign records cannot be parked: the batch is not done.
+        let foreign = RecordStatus::Foreign { reason: reason() };
+        assert!(matches!(batch_verdict(&foreign), Verdict::NotParked { .. }));
+        assert!(matches!(verdict(&foreign), Verdict::FailedAgain { .. }));
     }
 }
