@@ -359,6 +359,38 @@ impl Parking {
     }
 }
 
+/// The records of `report` that failed for good, as they would be
+/// parked: each with its position in `report.records`, built from the raw
+/// record it came from (`records`: the event's `Records`, as delivered).
+pub fn records_to_park(
+    report: &BatchReport,
+    records: &[Value],
+    shard_id: Option<&str>,
+    origin: Origin,
+    now: DateTime<Utc>,
+) -> Vec<(usize, ParkedRecord)> {
+    report
+        .records
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| {
+            let reason = r.status.parkable_reason()?;
+            let raw = records.get(r.index)?;
+            let mut parked = ParkedRecord::of_record(
+                raw,
+                r.event_id.as_deref(),
+                r.sequence_number.as_ref(),
+                r.keys.as_deref(),
+                reason,
+                now,
+            );
+            parked.shard_id = shard_id.map(str::to_owned);
+            parked.origin = origin;
+            Some((i, parked))
+        })
+        .collect()
+}
+
 /// Park every record of `report` that failed for good (`event`: the
 /// DynamoDB Streams event the report is of, its `Records` as delivered). A record whose parking fails becomes a
 /// batch item failure (Lambda delivers it again), or, without a sequence
@@ -376,26 +408,11 @@ pub async fn park_failures(
         .as_array()
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let mut to_park = Vec::new();
-    for r in &report.records {
-        let Some(reason) = r.status.parkable_reason() else {
-            continue;
-        };
-        let Some(raw) = records.get(r.index) else {
-            continue;
-        };
-        let mut parked = ParkedRecord::of_record(
-            raw,
-            r.event_id.as_deref(),
-            r.sequence_number.as_ref(),
-            r.keys.as_deref(),
-            reason,
-            now,
-        );
-        parked.shard_id = shard_id.map(str::to_owned);
-        parked.origin = origin;
-        to_park.push((r.sequence_number.clone(), parked));
-    }
+    let to_park: Vec<(Option<SequenceNumber>, ParkedRecord)> =
+        records_to_park(report, records, shard_id, origin, now)
+            .into_iter()
+            .map(|(i, parked)| (report.records[i].sequence_number.clone(), parked))
+            .collect();
     let results = futures::future::join_all(to_park.iter().map(|(_, p)| parking.park(p))).await;
     for ((seq, parked), result) in to_park.iter().zip(results) {
         match result {

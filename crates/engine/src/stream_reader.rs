@@ -64,12 +64,7 @@ pub async fn stream_view_type(
         .limit(1)
         .send()
         .await
-        .map_err(|e| {
-            err(
-                "DescribeStream",
-                aws_smithy_types::error::display::DisplayErrorContext(e),
-            )
-        })?;
+        .map_err(|e| err("DescribeStream", e))?;
     Ok(out
         .stream_description
         .and_then(|d| d.stream_view_type)
@@ -102,8 +97,9 @@ pub struct StreamTail {
     finished: HashSet<String>,
 }
 
-fn err(operation: &'static str, e: impl std::fmt::Display) -> StoreError {
-    let message = e.to_string();
+/// A Streams API failure, its whole error chain in the message.
+fn err(operation: &'static str, e: impl std::error::Error) -> StoreError {
+    let message = aws_smithy_types::error::display::DisplayErrorContext(e).to_string();
     if message.contains("ResourceNotFound") || message.contains("not found") {
         StoreError::NotFound { operation, message }
     } else {
@@ -157,12 +153,7 @@ impl StreamTail {
                 .set_exclusive_start_shard_id(start.clone())
                 .send()
                 .await
-                .map_err(|e| {
-                    err(
-                        "DescribeStream",
-                        aws_smithy_types::error::display::DisplayErrorContext(e),
-                    )
-                })?;
+                .map_err(|e| err("DescribeStream", e))?;
             let Some(desc) = out.stream_description else {
                 break;
             };
@@ -265,12 +256,7 @@ async fn shard_iterator(
         .set_sequence_number(at.map(SequenceNumber::to_string))
         .send()
         .await
-        .map_err(|e| {
-            err(
-                "GetShardIterator",
-                aws_smithy_types::error::display::DisplayErrorContext(e),
-            )
-        })?
+        .map_err(|e| err("GetShardIterator", e))?
         .shard_iterator)
 }
 
@@ -285,12 +271,7 @@ async fn get_records(
         .limit(1000)
         .send()
         .await
-        .map_err(|e| {
-            err(
-                "GetRecords",
-                aws_smithy_types::error::display::DisplayErrorContext(e),
-            )
-        })
+        .map_err(|e| err("GetRecords", e))
 }
 
 fn image(

@@ -418,27 +418,15 @@ impl<J: JobName> Replay<'_, J> {
         if self.apply
             && let Some(parking) = self.parking
         {
-            let now = chrono::Utc::now();
-            let (at, to_park): (Vec<usize>, Vec<ParkedRecord>) = report
-                .records
-                .iter()
-                .enumerate()
-                .filter_map(|(i, r)| {
-                    let reason = r.status.parkable_reason()?;
-                    let raw = chunk.get(r.index)?;
-                    let mut p = ParkedRecord::of_record(
-                        raw,
-                        r.event_id.as_deref(),
-                        r.sequence_number.as_ref(),
-                        r.keys.as_deref(),
-                        reason,
-                        now,
-                    );
-                    p.shard_id = Some(shard_id.to_owned());
-                    p.origin = Origin::FailureMessage;
-                    Some((i, p))
-                })
-                .unzip();
+            let (at, to_park): (Vec<usize>, Vec<ParkedRecord>) = park::records_to_park(
+                &report,
+                chunk,
+                Some(shard_id),
+                Origin::FailureMessage,
+                chrono::Utc::now(),
+            )
+            .into_iter()
+            .unzip();
             for (i, result) in at.into_iter().zip(park_all(parking, &to_park).await) {
                 let reason = match &verdicts[i] {
                     Verdict::FailedAgain { reason } => reason.clone(),
