@@ -122,7 +122,7 @@
 //! served), `--parallelization-factor N[,M...]` (default: the template's
 //! `ParallelizationFactor`): the drain as a mapping with that factor does
 //! it, each read's records split by a hash of their partition key into N
-//! lanes (`worker_engine::replay::dev::split_by_partition_key`), each lane
+//! lanes (`worker_toolkit::replay::dev::split_by_partition_key`), each lane
 //! cut into batches and invoked in order (retried by itself), the lanes
 //! concurrently (a task each); with several factors (`1,10`) every worker
 //! run is made at each factor, the first factor's runs give every figure
@@ -163,7 +163,7 @@ use worker_engine::store::{
     self, DynamoStore, ItemReader, ItemWriter, MetricsSnapshot, QueryStore, ScanSpec, WriteOutcome,
 };
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use worker_engine::stream_reader::{self, StartAt, StreamTail};
+use worker_toolkit::stream_reader::{self, StartAt, StreamTail};
 
 // ---------------------------------------------------------------------------
 // Peak heap: a counting allocator
@@ -548,7 +548,7 @@ async fn drain(
         empty = 0;
         s.records += changes.len();
         let lanes: Vec<Vec<StreamChange>> =
-            worker_engine::replay::dev::split_by_partition_key(changes, Some(PK), factor)
+            worker_toolkit::replay::dev::split_by_partition_key(changes, Some(PK), factor)
                 .into_iter()
                 .filter(|l| !l.is_empty())
                 .collect();
@@ -748,7 +748,7 @@ struct WorkerRun {
 /// stream drained through the worker, *after* snapshotted.
 async fn worker_run(s: &Setup<'_>, factor: usize) -> WorkerRun {
     let (o, spec, w) = (s.o, s.spec, s.w);
-    let local = worker_engine::local::start()
+    let local = worker_toolkit::local::start()
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let endpoint = local.endpoint_url();
@@ -999,7 +999,7 @@ async fn main() {
     // each other one gets a line of its own.
     let factors: Vec<usize> = if o.parallelization.is_empty() {
         let d =
-            worker_engine::template::Deployment::from_template(&template, "infra/template.yaml")
+            worker_toolkit::template::Deployment::from_template(&template, "infra/template.yaml")
                 .expect("the template's stream settings");
         vec![
             d.streams
@@ -1149,7 +1149,7 @@ async fn main() {
         // A DynamoDB Local of its own: there a write to the k-th table with
         // a stream slows down with k (see `benches/local_tables.rs`), and
         // A is the first table of the worker's instance.
-        let local = worker_engine::local::start()
+        let local = worker_toolkit::local::start()
             .await
             .expect("DynamoDB Local for the baseline");
         let store = create(&local.endpoint_url(), "load-baseline").await;
@@ -1270,7 +1270,7 @@ async fn main() {
     // sent once with perfect batching, one request after the other, on a
     // table seeded with *before* on a DynamoDB Local of its own.
     let oracle = {
-        let local = worker_engine::local::start()
+        let local = worker_toolkit::local::start()
             .await
             .expect("DynamoDB Local for the oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
@@ -1296,7 +1296,7 @@ async fn main() {
     // to the baseline is the order DynamoDB Local receives writes in. For
     // the time only (a key put then deleted ends otherwise).
     let sorted_writes = {
-        let local = worker_engine::local::start()
+        let local = worker_toolkit::local::start()
             .await
             .expect("DynamoDB Local for the sorted oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
@@ -1319,7 +1319,7 @@ async fn main() {
     let oracle_secs = (oracle_reads.time + oracle_writes.time).as_secs_f64();
 
     // 8. Bulk deletes of one group cascade, on a DynamoDB Local of its own.
-    let local = worker_engine::local::start()
+    let local = worker_toolkit::local::start()
         .await
         .expect("DynamoDB Local for the group cascade");
     let endpoint = local.endpoint_url();

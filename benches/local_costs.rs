@@ -179,7 +179,7 @@ struct Cost {
 
 #[tokio::main]
 async fn main() {
-    let local = worker_engine::local::start()
+    let local = worker_toolkit::local::start()
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let pid = local.pid();

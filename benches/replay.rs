@@ -15,10 +15,10 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use nishiki_worker::cli::{KEYS, Nishiki};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
-use worker_engine::cli::replay::{ReplayArgs, replay};
-use worker_engine::cli::target::{AppTable, TableOpts, Target};
-use worker_engine::replay::diff::diff_tables;
-use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
+use worker_toolkit::cli::replay::{ReplayArgs, replay};
+use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
+use worker_toolkit::replay::diff::diff_tables;
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 
 fn filler(n: usize) -> Vec<Item> {
     (0..n)

@@ -17,7 +17,7 @@ use crate::schedule::{JobReport, Scheduler};
 use crate::worker::Router;
 use worker_engine::error::HandlerError;
 use worker_engine::park::Parking;
-use worker_engine::replay::dev::InvokeError;
+use worker_engine::runtime::InvokeError;
 use worker_engine::runtime::{Worker, WorkerSettings};
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{self, DynamoStore, Store};
@@ -162,7 +162,7 @@ impl App {
 /// The local event-source loop (`dev`) and the test kit's drain invoke the
 /// worker as Lambda would.
 #[async_trait::async_trait]
-impl worker_engine::replay::dev::EventFunction for App {
+impl worker_engine::runtime::EventFunction for App {
     async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
         self.worker.invoke_stream(event).await
     }

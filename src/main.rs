@@ -7,6 +7,6 @@ use nishiki_worker::cli;
 
 fn main() -> ExitCode {
     let args = cli::parse();
-    worker_engine::cli::init_logging(args.verbose);
-    worker_engine::cli::main_with(cli::run(args))
+    worker_toolkit::cli::init_logging(args.verbose);
+    worker_toolkit::cli::main_with(cli::run(args))
 }

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use nishiki_worker::cli::KEYS;
 use serde_json::Value;
 use support::TestTable;
-use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 
 const NOW: &str = "2024-03-25T09:00:00Z";
 
@@ -681,8 +681,8 @@ async fn dev_until_idle_handles_the_stream() {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
     // The service's writes of the fixture, done on the table.
     let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
-    let plan = worker_engine::replay::apply::plan(&decoded);
-    worker_engine::replay::apply::apply(t.store.as_ref(), &plan)
+    let plan = worker_toolkit::replay::apply::plan(&decoded);
+    worker_toolkit::replay::apply::apply(t.store.as_ref(), &plan)
         .await
         .unwrap();
     let o = run(&[
@@ -755,8 +755,8 @@ async fn service_deletes_the_group(t: &TestTable) {
     let events_file = events("stream/group-deleted.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
     let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
-    let plan = worker_engine::replay::apply::plan(&decoded);
-    worker_engine::replay::apply::apply(t.store.as_ref(), &plan)
+    let plan = worker_toolkit::replay::apply::plan(&decoded);
+    worker_toolkit::replay::apply::apply(t.store.as_ref(), &plan)
         .await
         .unwrap();
 }
@@ -1151,7 +1151,7 @@ async fn a_job_cut_by_the_timeout_resumes_to_the_same_table() {
     let snapshot = |t: &TestTable| {
         let t = t.store.clone();
         async move {
-            let items = worker_engine::replay::snapshot::scan_table(t.as_ref(), KEYS, None)
+            let items = worker_toolkit::replay::snapshot::scan_table(t.as_ref(), KEYS, None)
                 .await
                 .unwrap();
             snapshot_text(&items, KEYS)
@@ -1361,9 +1361,9 @@ async fn a_missing_index_stops_replay_run_and_dev_with_the_cause() {
     )
     .unwrap();
     let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
-    worker_engine::replay::apply::apply(
+    worker_toolkit::replay::apply::apply(
         t.store.as_ref(),
-        &worker_engine::replay::apply::plan(&decoded),
+        &worker_toolkit::replay::apply::plan(&decoded),
     )
     .await
     .unwrap();

@@ -38,7 +38,7 @@ use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::Drain;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::{Key, Reply, Request, Store, StoreError, WriteOp};
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
 

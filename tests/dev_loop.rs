@@ -16,11 +16,11 @@ use nishiki_worker::cli::KEYS;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{ContainerId, GroupId, ItemKey};
 use support::TestTable;
-use worker_engine::replay::dev::{Action, EventSourceLoop, Invocation, MappingConfig};
-use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 use worker_engine::store::{ItemWriter, Store};
-use worker_engine::stream_reader::{StartAt, StreamTail};
 use worker_testkit::layers::{Fault, FaultOp, FaultyStore};
+use worker_toolkit::replay::dev::{Action, EventSourceLoop, Invocation, MappingConfig};
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text};
+use worker_toolkit::stream_reader::{StartAt, StreamTail};
 
 const NOW: &str = "2024-03-25T09:00:00Z";
 const HOME: &str = "9e000000-0000-4000-8000-00000000a001";
@@ -45,7 +45,7 @@ async fn setup(config: MappingConfig) -> (TestTable, EventSourceLoop<StreamTail>
     let items = read_snapshot(&events("tables/household.json"), KEYS).unwrap();
     load_items(t.store.clone(), items, 4, None).await.unwrap();
     let arn = t.store.stream_arn().await.unwrap().unwrap();
-    let client = worker_engine::stream_reader::local_client(&t.endpoint);
+    let client = worker_toolkit::stream_reader::local_client(&t.endpoint);
     let mut l = EventSourceLoop::new(StreamTail::new(client, arn, StartAt::TrimHorizon), config);
     l.skip_existing().await.unwrap();
     (t, l)

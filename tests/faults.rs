@@ -699,7 +699,7 @@ async fn a_cascade_survives_responses_lost_after_the_write() {
     let clean = run(&scenario, Path::Direct).await;
     assert_eq!(clean.log.batch_failures(), 0);
 
-    let upstream = worker_engine::local::shared()
+    let upstream = worker_toolkit::local::shared()
         .await
         .expect("DynamoDB Local")
         .endpoint_url();
@@ -940,7 +940,7 @@ async fn randomized_scenarios_end_in_the_fault_free_table() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(SCENARIOS);
-    let upstream = worker_engine::local::shared()
+    let upstream = worker_toolkit::local::shared()
         .await
         .expect("DynamoDB Local")
         .endpoint_url();

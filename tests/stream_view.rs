@@ -15,9 +15,9 @@ use aws_sdk_dynamodb::types::{AttributeValue, StreamSpecification, StreamViewTyp
 use nishiki_worker::schema::nishiki;
 use serde_json::Value;
 use support::TestTable;
-use worker_engine::cli::capture::{CaptureArgs, capture};
-use worker_engine::cli::target::{AppTable, Target};
 use worker_engine::schema::StreamView;
+use worker_toolkit::cli::capture::{CaptureArgs, capture};
+use worker_toolkit::cli::target::{AppTable, Target};
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));

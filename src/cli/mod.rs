@@ -5,7 +5,7 @@
 //! One module per subcommand, each with its clap `Args` struct and a `run`
 //! function; [`target`] opens the table (an embedded DynamoDB Local by
 //! default), [`events`] reads event files, [`output`] renders shared parts.
-//! The generic machinery lives in [`worker_engine::replay`].
+//! The generic machinery lives in [`worker_toolkit::replay`].
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,11 +14,11 @@ use clap::{CommandFactory, Parser};
 
 use crate::config::{Clock, Config, ConfigError};
 use crate::keys::Job;
-use worker_engine::cli::{CliApp, CliError, Command, replay};
-use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
+use worker_toolkit::cli::{CliApp, CliError, Command, replay};
+use worker_toolkit::replay::redact::Placeholder;
 
 /// The table used when `--table` is not given.
 pub const DEFAULT_TABLE: &str = "nishiki-table-local-db";
@@ -189,12 +189,12 @@ Examples:
 /// The command line with Nishiki's defaults: the table every `--table`
 /// falls back to, and the jobs `run` accepts.
 pub fn command() -> clap::Command {
-    worker_engine::cli::with_app_defaults::<Nishiki>(Cli::command())
+    worker_toolkit::cli::with_app_defaults::<Nishiki>(Cli::command())
 }
 
 /// Parse the process's arguments (exits with usage on error).
 pub fn parse() -> Cli {
-    worker_engine::cli::parse::<Nishiki, Cli>()
+    worker_toolkit::cli::parse::<Nishiki, Cli>()
 }
 
 /// Run a parsed command line; `Ok` carries the exit status.
@@ -205,7 +205,7 @@ pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use worker_engine::cli::{dev, table};
+    use worker_toolkit::cli::{dev, table};
 
     #[test]
     fn command_line_is_consistent() {
@@ -251,7 +251,7 @@ mod tests {
         assert_eq!(audit.1, "*/5 * * * *");
         assert!(matches!(
             s.iter().find(|(n, _, _)| n == "backfill").unwrap().2,
-            worker_engine::replay::dev::Schedule::Every(_)
+            worker_toolkit::replay::dev::Schedule::Every(_)
         ));
         let sweep = s.iter().find(|(n, _, _)| n == "sweep-invitations").unwrap();
         assert_eq!(sweep.1, "*/15 * * * *", "the job's own local schedule");

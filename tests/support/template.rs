@@ -21,8 +21,8 @@ pub fn nishiki_stack(overrides: &[(&str, &str)]) -> worker_testkit::template::St
 pub const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-dev-db/stream/2024-01-01T00:00:00.000";
 
 /// Lambda's event filtering, as the engine evaluates it for `dev`
-/// ([`worker_engine::template::filter`]).
-pub use worker_engine::template::filter::{delivered, matches};
+/// ([`worker_toolkit::template::filter`]).
+pub use worker_toolkit::template::filter::{delivered, matches};
 
 /// The stream function's DynamoDB event source (its `Properties`), as
 /// written in the template (no intrinsic evaluated: its batch size and

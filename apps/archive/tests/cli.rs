@@ -12,12 +12,12 @@ use archive_worker::keys::{self, ItemKey, LookupKey};
 use archive_worker::schema::schema;
 use aws_sdk_dynamodb::types::AttributeValue;
 use support::*;
-use worker_engine::cli::Command;
-use worker_engine::cli::replay::replay;
-use worker_engine::cli::run as run_job;
-use worker_engine::cli::target::{AppTable, Target};
 use worker_engine::stream::decode::encode_event;
 use worker_testkit::{Drain, TestTable};
+use worker_toolkit::cli::Command;
+use worker_toolkit::cli::replay::replay;
+use worker_toolkit::cli::run as run_job;
+use worker_toolkit::cli::target::{AppTable, Target};
 
 fn command(args: &[&str]) -> Command {
     parse_from(args).expect("a valid command line").command
@@ -158,7 +158,7 @@ async fn run_rebuilds_the_lookup_and_expires_unzipped_files_on_the_table_given()
     ]) else {
         panic!("table");
     };
-    let worker_engine::cli::table::TableCommand::Create(create) = t.command else {
+    let worker_toolkit::cli::table::TableCommand::Create(create) = t.command else {
         panic!("table create");
     };
     assert_eq!(create.endpoint.table, LOCAL_TABLE, "nested subcommands too");

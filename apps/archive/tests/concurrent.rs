@@ -86,14 +86,14 @@ use serde_json::Value;
 use support::{expected_lookup, key_name, lookup_items};
 use worker_engine::clock::{Clock, ManualClock};
 use worker_engine::item::Item;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobReport;
 use worker_engine::store::guarded::GuardedOp;
 use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome};
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use worker_engine::stream_reader::{StartAt, StreamTail, local_client};
 use worker_testkit::TestTable;
+use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;

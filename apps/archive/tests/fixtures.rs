@@ -22,11 +22,11 @@ use archive_worker::schema::schema;
 use serde_json::json;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 use worker_engine::stream::decode::encode_event;
 use worker_testkit::fixtures::{self, Fixture, write_json};
 use worker_testkit::workload::{Write, apply};
 use worker_testkit::{Drain, TestTable};
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
 
 const KEYS: (&str, &str) = (keys::PK, keys::SK);
 /// The stream ARN the captures carry (as Lambda delivers them).

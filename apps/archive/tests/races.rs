@@ -24,7 +24,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::ItemWriter;
 use worker_testkit::race::{RaceBeforeWrite, ServiceOp, Trigger};
 use worker_testkit::{Drain, TestTable};

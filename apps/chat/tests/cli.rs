@@ -12,9 +12,9 @@ use chat_worker::cli::{Chat, parse_from};
 use chat_worker::items::{RequestCopy, Status};
 use chat_worker::keys::{self, ChatItem, ChatKind, RequestKey};
 use chat_worker::schema::Table;
-use worker_engine::cli::Command;
-use worker_engine::cli::target::{AppTable, Target};
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, local_client};
+use worker_toolkit::cli::Command;
+use worker_toolkit::cli::target::{AppTable, Target};
 
 fn command(args: &[&str]) -> Command {
     parse_from(args).expect("a valid command line").command
@@ -115,7 +115,9 @@ async fn assert_acceptance_followed(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_create_makes_six_tables_and_dev_follows_every_stream() {
     // Its own DynamoDB Local: the tables get the seed's names.
-    let local = worker_engine::local::start().await.expect("DynamoDB Local");
+    let local = worker_toolkit::local::start()
+        .await
+        .expect("DynamoDB Local");
     let endpoint = local.endpoint_url();
     let status = command(&[
         "chat-worker",
@@ -167,7 +169,7 @@ async fn table_create_makes_six_tables_and_dev_follows_every_stream() {
         &AppTable::of::<Chat>(),
     )
     .await;
-    let (worker, dry) = worker_engine::cli::replay::worker::<Chat>(&target, None, true, &[])
+    let (worker, dry) = worker_toolkit::cli::replay::worker::<Chat>(&target, None, true, &[])
         .expect("a dry-run worker");
     assert!(dry.is_some());
     let other = RequestKey::copies("u1", "g1", ku.created, "r9");
@@ -251,7 +253,9 @@ fn template_with(dir: &Path, edits: &[(&str, &str, &str)]) -> String {
 /// Notifications source starts at LATEST changes only those sources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_follows_every_event_source_of_the_template() {
-    let local = worker_engine::local::start().await.expect("DynamoDB Local");
+    let local = worker_toolkit::local::start()
+        .await
+        .expect("DynamoDB Local");
     let endpoint = local.endpoint_url();
     let dir = std::env::temp_dir().join(format!("chat-dev-sources-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

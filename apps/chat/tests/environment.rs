@@ -13,7 +13,7 @@ use std::sync::Arc;
 use chat_worker::keys::{self, ChatKind};
 use chat_worker::schema::Table;
 use support::*;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::DynamoStore;
 use worker_engine::stream::decode::{StreamChange, encode_event};

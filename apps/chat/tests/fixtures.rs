@@ -24,9 +24,9 @@ use chat_worker::keys;
 use chat_worker::schema::Table;
 use serde_json::{Value, json};
 use support::*;
-use worker_engine::cli::replay::{ReplayArgs, replay};
-use worker_engine::cli::target::{AppTable, TableOpts, Target};
 use worker_engine::stream::decode::encode_event;
+use worker_toolkit::cli::replay::{ReplayArgs, replay};
+use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
 
 fn events_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events/chat")

@@ -7,7 +7,7 @@ use chat_worker::keys::{ChatKind, Job};
 use chat_worker::schema::Table;
 use rand::Rng;
 use support::*;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::runtime::Worker;
 use worker_engine::stream::decode::{StreamChange, encode_event};
 use worker_testkit::workload::Seeded;

@@ -202,7 +202,7 @@ async fn two_acceptances_for_the_last_seat_add_exactly_one_member() {
     let event = |c: &StreamChange| {
         worker_engine::stream::decode::encode_event(std::slice::from_ref(c), None)
     };
-    use worker_engine::replay::dev::EventFunction;
+    use worker_engine::runtime::EventFunction;
     let (e0, e1) = (event(&records[0]), event(&records[1]));
     let (x, y) = tokio::join!(chat.worker.invoke_stream(&e0), other.invoke_stream(&e1));
     // A transaction that lost the race is retried, as Lambda would.
@@ -383,7 +383,7 @@ async fn bad_copies_are_skipped_without_stalling_the_stream() {
         .await;
     let records = chat.read().await;
     let event = worker_engine::stream::decode::encode_event(&records, None);
-    use worker_engine::replay::dev::EventFunction;
+    use worker_engine::runtime::EventFunction;
     let report = chat.worker.invoke_stream(&event).await.expect("a batch");
     assert!(report.batch_item_failures.is_empty(), "{report:?}");
     assert_eq!(report.rejected, 3, "{report:?}");

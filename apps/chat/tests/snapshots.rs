@@ -296,7 +296,9 @@ fn a_snapshot_of_the_six_tables_loads_each_table() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn table_load_and_snapshot_cover_the_six_tables() {
-    let local = worker_engine::local::start().await.expect("DynamoDB Local");
+    let local = worker_toolkit::local::start()
+        .await
+        .expect("DynamoDB Local");
     let endpoint = local.endpoint_url();
     let dir = scratch("table");
     let out = dir.join("tables.json").display().to_string();

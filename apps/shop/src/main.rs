@@ -4,6 +4,6 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = shop_worker::cli::parse();
-    worker_engine::cli::init_logging(cli.verbose);
-    worker_engine::cli::main_with(cli.command.run())
+    worker_toolkit::cli::init_logging(cli.verbose);
+    worker_toolkit::cli::main_with(cli.command.run())
 }

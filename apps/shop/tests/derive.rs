@@ -14,7 +14,7 @@ use shop_worker::items::{Order, Product};
 use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;
 use support::*;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::{Expr, ItemReader, ItemWriter};
 use worker_engine::stream::decode::encode_event;
 use worker_testkit::recorded::Recorded;

@@ -22,7 +22,7 @@ use shop_worker::schema::schema;
 use shop_worker::stuck::rules::{EVENT_SOURCE, EVENT_TYPE};
 use support::*;
 use worker_engine::notify::EventBridgePublisher;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::ItemWriter;
 use worker_testkit::eventbridge::RoutedBus;
 use worker_testkit::moto;

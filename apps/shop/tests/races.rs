@@ -15,7 +15,7 @@ use shop_worker::schema::schema;
 use support::race::raced;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::{ItemReader, ItemWriter};
 use worker_testkit::race::ServiceOp;
 use worker_testkit::workload::Seeded;

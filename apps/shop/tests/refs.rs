@@ -14,7 +14,7 @@ use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::{ItemReader, ItemWriter};
 use worker_testkit::workload::Seeded;
 use worker_testkit::{Drain, TestTable};

@@ -14,7 +14,7 @@ use shop_worker::stuck::rules::EVENT_TYPE;
 use support::*;
 use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::notify::RecordingPublisher;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::store::ItemWriter;
 use worker_testkit::workload::Seeded;
 use worker_testkit::{Drain, TestTable};

@@ -25,7 +25,6 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use lambda_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use worker_engine::cli::{CliApp, Command};
 use worker_engine::clock::{Clock, SystemClock};
 use worker_engine::env::{ConfigError, Env};
 use worker_engine::error::HandlerError;
@@ -35,7 +34,6 @@ use worker_engine::job::{
 };
 use worker_engine::lambda;
 use worker_engine::metrics::{Emitter, Metric, WriteCounter};
-use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
 use worker_engine::schedule::{JobName, JobReport, JobRun, ScheduledJob, Scheduler};
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
@@ -45,6 +43,8 @@ use worker_engine::stream::engine::{
     DEFAULT_CONCURRENCY, ProcessError, RecordOutcome, RecordProcessor,
 };
 use worker_engine::telemetry::{self, LogFormat};
+use worker_toolkit::cli::{CliApp, Command};
+use worker_toolkit::replay::redact::Placeholder;
 
 // ---------------------------------------------------------------------------
 // (a) The table, as data: what tests, the CLI and templates create.
@@ -419,7 +419,7 @@ async fn serve(side: &str) -> Result<(), Error> {
 
 // ---------------------------------------------------------------------------
 // (f) The command line, assembled from the engine's building blocks
-// (`worker_engine::cli`), and `main`.
+// (`worker_toolkit::cli`), and `main`.
 
 /// The table every `--table` falls back to.
 pub const LOCAL_TABLE: &str = "notes-local";
@@ -492,7 +492,7 @@ pub struct Cli {
 /// The command line with the app's defaults: [`LOCAL_TABLE`] for every
 /// `--table`, the app's jobs for `run`.
 pub fn command() -> clap::Command {
-    worker_engine::cli::with_app_defaults::<Minimal>(Cli::command())
+    worker_toolkit::cli::with_app_defaults::<Minimal>(Cli::command())
 }
 
 /// `minimal stream|schedule`: a Lambda function; anything else: the
@@ -503,6 +503,6 @@ fn main() -> Result<ExitCode, Error> {
         return serve(&side).map(|()| ExitCode::SUCCESS);
     }
     let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
-    worker_engine::cli::init_logging(cli.verbose);
-    Ok(worker_engine::cli::main_with(cli.command.run::<Minimal>()))
+    worker_toolkit::cli::init_logging(cli.verbose);
+    Ok(worker_toolkit::cli::main_with(cli.command.run::<Minimal>()))
 }

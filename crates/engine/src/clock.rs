@@ -73,6 +73,11 @@ pub fn from_env(
     Ok(Arc::new(ManualClock::new(at.to_utc())))
 }
 
+/// A time as RFC 3339 with `Z` (`2024-03-25T09:00:00Z`).
+pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

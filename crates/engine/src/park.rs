@@ -209,7 +209,7 @@ impl ParkedRecord {
         put("Reason", s(&self.reason));
         put("Record", s(&self.record.to_string()));
         put("Origin", s(self.origin.as_str()));
-        put("ParkedAt", s(&crate::cli::rfc3339(self.parked_at)));
+        put("ParkedAt", s(&crate::clock::rfc3339(self.parked_at)));
         put(
             TTL_ATTRIBUTE,
             AttributeValue::N(expires.timestamp().to_string()),

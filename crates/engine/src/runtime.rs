@@ -25,7 +25,6 @@ use crate::clock::Clock;
 use crate::error::HandlerError;
 use crate::metrics::{self, Emitter, Metric, WriteCounter};
 use crate::park::{self, Origin, Parking};
-use crate::replay::dev::{EventFunction, InvokeError};
 use crate::schedule::{self, JobName, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
 use crate::store::coalesce::Coalescing;
 use crate::store::{DynamoStore, MetricsSnapshot};
@@ -547,8 +546,19 @@ fn configured_timeout(value: Option<&str>) -> Option<Duration> {
     (secs > 0 && timeout <= LONGEST_TIMEOUT).then_some(timeout)
 }
 
-/// The local event-source loop (`dev`) and the test kit's drain invoke the
-/// worker as Lambda would.
+/// Why an invocation failed, as the function's own error type.
+pub type InvokeError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A function invoked as Lambda would invoke it: the toolkit's local
+/// event-source loop (`dev`) and the test kit's drain call it.
+#[async_trait::async_trait]
+pub trait EventFunction: Send + Sync {
+    /// Invoke with a DynamoDB Streams event; `Err` is a failed invocation.
+    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError>;
+    /// Invoke with a schedule event; returns the function's report as JSON.
+    async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError>;
+}
+
 #[async_trait::async_trait]
 impl<J: JobName> EventFunction for Worker<J> {
     async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {

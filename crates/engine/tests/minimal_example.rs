@@ -15,21 +15,21 @@ use chrono::{DateTime, Utc};
 use clap::FromArgMatches;
 use minimal::{APP, Cli, Job, LOCAL_TABLE, Minimal, Note, keys, schema};
 use serde_json::{Value, json};
-use worker_engine::cli::Command;
-use worker_engine::cli::replay::{check_config, replay};
-use worker_engine::cli::table::TableCommand;
-use worker_engine::cli::target::{AppTable, Target};
-use worker_engine::cli::{dev, run as run_job};
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::metrics::{CapturedLines, Emitter};
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::runtime::Worker;
 use worker_engine::store::{ItemReader, ItemWriter, Store};
 use worker_engine::stream::decode::encode_event;
 use worker_engine::stream::engine::RecordStatus;
 use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};
 use worker_testkit::{Drain, TestTable};
+use worker_toolkit::cli::Command;
+use worker_toolkit::cli::replay::{check_config, replay};
+use worker_toolkit::cli::table::TableCommand;
+use worker_toolkit::cli::target::{AppTable, Target};
+use worker_toolkit::cli::{dev, run as run_job};
 
 const NOW: &str = "2024-03-25T00:00:00Z";
 

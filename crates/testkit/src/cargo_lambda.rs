@@ -18,11 +18,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use worker_engine::cli::CliApp;
-use worker_engine::cli::target::{AppTable, Target};
-use worker_engine::replay::apply;
-use worker_engine::replay::snapshot::{load_items, read_snapshot};
 use worker_engine::stream::decode::decode_event;
+use worker_toolkit::cli::CliApp;
+use worker_toolkit::cli::target::{AppTable, Target};
+use worker_toolkit::replay::apply;
+use worker_toolkit::replay::snapshot::{load_items, read_snapshot};
 
 /// The workspace root (this crate is `crates/testkit`).
 fn root() -> PathBuf {
@@ -214,7 +214,7 @@ pub async fn invoke_fixtures<A: CliApp>(
             if stream && f.apply_writes {
                 let decoded = decode_event(&event).expect("a stream event");
                 let plan = apply::plan(&decoded);
-                worker_engine::cli::tables::apply_by_table(
+                worker_toolkit::cli::tables::apply_by_table(
                     target.store.as_ref(),
                     &target.others,
                     &decoded,

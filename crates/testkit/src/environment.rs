@@ -18,12 +18,12 @@
 
 use std::path::Path;
 
-use worker_engine::cli::CliApp;
-use worker_engine::cli::replay::{FileReport, ReplayArgs, load_snapshot, replay};
-use worker_engine::cli::target::{AppTable, TableOpts, Target};
 use worker_engine::metrics::{ENVIRONMENT_FAULTS, MetricValue};
 use worker_engine::schema::TableSchema;
 use worker_engine::stream::engine::RecordStatus;
+use worker_toolkit::cli::CliApp;
+use worker_toolkit::cli::replay::{FileReport, ReplayArgs, load_snapshot, replay};
+use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
 
 use crate::TestTable;
 use crate::fault_proxy::{FaultConfig, FaultKind, FaultPlan, FaultProxy};

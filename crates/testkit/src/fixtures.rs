@@ -9,10 +9,10 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
-use worker_engine::cli::CliApp;
-use worker_engine::cli::replay::{ReplayArgs, replay};
-use worker_engine::cli::target::{AppTable, TableOpts, Target};
-use worker_engine::replay::snapshot::{scan_table, snapshot_text};
+use worker_toolkit::cli::CliApp;
+use worker_toolkit::cli::replay::{ReplayArgs, replay};
+use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
+use worker_toolkit::replay::snapshot::{scan_table, snapshot_text};
 
 use crate::TestTable;
 
@@ -196,7 +196,7 @@ pub fn write_ticks(dir: &Path, app: &str, job: &str, now: &str) {
 /// several tables, every table as one JSON object, each table's items,
 /// sorted, one a line, under its name, the names in order).
 pub async fn tables_text(target: &Target) -> String {
-    let scans = worker_engine::cli::tables::scan_all(target, None)
+    let scans = worker_toolkit::cli::tables::scan_all(target, None)
         .await
         .expect("scan");
     let tables = target.tables();
@@ -205,7 +205,7 @@ pub async fn tables_text(target: &Target) -> String {
         .zip(&scans)
         .map(|(t, items)| (t.snapshot(), items.as_slice()))
         .collect();
-    worker_engine::replay::snapshot::tables_text(&parts)
+    worker_toolkit::replay::snapshot::tables_text(&parts)
 }
 
 /// `events/<app>` of the workspace, from a package's folder two levels

@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
 use worker_engine::item::Item;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
 
@@ -69,8 +69,8 @@ impl TestTable {
     pub async fn on_own_local(
         name: impl Into<String>,
         schema: &TableSchema,
-    ) -> (worker_engine::local::DynamoDbLocal, Self) {
-        let local = worker_engine::local::start()
+    ) -> (worker_toolkit::local::DynamoDbLocal, Self) {
+        let local = worker_toolkit::local::start()
             .await
             .expect("DynamoDB Local must start (see the error for what to install)");
         let endpoint = local.endpoint_url();
@@ -88,7 +88,7 @@ impl TestTable {
     /// A fresh table of this schema on the shared DynamoDB Local, named
     /// after the test (deleted on drop).
     pub async fn with_schema(schema: &TableSchema) -> Self {
-        let local = worker_engine::local::shared()
+        let local = worker_toolkit::local::shared()
             .await
             .expect("DynamoDB Local must start (see the error for what to install)");
         let endpoint = local.endpoint_url();
@@ -159,7 +159,7 @@ impl TestTable {
         String,
         Vec<(String, worker_engine::stream::decode::StreamChange)>,
     ) {
-        use worker_engine::stream_reader::{self, StartAt, StreamTail};
+        use worker_toolkit::stream_reader::{self, StartAt, StreamTail};
         let arn = self
             .store
             .stream_arn()
@@ -238,7 +238,7 @@ pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks
 /// [`Drain::with_parallelization`] as a mapping with that
 /// `ParallelizationFactor`.
 pub struct Drain {
-    tail: worker_engine::stream_reader::StreamTail,
+    tail: worker_toolkit::stream_reader::StreamTail,
     pub batches: Vec<worker_engine::stream::engine::BatchReport>,
     /// Batches in flight at once (Lambda's `ParallelizationFactor`).
     parallelization: usize,
@@ -255,12 +255,12 @@ impl Drain {
             .await
             .expect("describe table")
             .expect("the test table has a stream");
-        let client = worker_engine::stream_reader::local_client(&table.endpoint);
+        let client = worker_toolkit::stream_reader::local_client(&table.endpoint);
         Drain {
-            tail: worker_engine::stream_reader::StreamTail::new(
+            tail: worker_toolkit::stream_reader::StreamTail::new(
                 client,
                 arn,
-                worker_engine::stream_reader::StartAt::TrimHorizon,
+                worker_toolkit::stream_reader::StartAt::TrimHorizon,
             ),
             batches: Vec::new(),
             parallelization: 1,
@@ -442,7 +442,7 @@ pub async fn raw_batch_write_with(
 }
 
 /// The on-failure message Lambda sends when a DynamoDB stream mapping
-/// gives up on a batch (`worker_engine::failure_message` reads it), for the
+/// gives up on a batch (`worker_toolkit::failure_message` reads it), for the
 /// records `start..=end` of `shard` of `stream_arn`.
 pub fn on_failure_message(
     stream_arn: &str,

@@ -3,11 +3,11 @@
 //! `moto[server]`), for SQS, S3, EventBridge and STS.
 //!
 //! Nothing here is a fake: the first use installs moto into a Python
-//! virtual environment (like DynamoDB Local, [`worker_engine::local`]), then
+//! virtual environment (like DynamoDB Local, [`worker_toolkit::local`]), then
 //! starts `python -m moto.server` on a free loopback port. [`shared`] gives
 //! every test of a process the same server (use unique queue, bucket and
 //! bus names); [`start`] a private one, stopped when its handle drops. The
-//! server never outlives the test process ([`worker_engine::local::Watched`]).
+//! server never outlives the test process ([`worker_toolkit::local::Watched`]).
 //!
 //! # Environment
 //!
@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use worker_engine::local::Watched;
+use worker_toolkit::local::Watched;
 
 /// The moto release the tests run against (bump on purpose).
 pub const MOTO_VERSION: &str = "5.2.5";

@@ -1,6 +1,6 @@
 //! What a DynamoDB stream event source mapping's on-failure destination
 //! receives when Lambda gives up on a batch, built the way Lambda builds
-//! it (`worker_engine::failure_message` documents both and their sources):
+//! it (`worker_toolkit::failure_message` documents both and their sources):
 //!
 //! - SQS/SNS: the message, the batch's position only
 //!   ([`crate::on_failure_message`], [`message_for`]);

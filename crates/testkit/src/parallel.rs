@@ -3,11 +3,11 @@
 //! to up to 10 concurrent batch streams ("lanes") by a hash of their
 //! partition key, so records of one partition key stay in order and
 //! records of different keys interleave. The split is the engine's, the
-//! same the `dev` loop uses ([`worker_engine::replay::dev::lane_of`]).
+//! same the `dev` loop uses ([`worker_toolkit::replay::dev::lane_of`]).
 
 use worker_engine::stream::decode::StreamChange;
 
-pub use worker_engine::replay::dev::{MAX_PARALLELIZATION_FACTOR, lane_of};
+pub use worker_toolkit::replay::dev::{MAX_PARALLELIZATION_FACTOR, lane_of};
 
 /// `changes` (in stream order) split into `factor.max(1)` lanes by the
 /// value of their `partition_key` attribute (`None`: every key attribute),
@@ -17,7 +17,7 @@ pub fn lanes(
     partition_key: Option<&str>,
     factor: usize,
 ) -> Vec<Vec<StreamChange>> {
-    worker_engine::replay::dev::split_by_partition_key(changes, partition_key, factor)
+    worker_toolkit::replay::dev::split_by_partition_key(changes, partition_key, factor)
 }
 
 #[cfg(test)]
@@ -30,10 +30,10 @@ mod tests {
     use async_trait::async_trait;
     use aws_sdk_dynamodb::types::AttributeValue;
     use serde_json::{Value, json};
-    use worker_engine::replay::dev::{EventFunction, InvokeError};
     use worker_engine::schema::{DEFAULT_KEY, TableSchema};
     use worker_engine::stream::decode::{ChangeKind, SequenceNumber};
     use worker_engine::stream::engine::BatchReport;
+    use worker_toolkit::replay::dev::{EventFunction, InvokeError};
 
     use super::*;
     use crate::{Drain, TestTable};

@@ -31,8 +31,8 @@ pub fn load(path: &Path) -> Value {
 }
 
 /// The YAML reader and the intrinsic's shape are the engine's (local runs
-/// read the same templates: [`worker_engine::template`]).
-pub use worker_engine::template::{single, to_json};
+/// read the same templates: [`worker_toolkit::template`]).
+pub use worker_toolkit::template::{single, to_json};
 
 /// The template with its intrinsic functions evaluated for given parameter
 /// values (defaults otherwise): references to resources become

@@ -1,18 +1,18 @@
 //! The `archive-worker` command line, assembled from the engine's building
-//! blocks (`worker_engine::cli`): replay captured events through the
+//! blocks (`worker_toolkit::cli`): replay captured events through the
 //! Lambda handlers and read what changed, run a job by hand, manage a
 //! table, capture a table's stream, run a local event-source loop.
 
 use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
-use worker_engine::cli::{CliApp, Command};
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
-use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
+use worker_toolkit::cli::{CliApp, Command};
+use worker_toolkit::replay::redact::Placeholder;
 
 use crate::app::APP;
 use crate::config::Settings;
@@ -114,7 +114,7 @@ pub struct Cli {
 /// The command line with the app's defaults: [`LOCAL_TABLE`] for every
 /// `--table`, the app's jobs for `run`.
 pub fn command() -> clap::Command {
-    worker_engine::cli::with_app_defaults::<Archive>(Cli::command())
+    worker_toolkit::cli::with_app_defaults::<Archive>(Cli::command())
 }
 
 /// Parse the process's arguments (exits with usage on error).
@@ -147,7 +147,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("expire-unzipped"), "{e}");
-        let schedules = worker_engine::cli::dev::schedules::<Archive>(&[]).unwrap();
+        let schedules = worker_toolkit::cli::dev::schedules::<Archive>(&[]).unwrap();
         let crons: Vec<(&str, &str)> = schedules
             .iter()
             .map(|(j, c, _)| (j.as_str(), c.as_str()))

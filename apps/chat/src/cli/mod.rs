@@ -1,5 +1,5 @@
 //! The `chat-worker` command line, assembled from the engine's building
-//! blocks (`worker_engine::cli`): replay captured events through the
+//! blocks (`worker_toolkit::cli`): replay captured events through the
 //! Lambda handlers, run a job by hand, manage the tables, capture a
 //! table's stream, run a local event-source loop over all six streams.
 //!
@@ -15,15 +15,15 @@
 use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
-use worker_engine::cli::tables::{OtherTable, WorkerTables};
-use worker_engine::cli::{CliApp, Command};
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
-use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
 use worker_engine::store::transact::Transactions;
+use worker_toolkit::cli::tables::{OtherTable, WorkerTables};
+use worker_toolkit::cli::{CliApp, Command};
+use worker_toolkit::replay::redact::Placeholder;
 
 use crate::app::{APP, Stores};
 use crate::config::Settings;
@@ -130,7 +130,7 @@ impl CliApp for Chat {
             .collect();
         let settings = Settings::from_lookup(&with_tables(lookup, names))?;
         let stores = Stores::new(Table::ALL.into_iter().map(|t| (t, store.clone())));
-        let tx: Arc<dyn Transactions> = Arc::new(worker_engine::cli::tables::NoTransactions);
+        let tx: Arc<dyn Transactions> = Arc::new(worker_toolkit::cli::tables::NoTransactions);
         Ok(crate::app::worker(stores, tx, settings, clock))
     }
 
@@ -190,7 +190,7 @@ pub struct Cli {
 /// The command line with the app's defaults: [`LOCAL_TABLE`] for every
 /// `--table`, the app's jobs for `run`.
 pub fn command() -> clap::Command {
-    worker_engine::cli::with_app_defaults::<Chat>(Cli::command())
+    worker_toolkit::cli::with_app_defaults::<Chat>(Cli::command())
 }
 
 /// Parse the process's arguments (exits with usage on error).
@@ -237,7 +237,7 @@ mod tests {
                 "PrivateChats"
             ]
         );
-        let schedules = worker_engine::cli::dev::schedules::<Chat>(&[]).unwrap();
+        let schedules = worker_toolkit::cli::dev::schedules::<Chat>(&[]).unwrap();
         let crons: Vec<(&str, &str)> = schedules
             .iter()
             .map(|(j, c, _)| (j.as_str(), c.as_str()))

@@ -128,7 +128,7 @@ impl Chat {
         changes: &[StreamChange],
     ) -> worker_engine::stream::engine::BatchReport {
         let event = worker_engine::stream::decode::encode_event(changes, None);
-        use worker_engine::replay::dev::EventFunction;
+        use worker_engine::runtime::EventFunction;
         self.worker
             .invoke_stream(&event)
             .await
@@ -184,7 +184,7 @@ impl Chat {
     /// Deliver `changes` as one Lambda batch (they must be of one table).
     pub async fn deliver(&self, changes: &[StreamChange]) {
         let event = worker_engine::stream::decode::encode_event(changes, None);
-        use worker_engine::replay::dev::EventFunction;
+        use worker_engine::runtime::EventFunction;
         let report = self
             .worker
             .invoke_stream(&event)
@@ -194,7 +194,7 @@ impl Chat {
     }
 
     pub async fn tick(&self, job: &str) -> Value {
-        use worker_engine::replay::dev::EventFunction;
+        use worker_engine::runtime::EventFunction;
         let tick =
             serde_json::json!({"job": job, "scheduledTime": keys::format_time(self.clock_now())});
         self.worker.invoke_schedule(&tick).await.expect("tick runs")

@@ -34,11 +34,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chat_worker::schema::Table;
-use worker_engine::replay::dev::EventFunction;
+use worker_engine::runtime::EventFunction;
 use worker_engine::stream::decode::SequenceNumber;
 use worker_engine::stream::decode::{StreamChange, encode_event};
-use worker_engine::stream_reader::{StartAt, StreamTail, local_client};
 use worker_testkit::TestTable;
+use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
 
 /// A table's stream, read from its beginning, reopened after a failed read.
 pub struct Tail {

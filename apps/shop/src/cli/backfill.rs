@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use worker_engine::cli::CliError;
-use worker_engine::cli::target::{AppTable, TableOpts, Target};
 use worker_engine::error::HandlerError;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
+use worker_toolkit::cli::CliError;
+use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
 
 use super::Shop;
 use crate::derive::backfill::{Backfill, Figures};

@@ -1,5 +1,5 @@
 //! The `shop-worker` command line, assembled from the engine's building
-//! blocks (`worker_engine::cli`: `replay`, `run`, `table`, `capture`,
+//! blocks (`worker_toolkit::cli`: `replay`, `run`, `table`, `capture`,
 //! `dev`), plus `backfill`: the backfill pass run to its end on a table,
 //! with a progress bar.
 
@@ -8,14 +8,14 @@ pub mod backfill;
 use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
-use worker_engine::cli::{CliApp, CliError, Command};
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::notify::RecordingPublisher;
-use worker_engine::replay::redact::Placeholder;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
+use worker_toolkit::cli::{CliApp, CliError, Command};
+use worker_toolkit::replay::redact::Placeholder;
 
 use crate::app::APP;
 use crate::config::Settings;
@@ -143,7 +143,7 @@ pub struct Cli {
 /// The command line with the app's defaults: [`LOCAL_TABLE`] for every
 /// `--table`, the app's jobs for `run`.
 pub fn command() -> clap::Command {
-    worker_engine::cli::with_app_defaults::<Shop>(Cli::command())
+    worker_toolkit::cli::with_app_defaults::<Shop>(Cli::command())
 }
 
 /// Parse the process's arguments (exits with usage on error).
@@ -181,7 +181,7 @@ mod tests {
             panic!("backfill");
         };
         assert_eq!(b.table.table, LOCAL_TABLE);
-        let schedules = worker_engine::cli::dev::schedules::<Shop>(&[]).unwrap();
+        let schedules = worker_toolkit::cli::dev::schedules::<Shop>(&[]).unwrap();
         let crons: Vec<(&str, &str)> = schedules
             .iter()
             .map(|(j, c, _)| (j.as_str(), c.as_str()))

@@ -1,7 +1,7 @@
 //! The local event-source loop: reads a table's stream the way Lambda's
 //! event source mapping does and invokes a function with Lambda-shaped
 //! events, plus cron-driven schedule ticks. Generic: the function is an
-//! [`EventFunction`] (the engine's [`crate::runtime::Worker`] is one), the records come from a
+//! [`EventFunction`] (the engine's [`worker_engine::runtime::Worker`] is one), the records come from a
 //! [`RecordSource`] (a [`StreamTail`] in production use).
 //!
 //! Event source mapping rules reproduced here:
@@ -42,18 +42,17 @@ use serde_json::Value;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::item::Item;
-use crate::store::StoreError;
-use crate::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use crate::stream::engine::BatchReport;
 use crate::stream_reader::StreamTail;
+use worker_engine::item::Item;
+use worker_engine::store::StoreError;
+use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
 
-/// Why an invocation failed, as the function's own error type (the loop
-/// renders it only where it logs it).
-pub type InvokeError = Box<dyn std::error::Error + Send + Sync>;
+/// The function the loop invokes, as Lambda would, and why an invocation
+/// failed (the loop renders it only where it logs it).
+pub use worker_engine::runtime::{EventFunction, InvokeError};
 
 /// The invocation failed because of the deployment, not the records (a
-/// missing table or index, access denied: [`crate::error::FailureKind`]).
+/// missing table or index, access denied: [`worker_engine::error::FailureKind`]).
 /// A function returns it as its [`InvokeError`]; the loop stops at once
 /// instead of retrying and discarding the batch, since every retry would
 /// meet the same fault ([`PollReport::environment_fault`],
@@ -61,15 +60,6 @@ pub type InvokeError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("environment fault: {0}")]
 pub struct EnvironmentFault(pub String);
-
-/// The function the loop invokes, as Lambda would.
-#[async_trait]
-pub trait EventFunction: Send + Sync {
-    /// Invoke with a DynamoDB Streams event; `Err` is a failed invocation.
-    async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError>;
-    /// Invoke with a schedule event; returns the function's report as JSON.
-    async fn invoke_schedule(&self, event: &Value) -> Result<Value, InvokeError>;
-}
 
 /// Where stream records come from: `(shard id, change)` pairs, each shard in
 /// order, every record once.
@@ -1025,8 +1015,9 @@ impl Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::decode::ChangeKind;
     use std::sync::Mutex;
+    use worker_engine::stream::decode::ChangeKind;
+    use worker_engine::stream::engine::BatchReport;
 
     fn change(seq: u32) -> StreamChange {
         StreamChange {

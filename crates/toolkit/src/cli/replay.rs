@@ -35,17 +35,17 @@ use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
-use crate::clock::{Clock, ManualClock, SystemClock};
-use crate::error::FailureKind;
 use crate::replay::apply::{self, NotApplied};
 use crate::replay::diff::TablesDiff;
 use crate::replay::report::{RecordLine, record_lines};
-use crate::runtime::{EventError, Worker};
-use crate::schedule::{JobName, JobReport};
-use crate::store::Store;
-use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite};
-use crate::stream::decode::decode_event;
-use crate::stream::engine::BatchReport;
+use worker_engine::clock::{Clock, ManualClock, SystemClock};
+use worker_engine::error::FailureKind;
+use worker_engine::runtime::{EventError, Worker};
+use worker_engine::schedule::{JobName, JobReport};
+use worker_engine::store::Store;
+use worker_engine::store::layers::{DryRunStore, MadeWrite, PlannedWrite};
+use worker_engine::stream::decode::decode_event;
+use worker_engine::stream::engine::BatchReport;
 
 /// Options of `replay`.
 #[derive(Debug, Clone, Default, Args)]
@@ -337,8 +337,8 @@ pub fn worker_env(
 /// worker touches no table); the jobs it runs.
 pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job>, CliError> {
     let lookup = worker_env(table, env)?;
-    let store: Arc<dyn Store> = Arc::new(crate::store::DynamoStore::new(
-        crate::store::local_client("http://127.0.0.1:9"),
+    let store: Arc<dyn Store> = Arc::new(worker_engine::store::DynamoStore::new(
+        worker_engine::store::local_client("http://127.0.0.1:9"),
         table,
     ));
     A::worker(store, &lookup, Arc::new(SystemClock))
@@ -405,7 +405,7 @@ fn app_worker<A: CliApp>(
         None => Arc::new(SystemClock),
     };
     let lookup = worker_env(&target.table, env)?;
-    let tx: Arc<dyn crate::store::transact::Transactions> = if dry_run {
+    let tx: Arc<dyn worker_engine::store::transact::Transactions> = if dry_run {
         Arc::new(super::tables::NoTransactions)
     } else {
         Arc::new(target.store.as_ref().clone())

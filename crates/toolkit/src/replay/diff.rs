@@ -9,7 +9,7 @@ use super::ddbjson::{
     attribute_to_json, by_key, item_to_json, key_of, key_text, key_values, readable,
     readable_attributes, sort_items,
 };
-use crate::item::Item;
+use worker_engine::item::Item;
 
 /// One changed value inside an item: a top-level attribute (`Name`), a map
 /// entry (`Meta.Owner`) or a list element (`Parts[2].Expiry`).

@@ -22,7 +22,7 @@ use super::target::{
     AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
-use crate::schedule::JobName;
+use worker_engine::schedule::JobName;
 
 /// Options of `run`.
 #[derive(Debug, Clone, Default, Args)]
@@ -255,7 +255,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         }
     }
     if let Err(e) = &result
-        && e.kind() == crate::error::FailureKind::Environment
+        && e.kind() == worker_engine::error::FailureKind::Environment
     {
         return Err(CliError::Environment(e.to_string()));
     }

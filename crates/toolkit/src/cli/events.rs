@@ -6,9 +6,9 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::CliError;
-use crate::item::redact_quoted;
-use crate::schedule::{self, JobName, TickSource};
-use crate::stream::decode;
+use worker_engine::item::redact_quoted;
+use worker_engine::schedule::{self, JobName, TickSource};
+use worker_engine::stream::decode;
 
 /// What an event file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

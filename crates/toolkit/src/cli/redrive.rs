@@ -1,4 +1,4 @@
-//! `<app> redrive`: run parked records ([`crate::park`]) through the
+//! `<app> redrive`: run parked records ([`worker_engine::park`]) through the
 //! current handlers, and replay the batches the stream mapping gave up on
 //! from its on-failure destination ([`crate::failure_message`]).
 //!
@@ -54,14 +54,16 @@ use super::target::{
 };
 use super::{CliApp, CliError, EXIT_FAILURES};
 use crate::failure_message::{self, FailureRange};
-use crate::park::{self, Origin, PARKING_TABLE_ENV, ParkedRecord, Parking, ParkingSettings};
-use crate::runtime::Worker;
-use crate::schedule::JobName;
-use crate::store::layers::DryRunStore;
-use crate::store::{DynamoStore, StoreError};
-use crate::stream::decode::{SequenceNumber, decode_record_with, encode_event};
-use crate::stream::engine::{BatchReport, RecordStatus};
 use crate::stream_reader::read_range;
+use worker_engine::park::{
+    self, Origin, PARKING_TABLE_ENV, ParkedRecord, Parking, ParkingSettings,
+};
+use worker_engine::runtime::Worker;
+use worker_engine::schedule::JobName;
+use worker_engine::store::layers::DryRunStore;
+use worker_engine::store::{DynamoStore, StoreError};
+use worker_engine::stream::decode::{SequenceNumber, decode_record_with, encode_event};
+use worker_engine::stream::engine::{BatchReport, RecordStatus};
 
 pub use bucket::S3Location;
 pub use queue::VISIBILITY_TIMEOUT;
@@ -588,7 +590,7 @@ pub async fn redrive_range<J: JobName>(
         worker,
         dry,
         parking,
-        keys: crate::schema::DEFAULT_KEY.names(),
+        keys: worker_engine::schema::DEFAULT_KEY.names(),
         park: false,
         apply,
     };
@@ -692,7 +694,7 @@ pub async fn read_failure_range(
 /// `PARKING_TABLE` (through `--env` or the environment).
 fn parking_settings(args: &RedriveArgs) -> Result<Option<ParkingSettings>, CliError> {
     let lookup = super::replay::worker_env(&args.endpoint.table, &args.env)?;
-    let mut settings = ParkingSettings::from_env(&crate::env::Env::new(&lookup))
+    let mut settings = ParkingSettings::from_env(&worker_engine::env::Env::new(&lookup))
         .map_err(|e| CliError::Usage(e.to_string()))?;
     if let Some(table) = &args.parking_table {
         let retention = settings
@@ -1078,9 +1080,9 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
     let (worker, dry) = worker::<A>(&target, None, !args.apply, &args.env)?;
     let dry = dry.as_deref();
     let client = if is_local(&target.endpoint) {
-        crate::store::local_client(&target.endpoint)
+        worker_engine::store::local_client(&target.endpoint)
     } else {
-        crate::store::client(Some(&target.endpoint)).await
+        worker_engine::store::client(Some(&target.endpoint)).await
     };
     let settings = parking_settings(&args)?;
     let parking_there = match &settings {

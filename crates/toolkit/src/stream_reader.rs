@@ -10,12 +10,12 @@ use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{OperationType, Record, ShardIteratorType};
 use chrono::{DateTime, Utc};
 
-use crate::item::Item;
-use crate::store::StoreError;
-use crate::stream::decode::{ChangeKind, SequenceNumber, StreamChange};
+use worker_engine::item::Item;
+use worker_engine::store::StoreError;
+use worker_engine::stream::decode::{ChangeKind, SequenceNumber, StreamChange};
 
 /// A Streams API client for a local endpoint (same rules as
-/// [`crate::store::local_client`]).
+/// [`worker_engine::store::local_client`]).
 pub fn local_client(endpoint_url: &str) -> Client {
     let config = aws_sdk_dynamodbstreams::Config::builder()
         .behavior_version(aws_sdk_dynamodbstreams::config::BehaviorVersion::latest())
@@ -28,7 +28,7 @@ pub fn local_client(endpoint_url: &str) -> Client {
             "worker-local",
         ))
         .endpoint_url(endpoint_url)
-        .http_client(crate::aws::https_client())
+        .http_client(worker_engine::aws::https_client())
         .build();
     Client::from_conf(config)
 }
@@ -40,7 +40,7 @@ pub async fn client(endpoint_url: Option<&str>) -> Client {
             local_client(url)
         }
         _ => {
-            let mut loader = crate::aws::defaults();
+            let mut loader = worker_engine::aws::defaults();
             if let Some(url) = endpoint_url {
                 loader = loader.endpoint_url(url);
             }

@@ -21,9 +21,9 @@ use clap::Args;
 use super::target::{AppTable, EndpointOpts, Target};
 use super::{CliApp, CliError, parse_now};
 use crate::replay::redact::{Placeholder, Redactor};
-use crate::schema::{StreamView, TableSchema};
-use crate::stream::decode::{SequenceNumber, encode_event_as};
 use crate::stream_reader::{StartAt, StreamTail};
+use worker_engine::schema::{StreamView, TableSchema};
+use worker_engine::stream::decode::{SequenceNumber, encode_event_as};
 
 /// Options of `capture`.
 #[derive(Debug, Clone, Default, Args)]

@@ -60,7 +60,7 @@ pub struct StartArgs {
 pub fn export_line(server: &Server) -> String {
     format!(
         "export {}={}",
-        crate::aws::DYNAMODB_ENDPOINT_URL,
+        worker_engine::aws::DYNAMODB_ENDPOINT_URL,
         server.endpoint
     )
 }

@@ -29,17 +29,17 @@ use super::deployment::{DeployOpts, deadline, describe_timeout};
 use super::replay::{check_config, load_snapshot, worker};
 use super::target::{AppTable, RemoteWriteOpts, TableOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
-use crate::error::FailureKind;
 use crate::replay::dev::{
     Action, BatchLog, EnvironmentFault, EventFunction, EventSourceLoop, InvokeError, LoopError,
     MAX_PARALLELIZATION_FACTOR, MappingConfig, MappingSource, Schedule, Ticker, failure_record,
 };
-use crate::runtime::{EventError, Worker};
-use crate::schedule::JobName;
-use crate::stream::decode::SequenceNumber;
-use crate::stream::engine::BatchReport;
 use crate::stream_reader::{StartAt, StreamTail};
 use crate::template::{Deployment, StreamMapping};
+use worker_engine::error::FailureKind;
+use worker_engine::runtime::{EventError, Worker};
+use worker_engine::schedule::JobName;
+use worker_engine::stream::decode::SequenceNumber;
+use worker_engine::stream::engine::BatchReport;
 
 /// Where an event source starts reading a stream it has no saved position
 /// for (the `StartingPosition` of a DynamoDB stream's mapping).

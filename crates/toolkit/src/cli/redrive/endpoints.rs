@@ -30,8 +30,8 @@
 //! that is not AWS. Path-style addressing (`http://host/BUCKET/KEY`) for an
 //! endpoint that is not AWS.
 
-use crate::aws::{ENDPOINT_URL, IGNORE_ENDPOINT_URLS, endpoint_host, is_aws};
 use crate::cli::target::{AwsOpts, sdk_config};
+use worker_engine::aws::{ENDPOINT_URL, IGNORE_ENDPOINT_URLS, endpoint_host, is_aws};
 
 /// Where a client goes.
 #[derive(Debug, Clone, PartialEq, Eq)]

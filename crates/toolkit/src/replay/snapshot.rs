@@ -19,8 +19,10 @@ use indicatif::ProgressBar;
 use serde_json::Value;
 
 use super::ddbjson::{item_from_json, item_to_line, key_text, sort_items};
-use crate::item::{Item, redact_quoted};
-use crate::store::{BatchWriteReport, BatchWriter, QueryStore, ScanSpec, StoreError, WriteOp};
+use worker_engine::item::{Item, redact_quoted};
+use worker_engine::store::{
+    BatchWriteReport, BatchWriter, QueryStore, ScanSpec, StoreError, WriteOp,
+};
 
 /// Why a snapshot cannot be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -6,9 +6,9 @@
 //! [`plan`] is pure (which write each record stands for, and which records
 //! cannot be applied, with the reason); [`apply`] performs a plan.
 
-use crate::item::Item;
-use crate::store::{ItemWriter, StoreError, WriteOp};
-use crate::stream::decode::{ChangeKind, RecordError, StreamChange};
+use worker_engine::item::Item;
+use worker_engine::store::{ItemWriter, StoreError, WriteOp};
+use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
 
 /// The write one record stands for.
 #[derive(Debug, Clone, PartialEq)]
@@ -88,8 +88,8 @@ pub async fn apply(store: &dyn ItemWriter, plan: &WritePlan) -> Result<usize, St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stream::decode::{decode_event, encode_event};
     use aws_sdk_dynamodb::types::AttributeValue;
+    use worker_engine::stream::decode::{decode_event, encode_event};
 
     fn change(kind: ChangeKind, pk: &str, new: bool) -> StreamChange {
         let keys: Item = [

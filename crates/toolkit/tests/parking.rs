@@ -13,11 +13,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
-use worker_engine::cli::capture::{CaptureArgs, capture};
-use worker_engine::cli::redrive::{Verdict, park_range, redrive_parked, redrive_range};
-use worker_engine::cli::target::{AppTable, EndpointOpts, Target};
 use worker_engine::clock::ManualClock;
-use worker_engine::failure_message;
 use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::park::{self, Origin, Parking};
 use worker_engine::runtime::{EveryBatch, Worker, WorkerSettings};
@@ -26,8 +22,12 @@ use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Store, local_client};
 use worker_engine::stream::decode::{ChangeKind, SequenceNumber, StreamChange, encode_event};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::stream_reader;
 use worker_testkit::{TestTable, ddb, on_failure_message};
+use worker_toolkit::cli::capture::{CaptureArgs, capture};
+use worker_toolkit::cli::redrive::{Verdict, park_range, redrive_parked, redrive_range};
+use worker_toolkit::cli::target::{AppTable, EndpointOpts, Target};
+use worker_toolkit::failure_message;
+use worker_toolkit::stream_reader;
 
 const STREAM: &str =
     "arn:aws:dynamodb:us-east-1:123456789012:table/notes/stream/2024-03-25T00:00:00.000";

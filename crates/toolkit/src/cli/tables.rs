@@ -27,18 +27,18 @@ use serde_json::{Value, json};
 
 use super::CliError;
 use super::target::{AppTable, Target};
-use crate::item::Item;
 use crate::replay::apply::WritePlan;
 use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
 use crate::replay::snapshot::{
     SnapshotError, SnapshotTable, TableItems, load_items, read_tables, scan_table, write_tables,
 };
-use crate::schema::TableSchema;
-use crate::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
-use crate::store::transact::{TransactOp, TransactOutcome, Transactions};
-use crate::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
-use crate::stream::decode::{RecordError, StreamChange};
-use crate::stream::source::table_name;
+use worker_engine::item::Item;
+use worker_engine::schema::TableSchema;
+use worker_engine::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
+use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
+use worker_engine::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
+use worker_engine::stream::decode::{RecordError, StreamChange};
+use worker_engine::stream::source::table_name;
 
 /// A table the worker serves besides the target table.
 #[derive(Debug, Clone)]

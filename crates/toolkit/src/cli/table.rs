@@ -15,7 +15,7 @@ use super::output::{bar, counter, print_json};
 use super::tables::{counts_json, load_all, read_app_snapshot, scan_all, table_counts, write_all};
 use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
-use crate::store::{BatchWriteReport, StoreError};
+use worker_engine::store::{BatchWriteReport, StoreError};
 
 /// Options of `table`.
 #[derive(Debug, Clone, Args)]

@@ -32,15 +32,15 @@ pub mod target;
 
 use std::sync::Arc;
 
-use crate::clock::Clock;
-use crate::env::ConfigError;
 use crate::local::LocalError;
 use crate::replay::redact::Placeholder;
 use crate::replay::snapshot::SnapshotError;
-use crate::runtime::Worker;
-use crate::schedule::JobName;
-use crate::schema::TableSchema;
-use crate::store::{Store, StoreError};
+use worker_engine::clock::Clock;
+use worker_engine::env::ConfigError;
+use worker_engine::runtime::Worker;
+use worker_engine::schedule::JobName;
+use worker_engine::schema::TableSchema;
+use worker_engine::store::{Store, StoreError};
 
 /// Exit status when a command ran but a record was not handled (failed,
 /// rejected, malformed, not the app's, given up on) or a job failed.
@@ -105,7 +105,7 @@ pub trait CliApp: Send + Sync + 'static {
     }
     /// The key of a job's resume checkpoint, if the job keeps one
     /// (`checkpoints list|reset`).
-    fn checkpoint_key(job: Self::Job) -> Option<crate::store::Key> {
+    fn checkpoint_key(job: Self::Job) -> Option<worker_engine::store::Key> {
         let _ = job;
         None
     }
@@ -130,7 +130,7 @@ pub trait CliApp: Send + Sync + 'static {
     fn worker_on_tables(
         store: Arc<dyn Store>,
         others: tables::WorkerTables,
-        tx: Arc<dyn crate::store::transact::Transactions>,
+        tx: Arc<dyn worker_engine::store::transact::Transactions>,
         lookup: &dyn Fn(&str) -> Option<String>,
         clock: Arc<dyn Clock>,
     ) -> Result<Worker<Self::Job>, ConfigError> {
@@ -141,7 +141,7 @@ pub trait CliApp: Send + Sync + 'static {
 
 /// The subcommands every app's command line has: the engine's `Args`. An
 /// app's `Parser` holds it as its subcommand
-/// (`#[command(subcommand)] command: worker_engine::cli::Command`), and its
+/// (`#[command(subcommand)] command: worker_toolkit::cli::Command`), and its
 /// examples come from [`CliApp::examples`].
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
@@ -410,10 +410,7 @@ where
     }
 }
 
-/// A time as RFC 3339 with `Z` (`2024-03-25T09:00:00Z`).
-pub fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
-}
+pub use worker_engine::clock::rfc3339;
 
 /// Parse `--now`: RFC 3339, e.g. `2024-03-25T09:00:00Z`.
 pub fn parse_now(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {

@@ -64,7 +64,7 @@
 
 use serde_json::Value;
 
-use crate::stream::decode::SequenceNumber;
+use worker_engine::stream::decode::SequenceNumber;
 
 /// The records a failure message stands for: one shard, a sequence range
 /// (both ends included).

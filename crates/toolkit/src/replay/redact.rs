@@ -18,8 +18,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::AttributeValue;
 use hmac::{KeyInit, Mac};
 
-use crate::item::Item;
-use crate::stream::decode::StreamChange;
+use worker_engine::item::Item;
+use worker_engine::stream::decode::StreamChange;
 
 /// The shape of a placeholder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -254,7 +254,7 @@ mod tests {
         ];
         let change = |pk: &str, sk: &str, name: &str, r: &str| StreamChange {
             event_id: "e".into(),
-            kind: crate::stream::decode::ChangeKind::Insert,
+            kind: worker_engine::stream::decode::ChangeKind::Insert,
             sequence_number: None,
             approximate_creation: None,
             keys: [

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use super::tables::TableWrites;
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
 use crate::replay::diff::{TableDiff, TablesDiff};
-use crate::store::DynamoStore;
-use crate::store::layers::{MadeWrite, PlannedWrite, WriteResult};
+use worker_engine::store::DynamoStore;
+use worker_engine::store::layers::{MadeWrite, PlannedWrite, WriteResult};
 
 /// `PUT PK/SK {attrs} [if cond]`, `DELETE PK/SK [if cond]`,
 /// `UPDATE PK/SK <expr> [if cond]`.
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn planned_writes_read_well() {
-        let key: crate::store::Key = [
+        let key: worker_engine::store::Key = [
             ("PK".to_owned(), AttributeValue::S("u".into())),
             ("SK".to_owned(), AttributeValue::S("Member#m".into())),
         ]
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn writes_of_several_tables_are_listed_by_table() {
-        let key: crate::store::Key = [
+        let key: worker_engine::store::Key = [
             ("PK".to_owned(), AttributeValue::S("c".into())),
             ("SK".to_owned(), AttributeValue::S("c".into())),
         ]
@@ -290,7 +290,7 @@ mod tests {
     fn a_diff_of_several_tables_says_which_changed() {
         use crate::replay::diff::{NamedDiff, diff_tables};
         let item = |v: serde_json::Value| crate::replay::ddbjson::item_from_json(&v).unwrap();
-        let named = |table: &str, keys, after: Vec<crate::item::Item>| NamedDiff {
+        let named = |table: &str, keys, after: Vec<worker_engine::item::Item>| NamedDiff {
             table: table.into(),
             keys,
             diff: diff_tables(&[], &after, keys),

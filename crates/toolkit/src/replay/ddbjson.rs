@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Map, Value};
 
-use crate::item::Item;
+use worker_engine::item::Item;
 
 /// The type tags of DynamoDB JSON.
 const TAGS: [&str; 10] = ["S", "N", "B", "BOOL", "NULL", "L", "M", "SS", "NS", "BS"];

@@ -9,8 +9,8 @@ use clap::Args;
 use super::{CliApp, CliError};
 use crate::local::{self, DynamoDbLocal};
 use crate::replay::redact::Placeholder;
-use crate::schema::TableSchema;
-use crate::store::{self, DynamoStore, StoreError};
+use worker_engine::schema::TableSchema;
+use worker_engine::store::{self, DynamoStore, StoreError};
 
 /// The app a command works for: its name (in messages), its table, and
 /// the attributes that hold personal data.
@@ -62,9 +62,10 @@ pub struct AwsOpts {
 }
 
 /// The DynamoDB endpoint the environment names, as the SDK reads it
-/// ([`crate::aws::endpoint_from_env`]): `--endpoint-url`'s default.
+/// ([`worker_engine::aws::endpoint_from_env`]): `--endpoint-url`'s default.
 fn endpoint_from_env() -> Option<&'static str> {
-    crate::aws::endpoint_from_process_env("DynamoDB").map(|url| &*Box::leak(url.into_boxed_str()))
+    worker_engine::aws::endpoint_from_process_env("DynamoDB")
+        .map(|url| &*Box::leak(url.into_boxed_str()))
 }
 
 /// Where the table is; by default an embedded DynamoDB Local.
@@ -131,7 +132,7 @@ pub struct Target {
     embedded: Option<DynamoDbLocal>,
 }
 
-pub use crate::aws::{endpoint_host, is_aws, is_loopback};
+pub use worker_engine::aws::{endpoint_host, is_aws, is_loopback};
 
 /// Whether the endpoint is on this machine (no AWS credentials needed).
 pub fn is_local(endpoint: &str) -> bool {
@@ -162,7 +163,7 @@ pub fn refuse_remote_writes(
 /// own). For an endpoint that is not AWS, missing region and credentials
 /// default to us-east-1 and dummy keys (a DynamoDB Local elsewhere).
 pub async fn sdk_config(endpoint: Option<&str>, aws: &AwsOpts) -> aws_config::SdkConfig {
-    let mut loader = crate::aws::defaults();
+    let mut loader = worker_engine::aws::defaults();
     if let Some(p) = &aws.profile {
         loader = loader.profile_name(p);
     }

@@ -8,9 +8,9 @@
 //! # Usage
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), worker_engine::local::LocalError> {
+//! # async fn demo() -> Result<(), worker_toolkit::local::LocalError> {
 //! // In tests: one instance per process, started on first use and shared by every test.
-//! let ddb = worker_engine::local::shared().await?;
+//! let ddb = worker_toolkit::local::shared().await?;
 //! // (`worker_engine::store::local_client` builds the same client.)
 //! let config = aws_sdk_dynamodb::Config::builder()
 //!     .behavior_version(aws_sdk_dynamodb::config::BehaviorVersion::latest())
@@ -25,7 +25,7 @@
 //! # let _ = client;
 //!
 //! // A private instance that is stopped when the handle is dropped.
-//! let own = worker_engine::local::start().await?;
+//! let own = worker_toolkit::local::start().await?;
 //! println!("DynamoDB Local at {} (log: {})", own.endpoint_url(), own.log_path().display());
 //! drop(own); // kills the JVM and frees the port
 //! # Ok(())

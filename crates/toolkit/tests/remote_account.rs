@@ -19,9 +19,9 @@
 
 use std::process::Command;
 
-use worker_engine::cli::target::{AppTable, AwsOpts, Target};
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_testkit::moto;
+use worker_toolkit::cli::target::{AppTable, AwsOpts, Target};
 
 /// The child's marker: run the announcement, nothing else.
 const CHILD: &str = "WORKER_TEST_ANNOUNCE_CHILD";

@@ -12,8 +12,8 @@ use super::output::print_json;
 use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
-use crate::schedule::JobName;
-use crate::store::{ItemReader, ItemWriter, WriteOutcome};
+use worker_engine::schedule::JobName;
+use worker_engine::store::{ItemReader, ItemWriter, WriteOutcome};
 
 /// Options of `checkpoints`.
 #[derive(Debug, Clone, Args)]

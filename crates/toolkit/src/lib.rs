@@ -1,0 +1,24 @@
+//! worker-toolkit: the local side of a worker-engine app, on a developer's
+//! or operator's machine; nothing here runs in Lambda (the bootstraps link
+//! `worker-engine` only).
+//!
+//! - [`cli`]: an app's command line, generic over the app ([`cli::CliApp`]):
+//!   `replay`, `run`, `table`, `capture`, `dev`, `redrive`, `checkpoints`,
+//!   `local`, `completions`;
+//! - [`replay`]: DynamoDB JSON, snapshots, diffs, the writes a captured
+//!   batch describes, redaction, and the local event-source loop;
+//! - [`local`]: DynamoDB Local, installed on first use and started;
+//! - [`template`]: the settings of an app's SAM template;
+//! - [`stream_reader`]: a table's DynamoDB Stream read through the Streams
+//!   API (capture, the dev loop, redrive);
+//! - [`failure_message`]: what Lambda's on-failure destinations receive.
+//!
+//! No app's names, attributes or key strings appear here
+//! (`crates/engine/tests/no_app_names.rs` reads this crate too).
+
+pub mod cli;
+pub mod failure_message;
+pub mod local;
+pub mod replay;
+pub mod stream_reader;
+pub mod template;
