@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use nishiki_worker::cli::{KEYS, Nishiki};
+use nishiki_cli::{KEYS, Nishiki};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
 use worker_toolkit::cli::replay::{ReplayArgs, replay};

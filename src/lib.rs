@@ -4,10 +4,11 @@
 //! - [`keys`]: the shared key encoding (every `PK`/`SK` string lives there),
 //!   [`schema`]: the table definition next to it;
 //! - [`datetime`], [`items`]: typed items, lenient reading, canonical writing;
-//! - [`local`]: the DynamoDB Local harness used by tests and the CLI.
+//! - [`jobs`]: the three jobs, each described once, its rules in one file;
+//! - [`app`], [`worker`]: the worker assembled; the Lambda bootstraps in
+//!   `src/bin`. The command line is `apps/nishiki-cli` (`nishiki-worker`).
 
 pub mod app;
-pub mod cli;
 pub mod config;
 pub mod datetime;
 pub mod deploy;
@@ -17,6 +18,5 @@ pub mod keys;
 pub mod metrics;
 pub mod notify;
 pub mod schedule;
-
 pub mod schema;
 pub mod worker;

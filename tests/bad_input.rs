@@ -198,7 +198,7 @@ fn replay_names_the_bad_file_and_exits_1() {
         _ => false,
     }) {
         let path = dir().join(&case.file);
-        let out = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"))
+        let out = Command::new(worker_testkit::cargo_bin("nishiki-worker"))
             .env_remove("RUST_LOG")
             .env("NO_COLOR", "1")
             .arg("replay")

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use nishiki_worker::cli::Nishiki;
+use nishiki_cli::Nishiki;
 use worker_testkit::cargo_lambda::{Functions, invoke_fixtures};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

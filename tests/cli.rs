@@ -9,7 +9,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use nishiki_worker::cli::KEYS;
+use nishiki_cli::KEYS;
 use serde_json::Value;
 use support::TestTable;
 use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text};
@@ -17,7 +17,7 @@ use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text}
 const NOW: &str = "2024-03-25T09:00:00Z";
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));
+    let mut c = Command::new(worker_testkit::cargo_bin("nishiki-worker"));
     c.env_remove("RUST_LOG").env("NO_COLOR", "1");
     for var in [
         "AWS_ENDPOINT_URL",

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nishiki_cli::KEYS;
 use nishiki_worker::app::App;
-use nishiki_worker::cli::KEYS;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{ContainerId, GroupId, ItemKey};
 use support::TestTable;

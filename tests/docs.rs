@@ -16,8 +16,9 @@
 //! Commands of other tools (`aws`, `sam`, `cargo`, `scripts/...`) are not
 //! run: they need an AWS account or are the test suite itself.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+use worker_toolkit::cli::command;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -150,9 +151,19 @@ fn invocation(line: &str) -> Option<(String, Vec<String>)> {
                 .and_then(|i| opts.get(i + 1))
                 .cloned()
         };
+        // An app's binary is built by its command line's package
+        // (`apps/<app>-cli`), not by the app's own (which builds only the
+        // Lambda bootstraps): `-p archive-worker` runs nothing.
+        let package = named("-p").or_else(|| named("--package"));
+        if let Some(package) = &package {
+            assert!(
+                !APPS.contains(&package.as_str()),
+                "`{line}`: package {package} has no command line binary; use --bin {package} or -p {}",
+                package.replace("-worker", "-cli")
+            );
+        }
         let app = named("--bin")
-            .or_else(|| named("-p"))
-            .or_else(|| named("--package"))
+            .or_else(|| package.map(|p| p.replace("-cli", "-worker")))
             .unwrap_or_else(|| "nishiki-worker".to_owned());
         return APPS
             .contains(&app.as_str())
@@ -163,10 +174,10 @@ fn invocation(line: &str) -> Option<(String, Vec<String>)> {
 
 fn parser(app: &str) -> clap::Command {
     match app {
-        "nishiki-worker" => nishiki_worker::cli::command(),
-        "archive-worker" => archive_worker::cli::command(),
-        "chat-worker" => chat_worker::cli::command(),
-        "shop-worker" => shop_worker::cli::command(),
+        "nishiki-worker" => command::<nishiki_cli::Nishiki>(),
+        "archive-worker" => command::<archive_cli::Archive>(),
+        "chat-worker" => command::<chat_cli::Chat>(),
+        "shop-worker" => command::<shop_cli::Shop>(),
         other => unreachable!("{other}"),
     }
 }
@@ -249,7 +260,7 @@ fn steps(block: &Block) -> Vec<Step> {
 
 /// The folder of the workspace's binaries (this test's own is beside it).
 fn bin_dir() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_nishiki-worker"))
+    worker_testkit::cargo_bin("nishiki-worker")
         .parent()
         .expect("the binary's folder")
         .to_owned()
@@ -333,7 +344,7 @@ fn every_console_block_of_the_documents_runs_as_written() {
         }
     }
     // A walkthrough that failed half-way must not leave its DynamoDB Local.
-    let _ = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"))
+    let _ = Command::new(worker_testkit::cargo_bin("nishiki-worker"))
         .args(["local", "stop"])
         .output();
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
@@ -361,8 +372,18 @@ fn the_block_reader_sees_commands_and_outputs() {
         ))
     );
     assert_eq!(
-        invocation("cargo run -p chat-worker -- replay x.json").map(|(a, _)| a),
+        invocation("cargo run -p chat-cli -- replay x.json").map(|(a, _)| a),
         Some("chat-worker".into())
+    );
+    assert_eq!(
+        invocation("cargo run --bin chat-worker -- replay x.json").map(|(a, _)| a),
+        Some("chat-worker".into())
+    );
+    let rules_package =
+        std::panic::catch_unwind(|| invocation("cargo run -p chat-worker -- replay x.json"));
+    assert!(
+        rules_package.is_err(),
+        "the app's own package has no command line binary"
     );
     assert_eq!(
         invocation("T=t nishiki-worker run audit").map(|(_, args)| args),

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
+use nishiki_cli::{KEYS, Nishiki};
 use nishiki_worker::app::App;
-use nishiki_worker::cli::{KEYS, Nishiki};
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};

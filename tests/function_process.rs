@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use nishiki_worker::cli::KEYS;
+use nishiki_cli::KEYS;
 use serde_json::Value;
 use support::TestTable;
 use support::fault_proxy::{FaultConfig, FaultProxy};

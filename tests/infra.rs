@@ -26,8 +26,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, NaiveDate, Utc};
+use nishiki_cli::KEYS;
 use nishiki_worker::app::{App, EventError};
-use nishiki_worker::cli::KEYS;
 use nishiki_worker::config::{Config, ManualClock, env_vars};
 use nishiki_worker::deploy::{
     self, FunctionSpec, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,

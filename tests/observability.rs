@@ -27,9 +27,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use chrono::{DateTime, Utc};
+use nishiki_cli::KEYS;
+use nishiki_cli::worker_config;
 use nishiki_worker::app::App;
-use nishiki_worker::cli::KEYS;
-use nishiki_worker::cli::worker_config;
 use nishiki_worker::config::ManualClock;
 use nishiki_worker::keys::Job;
 use nishiki_worker::metrics::{CapturedLines, Emitter, MAX_VALUES, NAMESPACE};

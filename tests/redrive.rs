@@ -55,7 +55,7 @@ const AWS_VARS: [&str; 10] = [
 /// The binary with exactly these AWS variables (`env`), the others
 /// removed.
 fn run_with(args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));
+    let mut cmd = Command::new(worker_testkit::cargo_bin("nishiki-worker"));
     cmd.env_remove("RUST_LOG")
         .env_remove("PARKING_TABLE")
         .env("NO_COLOR", "1");

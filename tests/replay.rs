@@ -10,8 +10,8 @@ use std::process::Command;
 use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use nishiki_cli::{KEYS, Nishiki};
 use nishiki_worker::app::App;
-use nishiki_worker::cli::{KEYS, Nishiki};
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::items::Item;
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
@@ -156,7 +156,7 @@ async fn capture_then_replay_apply_writes_rebuilds_the_table() {
 
     // capture (the command), then replay --apply-writes (the command).
     let captured = tmp(&format!("{}-capture.json", a.name));
-    let o = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"))
+    let o = Command::new(worker_testkit::cargo_bin("nishiki-worker"))
         .args([
             "capture",
             "--endpoint-url",
@@ -171,7 +171,7 @@ async fn capture_then_replay_apply_writes_rebuilds_the_table() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let b = support::nishiki_table().await;
     let rebuilt = tmp(&format!("{}-rebuilt.json", b.name));
-    let o = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"))
+    let o = Command::new(worker_testkit::cargo_bin("nishiki-worker"))
         .args([
             "replay",
             "--apply-writes",

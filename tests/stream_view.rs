@@ -20,7 +20,7 @@ use worker_toolkit::cli::capture::{CaptureArgs, capture};
 use worker_toolkit::cli::target::{AppTable, Target};
 
 fn bin() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));
+    let mut c = Command::new(worker_testkit::cargo_bin("nishiki-worker"));
     c.env_remove("RUST_LOG").env("NO_COLOR", "1");
     for var in [
         "AWS_ENDPOINT_URL",
@@ -228,7 +228,7 @@ async fn the_refusals_advice_gives_a_stream_capture_accepts() {
 async fn a_keys_only_stream_is_captured_as_keys_only() {
     let t = table_with(StreamView::KeysOnly).await;
     three_changes(&t).await;
-    let mut app = AppTable::of::<nishiki_worker::cli::Nishiki>();
+    let mut app = AppTable::of::<nishiki_cli::Nishiki>();
     app.schema = app.schema.needing_stream(StreamView::KeysOnly);
     let target = Target::connect(&t.endpoint, &t.name, &app).await;
     let out = tmp("keys-only.json");

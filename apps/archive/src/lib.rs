@@ -18,10 +18,10 @@
 //! there only), [`schema`] (the table and its `KeyName` index, and why),
 //! [`items`] (typed items), `lookup::rules` and `unzip::rules` (decisions
 //! without I/O); then the handlers and jobs, [`app`] (the description and
-//! the assembled worker), [`cli`], and the Lambda bootstraps in `src/bin`.
+//! the assembled worker), and the Lambda bootstraps in `src/bin`; its command line is
+//! `apps/archive-cli`.
 
 pub mod app;
-pub mod cli;
 pub mod config;
 pub mod items;
 pub mod keys;

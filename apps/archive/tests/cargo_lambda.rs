@@ -7,7 +7,7 @@ use worker_testkit::cargo_lambda::{Functions, invoke_fixtures};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cargo_lambda_serves_the_stream_and_schedule_functions() {
-    invoke_fixtures::<archive_worker::cli::Archive>(
+    invoke_fixtures::<archive_cli::Archive>(
         &worker_testkit::fixtures::events_dir(env!("CARGO_MANIFEST_DIR"), "archive"),
         "TABLE_NAME",
         Functions {

@@ -6,7 +6,7 @@ mod support;
 
 use std::process::ExitCode;
 
-use archive_worker::cli::{Archive, LOCAL_TABLE, parse_from};
+use archive_cli::{Archive, LOCAL_TABLE};
 use archive_worker::items::Stage;
 use archive_worker::keys::{self, ItemKey, LookupKey};
 use archive_worker::schema::schema;
@@ -20,7 +20,9 @@ use worker_toolkit::cli::run as run_job;
 use worker_toolkit::cli::target::{AppTable, Target};
 
 fn command(args: &[&str]) -> Command {
-    parse_from(args).expect("a valid command line").command
+    let cli = worker_toolkit::cli::parse_from::<Archive, _, _>(args).expect("a valid command line");
+    let worker_toolkit::cli::AppCommand::Toolkit(command) = cli.command;
+    command
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -174,7 +176,7 @@ async fn run_rebuilds_the_lookup_and_expires_unzipped_files_on_the_table_given()
 #[test]
 fn another_apps_records_are_foreign_and_exit_3() {
     let events = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../events");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_archive-worker"))
+    let out = std::process::Command::new(worker_testkit::cargo_bin("archive-worker"))
         .args(["replay", "--json"])
         .arg(events.join("shop/stream/brand-deleted.json"))
         .env("NO_COLOR", "1")

@@ -15,8 +15,7 @@ fn events_dir() -> PathBuf {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broken_deployment_stops_every_fixture_and_parks_nothing() {
     let outcomes =
-        every_fixture_stops_on_environment_faults::<archive_worker::cli::Archive>(&events_dir())
-            .await;
+        every_fixture_stops_on_environment_faults::<archive_cli::Archive>(&events_dir()).await;
     for (broken, out) in &outcomes {
         if *broken != Broken::IndexesMissing {
             assert!(out.faults > 0, "{broken:?}: no fixture met the fault");

@@ -15,7 +15,7 @@ mod support;
 
 use std::path::PathBuf;
 
-use archive_worker::cli::Archive;
+use archive_cli::Archive;
 use archive_worker::items::{ArchivedFile, Stage};
 use archive_worker::keys::{self, FileTime, ItemKey};
 use archive_worker::schema::schema;

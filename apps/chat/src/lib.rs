@@ -18,11 +18,11 @@
 //! there only), [`schema`] (the six tables and their indexes, and why),
 //! [`items`] (typed items), `requests::rules` (decisions without I/O);
 //! then the handlers and jobs, [`app`] (the description and the assembled
-//! worker), [`cli`], and the Lambda bootstraps in `src/bin`.
+//! worker), and the Lambda bootstraps in `src/bin`; its command line is
+//! `apps/chat-cli`.
 
 pub mod app;
 pub mod cascade;
-pub mod cli;
 pub mod config;
 pub mod items;
 pub mod keys;

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Output};
 
-use chat_worker::cli::{Chat, parse_from};
+use chat_cli::Chat;
 use chat_worker::items::{RequestCopy, Status};
 use chat_worker::keys::{self, ChatItem, ChatKind, RequestKey};
 use chat_worker::schema::Table;
@@ -17,7 +17,9 @@ use worker_toolkit::cli::Command;
 use worker_toolkit::cli::target::{AppTable, Target};
 
 fn command(args: &[&str]) -> Command {
-    parse_from(args).expect("a valid command line").command
+    let cli = worker_toolkit::cli::parse_from::<Chat, _, _>(args).expect("a valid command line");
+    let worker_toolkit::cli::AppCommand::Toolkit(command) = cli.command;
+    command
 }
 
 fn copy(key: RequestKey, status: Status) -> worker_engine::item::Item {
@@ -217,7 +219,7 @@ fn workspace() -> PathBuf {
 
 /// `chat-worker ARGS` in `dir`, the tables by their seed names.
 fn chat_worker(dir: &Path, args: &[&str]) -> Output {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_chat-worker"));
+    let mut c = std::process::Command::new(worker_testkit::cargo_bin("chat-worker"));
     c.current_dir(dir)
         .env_remove("RUST_LOG")
         .env("NO_COLOR", "1");

@@ -18,7 +18,7 @@ mod support;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-use chat_worker::cli::Chat as ChatCli;
+use chat_cli::Chat as ChatCli;
 use chat_worker::items::Status;
 use chat_worker::keys;
 use chat_worker::schema::Table;

@@ -61,7 +61,7 @@ fn scratch(name: &str) -> PathBuf {
 
 /// `chat-worker ARGS` in the workspace, the tables by their seed names.
 fn chat_worker(args: &[&str]) -> Output {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_chat-worker"));
+    let mut c = std::process::Command::new(worker_testkit::cargo_bin("chat-worker"));
     c.current_dir(workspace())
         .env_remove("RUST_LOG")
         .env("NO_COLOR", "1");

@@ -16,12 +16,11 @@
 //! Layout, pure core first: [`keys`] (every key string, built and parsed
 //! there only), [`schema`], [`items`] (typed items), `derive::rules`,
 //! `refs::rules` and `stuck::rules` (decisions without I/O); then the
-//! handlers and jobs, [`app`], [`cli`], and the Lambda bootstraps in
-//! `src/bin`.
+//! handlers and jobs, [`app`], and the Lambda bootstraps in
+//! `src/bin`; its command line is `apps/shop-cli`.
 
 pub mod app;
 pub mod checkpoint;
-pub mod cli;
 pub mod config;
 pub mod derive;
 pub mod items;

@@ -97,7 +97,7 @@ async fn the_command_line_backfills_a_table() {
     let h = history(&mut Seeded::new(8), 150);
     let table = TestTable::with_schema(&schema()).await;
     apply(table.store.as_ref(), &h.writes).await;
-    let cli = shop_worker::cli::parse_from([
+    let cli = worker_toolkit::cli::parse_from::<shop_cli::Shop, _, _>([
         "shop-worker",
         "backfill",
         "--endpoint-url",
@@ -106,7 +106,7 @@ async fn the_command_line_backfills_a_table() {
         &table.name,
     ])
     .unwrap();
-    let code = cli.command.run().await.expect("backfill runs");
+    let code = cli.run::<shop_cli::Shop>().await.expect("backfill runs");
     assert_eq!(code, std::process::ExitCode::SUCCESS);
     for item in table.snapshot().await {
         let d = shop_worker::derive::rules::Derivation::of(&item)

@@ -17,7 +17,7 @@ fn workspace() -> PathBuf {
 /// `shop-worker ARGS --endpoint-url .. --table ..`, run from the
 /// workspace's root; its stdout as JSON.
 fn shop_worker(table: &TestTable, args: &[&str]) -> Value {
-    let o: Output = std::process::Command::new(env!("CARGO_BIN_EXE_shop-worker"))
+    let o: Output = std::process::Command::new(worker_testkit::cargo_bin("shop-worker"))
         .current_dir(workspace())
         .env_remove("RUST_LOG")
         .env("NO_COLOR", "1")

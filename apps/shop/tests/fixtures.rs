@@ -16,7 +16,7 @@ mod support;
 use std::path::PathBuf;
 
 use serde_json::json;
-use shop_worker::cli::Shop;
+use shop_cli::Shop;
 use shop_worker::items::{Order, Product, User};
 use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;

@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use clap::{CommandFactory, FromArgMatches, Parser};
 use lambda_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -43,7 +42,7 @@ use worker_engine::stream::engine::{
     DEFAULT_CONCURRENCY, ProcessError, RecordOutcome, RecordProcessor,
 };
 use worker_engine::telemetry::{self, LogFormat};
-use worker_toolkit::cli::{CliApp, Command};
+use worker_toolkit::cli::{CliApp, NoExtra};
 use worker_toolkit::replay::redact::Placeholder;
 
 // ---------------------------------------------------------------------------
@@ -418,19 +417,22 @@ async fn serve(side: &str) -> Result<(), Error> {
 }
 
 // ---------------------------------------------------------------------------
-// (f) The command line, assembled from the engine's building blocks
-// (`worker_toolkit::cli`), and `main`.
+// (f) The command line: the toolkit's (`worker_toolkit::cli`), with what
+// only this app knows, and `main`.
 
-/// The table every `--table` falls back to.
-pub const LOCAL_TABLE: &str = "notes-local";
-
-/// The app, as the engine's command line sees it.
+/// The app, as the toolkit's command line sees it.
 pub struct Minimal;
 
 impl CliApp for Minimal {
     type Job = Job;
-    const NAME: &'static str = "minimal";
-    const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+    type Deps = Deps;
+    type Handler = dyn RecordProcessor;
+    type Extra = NoExtra;
+    const APP: &'static AppSpec<Job, Deps, dyn RecordProcessor> = &APP;
+    const DEFAULT_TABLE: &'static str = "notes-local";
+    const ABOUT: &'static str =
+        "Run the notes worker locally: replay events, run a job, manage a table, live loop.";
+    const EXAMPLES: &'static str = "Example:\n  minimal replay --apply-writes captured.json";
 
     fn schema() -> TableSchema {
         schema()
@@ -441,27 +443,6 @@ impl CliApp for Minimal {
     /// `capture --redact`.
     fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
         Vec::new()
-    }
-
-    fn local_cron(job: Job) -> &'static str {
-        APP.schedule(job).map_or("never", |s| s.local_cron)
-    }
-
-    fn examples() -> &'static [(&'static str, &'static str)] {
-        &[
-            (
-                "replay",
-                "Example:\n  minimal replay --apply-writes captured.json",
-            ),
-            (
-                "run",
-                "Example:\n  minimal run purge-expired --snapshot notes.json --now 2024-03-25T00:00:00Z",
-            ),
-            (
-                "dev",
-                "Example:\n  minimal dev --snapshot notes.json --cron purge-expired='* * * * *'",
-            ),
-        ]
     }
 
     /// The worker over the command's table, configured from `lookup` the
@@ -475,26 +456,6 @@ impl CliApp for Minimal {
     }
 }
 
-/// `minimal`: the command line.
-#[derive(Debug, Parser)]
-#[command(
-    name = "minimal",
-    about = "Run the notes worker locally: replay events, run a job, manage a table, live loop."
-)]
-pub struct Cli {
-    /// More log output on stderr (-v: info, -vv: debug).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The command line with the app's defaults: [`LOCAL_TABLE`] for every
-/// `--table`, the app's jobs for `run`.
-pub fn command() -> clap::Command {
-    worker_toolkit::cli::with_app_defaults::<Minimal>(Cli::command())
-}
-
 /// `minimal stream|schedule`: a Lambda function; anything else: the
 /// command line.
 fn main() -> Result<ExitCode, Error> {
@@ -502,7 +463,5 @@ fn main() -> Result<ExitCode, Error> {
     if side == "stream" || side == "schedule" {
         return serve(&side).map(|()| ExitCode::SUCCESS);
     }
-    let cli = Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit());
-    worker_toolkit::cli::init_logging(cli.verbose);
-    Ok(worker_toolkit::cli::main_with(cli.command.run::<Minimal>()))
+    Ok(worker_toolkit::cli::main::<Minimal>())
 }

@@ -12,8 +12,10 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use clap::FromArgMatches;
-use minimal::{APP, Cli, Job, LOCAL_TABLE, Minimal, Note, keys, schema};
+use minimal::{APP, Job, Minimal, Note, keys, schema};
+use worker_toolkit::cli::{AppCommand, CliApp, command};
+
+const LOCAL_TABLE: &str = Minimal::DEFAULT_TABLE;
 use serde_json::{Value, json};
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
@@ -279,12 +281,9 @@ async fn a_tick_purges_expired_notes_but_not_a_renewed_one() {
 
 /// The example's command line, parsed as `main` parses it.
 fn parse(args: &[&str]) -> Command {
-    let matches = minimal::command()
-        .try_get_matches_from(args)
-        .expect("a valid command line");
-    Cli::from_arg_matches(&matches)
-        .expect("the matches fit the parser")
-        .command
+    let cli = worker_toolkit::cli::parse_from::<Minimal, _, _>(args).expect("a valid command line");
+    let AppCommand::Toolkit(command) = cli.command;
+    command
 }
 
 /// A fresh directory for the event files of one test.
@@ -296,7 +295,7 @@ fn scratch_dir(table: &TestTable) -> std::path::PathBuf {
 
 #[test]
 fn the_command_line_gives_the_app_defaults() {
-    minimal::command().debug_assert();
+    command::<Minimal>().debug_assert();
 
     let Command::Replay(replay) = parse(&["minimal", "replay", "events.json"]) else {
         panic!("replay");
@@ -331,7 +330,7 @@ fn the_command_line_gives_the_app_defaults() {
         ("purge-expired", "other")
     );
 
-    let e = minimal::command()
+    let e = command::<Minimal>()
         .try_get_matches_from(["minimal", "run", "vacuum"])
         .unwrap_err();
     assert_eq!(e.kind(), clap::error::ErrorKind::InvalidValue);

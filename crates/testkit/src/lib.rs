@@ -25,10 +25,14 @@
 //!   back what a publisher put on it;
 //! - [`on_failure`]: what a stream mapping's on-failure destination (SQS,
 //!   S3) receives, built as Lambda builds it;
+//! - [`cargo_bin`]: a binary of another package (an app's command line),
+//!   built for the test that runs it;
 //! - [`environment`]: every fixture of an app run in a broken deployment
 //!   (denied, table deleted, indexes missing) must stop with an
 //!   environment fault.
 
+pub mod cargo_bin;
+pub use cargo_bin::cargo_bin;
 pub mod cargo_lambda;
 pub mod environment;
 pub mod eventbridge;

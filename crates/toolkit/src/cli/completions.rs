@@ -15,19 +15,9 @@ pub struct CompletionsArgs {
     pub shell: clap_complete::Shell,
 }
 
-/// The app's command as completions see it: the engine's subcommands
-/// with the app's defaults (the app's own global flags are not known
-/// here).
-pub fn command<A: CliApp>() -> clap::Command {
-    let cmd = <super::Command as clap::Subcommand>::augment_subcommands(
-        clap::Command::new(A::NAME).subcommand_required(true),
-    );
-    super::with_app_defaults::<A>(cmd)
-}
-
 /// `<app> completions SHELL`.
 pub async fn run<A: CliApp>(args: CompletionsArgs) -> Result<ExitCode, CliError> {
-    let mut cmd = command::<A>();
+    let mut cmd = super::command::<A>();
     clap_complete::generate(args.shell, &mut cmd, A::NAME, &mut std::io::stdout());
     Ok(ExitCode::SUCCESS)
 }

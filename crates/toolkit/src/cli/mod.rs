@@ -1,19 +1,19 @@
-//! The building blocks of an app's command line: one clap `Args` struct and
-//! one `run` function per subcommand (`replay`, `run`, `table`, `capture`,
-//! `dev`, `checkpoints`, `completions`), generic over the app ([`CliApp`]).
-//! Every command that writes passes the one guard
+//! An app's command line, generic over the app ([`CliApp`]): one clap
+//! `Args` struct and one `run` function per subcommand (`replay`, `run`,
+//! `table`, `capture`, `dev`, `redrive`, `checkpoints`, `local`,
+//! `completions`). Every command that writes passes the one guard
 //! [`target::refuse_remote_writes`] before it connects, and
-//! [`target::Target::announce_writes`] before its first write. An app's `main` declares its
-//! own `Parser` (its name, about text and examples) whose subcommands are
-//! these `Args`, and dispatches to these functions; see `docs/ENGINE.md`.
+//! [`target::Target::announce_writes`] before its first write.
+//!
+//! An app's binary is one line, [`main`]; its [`CliApp`] states what the
+//! command line cannot know: the table it falls back to, its help texts,
+//! the worker of a local run. [`command`] is the app's whole command (its
+//! name, help, examples, the toolkit's subcommands and its own
+//! [`CliApp::Extra`] ones, the defaults of [`with_app_defaults`]).
 //!
 //! [`target`] opens the table (an embedded DynamoDB Local by default),
 //! [`events`] reads event files, [`output`] renders shared parts. The
 //! machinery underneath lives in [`crate::replay`].
-//!
-//! App-specific defaults (the table used when `--table` is not given, the
-//! job names `run` accepts) are set on the app's command by
-//! [`with_app_defaults`]; [`parse`] parses with them.
 
 pub mod capture;
 pub mod checkpoints;
@@ -30,13 +30,18 @@ pub mod table;
 pub mod tables;
 pub mod target;
 
+use std::future::Future;
+use std::process::ExitCode;
 use std::sync::Arc;
+
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::local::LocalError;
 use crate::replay::redact::Placeholder;
 use crate::replay::snapshot::SnapshotError;
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
+use worker_engine::job::AppSpec;
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
 use worker_engine::schema::TableSchema;
@@ -75,22 +80,41 @@ pub fn exit_status(failed: bool, incomplete: bool) -> std::process::ExitCode {
     }
 }
 
-/// What the command line needs to know of an app.
+/// What the command line needs to know of an app beyond its
+/// [`AppSpec`](CliApp::APP).
 pub trait CliApp: Send + Sync + 'static {
     /// The app's jobs.
     type Job: JobName;
-    /// The command's name, in messages that say what to run next.
-    const NAME: &'static str;
+    /// What the app's jobs are built from, and its handlers' type (the
+    /// parameters of its [`AppSpec`]).
+    type Deps: ?Sized + 'static;
+    type Handler: ?Sized + 'static;
+    /// Subcommands of the app's own, beside the toolkit's ([`NoExtra`]:
+    /// none).
+    type Extra: ExtraCommand;
+    /// The app, described once: its name, jobs and their schedules.
+    const APP: &'static AppSpec<Self::Job, Self::Deps, Self::Handler>;
+    /// The command's name, in messages that say what to run next: the
+    /// app's name.
+    const NAME: &'static str = Self::APP.name;
     /// The table every `--table` falls back to.
     const DEFAULT_TABLE: &'static str;
+    /// One line of `--help`.
+    const ABOUT: &'static str;
+    /// What `--help` adds after [`CliApp::ABOUT`], if anything.
+    const DETAILS: Option<&'static str> = None;
+    /// The examples after `--help`'s options.
+    const EXAMPLES: &'static str;
     /// The table as the app expects it (created on the embedded DynamoDB
     /// Local and by `table create`).
     fn schema() -> TableSchema;
     /// Attributes holding personal data, replaced by `capture --redact`.
     fn personal_attributes() -> Vec<(&'static str, Placeholder)>;
     /// A job's schedule in the local event-source loop: a 5-field cron in
-    /// UTC, or `never`.
-    fn local_cron(job: Self::Job) -> &'static str;
+    /// UTC, or `never`; by default its schedule's `local_cron`.
+    fn local_cron(job: Self::Job) -> &'static str {
+        Self::APP.schedule(job).map_or("never", |s| s.local_cron)
+    }
     /// Examples shown after a subcommand's long help, by subcommand name
     /// (`replay`, `run`, `table`, `capture`, `dev`).
     fn examples() -> &'static [(&'static str, &'static str)] {
@@ -182,6 +206,114 @@ impl Command {
     }
 }
 
+/// An app's own subcommands beside the toolkit's (a `clap::Subcommand`
+/// enum), each run to an exit status.
+pub trait ExtraCommand: clap::Subcommand + std::fmt::Debug + Send + 'static {
+    fn run(self) -> impl Future<Output = Result<ExitCode, CliError>> + Send;
+}
+
+/// No subcommand of the app's own.
+#[derive(Debug, Clone, Copy)]
+pub enum NoExtra {}
+
+impl FromArgMatches for NoExtra {
+    fn from_arg_matches(_: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Err(clap::Error::new(clap::error::ErrorKind::InvalidSubcommand))
+    }
+
+    fn update_from_arg_matches(&mut self, _: &clap::ArgMatches) -> Result<(), clap::Error> {
+        match *self {}
+    }
+}
+
+impl clap::Subcommand for NoExtra {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        cmd
+    }
+
+    fn has_subcommand(_: &str) -> bool {
+        false
+    }
+}
+
+impl ExtraCommand for NoExtra {
+    async fn run(self) -> Result<ExitCode, CliError> {
+        match self {}
+    }
+}
+
+/// The subcommands of an app: the toolkit's, then its own.
+#[derive(Debug, clap::Subcommand)]
+// Parsed once per process: the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+pub enum AppCommand<E: ExtraCommand> {
+    #[command(flatten)]
+    Toolkit(Command),
+    #[command(flatten)]
+    App(E),
+}
+
+/// An app's command line; parse it with [`parse_from`] (or [`command`]),
+/// which give it the app's name, help and defaults.
+#[derive(Debug, clap::Parser)]
+#[command(version, propagate_version = true)]
+pub struct Cli<E: ExtraCommand> {
+    /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: AppCommand<E>,
+}
+
+impl<E: ExtraCommand> Cli<E> {
+    /// Run the parsed command for app `A`; `Ok` carries the exit status.
+    pub async fn run<A: CliApp<Extra = E>>(self) -> Result<ExitCode, CliError> {
+        match self.command {
+            AppCommand::Toolkit(command) => command.run::<A>().await,
+            AppCommand::App(command) => command.run().await,
+        }
+    }
+}
+
+/// The app's whole command: its name, help and examples
+/// ([`CliApp::ABOUT`], [`CliApp::DETAILS`], [`CliApp::EXAMPLES`]), every
+/// subcommand, and the app's defaults ([`with_app_defaults`]).
+pub fn command<A: CliApp>() -> clap::Command {
+    let cmd = Cli::<A::Extra>::command()
+        .name(A::NAME)
+        .bin_name(A::NAME)
+        .about(A::ABOUT)
+        .after_long_help(A::EXAMPLES);
+    let cmd = match A::DETAILS {
+        Some(details) => cmd.long_about(format!("{}\n\n{details}", A::ABOUT)),
+        None => cmd,
+    };
+    with_app_defaults::<A>(cmd)
+}
+
+/// Parse `args` (`args[0]` is the program name) as app `A`'s command line.
+pub fn parse_from<A, I, T>(args: I) -> Result<Cli<A::Extra>, clap::Error>
+where
+    A: CliApp,
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    Cli::from_arg_matches(&command::<A>().try_get_matches_from(args)?)
+}
+
+/// An app's whole `main`: parse the process's arguments (usage and exit 2
+/// on error), install the log subscriber, run the command and exit with
+/// its status (an error printed as one line).
+pub fn main<A: CliApp>() -> ExitCode {
+    let cli = parse_from::<A, _, _>(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    init_logging(cli.verbose);
+    main_with(cli.run::<A>())
+}
+
 /// The job names of an app, for `run`'s `JOB` argument.
 pub fn job_names<A: CliApp>() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(A::Job::ALL.iter().map(|j| j.as_str()))
@@ -228,13 +360,6 @@ pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
             cmd
         }
     })
-}
-
-/// Parse the process's arguments into the app's parser `P`, with the app's
-/// defaults ([`with_app_defaults`]); exits with a usage message on error.
-pub fn parse<A: CliApp, P: clap::Parser>() -> P {
-    let matches = with_app_defaults::<A>(P::command()).get_matches();
-    P::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Why a command failed; displayed as one line (`error: ...`).

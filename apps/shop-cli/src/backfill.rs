@@ -10,9 +10,9 @@ use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_toolkit::cli::CliError;
 use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
 
-use super::Shop;
-use crate::derive::backfill::{Backfill, Figures};
-use crate::keys::Job;
+use crate::Shop;
+use shop_worker::derive::backfill::{Backfill, Figures};
+use shop_worker::keys::Job;
 
 /// Options of `backfill`.
 #[derive(Debug, Clone, Args)]

@@ -1,37 +1,42 @@
-//! The `archive-worker` command line, assembled from the engine's building
-//! blocks (`worker_toolkit::cli`): replay captured events through the
-//! Lambda handlers and read what changed, run a job by hand, manage a
-//! table, capture a table's stream, run a local event-source loop.
+//! `archive-worker`, the archive worker's command line: worker-toolkit's
+//! (replay captured events through the Lambda handlers, run a job by hand,
+//! manage a table, capture a table's stream, run a local event-source
+//! loop), with what only this app knows.
 
 use std::sync::Arc;
 
-use clap::{CommandFactory, FromArgMatches, Parser};
+use archive_worker::app::{APP, Deps};
+use archive_worker::config::Settings;
+use archive_worker::keys::Job;
+use archive_worker::notify::RecordingPublisher;
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
-use worker_toolkit::cli::{CliApp, Command};
+use worker_engine::stream::engine::RecordProcessor;
+use worker_toolkit::cli::{CliApp, NoExtra};
 use worker_toolkit::replay::redact::Placeholder;
-
-use crate::app::APP;
-use crate::config::Settings;
-use crate::keys::Job;
-use crate::notify::RecordingPublisher;
 
 /// The table every `--table` falls back to.
 pub const LOCAL_TABLE: &str = "archive-table-local";
 
-/// The archive worker, as the engine's command line sees it.
+/// The archive worker, as the toolkit's command line sees it.
 pub struct Archive;
 
 impl CliApp for Archive {
     type Job = Job;
-    const NAME: &'static str = "archive-worker";
+    type Deps = Deps;
+    type Handler = dyn RecordProcessor;
+    type Extra = NoExtra;
+    const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn RecordProcessor> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+    const ABOUT: &'static str = "Run the archive worker locally: replay DynamoDB Streams events and schedule \
+ticks through the handlers the Lambda functions run, run a job, manage a table, live loop.";
+    const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
-        crate::schema::schema()
+        archive_worker::schema::schema()
     }
 
     /// No attribute of the archive table is personal data (dates, object
@@ -45,11 +50,7 @@ impl CliApp for Archive {
     }
 
     fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
-        Some(crate::keys::checkpoint(job))
-    }
-
-    fn local_cron(job: Job) -> &'static str {
-        APP.schedule(job).map_or("never", |s| s.local_cron)
+        Some(archive_worker::keys::checkpoint(job))
     }
 
     fn examples() -> &'static [(&'static str, &'static str)] {
@@ -77,7 +78,7 @@ impl CliApp for Archive {
         clock: Arc<dyn Clock>,
     ) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(lookup)?;
-        Ok(crate::app::worker(
+        Ok(archive_worker::app::worker(
             store,
             settings,
             Arc::new(RecordingPublisher::default()),
@@ -85,9 +86,6 @@ impl CliApp for Archive {
         ))
     }
 }
-
-const ABOUT: &str = "Run the archive worker locally: replay DynamoDB Streams events and schedule \
-ticks through the handlers the Lambda functions run, run a job, manage a table, live loop.";
 
 const EXAMPLES: &str = "\
 Examples:
@@ -100,50 +98,20 @@ Examples:
   # Rebuild the lookup of a table you run
   archive-worker run rebuild-lookup --endpoint-url http://127.0.0.1:8000 --table archive";
 
-/// `archive-worker`: the command line.
-#[derive(Debug, Parser)]
-#[command(name = "archive-worker", version, about = ABOUT, after_long_help = EXAMPLES)]
-pub struct Cli {
-    /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The command line with the app's defaults: [`LOCAL_TABLE`] for every
-/// `--table`, the app's jobs for `run`.
-pub fn command() -> clap::Command {
-    worker_toolkit::cli::with_app_defaults::<Archive>(Cli::command())
-}
-
-/// Parse the process's arguments (exits with usage on error).
-pub fn parse() -> Cli {
-    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
-}
-
-/// Parse arguments (`args[0]` is the program name).
-pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use worker_toolkit::cli::{AppCommand, Command, command, parse_from};
 
     #[test]
     fn the_command_line_is_consistent() {
-        command().debug_assert();
-        let cli = parse_from(["archive-worker", "run", "rebuild-lookup"]).unwrap();
-        let Command::Run(run) = cli.command else {
+        command::<Archive>().debug_assert();
+        let cli = parse_from::<Archive, _, _>(["archive-worker", "run", "rebuild-lookup"]).unwrap();
+        let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
             panic!("run");
         };
         assert_eq!(run.table.table, LOCAL_TABLE);
-        let e = parse_from(["archive-worker", "run", "vacuum"])
+        let e = parse_from::<Archive, _, _>(["archive-worker", "run", "vacuum"])
             .unwrap_err()
             .to_string();
         assert!(e.contains("expire-unzipped"), "{e}");

@@ -1,7 +1,7 @@
-//! The `chat-worker` command line, assembled from the engine's building
-//! blocks (`worker_toolkit::cli`): replay captured events through the
-//! Lambda handlers, run a job by hand, manage the tables, capture a
-//! table's stream, run a local event-source loop over all six streams.
+//! `chat-worker`, the chat worker's command line: worker-toolkit's (replay
+//! captured events through the Lambda handlers, run a job by hand, manage
+//! the tables, capture a table's stream, run a local event-source loop over
+//! all six streams), with what only this app knows.
 //!
 //! The target table (`--table`, default `ChatRequests`) is the
 //! ChatRequests table; the five others are named by their variables
@@ -14,7 +14,6 @@
 
 use std::sync::Arc;
 
-use clap::{CommandFactory, FromArgMatches, Parser};
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
@@ -22,13 +21,13 @@ use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
 use worker_engine::store::transact::Transactions;
 use worker_toolkit::cli::tables::{OtherTable, WorkerTables};
-use worker_toolkit::cli::{CliApp, Command};
+use worker_toolkit::cli::{CliApp, NoExtra};
 use worker_toolkit::replay::redact::Placeholder;
 
-use crate::app::{APP, Stores};
-use crate::config::Settings;
-use crate::keys::Job;
-use crate::schema::Table;
+use chat_worker::app::{APP, Deps, Stores, TableHandler};
+use chat_worker::config::Settings;
+use chat_worker::keys::Job;
+use chat_worker::schema::Table;
 
 /// The table every `--table` falls back to: the ChatRequests table.
 pub const LOCAL_TABLE: &str = Table::ChatRequests.name();
@@ -64,8 +63,13 @@ fn with_tables<'a>(
 
 impl CliApp for Chat {
     type Job = Job;
-    const NAME: &'static str = "chat-worker";
+    type Deps = Deps;
+    type Handler = dyn TableHandler;
+    type Extra = NoExtra;
+    const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn TableHandler> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+    const ABOUT: &'static str = ABOUT;
+    const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
         Table::ChatRequests.schema()
@@ -78,10 +82,6 @@ impl CliApp for Chat {
             ("Username", Placeholder::Name),
             ("Name", Placeholder::Name),
         ]
-    }
-
-    fn local_cron(job: Job) -> &'static str {
-        APP.schedule(job).map_or("never", |s| s.local_cron)
     }
 
     fn template_path() -> Option<&'static str> {
@@ -131,7 +131,7 @@ impl CliApp for Chat {
         let settings = Settings::from_lookup(&with_tables(lookup, names))?;
         let stores = Stores::new(Table::ALL.into_iter().map(|t| (t, store.clone())));
         let tx: Arc<dyn Transactions> = Arc::new(worker_toolkit::cli::tables::NoTransactions);
-        Ok(crate::app::worker(stores, tx, settings, clock))
+        Ok(chat_worker::app::worker(stores, tx, settings, clock))
     }
 
     fn worker_on_tables(
@@ -151,7 +151,12 @@ impl CliApp for Chat {
                 .expect("other_tables names the tables by their variables");
             stores.push((table, s));
         }
-        Ok(crate::app::worker(Stores::new(stores), tx, settings, clock))
+        Ok(chat_worker::app::worker(
+            Stores::new(stores),
+            tx,
+            settings,
+            clock,
+        ))
     }
 }
 
@@ -176,46 +181,22 @@ Examples:
   chat-worker table create --endpoint-url http://127.0.0.1:8000
   chat-worker dev --endpoint-url http://127.0.0.1:8000";
 
-/// `chat-worker`: the command line.
-#[derive(Debug, Parser)]
-#[command(name = "chat-worker", version, about = ABOUT, after_long_help = EXAMPLES)]
-pub struct Cli {
-    /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The command line with the app's defaults: [`LOCAL_TABLE`] for every
-/// `--table`, the app's jobs for `run`.
-pub fn command() -> clap::Command {
-    worker_toolkit::cli::with_app_defaults::<Chat>(Cli::command())
-}
-
-/// Parse the process's arguments (exits with usage on error).
-pub fn parse() -> Cli {
-    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
-}
-
-/// Parse arguments (`args[0]` is the program name).
-pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use worker_toolkit::cli::{AppCommand, Command, command};
+
+    fn parse_from<const N: usize>(
+        args: [&str; N],
+    ) -> Result<worker_toolkit::cli::Cli<NoExtra>, clap::Error> {
+        worker_toolkit::cli::parse_from::<Chat, _, _>(args)
+    }
 
     #[test]
     fn the_command_line_is_consistent() {
-        command().debug_assert();
+        command::<Chat>().debug_assert();
         let cli = parse_from(["chat-worker", "run", "audit-requests"]).unwrap();
-        let Command::Run(run) = cli.command else {
+        let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
             panic!("run");
         };
         assert_eq!(run.table.table, "ChatRequests");

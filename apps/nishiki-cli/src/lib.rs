@@ -1,30 +1,26 @@
-//! The `nishiki-worker` command line: replay captured events against a real
-//! engine and read what changed, run a scheduled job by hand, manage a
-//! table, capture a table's stream, and run a local event-source loop.
-//!
-//! One module per subcommand, each with its clap `Args` struct and a `run`
-//! function; [`target`] opens the table (an embedded DynamoDB Local by
-//! default), [`events`] reads event files, [`output`] renders shared parts.
-//! The generic machinery lives in [`worker_toolkit::replay`].
+//! `nishiki-worker`, Nishiki's command line: worker-toolkit's (replay
+//! captured events against a real engine and read what changed, run a
+//! scheduled job by hand, manage a table, capture a table's stream, run a
+//! local event-source loop), with what only Nishiki knows.
 
-use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{CommandFactory, Parser};
-
-use crate::config::{Clock, Config, ConfigError};
-use crate::keys::Job;
+use nishiki_worker::config::{Clock, Config, ConfigError};
+use nishiki_worker::jobs::{APP, JobDeps};
+use nishiki_worker::keys::Job;
+use nishiki_worker::worker::ChangeHandler;
+use worker_engine::job::AppSpec;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
-use worker_toolkit::cli::{CliApp, CliError, Command, replay};
+use worker_toolkit::cli::{CliApp, CliError, NoExtra, replay};
 use worker_toolkit::replay::redact::Placeholder;
 
 /// The table used when `--table` is not given.
 pub const DEFAULT_TABLE: &str = "nishiki-table-local-db";
 
 /// The key attributes of the table, for the engine's replay machinery.
-pub const KEYS: (&str, &str) = (crate::keys::PK, crate::keys::SK);
+pub const KEYS: (&str, &str) = (nishiki_worker::keys::PK, nishiki_worker::keys::SK);
 
 /// The worker's configuration for a local run on `table`: the Lambda
 /// variables from `--env NAME=VALUE`, else the process environment;
@@ -42,27 +38,42 @@ pub struct Nishiki;
 
 impl CliApp for Nishiki {
     type Job = Job;
-    const NAME: &'static str = "nishiki-worker";
+    type Deps = JobDeps;
+    type Handler = dyn ChangeHandler;
+    type Extra = NoExtra;
+    const APP: &'static AppSpec<Job, JobDeps, dyn ChangeHandler> = &APP;
     const DEFAULT_TABLE: &'static str = DEFAULT_TABLE;
+    const ABOUT: &'static str = ABOUT;
+    const DETAILS: Option<&'static str> = Some(DETAILS);
+    const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
-        crate::schema::nishiki()
+        nishiki_worker::schema::nishiki()
     }
 
     fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
         vec![
-            (crate::items::attr::EMAIL_ADDRESS, Placeholder::Email),
-            (crate::items::attr::USER_NAME, Placeholder::Name),
-            (crate::items::attr::GROUP_NAME, Placeholder::Label("group")),
             (
-                crate::items::attr::CONTAINER_NAME,
+                nishiki_worker::items::attr::EMAIL_ADDRESS,
+                Placeholder::Email,
+            ),
+            (nishiki_worker::items::attr::USER_NAME, Placeholder::Name),
+            (
+                nishiki_worker::items::attr::GROUP_NAME,
+                Placeholder::Label("group"),
+            ),
+            (
+                nishiki_worker::items::attr::CONTAINER_NAME,
                 Placeholder::Label("container"),
             ),
             // A food's name, inside a container's Foods (and on flags).
-            (crate::items::attr::FOOD_NAME, Placeholder::Label("food")),
+            (
+                nishiki_worker::items::attr::FOOD_NAME,
+                Placeholder::Label("food"),
+            ),
             // A link hash is a bearer secret: whoever has it joins the group.
             (
-                crate::items::attr::INVITATION_LINK_HASH,
+                nishiki_worker::items::attr::INVITATION_LINK_HASH,
                 Placeholder::Label("invitation"),
             ),
         ]
@@ -73,13 +84,7 @@ impl CliApp for Nishiki {
     }
 
     fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
-        Some(crate::keys::ItemKey::Checkpoint(job).to_attributes())
-    }
-
-    fn local_cron(job: Job) -> &'static str {
-        crate::jobs::APP
-            .schedule(job)
-            .map_or("never", |s| s.local_cron)
+        Some(nishiki_worker::keys::ItemKey::Checkpoint(job).to_attributes())
     }
 
     fn examples() -> &'static [(&'static str, &'static str)] {
@@ -99,14 +104,14 @@ impl CliApp for Nishiki {
         let mut config = Config::from_lookup(lookup)?;
         // A local run never publishes.
         config.expiry.notify_event_bus = None;
-        Ok(crate::app::App::new(store, config, clock).into_worker())
+        Ok(nishiki_worker::app::App::new(store, config, clock).into_worker())
     }
 }
 
 const ABOUT: &str = "Debug the Nishiki worker locally: replay captured DynamoDB Streams events and \
 schedule ticks through the same handlers the Lambda functions run, and read what they did to the table.";
 
-const LONG_ABOUT_TAIL: &str = "\
+const DETAILS: &str = "\
 Every command that needs a table starts its own in-memory DynamoDB Local by default (installed on \
 first use), creates the table from the schema in code, and stops it at the end. Point it at another \
 table with --endpoint-url URL --table NAME (a DynamoDB Local you run, or AWS with credentials from \
@@ -128,24 +133,6 @@ Examples:
 
   # Live loop: the worker reacts to every write made to the table
   nishiki-worker dev --snapshot events/tables/household.json";
-
-/// The `nishiki-worker` command line.
-#[derive(Debug, Parser)]
-#[command(
-    name = "nishiki-worker",
-    version,
-    about = ABOUT,
-    long_about = format!("{ABOUT}\n\n{LONG_ABOUT_TAIL}"),
-    after_long_help = EXAMPLES,
-    propagate_version = true
-)]
-pub struct Cli {
-    /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-    #[command(subcommand)]
-    pub command: Command,
-}
 
 const REPLAY_EXAMPLES: &str = "\
 Examples:
@@ -186,56 +173,43 @@ Examples:
   # Keep the stream position across restarts: a restart handles what was written meanwhile
   nishiki-worker dev --endpoint-url http://127.0.0.1:8000 --table t --state-file dev-state.json";
 
-/// The command line with Nishiki's defaults: the table every `--table`
-/// falls back to, and the jobs `run` accepts.
-pub fn command() -> clap::Command {
-    worker_toolkit::cli::with_app_defaults::<Nishiki>(Cli::command())
-}
-
-/// Parse the process's arguments (exits with usage on error).
-pub fn parse() -> Cli {
-    worker_toolkit::cli::parse::<Nishiki, Cli>()
-}
-
-/// Run a parsed command line; `Ok` carries the exit status.
-pub async fn run(cli: Cli) -> Result<ExitCode, CliError> {
-    cli.command.run::<Nishiki>().await
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use worker_toolkit::cli::{dev, table};
+    use worker_toolkit::cli::{AppCommand, Command, command, dev, table};
 
     #[test]
     fn command_line_is_consistent() {
-        command().debug_assert();
+        command::<Nishiki>().debug_assert();
     }
 
     #[test]
     fn every_table_defaults_to_the_local_table() {
-        let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&command().get_matches_from([
+        let cli = worker_toolkit::cli::parse_from::<Nishiki, _, _>([
             "nishiki-worker",
             "table",
             "snapshot",
             "--endpoint-url",
             "http://127.0.0.1:1",
             "t.json",
-        ]))
+        ])
         .unwrap();
-        let Command::Table(t) = cli.command else {
+        let AppCommand::Toolkit(Command::Table(t)) = cli.command else {
             panic!("table");
         };
         let table::TableCommand::Snapshot(s) = t.command else {
             panic!("snapshot");
         };
         assert_eq!(s.endpoint.table, DEFAULT_TABLE);
-        let e = command()
+        let e = command::<Nishiki>()
             .try_get_matches_from(["nishiki-worker", "run", "vacuum"])
             .unwrap_err()
             .to_string();
         assert!(e.contains("sweep-invitations"), "{e}");
-        let replay = command().find_subcommand("replay").unwrap().clone();
+        let replay = command::<Nishiki>()
+            .find_subcommand("replay")
+            .unwrap()
+            .clone();
         let examples = replay.get_after_long_help().unwrap().to_string();
         assert!(
             examples.contains("nishiki-worker replay --snapshot"),

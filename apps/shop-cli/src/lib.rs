@@ -1,25 +1,26 @@
-//! The `shop-worker` command line, assembled from the engine's building
-//! blocks (`worker_toolkit::cli`: `replay`, `run`, `table`, `capture`,
-//! `dev`), plus `backfill`: the backfill pass run to its end on a table,
-//! with a progress bar.
+//! `shop-worker`, the shop worker's command line: worker-toolkit's
+//! (`replay`, `run`, `table`, `capture`, `dev`, ...) plus `backfill`: the
+//! backfill pass run to its end on a table, with a progress bar.
 
 pub mod backfill;
 
 use std::sync::Arc;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::Subcommand;
 use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
+use worker_engine::job::AppSpec;
 use worker_engine::notify::RecordingPublisher;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
-use worker_toolkit::cli::{CliApp, CliError, Command};
+use worker_engine::stream::engine::RecordProcessor;
+use worker_toolkit::cli::{CliApp, CliError, ExtraCommand};
 use worker_toolkit::replay::redact::Placeholder;
 
-use crate::app::APP;
-use crate::config::Settings;
-use crate::keys::{self, Job};
+use shop_worker::app::{APP, Deps};
+use shop_worker::config::Settings;
+use shop_worker::keys::{self, Job};
 
 /// The table every `--table` falls back to.
 pub const LOCAL_TABLE: &str = "shop-table-local";
@@ -34,11 +35,16 @@ pub struct Shop;
 
 impl CliApp for Shop {
     type Job = Job;
-    const NAME: &'static str = "shop-worker";
+    type Deps = Deps;
+    type Handler = dyn RecordProcessor;
+    type Extra = ShopCommand;
+    const APP: &'static AppSpec<Job, Deps, dyn RecordProcessor> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+    const ABOUT: &'static str = ABOUT;
+    const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
-        crate::schema::schema()
+        shop_worker::schema::schema()
     }
 
     /// A user's `email`, its `SKU` (`EMAIL#<email>`) and `name` (a user's
@@ -50,10 +56,6 @@ impl CliApp for Shop {
             (keys::SKU, Placeholder::Email),
             (keys::NAME, Placeholder::Name),
         ]
-    }
-
-    fn local_cron(job: Job) -> &'static str {
-        APP.schedule(job).map_or("never", |s| s.local_cron)
     }
 
     fn template_path() -> Option<&'static str> {
@@ -85,7 +87,7 @@ impl CliApp for Shop {
         clock: Arc<dyn Clock>,
     ) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(lookup)?;
-        Ok(crate::app::worker(
+        Ok(shop_worker::app::worker(
             store,
             settings,
             Arc::new(RecordingPublisher::default()),
@@ -108,67 +110,38 @@ Examples:
   # Derive the index attributes of every item of a table you run
   shop-worker backfill --endpoint-url http://127.0.0.1:8000 --table shop";
 
-/// The subcommands: the engine's, and `backfill`.
-// Parsed once per process: the engine's variant being larger costs nothing.
-#[allow(clippy::large_enum_variant)]
+/// The shop worker's own subcommand, beside the toolkit's.
 #[derive(Debug, Subcommand)]
 pub enum ShopCommand {
-    #[command(flatten)]
-    Engine(Command),
     /// Derive the index attributes of every item of a table (the backfill
     /// job to its end, with a progress bar).
     Backfill(backfill::BackfillArgs),
 }
 
-impl ShopCommand {
-    pub async fn run(self) -> Result<std::process::ExitCode, CliError> {
+impl ExtraCommand for ShopCommand {
+    async fn run(self) -> Result<std::process::ExitCode, CliError> {
         match self {
-            ShopCommand::Engine(c) => c.run::<Shop>().await,
             ShopCommand::Backfill(args) => backfill::run(args).await,
         }
     }
 }
 
-/// `shop-worker`: the command line.
-#[derive(Debug, Parser)]
-#[command(name = "shop-worker", version, about = ABOUT, after_long_help = EXAMPLES)]
-pub struct Cli {
-    /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
-    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
-    pub verbose: u8,
-    #[command(subcommand)]
-    pub command: ShopCommand,
-}
-
-/// The command line with the app's defaults: [`LOCAL_TABLE`] for every
-/// `--table`, the app's jobs for `run`.
-pub fn command() -> clap::Command {
-    worker_toolkit::cli::with_app_defaults::<Shop>(Cli::command())
-}
-
-/// Parse the process's arguments (exits with usage on error).
-pub fn parse() -> Cli {
-    Cli::from_arg_matches(&command().get_matches()).unwrap_or_else(|e| e.exit())
-}
-
-/// Parse arguments (`args[0]` is the program name).
-pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    Cli::from_arg_matches(&command().try_get_matches_from(args)?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use worker_toolkit::cli::{AppCommand, Command, command};
+
+    fn parse_from<const N: usize>(
+        args: [&str; N],
+    ) -> Result<worker_toolkit::cli::Cli<ShopCommand>, clap::Error> {
+        worker_toolkit::cli::parse_from::<Shop, _, _>(args)
+    }
 
     #[test]
     fn the_command_line_is_consistent() {
-        command().debug_assert();
+        command::<Shop>().debug_assert();
         let cli = parse_from(["shop-worker", "run", "stuck-orders"]).unwrap();
-        let ShopCommand::Engine(Command::Run(run)) = cli.command else {
+        let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
             panic!("run");
         };
         assert_eq!(run.table.table, LOCAL_TABLE);
@@ -177,7 +150,7 @@ mod tests {
             .to_string();
         assert!(e.contains("stuck-orders"), "{e}");
         let cli = parse_from(["shop-worker", "backfill"]).unwrap();
-        let ShopCommand::Backfill(b) = cli.command else {
+        let AppCommand::App(ShopCommand::Backfill(b)) = cli.command else {
             panic!("backfill");
         };
         assert_eq!(b.table.table, LOCAL_TABLE);

@@ -1,9 +1,0 @@
-//! `chat-worker`: the command line (see `chat_worker::cli`).
-
-use std::process::ExitCode;
-
-fn main() -> ExitCode {
-    let cli = chat_worker::cli::parse();
-    worker_toolkit::cli::init_logging(cli.verbose);
-    worker_toolkit::cli::main_with(cli.command.run::<chat_worker::cli::Chat>())
-}
