@@ -16,11 +16,11 @@ use crate::metrics::{CountedHandler, Emitter, WriteCounter};
 use crate::schedule::{JobReport, Scheduler};
 use crate::worker::Router;
 use worker_engine::error::HandlerError;
-use worker_engine::park::Parking;
+use worker_engine::lambda::Deployment;
 use worker_engine::runtime::InvokeError;
 use worker_engine::runtime::{Worker, WorkerSettings};
 use worker_engine::store::coalesce::Coalescing;
-use worker_engine::store::{self, DynamoStore, Store};
+use worker_engine::store::{DynamoStore, Store};
 use worker_engine::stream::engine::BatchReport;
 
 /// Why an event could not be run at all.
@@ -32,6 +32,11 @@ pub type EventOutcome = worker_engine::runtime::EventOutcome<Job>;
 pub struct App {
     deps: JobDeps,
     worker: Worker<Job>,
+}
+
+/// The worker as Lambda runs it ([`App::from_env`]).
+pub async fn worker_from_env() -> Result<Worker<Job>, crate::config::ConfigError> {
+    Ok(App::from_env().await?.into_worker())
 }
 
 impl App {
@@ -90,16 +95,14 @@ impl App {
     /// fail for good are parked in `PARKING_TABLE` when it is set.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
-        let lookup = |name: &str| std::env::var(name).ok();
-        let clock = worker_engine::clock::from_env(
-            &worker_engine::env::Env::new(&lookup),
+        let deployed = Deployment::from_env(
             config.endpoint_url.as_deref(),
+            &config.table_name,
+            config.parking.as_ref(),
         )?;
-        let client = store::lambda_client(config.endpoint_url.as_deref());
-        let store = Arc::new(DynamoStore::new(client.clone(), &config.table_name));
-        let parking = config.parking.as_ref().map(|p| Parking::dynamo(client, p));
-        let mut app = App::new(store.clone(), config, clock).with_store_metrics(&store);
-        app.worker = app.worker.with_parking(parking);
+        let store = Arc::new(deployed.store.clone());
+        let mut app = App::new(store, config, deployed.clock.clone());
+        app.worker = deployed.finish(app.worker);
         Ok(app)
     }
 

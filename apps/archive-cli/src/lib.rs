@@ -16,12 +16,13 @@ use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
 use worker_engine::stream::engine::RecordProcessor;
 use worker_toolkit::cli::{CliApp, NoExtra};
-use worker_toolkit::replay::redact::Placeholder;
 
 /// The table every `--table` falls back to.
 pub const LOCAL_TABLE: &str = "archive-table-local";
 
-/// The archive worker, as the toolkit's command line sees it.
+/// The archive worker, as the toolkit's command line sees it. No
+/// attribute of the archive table is personal data (dates, object keys,
+/// vault names): `capture --redact` replaces none.
 pub struct Archive;
 
 impl CliApp for Archive {
@@ -37,12 +38,6 @@ ticks through the handlers the Lambda functions run, run a job, manage a table, 
 
     fn schema() -> TableSchema {
         archive_worker::schema::schema()
-    }
-
-    /// No attribute of the archive table is personal data (dates, object
-    /// keys, vault names).
-    fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
-        Vec::new()
     }
 
     fn template_path() -> Option<&'static str> {

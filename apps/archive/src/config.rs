@@ -16,11 +16,8 @@
 //! [`COMMON_ENV`] (`worker_engine::settings`) and each job's `SPEC`
 //! declare the same list with who reads each variable.
 
-use std::time::Duration;
-
 use worker_engine::env::{ConfigError, Env};
-use worker_engine::park::ParkingSettings;
-use worker_engine::settings::CommonSettings;
+use worker_engine::settings::JobSettings;
 
 use crate::keys::Job;
 use crate::unzip::UnzipSettings;
@@ -33,50 +30,22 @@ const TABLE: &str = "the archive table";
 /// The variables every function reads, whatever its jobs.
 pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, TABLE);
 
-/// Everything the worker is configured with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub table_name: String,
-    pub endpoint_url: Option<String>,
-    pub deadline_margin: Duration,
-    /// Items of a stream batch handled at once (at least 1).
-    pub stream_concurrency: usize,
-    /// `WORKER_JOB`: the one job this process runs ticks for.
-    pub job: Option<Job>,
+/// Everything the worker is configured with: the common settings and
+/// [`ArchiveSettings`].
+pub type Settings = worker_engine::settings::Settings<Job, ArchiveSettings>;
+
+/// The archive worker's own settings: its jobs'.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ArchiveSettings {
     pub unzip: UnzipSettings,
-    /// Where the stream function parks records that fail for good.
-    pub parking: Option<ParkingSettings>,
 }
 
-impl Settings {
-    fn of(common: CommonSettings<Job>, unzip: UnzipSettings) -> Self {
-        Settings {
-            table_name: common.table_name,
-            endpoint_url: common.endpoint_url,
-            deadline_margin: common.deadline_margin,
-            stream_concurrency: common.stream_concurrency,
-            job: common.job,
-            unzip,
-            parking: common.parking,
-        }
-    }
-
-    /// The defaults, on `table_name`.
-    pub fn for_table(table_name: impl Into<String>) -> Self {
-        Settings::of(
-            CommonSettings::for_table(table_name),
-            UnzipSettings::default(),
-        )
-    }
-
-    /// Read the settings through `lookup` (the process environment on
-    /// Lambda); errors name the variable and what a valid value is.
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env::new(lookup);
-        Ok(Settings::of(
-            CommonSettings::from_env(&env, TABLE)?,
-            UnzipSettings::from_env(&env)?,
-        ))
+impl JobSettings for ArchiveSettings {
+    const TABLE: &'static str = TABLE;
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(ArchiveSettings {
+            unzip: UnzipSettings::from_env(env)?,
+        })
     }
 }
 
@@ -107,10 +76,10 @@ mod tests {
             ("STREAM_CONCURRENCY", "0"),
         ])
         .unwrap();
-        assert_eq!(s.job, Some(Job::ExpireUnzipped));
+        assert_eq!(s.common.job, Some(Job::ExpireUnzipped));
         assert_eq!(s.unzip.retention_hours, 6);
         assert_eq!(s.unzip.event_bus.as_deref(), Some("bus"));
-        assert_eq!(s.stream_concurrency, 1);
+        assert_eq!(s.common.stream_concurrency, 1);
         let e = settings(&[]).unwrap_err();
         assert_eq!(e.name, "TABLE_NAME");
         let e = settings(&[("TABLE_NAME", "t"), ("WORKER_JOB", "vacuum")]).unwrap_err();

@@ -25,7 +25,6 @@ use std::fmt;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, Timelike};
-use serde::Serialize;
 use worker_engine::item::Item;
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
@@ -61,29 +60,13 @@ const CHECKPOINT_PREFIX: &str = "WorkerCheckpoint#";
 /// What a malformed file key is called in errors.
 const FILE_PK: &str = "file PK";
 
-/// The scheduled jobs of the archive worker (also the checkpoint keys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Job {
-    /// Deletes unzipped files past their retention, one event each.
-    ExpireUnzipped,
-    /// Rebuilds the date lookup from the files (on demand).
-    RebuildLookup,
-}
-
-impl JobName for Job {
-    const ALL: &'static [Job] = &[Job::ExpireUnzipped, Job::RebuildLookup];
-    fn as_str(self) -> &'static str {
-        match self {
-            Job::ExpireUnzipped => "expire-unzipped",
-            Job::RebuildLookup => "rebuild-lookup",
-        }
-    }
-}
-
-impl fmt::Display for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+worker_engine::job_names! {
+    /// The scheduled jobs of the archive worker (also the checkpoint keys).
+    pub enum Job {
+        /// Deletes unzipped files past their retention, one event each.
+        ExpireUnzipped = "expire-unzipped",
+        /// Rebuilds the date lookup from the files (on demand).
+        RebuildLookup = "rebuild-lookup",
     }
 }
 

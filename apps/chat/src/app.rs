@@ -13,12 +13,12 @@ use std::sync::Arc;
 use lambda_runtime::Error;
 use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
+use worker_engine::lambda::Deployment;
 use worker_engine::metrics::WriteCounter;
-use worker_engine::park::Parking;
-use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
+use worker_engine::runtime::{AllHandlers, EveryBatch, Worker};
 use worker_engine::schedule::Scheduler;
 use worker_engine::store::transact::Transactions;
-use worker_engine::store::{self, DynamoStore, Store};
+use worker_engine::store::{DynamoStore, Store};
 use worker_engine::stream::engine::RecordProcessor;
 use worker_engine::stream::source::ByTable;
 
@@ -139,15 +139,10 @@ pub fn worker(
         .scheduled(&deps)
         .into_iter()
         .fold(Scheduler::default(), Scheduler::with);
-    let mut writes_metrics: Vec<&'static str> =
-        APP.stream_specs().map(|s| s.writes_metric).collect();
-    writes_metrics.push(requests::REQUEST_CONFLICTS);
-    let worker_settings = WorkerSettings {
-        deadline_margin: deps.settings.deadline_margin,
-        stream_concurrency: deps.settings.stream_concurrency,
-        pinned_job: deps.settings.job,
-        writes_metrics,
-    };
+    let mut worker_settings = APP.worker_settings(&deps.settings.common);
+    worker_settings
+        .writes_metrics
+        .push(requests::REQUEST_CONFLICTS);
     Worker::new(
         Box::new(EveryBatch(ByTable::new(routes))),
         scheduler,
@@ -179,22 +174,12 @@ pub fn stores_of(dynamo: &BTreeMap<Table, DynamoStore>) -> Stores {
 /// table's DynamoDB requests and capacity in the metrics, records that fail
 /// for good parked in `PARKING_TABLE` when it is set.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
-    let lookup = |name: &str| std::env::var(name).ok();
-    let settings = Settings::from_lookup(&lookup)?;
-    let clock = worker_engine::clock::from_env(
-        &worker_engine::env::Env::new(&lookup),
-        settings.endpoint_url.as_deref(),
-    )?;
-    let client = store::lambda_client(settings.endpoint_url.as_deref());
-    let first = DynamoStore::new(client.clone(), settings.table(config::HOME_TABLE));
-    let dynamo = dynamo_stores(&first, &settings);
-    let tx = Arc::new(first.clone());
-    let parking = settings
-        .parking
-        .as_ref()
-        .map(|p| Parking::dynamo(client, p));
-    let worker = worker(stores_of(&dynamo), tx, settings, clock).with_store_metrics(&first);
-    Ok(worker.with_parking(parking))
+    let settings = Settings::from_lookup(&|name| std::env::var(name).ok())?;
+    let deployed = Deployment::of(&settings.common)?;
+    let dynamo = dynamo_stores(&deployed.store, &settings);
+    let tx = Arc::new(deployed.store.clone());
+    let clock = deployed.clock.clone();
+    Ok(deployed.finish(worker(stores_of(&dynamo), tx, settings, clock)))
 }
 
 #[cfg(test)]

@@ -25,10 +25,8 @@
 //! stream function tells the tables' records apart by it.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use worker_engine::env::{ConfigError, Env};
-use worker_engine::park::ParkingSettings;
 use worker_engine::settings::CommonSettings;
 
 use crate::keys::Job;
@@ -69,29 +67,19 @@ pub const HOME_TABLE: Table = Table::ChatRequests;
 pub struct Settings {
     /// Each table's name.
     pub tables: BTreeMap<Table, String>,
-    pub endpoint_url: Option<String>,
-    pub deadline_margin: Duration,
-    /// Items of a stream batch handled at once (at least 1).
-    pub stream_concurrency: usize,
-    /// `WORKER_JOB`: the one job this process runs ticks for.
-    pub job: Option<Job>,
+    /// The variables every app reads, on the [`HOME_TABLE`].
+    pub common: CommonSettings<Job>,
     pub expiry_days: u64,
     pub twin_grace_minutes: u64,
-    /// Where the stream function parks records that fail for good.
-    pub parking: Option<ParkingSettings>,
 }
 
 impl Settings {
     fn of(tables: BTreeMap<Table, String>, common: CommonSettings<Job>) -> Self {
         Settings {
             tables,
-            endpoint_url: common.endpoint_url,
-            deadline_margin: common.deadline_margin,
-            stream_concurrency: common.stream_concurrency,
-            job: common.job,
+            common,
             expiry_days: 30,
             twin_grace_minutes: 60,
-            parking: common.parking,
         }
     }
 
@@ -131,6 +119,7 @@ impl Settings {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use worker_engine::park::ParkingSettings;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let mut all: HashMap<String, String> = Table::ALL
@@ -160,13 +149,16 @@ mod tests {
             ("STREAM_CONCURRENCY", "0"),
         ])
         .unwrap();
-        assert_eq!(s.job, Some(Job::ExpireRequests));
+        assert_eq!(s.common.job, Some(Job::ExpireRequests));
         assert_eq!((s.expiry_days, s.twin_grace_minutes), (7, 5));
-        assert_eq!(s.stream_concurrency, 1);
-        assert_eq!(s.parking, None, "no PARKING_TABLE: nothing is parked");
+        assert_eq!(s.common.stream_concurrency, 1);
+        assert_eq!(
+            s.common.parking, None,
+            "no PARKING_TABLE: nothing is parked"
+        );
         let s = settings(&[("PARKING_TABLE", "parked")]).unwrap();
         assert_eq!(
-            s.parking,
+            s.common.parking,
             Some(ParkingSettings {
                 table: "parked".into(),
                 retention_days: 14

@@ -19,11 +19,8 @@
 //! Errors ([`KeyError`]) carry key values only: the keys hold ids and
 //! times, never a name or an e-mail address.
 
-use std::fmt;
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, SecondsFormat, Utc};
-use serde::Serialize;
 use worker_engine::item::Item;
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
@@ -93,29 +90,13 @@ const WORKER: &str = "WORKER#";
 const JOINED: &str = "JOINED#";
 const CHECKPOINT: &str = "CHECKPOINT";
 
-/// The scheduled jobs of the chat worker (also the checkpoint keys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Job {
-    /// Pending requests older than `REQUEST_EXPIRY_DAYS` become `expired`.
-    ExpireRequests,
-    /// A request copy whose twin is missing is repaired or reported.
-    AuditRequests,
-}
-
-impl JobName for Job {
-    const ALL: &'static [Job] = &[Job::ExpireRequests, Job::AuditRequests];
-    fn as_str(self) -> &'static str {
-        match self {
-            Job::ExpireRequests => "expire-requests",
-            Job::AuditRequests => "audit-requests",
-        }
-    }
-}
-
-impl fmt::Display for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+worker_engine::job_names! {
+    /// The scheduled jobs of the chat worker (also the checkpoint keys).
+    pub enum Job {
+        /// Pending requests older than `REQUEST_EXPIRY_DAYS` become `expired`.
+        ExpireRequests = "expire-requests",
+        /// A request copy whose twin is missing is repaired or reported.
+        AuditRequests = "audit-requests",
     }
 }
 

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use lambda_runtime::Error;
 use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
+use worker_engine::lambda::Deployment;
 use worker_engine::metrics::WriteCounter;
 use worker_engine::notify::{EventBridgePublisher, EventPublisher};
-use worker_engine::park::Parking;
-use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
+use worker_engine::runtime::{AllHandlers, EveryBatch, Worker};
 use worker_engine::schedule::Scheduler;
-use worker_engine::store::{self, DynamoStore, Store};
+use worker_engine::store::Store;
 use worker_engine::stream::engine::RecordProcessor;
 
 use crate::config::{self, Settings};
@@ -60,12 +60,7 @@ pub fn worker(
         .scheduled(&deps)
         .into_iter()
         .fold(Scheduler::default(), Scheduler::with);
-    let worker_settings = WorkerSettings {
-        deadline_margin: deps.settings.deadline_margin,
-        stream_concurrency: deps.settings.stream_concurrency,
-        pinned_job: deps.settings.job,
-        writes_metrics: APP.stream_specs().map(|s| s.writes_metric).collect(),
-    };
+    let worker_settings = APP.worker_settings(&deps.settings.common);
     Worker::new(
         Box::new(EveryBatch(handlers)),
         scheduler,
@@ -79,20 +74,10 @@ pub fn worker(
 /// EventBridge, DynamoDB request counts in the metrics, records that fail
 /// for good parked in `PARKING_TABLE` when it is set.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
-    let lookup = |name: &str| std::env::var(name).ok();
-    let settings = Settings::from_lookup(&lookup)?;
-    let clock = worker_engine::clock::from_env(
-        &worker_engine::env::Env::new(&lookup),
-        settings.endpoint_url.as_deref(),
-    )?;
-    let client = store::lambda_client(settings.endpoint_url.as_deref());
-    let dynamo = DynamoStore::new(client.clone(), &settings.table_name);
-    let parking = settings
-        .parking
-        .as_ref()
-        .map(|p| Parking::dynamo(client, p));
+    let settings = Settings::from_env()?;
+    let deployed = Deployment::of(&settings.common)?;
     let publisher = Arc::new(EventBridgePublisher::default());
-    let worker =
-        worker(Arc::new(dynamo.clone()), settings, publisher, clock).with_store_metrics(&dynamo);
-    Ok(worker.with_parking(parking))
+    let store = Arc::new(deployed.store.clone());
+    let clock = deployed.clock.clone();
+    Ok(deployed.finish(worker(store, settings, publisher, clock)))
 }

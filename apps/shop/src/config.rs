@@ -18,11 +18,8 @@
 //! [`COMMON_ENV`] (`worker_engine::settings`) and each job's `SPEC`
 //! declare the same list with who reads each variable.
 
-use std::time::Duration;
-
 use worker_engine::env::{ConfigError, Env};
-use worker_engine::park::ParkingSettings;
-use worker_engine::settings::CommonSettings;
+use worker_engine::settings::JobSettings;
 
 use crate::keys::Job;
 use crate::stuck::StuckSettings;
@@ -35,50 +32,22 @@ const TABLE: &str = "the shop table";
 /// The variables every function reads, whatever its jobs.
 pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, TABLE);
 
-/// Everything the worker is configured with.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    pub table_name: String,
-    pub endpoint_url: Option<String>,
-    pub deadline_margin: Duration,
-    /// Items of a stream batch handled at once (at least 1).
-    pub stream_concurrency: usize,
-    /// `WORKER_JOB`: the one job this process runs ticks for.
-    pub job: Option<Job>,
+/// Everything the worker is configured with: the common settings and
+/// [`ShopSettings`].
+pub type Settings = worker_engine::settings::Settings<Job, ShopSettings>;
+
+/// The shop worker's own settings: its jobs'.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ShopSettings {
     pub stuck: StuckSettings,
-    /// Where the stream function parks records that fail for good.
-    pub parking: Option<ParkingSettings>,
 }
 
-impl Settings {
-    fn of(common: CommonSettings<Job>, stuck: StuckSettings) -> Self {
-        Settings {
-            table_name: common.table_name,
-            endpoint_url: common.endpoint_url,
-            deadline_margin: common.deadline_margin,
-            stream_concurrency: common.stream_concurrency,
-            job: common.job,
-            stuck,
-            parking: common.parking,
-        }
-    }
-
-    /// The defaults, on `table_name`.
-    pub fn for_table(table_name: impl Into<String>) -> Self {
-        Settings::of(
-            CommonSettings::for_table(table_name),
-            StuckSettings::default(),
-        )
-    }
-
-    /// Read the settings through `lookup` (the process environment on
-    /// Lambda); errors name the variable and what a valid value is.
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env::new(lookup);
-        Ok(Settings::of(
-            CommonSettings::from_env(&env, TABLE)?,
-            StuckSettings::from_env(&env)?,
-        ))
+impl JobSettings for ShopSettings {
+    const TABLE: &'static str = TABLE;
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(ShopSettings {
+            stuck: StuckSettings::from_env(env)?,
+        })
     }
 }
 
@@ -86,6 +55,7 @@ impl Settings {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use worker_engine::park::ParkingSettings;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
         let vars: HashMap<String, String> = vars
@@ -110,15 +80,18 @@ mod tests {
             ("STREAM_CONCURRENCY", "0"),
         ])
         .unwrap();
-        assert_eq!(s.job, Some(Job::StuckOrders));
+        assert_eq!(s.common.job, Some(Job::StuckOrders));
         assert_eq!(s.stuck.statuses, ["SHIPPED", "PAID"]);
         assert_eq!(s.stuck.after_hours, 6);
         assert_eq!(s.stuck.event_bus.as_deref(), Some("bus"));
-        assert_eq!(s.stream_concurrency, 1);
-        assert_eq!(s.parking, None, "no PARKING_TABLE: nothing is parked");
+        assert_eq!(s.common.stream_concurrency, 1);
+        assert_eq!(
+            s.common.parking, None,
+            "no PARKING_TABLE: nothing is parked"
+        );
         let s = settings(&[("TABLE_NAME", "shop"), ("PARKING_TABLE", "parked")]).unwrap();
         assert_eq!(
-            s.parking,
+            s.common.parking,
             Some(ParkingSettings {
                 table: "parked".into(),
                 retention_days: 14

@@ -82,32 +82,15 @@ const ORDER_STATUS_PREFIX: &str = "ORDER#STATUS#";
 const AT_PREFIX: &str = "AT#";
 const AT_INFIX: &str = "#AT#";
 
-/// The scheduled jobs of the shop worker (also the checkpoint keys).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Job {
-    /// Flags products whose brand or category does not exist.
-    Audit,
-    /// Reports orders stuck in a status.
-    StuckOrders,
-    /// Derives the index attributes of every item (on demand).
-    Backfill,
-}
-
-impl JobName for Job {
-    const ALL: &'static [Job] = &[Job::Audit, Job::StuckOrders, Job::Backfill];
-    fn as_str(self) -> &'static str {
-        match self {
-            Job::Audit => "audit",
-            Job::StuckOrders => "stuck-orders",
-            Job::Backfill => "backfill",
-        }
-    }
-}
-
-impl fmt::Display for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+worker_engine::job_names! {
+    /// The scheduled jobs of the shop worker (also the checkpoint keys).
+    pub enum Job {
+        /// Flags products whose brand or category does not exist.
+        Audit = "audit",
+        /// Reports orders stuck in a status.
+        StuckOrders = "stuck-orders",
+        /// Derives the index attributes of every item (on demand).
+        Backfill = "backfill",
     }
 }
 

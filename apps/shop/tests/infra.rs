@@ -33,9 +33,9 @@ fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
         settings: |lookup| {
             Settings::from_lookup(lookup)
                 .map(|s| SettingsView {
-                    job: s.job,
-                    table_name: s.table_name,
-                    event_bus: s.stuck.event_bus,
+                    job: s.common.job,
+                    table_name: s.common.table_name,
+                    event_bus: s.own.stuck.event_bus,
                 })
                 .map_err(|e| e.to_string())
         },

@@ -14,36 +14,29 @@
 //! `docs/ENGINE.md` walks through it; `tests/minimal_example.rs` runs it on
 //! DynamoDB Local.
 
-use std::fmt;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use worker_engine::clock::{Clock, SystemClock};
+use worker_engine::clock::Clock;
 use worker_engine::env::{ConfigError, Env};
 use worker_engine::error::HandlerError;
 use worker_engine::item::{Item, redact_quoted};
-use worker_engine::job::{
-    Access, AppSpec, EnvVar, JobSpec, ReadBy, Schedule, ScheduleSpec, StreamSpec,
-};
-use worker_engine::lambda;
-use worker_engine::metrics::{Emitter, Metric, WriteCounter};
-use worker_engine::runtime::{AllHandlers, EveryBatch, Worker, WorkerSettings};
-use worker_engine::schedule::{JobName, JobReport, JobRun, ScheduledJob, Scheduler};
+use worker_engine::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::lambda::{Deployment, Function, bootstrap};
+use worker_engine::metrics::{Metric, WriteCounter};
+use worker_engine::runtime::{AllHandlers, EveryBatch, Worker};
+use worker_engine::schedule::{JobReport, JobRun, ScheduledJob, Scheduler};
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
-use worker_engine::store::{self, DynamoStore, Expr, QuerySpec, Store, WriteOutcome};
+use worker_engine::settings::CommonSettings;
+use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
 use worker_engine::stream::decode::StreamChange;
-use worker_engine::stream::engine::{
-    DEFAULT_CONCURRENCY, ProcessError, RecordOutcome, RecordProcessor,
-};
-use worker_engine::telemetry::{self, LogFormat};
+use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 use worker_toolkit::cli::{CliApp, NoExtra};
-use worker_toolkit::replay::redact::Placeholder;
 
 // ---------------------------------------------------------------------------
 // (a) The table, as data: what tests, the CLI and templates create.
@@ -202,25 +195,10 @@ impl RecordProcessor for TitleKeys {
 // ---------------------------------------------------------------------------
 // (d) The scheduled job, and the app described once.
 
-/// The app's jobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Job {
-    PurgeExpired,
-}
-
-impl JobName for Job {
-    const ALL: &'static [Job] = &[Job::PurgeExpired];
-    fn as_str(self) -> &'static str {
-        match self {
-            Job::PurgeExpired => "purge-expired",
-        }
-    }
-}
-
-impl fmt::Display for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+worker_engine::job_names! {
+    /// The app's jobs, by the names the command line and ticks use.
+    pub enum Job {
+        PurgeExpired = "purge-expired",
     }
 }
 
@@ -287,9 +265,8 @@ pub struct Deps {
 
 pub const TITLE_KEY_WRITES: &str = "TitleKeyWrites";
 pub const NOTES_PURGED: &str = "NotesPurged";
-pub const TABLE_NAME: &str = "TABLE_NAME";
-pub const ENDPOINT: &str = worker_engine::aws::DYNAMODB_ENDPOINT_URL;
-pub const WORKER_JOB: &str = "WORKER_JOB";
+/// What `TABLE_NAME` names.
+pub const TABLE: &str = "the notes table";
 
 /// The notes job: its stream side, its scheduled job, what each needs.
 pub const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
@@ -333,26 +310,8 @@ pub const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
 pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     name: "notes-worker",
     namespace: "NotesWorker",
-    env: &[
-        EnvVar {
-            name: TABLE_NAME,
-            read_by: &[ReadBy::All],
-            default: None,
-            meaning: "the notes table",
-        },
-        EnvVar {
-            name: ENDPOINT,
-            read_by: &[ReadBy::LocalOnly],
-            default: None,
-            meaning: "a DynamoDB Local endpoint (the SDK's variable; also AWS_ENDPOINT_URL)",
-        },
-        EnvVar {
-            name: WORKER_JOB,
-            read_by: &[ReadBy::Schedule],
-            default: None,
-            meaning: "the one job a schedule function runs (a tick for another is refused)",
-        },
-    ],
+    // TABLE_NAME, a local endpoint, WORKER_JOB, the parking table, ...
+    env: worker_engine::common_env!(Job, TABLE),
     jobs: &[&NOTES],
 };
 
@@ -362,7 +321,11 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
 /// The app over a store: every job registered. The Lambda mains, the dev
 /// loop and the tests run events through it (`handle_stream`,
 /// `handle_schedule`, or `EventFunction`).
-pub fn worker(store: Arc<dyn Store>, clock: Arc<dyn Clock>, pinned: Option<Job>) -> Worker<Job> {
+pub fn worker(
+    store: Arc<dyn Store>,
+    clock: Arc<dyn Clock>,
+    settings: &CommonSettings<Job>,
+) -> Worker<Job> {
     let deps = Deps {
         store,
         writes: Arc::default(),
@@ -372,48 +335,18 @@ pub fn worker(store: Arc<dyn Store>, clock: Arc<dyn Clock>, pinned: Option<Job>)
         .scheduled(&deps)
         .into_iter()
         .fold(Scheduler::default(), Scheduler::with);
-    let settings = WorkerSettings {
-        deadline_margin: Duration::from_secs(2),
-        stream_concurrency: DEFAULT_CONCURRENCY,
-        pinned_job: pinned,
-        writes_metrics: APP.stream_specs().map(|s| s.writes_metric).collect(),
-    };
+    let settings = APP.worker_settings(settings);
     Worker::new(Box::new(EveryBatch(handlers)), scheduler, clock, settings)
         .with_write_counter(deps.writes)
 }
 
-/// The job a schedule function is pinned to (`WORKER_JOB`), if any.
-fn pinned_job(env: &Env) -> Result<Option<Job>, ConfigError> {
-    env.parse(WORKER_JOB, |v| {
-        Job::parse(v).ok_or(format!("expected one of {}", Job::known()))
-    })
-}
-
-/// The app as Lambda runs it, from the environment.
-pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
-    let lookup = |name: &str| std::env::var(name).ok();
-    let env = Env::new(&lookup);
-    let table = env.required(TABLE_NAME, "the notes table")?;
-    let pinned = pinned_job(&env)?;
-    let endpoint = worker_engine::aws::endpoint_from_env("DynamoDB", |n| env.non_empty(n));
-    let client = store::lambda_client(endpoint.as_deref());
-    let store = DynamoStore::new(client, table);
-    Ok(worker(Arc::new(store.clone()), Arc::new(SystemClock), pinned).with_store_metrics(&store))
-}
-
-/// One bootstrap, two functions: `minimal stream` answers the stream's
-/// batches with the partial-batch response, `minimal schedule` runs ticks.
-#[tokio::main]
-async fn serve(side: &str) -> Result<(), Error> {
-    telemetry::init(LogFormat::Json);
-    let worker = worker_from_env()
-        .await?
-        .with_metrics(Emitter::stdout_from_env(APP.namespace, side));
-    if side == "stream" {
-        lambda::serve_stream(&worker).await
-    } else {
-        lambda::serve_schedule(&worker).await
-    }
+/// The app as Lambda runs it: settings, clock, table and parking table
+/// from the environment.
+pub async fn worker_from_env() -> Result<Worker<Job>, ConfigError> {
+    let settings = CommonSettings::from_env(&Env::new(&|n| std::env::var(n).ok()), TABLE)?;
+    let deployed = Deployment::of(&settings)?;
+    let (store, clock) = (Arc::new(deployed.store.clone()), deployed.clock.clone());
+    Ok(deployed.finish(worker(store, clock, &settings)))
 }
 
 // ---------------------------------------------------------------------------
@@ -438,13 +371,6 @@ impl CliApp for Minimal {
         schema()
     }
 
-    /// Notes hold no personal data; an app whose items do lists those
-    /// attributes here (`Placeholder::Email`, `Placeholder::Name`) for
-    /// `capture --redact`.
-    fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
-        Vec::new()
-    }
-
     /// The worker over the command's table, configured from `lookup` the
     /// way Lambda's environment configures it.
     fn worker(
@@ -452,16 +378,18 @@ impl CliApp for Minimal {
         lookup: &dyn Fn(&str) -> Option<String>,
         clock: Arc<dyn Clock>,
     ) -> Result<Worker<Job>, ConfigError> {
-        Ok(worker(store, clock, pinned_job(&Env::new(lookup))?))
+        let settings = CommonSettings::from_env(&Env::new(lookup), TABLE)?;
+        Ok(worker(store, clock, &settings))
     }
 }
 
-/// `minimal stream|schedule`: a Lambda function; anything else: the
-/// command line.
+/// `minimal stream|schedule`: a Lambda function (one bootstrap for both);
+/// anything else: the command line.
 fn main() -> Result<ExitCode, Error> {
-    let side = std::env::args().nth(1).unwrap_or_default();
-    if side == "stream" || side == "schedule" {
-        return serve(&side).map(|()| ExitCode::SUCCESS);
-    }
-    Ok(worker_toolkit::cli::main::<Minimal>())
+    let function = match std::env::args().nth(1).as_deref() {
+        Some("stream") => Function::Stream,
+        Some("schedule") => Function::Schedule,
+        _ => return Ok(worker_toolkit::cli::main::<Minimal>()),
+    };
+    bootstrap(function, APP.namespace, worker_from_env).map(|()| ExitCode::SUCCESS)
 }

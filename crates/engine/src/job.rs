@@ -190,6 +190,20 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
         self.jobs.iter().filter_map(|j| j.stream.as_ref())
     }
 
+    /// The worker's settings from the common ones: the deadline margin, the
+    /// stream concurrency, the pinned job, and every job's writes metric.
+    pub fn worker_settings(
+        &self,
+        common: &crate::settings::CommonSettings<J>,
+    ) -> crate::runtime::WorkerSettings<J> {
+        crate::runtime::WorkerSettings {
+            deadline_margin: common.deadline_margin,
+            stream_concurrency: common.stream_concurrency,
+            pinned_job: common.job,
+            writes_metrics: self.stream_specs().map(|s| s.writes_metric).collect(),
+        }
+    }
+
     /// The variables `read_by` (stream: `None`) reads that a deployment
     /// sets (local-only ones left out).
     pub fn env_of(&self, job: Option<J>) -> Vec<&'static str> {

@@ -1,5 +1,5 @@
-//! The two Lambda entry points of every app, so an app's `main` is three
-//! lines: set up logs, assemble its [`Worker`], serve it.
+//! The two Lambda entry points of every app, and [`bootstrap`], a
+//! bootstrap's whole `main`: an app's is one line.
 //!
 //! - [`serve_stream`]: DynamoDB Streams batches; configure the event source
 //!   mapping with `FunctionResponseTypes: [ReportBatchItemFailures]`. The
@@ -44,6 +44,110 @@ pub const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
 /// A schedule function's timeout where the runtime gives no real deadline
 /// (the shortest `Timeout` of the templates' schedule functions).
 pub const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The function a bootstrap serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Function {
+    /// DynamoDB Streams batches ([`serve_stream`]).
+    Stream,
+    /// Schedule ticks ([`serve_schedule`]).
+    Schedule,
+}
+
+impl Function {
+    /// Its name in the metrics when `AWS_LAMBDA_FUNCTION_NAME` is unset.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Function::Stream => "stream",
+            Function::Schedule => "schedule",
+        }
+    }
+}
+
+/// A Lambda bootstrap's whole `main`: JSON logs ([`telemetry::init`]), the
+/// worker `build` assembles from the environment, one CloudWatch EMF line
+/// per invocation on stdout under `namespace` (logs: stderr), served as
+/// `function` until the runtime stops.
+///
+/// On one thread: the work waits on DynamoDB, and a small function has a
+/// fraction of a vCPU; one thread also keeps one allocator arena (the peak
+/// memory of a 6 MB batch, BENCHMARKS.md).
+pub fn bootstrap<J, F, Fut, E>(
+    function: Function,
+    namespace: &'static str,
+    build: F,
+) -> Result<(), Error>
+where
+    J: JobName,
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Worker<J>, E>>,
+    E: Into<Error>,
+{
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(async {
+            telemetry::init(telemetry::LogFormat::Json);
+            let worker = build().await.map_err(Into::into)?.with_metrics(
+                crate::metrics::Emitter::stdout_from_env(namespace, function.as_str()),
+            );
+            match function {
+                Function::Stream => serve_stream(&worker).await,
+                Function::Schedule => serve_schedule(&worker).await,
+            }
+        })
+}
+
+/// What a Lambda function's worker runs on, from its environment: the
+/// clock, the DynamoDB client, the table's store and the parking table.
+pub struct Deployment {
+    pub clock: std::sync::Arc<dyn crate::clock::Clock>,
+    pub client: aws_sdk_dynamodb::Client,
+    pub store: crate::store::DynamoStore,
+    pub parking: Option<crate::park::Parking>,
+}
+
+impl Deployment {
+    /// On `table_name` at `endpoint_url` (`None`: AWS), parking records in
+    /// `parking` when set; the clock is `WORKER_NOW`'s (local runs only) or
+    /// the system's.
+    pub fn from_env(
+        endpoint_url: Option<&str>,
+        table_name: &str,
+        parking: Option<&crate::park::ParkingSettings>,
+    ) -> Result<Self, crate::env::ConfigError> {
+        let lookup = |name: &str| std::env::var(name).ok();
+        let clock = crate::clock::from_env(&crate::env::Env::new(&lookup), endpoint_url)?;
+        let client = crate::store::lambda_client(endpoint_url);
+        let store = crate::store::DynamoStore::new(client.clone(), table_name);
+        let parking = parking.map(|p| crate::park::Parking::dynamo(client.clone(), p));
+        Ok(Deployment {
+            clock,
+            client,
+            store,
+            parking,
+        })
+    }
+
+    /// [`Deployment::from_env`] with an app's common settings.
+    pub fn of<J>(
+        common: &crate::settings::CommonSettings<J>,
+    ) -> Result<Self, crate::env::ConfigError> {
+        Self::from_env(
+            common.endpoint_url.as_deref(),
+            &common.table_name,
+            common.parking.as_ref(),
+        )
+    }
+
+    /// `worker` as Lambda runs it: the store's DynamoDB requests and
+    /// capacity in its metrics, records that fail for good parked.
+    pub fn finish<J: JobName>(self, worker: Worker<J>) -> Worker<J> {
+        worker
+            .with_store_metrics(&self.store)
+            .with_parking(self.parking)
+    }
+}
 
 /// The span of this invocation of `worker`.
 fn span_of<J: JobName>(worker: &Worker<J>, context: &Context) -> tracing::Span {

@@ -32,3 +32,9 @@ pub mod settings;
 pub mod store;
 pub mod stream;
 pub mod telemetry;
+
+/// What the engine's macros name (`job_names!`), not an API.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde;
+}

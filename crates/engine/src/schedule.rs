@@ -49,6 +49,64 @@ pub trait JobName:
     }
 }
 
+/// Declares an app's jobs: the enum, each variant with its name (as used on
+/// the command line, in schedule input and in checkpoint keys), and its
+/// [`JobName`], `Display` and `Serialize` (as the name).
+///
+/// ```
+/// worker_engine::job_names! {
+///     /// The scheduled jobs of the notes worker.
+///     pub enum Job {
+///         /// Deletes notes past their expiry.
+///         PurgeExpired = "purge-expired",
+///         Reindex = "reindex",
+///     }
+/// }
+/// use worker_engine::schedule::JobName;
+/// assert_eq!(Job::parse("purge-expired"), Some(Job::PurgeExpired));
+/// assert_eq!(Job::Reindex.to_string(), "reindex");
+/// assert_eq!(serde_json::to_string(&Job::ALL).unwrap(), r#"["purge-expired","reindex"]"#);
+/// ```
+#[macro_export]
+macro_rules! job_names {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl $crate::schedule::JobName for $name {
+            const ALL: &'static [$name] = &[$($name::$variant),+];
+            fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str($crate::schedule::JobName::as_str(*self))
+            }
+        }
+
+        impl $crate::__private::serde::Serialize for $name {
+            fn serialize<S: $crate::__private::serde::Serializer>(
+                &self,
+                serializer: S,
+            ) -> ::std::result::Result<S::Ok, S::Error> {
+                serializer.serialize_str($crate::schedule::JobName::as_str(*self))
+            }
+        }
+    };
+}
+
 /// Where a tick came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -3,8 +3,10 @@
 //! job a schedule function is pinned to, and the parking table of the
 //! stream function ([`crate::park`]). An app declares them with
 //! [`common_env!`](crate::common_env) (its `AppSpec::env`) and reads them
-//! with [`CommonSettings::from_env`], then adds its jobs' own.
+//! with [`CommonSettings::from_env`], then adds its jobs' own: its
+//! settings are a [`Settings`], the common ones and its [`JobSettings`].
 
+use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
 use crate::env::{ConfigError, Env};
@@ -162,6 +164,63 @@ impl<J: JobName> CommonSettings<J> {
         })?;
         s.parking = ParkingSettings::from_env(env)?;
         Ok(s)
+    }
+}
+
+/// The settings of an app's own jobs, read from the same variables as the
+/// [`CommonSettings`] (the second half of its [`Settings`]).
+pub trait JobSettings: Sized + Default {
+    /// What `TABLE_NAME` names, in the error when it is missing.
+    const TABLE: &'static str;
+    /// Read them; errors name the variable and what a valid value is.
+    fn from_env(env: &Env) -> Result<Self, ConfigError>;
+}
+
+/// Everything an app's worker is configured with: the variables every app
+/// reads (`settings.common`) and its jobs' own, `S` (dereferenced:
+/// `settings.unzip` is `S`'s `unzip`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings<J, S> {
+    pub common: CommonSettings<J>,
+    pub own: S,
+}
+
+impl<J: JobName, S: JobSettings> Settings<J, S> {
+    /// The defaults, on `table_name`.
+    pub fn for_table(table_name: impl Into<String>) -> Self {
+        Settings {
+            common: CommonSettings::for_table(table_name),
+            own: S::default(),
+        }
+    }
+
+    /// Read them through `lookup` (the process environment on Lambda, the
+    /// command line's `--env`, a test's map); errors name the variable and
+    /// what a valid value is.
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let env = Env::new(lookup);
+        Ok(Settings {
+            common: CommonSettings::from_env(&env, S::TABLE)?,
+            own: S::from_env(&env)?,
+        })
+    }
+
+    /// Read them from the process environment (Lambda).
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(&|name| std::env::var(name).ok())
+    }
+}
+
+impl<J, S> Deref for Settings<J, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.own
+    }
+}
+
+impl<J, S> DerefMut for Settings<J, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        &mut self.own
     }
 }
 

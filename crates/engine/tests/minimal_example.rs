@@ -13,6 +13,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use minimal::{APP, Job, Minimal, Note, keys, schema};
+use worker_engine::settings::{CommonSettings, TABLE_NAME, WORKER_JOB};
 use worker_toolkit::cli::{AppCommand, CliApp, command};
 
 const LOCAL_TABLE: &str = Minimal::DEFAULT_TABLE;
@@ -49,7 +50,11 @@ fn note(id: &str, title: &str, title_key: Option<&str>, expires_at: Option<i64>)
 }
 
 fn app(store: Arc<dyn Store>) -> Worker<Job> {
-    minimal::worker(store, Arc::new(ManualClock::new(now())), None)
+    minimal::worker(
+        store,
+        Arc::new(ManualClock::new(now())),
+        &CommonSettings::for_table("notes"),
+    )
 }
 
 async fn put(table: &TestTable, notes: &[Note]) {
@@ -111,12 +116,16 @@ fn the_description_gives_the_deployed_functions() {
     };
     assert!(stream.reads_stream);
     assert_eq!(stream.dynamodb_actions, ["dynamodb:UpdateItem"]);
-    assert_eq!(stream.env_vars, [minimal::TABLE_NAME], "no local-only var");
+    // The common variables, each where it is read; no local-only one.
+    assert!(stream.env_vars.contains(&TABLE_NAME) && stream.env_vars.contains(&"PARKING_TABLE"));
+    assert!(!stream.env_vars.contains(&WORKER_JOB));
+    assert!(!stream.env_vars.contains(&"AWS_ENDPOINT_URL_DYNAMODB"));
     assert_eq!(
         (purge.logical_id, purge.job),
         ("PurgeExpiredFunction", Some(Job::PurgeExpired))
     );
-    assert_eq!(purge.env_vars, [minimal::TABLE_NAME, minimal::WORKER_JOB]);
+    assert!(purge.env_vars.contains(&TABLE_NAME) && purge.env_vars.contains(&WORKER_JOB));
+    assert!(!purge.env_vars.contains(&"PARKING_TABLE"));
     assert_eq!(
         purge.dynamodb_actions,
         ["dynamodb:DeleteItem", "dynamodb:Query"]

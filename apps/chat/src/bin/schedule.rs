@@ -2,18 +2,8 @@
 //! `WORKER_JOB`): EventBridge Scheduler input or rule events.
 
 use chat_worker::app::{APP, worker_from_env};
-use lambda_runtime::Error;
-use worker_engine::metrics::Emitter;
-use worker_engine::telemetry::{self, LogFormat};
+use worker_engine::lambda::{Function, bootstrap};
 
-// One thread: the work waits on DynamoDB, and a small function has a
-// fraction of a vCPU; one thread also keeps one allocator arena (the peak
-// memory of a 6 MB batch, BENCHMARKS.md).
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<(), Error> {
-    telemetry::init(LogFormat::Json);
-    let worker = worker_from_env()
-        .await?
-        .with_metrics(Emitter::stdout_from_env(APP.namespace, "schedule"));
-    worker_engine::lambda::serve_schedule(&worker).await
+fn main() -> Result<(), lambda_runtime::Error> {
+    bootstrap(Function::Schedule, APP.namespace, worker_from_env)
 }

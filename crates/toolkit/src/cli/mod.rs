@@ -108,8 +108,11 @@ pub trait CliApp: Send + Sync + 'static {
     /// The table as the app expects it (created on the embedded DynamoDB
     /// Local and by `table create`).
     fn schema() -> TableSchema;
-    /// Attributes holding personal data, replaced by `capture --redact`.
-    fn personal_attributes() -> Vec<(&'static str, Placeholder)>;
+    /// Attributes holding personal data, replaced by `capture --redact`
+    /// (`Placeholder::Email`, `Placeholder::Name`, ...); none by default.
+    fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
+        Vec::new()
+    }
     /// A job's schedule in the local event-source loop: a 5-field cron in
     /// UTC, or `never`; by default its schedule's `local_cron`.
     fn local_cron(job: Self::Job) -> &'static str {
