@@ -88,6 +88,12 @@ impl CliApp for Chat {
         Some(TEMPLATE)
     }
 
+    /// Where a job's resume checkpoint is (`checkpoints list|reset`): the
+    /// key its job writes.
+    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
+        Some(chat_worker::keys::checkpoint(job))
+    }
+
     fn examples() -> &'static [(&'static str, &'static str)] {
         &[
             (
@@ -229,6 +235,14 @@ mod tests {
                 ("expire-requests", "0 * * * *"),
                 ("audit-requests", "30 3 * * *")
             ]
+        );
+    }
+
+    #[test]
+    fn checkpoints_are_where_the_jobs_keep_them() {
+        assert_eq!(
+            Chat::checkpoint_key(Job::AuditRequests),
+            Some(chat_worker::keys::checkpoint(Job::AuditRequests))
         );
     }
 

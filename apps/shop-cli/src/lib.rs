@@ -62,6 +62,12 @@ impl CliApp for Shop {
         Some(TEMPLATE)
     }
 
+    /// Where a job's resume checkpoint is (`checkpoints list|reset`): the
+    /// key its job writes.
+    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
+        Some(shop_worker::keys::checkpoint(job))
+    }
+
     fn examples() -> &'static [(&'static str, &'static str)] {
         &[
             (
@@ -166,6 +172,14 @@ mod tests {
                 ("stuck-orders", "0 * * * *"),
                 ("backfill", "never")
             ]
+        );
+    }
+
+    #[test]
+    fn checkpoints_are_where_the_jobs_keep_them() {
+        assert_eq!(
+            Shop::checkpoint_key(Job::Backfill),
+            Some(shop_worker::keys::checkpoint(Job::Backfill))
         );
     }
 
