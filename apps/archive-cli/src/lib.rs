@@ -96,39 +96,17 @@ Examples:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use worker_toolkit::cli::{AppCommand, Command, command, parse_from};
+    use worker_testkit::cli::{check_command_line, local_crons};
 
     #[test]
     fn the_command_line_is_consistent() {
-        command::<Archive>().debug_assert();
-        let cli = parse_from::<Archive, _, _>(["archive-worker", "run", "rebuild-lookup"]).unwrap();
-        let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
-            panic!("run");
-        };
-        assert_eq!(run.table.table, LOCAL_TABLE);
-        let e = parse_from::<Archive, _, _>(["archive-worker", "run", "vacuum"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("expire-unzipped"), "{e}");
-        let schedules = worker_toolkit::cli::dev::schedules::<Archive>(&[]).unwrap();
-        let crons: Vec<(&str, &str)> = schedules
-            .iter()
-            .map(|(j, c, _)| (j.as_str(), c.as_str()))
-            .collect();
+        check_command_line::<Archive>();
         assert_eq!(
-            crons,
+            local_crons::<Archive>(),
             [
-                ("expire-unzipped", "0 * * * *"),
-                ("rebuild-lookup", "never")
+                ("expire-unzipped".into(), "0 * * * *".into()),
+                ("rebuild-lookup".into(), "never".into())
             ]
         );
-    }
-
-    #[test]
-    fn the_default_template_is_the_apps_own() {
-        let path = Archive::template_path();
-        assert_eq!(path, Some("infra/archive.yaml"));
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        assert!(root.join(path.unwrap()).is_file());
     }
 }

@@ -190,26 +190,12 @@ Examples:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use worker_toolkit::cli::{AppCommand, Command, command};
-
-    fn parse_from<const N: usize>(
-        args: [&str; N],
-    ) -> Result<worker_toolkit::cli::Cli<NoExtra>, clap::Error> {
-        worker_toolkit::cli::parse_from::<Chat, _, _>(args)
-    }
+    use worker_testkit::cli::{check_command_line, local_crons};
 
     #[test]
     fn the_command_line_is_consistent() {
-        command::<Chat>().debug_assert();
-        let cli = parse_from(["chat-worker", "run", "audit-requests"]).unwrap();
-        let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
-            panic!("run");
-        };
-        assert_eq!(run.table.table, "ChatRequests");
-        let e = parse_from(["chat-worker", "run", "vacuum"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("expire-requests"), "{e}");
+        check_command_line::<Chat>();
+        assert_eq!(LOCAL_TABLE, "ChatRequests");
         let names: Vec<_> = Chat::other_tables()
             .iter()
             .map(|o| o.default_name)
@@ -224,16 +210,11 @@ mod tests {
                 "PrivateChats"
             ]
         );
-        let schedules = worker_toolkit::cli::dev::schedules::<Chat>(&[]).unwrap();
-        let crons: Vec<(&str, &str)> = schedules
-            .iter()
-            .map(|(j, c, _)| (j.as_str(), c.as_str()))
-            .collect();
         assert_eq!(
-            crons,
+            local_crons::<Chat>(),
             [
-                ("expire-requests", "0 * * * *"),
-                ("audit-requests", "30 3 * * *")
+                ("expire-requests".into(), "0 * * * *".into()),
+                ("audit-requests".into(), "30 3 * * *".into())
             ]
         );
     }
@@ -244,13 +225,6 @@ mod tests {
             Chat::checkpoint_key(Job::AuditRequests),
             Some(chat_worker::keys::checkpoint(Job::AuditRequests))
         );
-    }
-
-    #[test]
-    fn the_default_template_is_the_apps_own() {
-        assert_eq!(Chat::template_path(), Some("infra/chat.yaml"));
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        assert!(root.join(TEMPLATE).is_file());
     }
 
     #[test]

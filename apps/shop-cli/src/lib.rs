@@ -135,42 +135,23 @@ impl ExtraCommand for ShopCommand {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use worker_toolkit::cli::{AppCommand, Command, command};
-
-    fn parse_from<const N: usize>(
-        args: [&str; N],
-    ) -> Result<worker_toolkit::cli::Cli<ShopCommand>, clap::Error> {
-        worker_toolkit::cli::parse_from::<Shop, _, _>(args)
-    }
+    use worker_testkit::cli::{check_command_line, local_crons};
+    use worker_toolkit::cli::{AppCommand, parse_from};
 
     #[test]
     fn the_command_line_is_consistent() {
-        command::<Shop>().debug_assert();
-        let cli = parse_from(["shop-worker", "run", "stuck-orders"]).unwrap();
-        let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
-            panic!("run");
-        };
-        assert_eq!(run.table.table, LOCAL_TABLE);
-        let e = parse_from(["shop-worker", "run", "vacuum"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("stuck-orders"), "{e}");
-        let cli = parse_from(["shop-worker", "backfill"]).unwrap();
+        check_command_line::<Shop>();
+        let cli = parse_from::<Shop, _, _>(["shop-worker", "backfill"]).unwrap();
         let AppCommand::App(ShopCommand::Backfill(b)) = cli.command else {
             panic!("backfill");
         };
         assert_eq!(b.table.table, LOCAL_TABLE);
-        let schedules = worker_toolkit::cli::dev::schedules::<Shop>(&[]).unwrap();
-        let crons: Vec<(&str, &str)> = schedules
-            .iter()
-            .map(|(j, c, _)| (j.as_str(), c.as_str()))
-            .collect();
         assert_eq!(
-            crons,
+            local_crons::<Shop>(),
             [
-                ("audit", "0 3 * * *"),
-                ("stuck-orders", "0 * * * *"),
-                ("backfill", "never")
+                ("audit".into(), "0 3 * * *".into()),
+                ("stuck-orders".into(), "0 * * * *".into()),
+                ("backfill".into(), "never".into())
             ]
         );
     }
@@ -181,12 +162,5 @@ mod tests {
             Shop::checkpoint_key(Job::Backfill),
             Some(shop_worker::keys::checkpoint(Job::Backfill))
         );
-    }
-
-    #[test]
-    fn the_default_template_is_the_apps_own() {
-        assert_eq!(Shop::template_path(), Some("infra/shop.yaml"));
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        assert!(root.join(TEMPLATE).is_file());
     }
 }
