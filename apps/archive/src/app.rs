@@ -10,8 +10,7 @@ use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
 use worker_engine::lambda::Deployment;
 use worker_engine::metrics::WriteCounter;
-use worker_engine::runtime::{AllHandlers, EveryBatch, Worker};
-use worker_engine::schedule::Scheduler;
+use worker_engine::runtime::Worker;
 use worker_engine::store::Store;
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::stream::engine::RecordProcessor;
@@ -61,20 +60,9 @@ pub fn worker(
         publisher,
         writes: Arc::default(),
     };
-    let handlers = AllHandlers(APP.handlers(&deps));
-    let scheduler = APP
-        .scheduled(&deps)
-        .into_iter()
-        .fold(Scheduler::default(), Scheduler::with);
-    let worker_settings = APP.worker_settings(&deps.settings.common);
-    Worker::new(
-        Box::new(EveryBatch(handlers)),
-        scheduler,
-        clock,
-        worker_settings,
-    )
-    .with_coalescing(coalescing)
-    .with_write_counter(deps.writes)
+    APP.worker(&deps, clock, &deps.settings.common)
+        .with_coalescing(coalescing)
+        .with_write_counter(deps.writes)
 }
 
 /// The worker as Lambda runs it: settings from the environment, events to

@@ -52,14 +52,9 @@ impl JobSettings for ArchiveSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Settings::from_lookup(&|k| vars.get(k).cloned())
+        Settings::from_lookup(&worker_testkit::env::lookup(vars))
     }
 
     #[test]

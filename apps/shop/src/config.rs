@@ -54,15 +54,10 @@ impl JobSettings for ShopSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
     use worker_engine::park::ParkingSettings;
 
     fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let vars: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Settings::from_lookup(&|k| vars.get(k).cloned())
+        Settings::from_lookup(&worker_testkit::env::lookup(vars))
     }
 
     #[test]

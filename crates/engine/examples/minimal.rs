@@ -29,8 +29,8 @@ use worker_engine::item::{Item, redact_quoted};
 use worker_engine::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::lambda::{Deployment, Function, bootstrap};
 use worker_engine::metrics::{Metric, WriteCounter};
-use worker_engine::runtime::{AllHandlers, EveryBatch, Worker};
-use worker_engine::schedule::{JobReport, JobRun, ScheduledJob, Scheduler};
+use worker_engine::runtime::Worker;
+use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
 use worker_engine::settings::CommonSettings;
 use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
@@ -318,9 +318,9 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
 // ---------------------------------------------------------------------------
 // (e) The app assembled on the engine's `Worker`, and the two Lambda mains.
 
-/// The app over a store: every job registered. The Lambda mains, the dev
-/// loop and the tests run events through it (`handle_stream`,
-/// `handle_schedule`, or `EventFunction`).
+/// The app over a store: every job registered (`AppSpec::worker`). The
+/// Lambda mains, the dev loop and the tests run events through it
+/// (`handle_stream`, `handle_schedule`, or `EventFunction`).
 pub fn worker(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -330,13 +330,7 @@ pub fn worker(
         store,
         writes: Arc::default(),
     };
-    let handlers = AllHandlers(APP.handlers(&deps));
-    let scheduler = APP
-        .scheduled(&deps)
-        .into_iter()
-        .fold(Scheduler::default(), Scheduler::with);
-    let settings = APP.worker_settings(settings);
-    Worker::new(Box::new(EveryBatch(handlers)), scheduler, clock, settings)
+    APP.worker(&deps, clock, settings)
         .with_write_counter(deps.writes)
 }
 

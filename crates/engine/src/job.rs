@@ -241,3 +241,29 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
         Ok(())
     }
 }
+impl<J: JobName, D: ?Sized> AppSpec<J, D, dyn crate::stream::engine::RecordProcessor> {
+    /// The worker of every job over `deps`: every job's stream handler as
+    /// one processor (in the order of [`AppSpec::jobs`]), every scheduled
+    /// job, the [`AppSpec::worker_settings`]. An app that routes its
+    /// changes (by item kind, by table) assembles its `Worker` itself.
+    pub fn worker(
+        &self,
+        deps: &D,
+        clock: std::sync::Arc<dyn crate::clock::Clock>,
+        common: &crate::settings::CommonSettings<J>,
+    ) -> crate::runtime::Worker<J> {
+        use crate::runtime::{AllHandlers, EveryBatch, Worker};
+        use crate::schedule::Scheduler;
+        let handlers = AllHandlers(self.handlers(deps));
+        let scheduler = self
+            .scheduled(deps)
+            .into_iter()
+            .fold(Scheduler::default(), Scheduler::with);
+        Worker::new(
+            Box::new(EveryBatch(handlers)),
+            scheduler,
+            clock,
+            self.worker_settings(common),
+        )
+    }
+}

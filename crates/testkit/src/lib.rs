@@ -28,6 +28,7 @@
 //! - [`cargo_bin`]: a binary of another package (an app's command line),
 //!   built for the test that runs it;
 //! - [`cli`]: what every app's command line must hold;
+//! - [`env`]: variables for a test, as the settings read them;
 //! - [`environment`]: every fixture of an app run in a broken deployment
 //!   (denied, table deleted, indexes missing) must stop with an
 //!   environment fault.
@@ -36,6 +37,7 @@ pub mod cargo_bin;
 pub use cargo_bin::cargo_bin;
 pub mod cargo_lambda;
 pub mod cli;
+pub mod env;
 pub mod environment;
 pub mod eventbridge;
 pub mod fault_proxy;
