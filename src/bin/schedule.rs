@@ -3,8 +3,8 @@
 
 use nishiki_worker::app::worker_from_env;
 use nishiki_worker::metrics::NAMESPACE;
-use worker_engine::lambda::{Function, bootstrap};
+use worker_engine::lambda::{Schedule, bootstrap};
 
 fn main() -> Result<(), lambda_runtime::Error> {
-    bootstrap(Function::Schedule, NAMESPACE, worker_from_env)
+    bootstrap(Schedule, NAMESPACE, worker_from_env)
 }

@@ -3,8 +3,8 @@
 
 use nishiki_worker::app::worker_from_env;
 use nishiki_worker::metrics::NAMESPACE;
-use worker_engine::lambda::{Function, bootstrap};
+use worker_engine::lambda::{Stream, bootstrap};
 
 fn main() -> Result<(), lambda_runtime::Error> {
-    bootstrap(Function::Stream, NAMESPACE, worker_from_env)
+    bootstrap(Stream, NAMESPACE, worker_from_env)
 }

@@ -27,7 +27,7 @@ use worker_engine::env::{ConfigError, Env};
 use worker_engine::error::HandlerError;
 use worker_engine::item::{Item, redact_quoted};
 use worker_engine::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec, StreamSpec};
-use worker_engine::lambda::{Deployment, Function, bootstrap};
+use worker_engine::lambda::{self, Deployment, bootstrap};
 use worker_engine::metrics::{Metric, WriteCounter};
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
@@ -380,10 +380,10 @@ impl CliApp for Minimal {
 /// `minimal stream|schedule`: a Lambda function (one bootstrap for both);
 /// anything else: the command line.
 fn main() -> Result<ExitCode, Error> {
-    let function = match std::env::args().nth(1).as_deref() {
-        Some("stream") => Function::Stream,
-        Some("schedule") => Function::Schedule,
+    let served = match std::env::args().nth(1).as_deref() {
+        Some("stream") => bootstrap(lambda::Stream, APP.namespace, worker_from_env),
+        Some("schedule") => bootstrap(lambda::Schedule, APP.namespace, worker_from_env),
         _ => return Ok(worker_toolkit::cli::main::<Minimal>()),
     };
-    bootstrap(function, APP.namespace, worker_from_env).map(|()| ExitCode::SUCCESS)
+    served.map(|()| ExitCode::SUCCESS)
 }

@@ -45,22 +45,43 @@ pub const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
 /// (the shortest `Timeout` of the templates' schedule functions).
 pub const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The function a bootstrap serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Function {
-    /// DynamoDB Streams batches ([`serve_stream`]).
-    Stream,
-    /// Schedule ticks ([`serve_schedule`]).
-    Schedule,
+/// The function a bootstrap serves, as a type ([`Stream`] or
+/// [`Schedule`]): each bootstrap links only its own side.
+pub trait Function: Copy {
+    /// Its name in the metrics when `AWS_LAMBDA_FUNCTION_NAME` is unset.
+    const NAME: &'static str;
+    /// Serve `worker` until the runtime stops.
+    fn serve<J: JobName>(
+        self,
+        worker: &Worker<J>,
+    ) -> impl std::future::Future<Output = Result<(), Error>>;
 }
 
-impl Function {
-    /// Its name in the metrics when `AWS_LAMBDA_FUNCTION_NAME` is unset.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Function::Stream => "stream",
-            Function::Schedule => "schedule",
-        }
+/// DynamoDB Streams batches ([`serve_stream`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Stream;
+
+/// Schedule ticks ([`serve_schedule`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule;
+
+impl Function for Stream {
+    const NAME: &'static str = "stream";
+    fn serve<J: JobName>(
+        self,
+        worker: &Worker<J>,
+    ) -> impl std::future::Future<Output = Result<(), Error>> {
+        serve_stream(worker)
+    }
+}
+
+impl Function for Schedule {
+    const NAME: &'static str = "schedule";
+    fn serve<J: JobName>(
+        self,
+        worker: &Worker<J>,
+    ) -> impl std::future::Future<Output = Result<(), Error>> {
+        serve_schedule(worker)
     }
 }
 
@@ -72,12 +93,13 @@ impl Function {
 /// On one thread: the work waits on DynamoDB, and a small function has a
 /// fraction of a vCPU; one thread also keeps one allocator arena (the peak
 /// memory of a 6 MB batch, BENCHMARKS.md).
-pub fn bootstrap<J, F, Fut, E>(
-    function: Function,
+pub fn bootstrap<S, J, F, Fut, E>(
+    function: S,
     namespace: &'static str,
     build: F,
 ) -> Result<(), Error>
 where
+    S: Function,
     J: JobName,
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<Worker<J>, E>>,
@@ -88,13 +110,11 @@ where
         .build()?
         .block_on(async {
             telemetry::init(telemetry::LogFormat::Json);
-            let worker = build().await.map_err(Into::into)?.with_metrics(
-                crate::metrics::Emitter::stdout_from_env(namespace, function.as_str()),
-            );
-            match function {
-                Function::Stream => serve_stream(&worker).await,
-                Function::Schedule => serve_schedule(&worker).await,
-            }
+            let worker = build()
+                .await
+                .map_err(Into::into)?
+                .with_metrics(crate::metrics::Emitter::stdout_from_env(namespace, S::NAME));
+            function.serve(&worker).await
         })
 }
 

@@ -4,8 +4,8 @@
 //! `FunctionResponseTypes: [ReportBatchItemFailures]`.
 
 use chat_worker::app::{APP, worker_from_env};
-use worker_engine::lambda::{Function, bootstrap};
+use worker_engine::lambda::{Stream, bootstrap};
 
 fn main() -> Result<(), lambda_runtime::Error> {
-    bootstrap(Function::Stream, APP.namespace, worker_from_env)
+    bootstrap(Stream, APP.namespace, worker_from_env)
 }

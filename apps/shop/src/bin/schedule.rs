@@ -2,8 +2,8 @@
 //! `WORKER_JOB`): EventBridge Scheduler input or rule events.
 
 use shop_worker::app::{APP, worker_from_env};
-use worker_engine::lambda::{Function, bootstrap};
+use worker_engine::lambda::{Schedule, bootstrap};
 
 fn main() -> Result<(), lambda_runtime::Error> {
-    bootstrap(Function::Schedule, APP.namespace, worker_from_env)
+    bootstrap(Schedule, APP.namespace, worker_from_env)
 }
