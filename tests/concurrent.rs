@@ -39,8 +39,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::Drain;
 use worker_engine::runtime::EventFunction;
-use worker_engine::store::{Key, Reply, Request, Store, StoreError, WriteOp};
+use worker_engine::store::{GuardedOp, Key, Reply, Request, Store, StoreError};
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_testkit::written::{Kind, Landed, definitely_live, ops_of};
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T09:00:00Z".parse().unwrap()
@@ -50,18 +51,18 @@ fn t0() -> DateTime<Utc> {
 // The service's log and the worker's deletes, on one clock
 // ---------------------------------------------------------------------------
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Put,
-    Delete,
-}
-
 #[derive(Debug, Clone)]
 struct Write {
     key: ItemKey,
     kind: Kind,
     start: Instant,
     end: Instant,
+}
+
+impl Landed for Write {
+    fn span(&self) -> (Kind, Instant, Instant) {
+        (self.kind, self.start, self.end)
+    }
 }
 
 #[derive(Default)]
@@ -85,17 +86,7 @@ impl Log {
             .chain(worker.iter())
             .filter(|w| &w.key == key)
             .collect();
-        let Some(last) = writes
-            .iter()
-            .filter(|w| w.end < start)
-            .max_by_key(|w| w.end)
-        else {
-            return false;
-        };
-        last.kind == Kind::Put
-            && !writes
-                .iter()
-                .any(|w| w.kind == Kind::Delete && w.start < end && w.end > last.start)
+        definitely_live(&writes, start, end)
     }
 }
 
@@ -113,24 +104,13 @@ fn key_of(k: &Key) -> Option<ItemKey> {
 #[async_trait]
 impl Store for Logged {
     async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
-        let deletes: Vec<ItemKey> = match &request {
-            Request::Delete { key, .. } => key_of(key).into_iter().collect(),
-            Request::BatchWrite { ops } => ops
-                .iter()
-                .filter_map(|op| match op {
-                    WriteOp::Delete(k) => key_of(k),
-                    WriteOp::Put(_) => None,
-                })
-                .collect(),
-            Request::WriteGuarded { ops, .. } => ops
-                .iter()
-                .filter_map(|op| match op {
-                    worker_engine::store::GuardedOp::Delete { key, .. } => key_of(key),
-                    _ => None,
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
+        let deletes: Vec<ItemKey> = ops_of(&request)
+            .iter()
+            .filter_map(|op| match op {
+                GuardedOp::Delete { key, .. } => key_of(key),
+                _ => None,
+            })
+            .collect();
         let start = Instant::now();
         let reply = self.inner.call(request).await?;
         let end = Instant::now();

@@ -18,29 +18,8 @@ pub struct Point {
 }
 
 /// `--sizes 1000,5000` or `--sizes=1000,5000` among the bench's arguments
-/// (cargo adds `--bench`, which is ignored).
-pub fn sizes_arg() -> Option<Vec<usize>> {
-    sizes_from(std::env::args().skip(1))
-}
-
-pub fn sizes_from(args: impl IntoIterator<Item = String>) -> Option<Vec<usize>> {
-    let mut args = args.into_iter();
-    while let Some(a) = args.next() {
-        let list = if a == "--sizes" {
-            args.next().expect("--sizes needs a comma-separated list")
-        } else if let Some(list) = a.strip_prefix("--sizes=") {
-            list.to_owned()
-        } else {
-            continue;
-        };
-        return Some(
-            list.split(',')
-                .map(|n| n.trim().parse().expect("--sizes: comma-separated numbers"))
-                .collect(),
-        );
-    }
-    None
-}
+/// (the test kit's).
+pub use worker_testkit::bench::sizes_arg;
 
 /// `docs/plots/` of the crate.
 pub fn plots_dir() -> PathBuf {

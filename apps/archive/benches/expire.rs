@@ -15,7 +15,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 use archive_worker::config::Settings;
 use archive_worker::items::{ArchivedFile, Stage, UnzipItem};
@@ -28,7 +27,7 @@ use serde_json::json;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::store::MetricsSnapshot;
-use worker_testkit::TestTable;
+use worker_testkit::bench::{self, Growth};
 
 const H: i64 = 3600;
 /// `Unzipped` items past the retention (due), and recent ones.
@@ -142,13 +141,16 @@ struct Measured {
 }
 
 async fn measure(files: usize) -> Measured {
-    let (_local, table) =
-        TestTable::on_own_local(format!("expire-bench-{files}"), &schema().without_stream()).await;
     let (seeded, due) = items(files);
     let total = seeded.len();
-    let started = Instant::now();
-    worker_testkit::seed_concurrently(&table.store, seeded.clone(), SEED_TASKS).await;
-    let seed_s = started.elapsed().as_secs_f64();
+    let own = bench::seeded(
+        format!("expire-bench-{files}"),
+        &schema().without_stream(),
+        seeded.clone(),
+        SEED_TASKS,
+    )
+    .await;
+    let (table, seed_s) = (&own.table, own.seed_s);
     eprintln!("seeded {total} items ({files} files) in {seed_s:.1} s");
 
     let mut settings = Settings::for_table(&table.name);
@@ -160,14 +162,12 @@ async fn measure(files: usize) -> Measured {
         publisher.clone(),
         Arc::new(ManualClock::new(now())),
     );
-    let before = table.store.metrics().snapshot();
-    let started = Instant::now();
-    let report = worker
-        .run_job(Job::ExpireUnzipped, None)
-        .await
-        .expect("expire-unzipped runs");
-    let run_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let cost = table.store.metrics().snapshot().since(&before);
+    let run = bench::metered(&table.store, worker.run_job(Job::ExpireUnzipped, None)).await;
+    let (report, cost, run_ms) = (
+        run.value.expect("expire-unzipped runs"),
+        run.cost,
+        run.run_ms,
+    );
     assert!(report.complete, "one run completes the pass: {report:?}");
     let figure = |name: &str| report.details[name].as_u64().expect("a count");
 
@@ -197,28 +197,9 @@ async fn measure(files: usize) -> Measured {
     }
 }
 
-/// `--sizes a,b` (or `--sizes=a,b`); the default 10,000 and 100,000.
-fn sizes() -> Vec<usize> {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let list = if a == "--sizes" {
-            args.next().expect("--sizes needs a comma-separated list")
-        } else if let Some(list) = a.strip_prefix("--sizes=") {
-            list.to_owned()
-        } else {
-            continue;
-        };
-        return list
-            .split(',')
-            .map(|n| n.trim().parse().expect("--sizes: comma-separated numbers"))
-            .collect();
-    }
-    vec![10_000, 100_000]
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes = sizes();
+    let sizes = bench::sizes_or(&[10_000, 100_000]);
     assert!(
         sizes.iter().all(|&n| n >= DUE + RECENT + STUCK + WAITING),
         "sizes must be at least {} files",
@@ -271,18 +252,9 @@ async fn main() {
     }
     println!("RCU, WCU and requests: DynamoStore::metrics() over the run");
 
-    let smallest = results.iter().min_by_key(|m| m.files).expect("a size");
-    let largest = results.iter().max_by_key(|m| m.files).expect("a size");
-    let ratio = largest.cost.read_capacity / smallest.cost.read_capacity;
+    let growth = Growth::of(&results, |m| m.files, |m| &m.cost);
     let scans: u64 = results.iter().map(|m| m.cost.scan).sum();
-    let ok = ratio <= BOUND && scans == 0;
-    println!();
-    println!(
-        "RCU growth {}/{}: {ratio:.3} (goal <= {BOUND}); scans: {scans} (goal 0): {}",
-        largest.files,
-        smallest.files,
-        if ok { "ok" } else { "FAILED" }
-    );
+    let ok = growth.verdict(BOUND, "scans", scans);
     let line = json!({
         "bench": "archive-expire-unzipped",
         "due": DUE,
@@ -302,12 +274,6 @@ async fn main() {
             "seed_s": m.seed_s,
             "run_ms": m.run_ms,
         })).collect::<Vec<_>>(),
-        "rcu_ratio": ratio,
-        "bound": BOUND,
-        "ok": ok,
     });
-    println!("{line}");
-    if !ok {
-        std::process::exit(1);
-    }
+    bench::finish(line, &growth, BOUND, ok);
 }

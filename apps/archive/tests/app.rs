@@ -13,12 +13,12 @@ use archive_worker::items::Stage;
 use archive_worker::keys::{self, Job};
 use archive_worker::notify::RecordingPublisher;
 use archive_worker::schema::schema;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::*;
-use worker_engine::deploy::FunctionSpec;
 use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::schedule::JobName;
-use worker_engine::store::{ItemWriter, MetricsSnapshot, Operation};
+use worker_engine::store::ItemWriter;
+use worker_testkit::infra::{actions_used, emf, granted};
 use worker_testkit::{Drain, TestTable};
 
 #[test]
@@ -71,39 +71,6 @@ fn the_description_gives_the_deployed_functions() {
     );
 }
 
-/// The IAM actions of the requests counted in `used`.
-fn actions(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
-    let counts = [
-        (used.get_item, Operation::GetItem),
-        (used.put_item, Operation::PutItem),
-        (used.delete_item, Operation::DeleteItem),
-        (used.update_item, Operation::UpdateItem),
-        (used.query, Operation::Query),
-        (used.scan, Operation::Scan),
-        (used.batch_write_item, Operation::BatchWriteItem),
-        (used.batch_get_item, Operation::BatchGetItem),
-        (used.execute_statement, Operation::ExecuteStatement),
-        (used.transact_write_items, Operation::TransactWriteItems),
-    ];
-    counts
-        .into_iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(_, op)| worker_engine::deploy::action_of(op))
-        .collect()
-}
-
-fn granted(f: &FunctionSpec<Job>) -> BTreeSet<&'static str> {
-    f.dynamodb_actions.iter().copied().collect()
-}
-
-fn emf(lines: &CapturedLines) -> Vec<Value> {
-    lines
-        .lines()
-        .iter()
-        .map(|l| serde_json::from_str(l).expect("an EMF line"))
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_request_is_one_its_function_may_make_and_is_counted() {
     let table = TestTable::with_schema(&schema()).await;
@@ -135,7 +102,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
     let mut worker_runs = async |drain: &mut Drain| {
         let before = store.metrics().snapshot();
         drain.run(&app).await;
-        used.extend(actions(&store.metrics().snapshot().since(&before)));
+        used.extend(actions_used(&store.metrics().snapshot().since(&before)));
     };
     worker_runs(&mut drain).await;
     put(store, &[unzip_item(Stage::Unzipped, now - 26 * 3600, &k)]).await;
@@ -170,7 +137,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
             .await
             .expect("the tick runs");
         assert!(report.complete);
-        let used = actions(&store.metrics().snapshot().since(&before));
+        let used = actions_used(&store.metrics().snapshot().since(&before));
         let function = APP.function_of(*job);
         assert!(used.is_subset(&granted(&function)), "{job}: {used:?}");
     }

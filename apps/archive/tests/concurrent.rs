@@ -67,7 +67,7 @@
 
 mod support;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -86,14 +86,13 @@ use serde_json::Value;
 use support::{expected_lookup, key_name, lookup_items};
 use worker_engine::clock::{Clock, ManualClock};
 use worker_engine::item::Item;
-use worker_engine::runtime::EventFunction;
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobReport;
 use worker_engine::store::guarded::GuardedOp;
-use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome};
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOutcome};
 use worker_testkit::TestTable;
-use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
+use worker_testkit::follow::{Followers, Mapping, Tail, quiet, soak_seeds};
+use worker_testkit::written::{Kind, Landed, definitely_absent, definitely_live, ops_of};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -106,17 +105,6 @@ const STEP: i64 = 300;
 const RETENTION_HOURS: u64 = 3;
 const STUCK_HOURS: u64 = 6;
 const BUS: &str = "archive-bus";
-/// Records per batch (the mapping's `BatchSize`).
-const BATCH: usize = 100;
-/// Invocations of one batch before the test gives up.
-const ATTEMPTS: usize = 60;
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("SOAK_SEEDS") {
-        Ok(n) => (1..=n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>")).collect(),
-        Err(_) => vec![1, 2, 3],
-    }
-}
 
 fn t0() -> DateTime<Utc> {
     support::now()
@@ -141,13 +129,6 @@ fn raw(item: &Item) -> Raw {
     (s(keys::PK), s(keys::SK))
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// The item exists after the write (for a lookup item: lists something).
-    Put,
-    Delete,
-}
-
 /// A write that landed, with the time it was in flight.
 #[derive(Debug, Clone)]
 struct Write {
@@ -159,40 +140,10 @@ struct Write {
     note: String,
 }
 
-/// Whether `writes` (all of one key) say the item existed for the whole of
-/// `[start, end]`: the last write completed before `start` is a Put, and
-/// no Delete was in flight or made between that Put and `end`.
-fn definitely_live(writes: &[&Write], start: Instant, end: Instant) -> bool {
-    let Some(last) = writes
-        .iter()
-        .filter(|w| w.end < start)
-        .max_by_key(|w| w.end)
-    else {
-        return false;
-    };
-    last.kind == Kind::Put
-        && !writes
-            .iter()
-            .any(|w| w.kind == Kind::Delete && w.start < end && w.end > last.start)
-}
-
-/// Whether `writes` (all of one key) say the item was absent for the whole
-/// of `[start, end]`: never put before `end`, or the last write completed
-/// before `start` is a Delete and no Put was in flight or made between
-/// that Delete and `end`.
-fn definitely_absent(writes: &[&Write], start: Instant, end: Instant) -> bool {
-    let since = match writes
-        .iter()
-        .filter(|w| w.end < start)
-        .max_by_key(|w| w.end)
-    {
-        Some(w) if w.kind == Kind::Put => return false,
-        Some(w) => Some(w.start),
-        None => None,
-    };
-    !writes
-        .iter()
-        .any(|w| w.kind == Kind::Put && w.start < end && since.is_none_or(|s| w.end > s))
+impl Landed for Write {
+    fn span(&self) -> (Kind, Instant, Instant) {
+        (self.kind, self.start, self.end)
+    }
 }
 
 /// An entry the worker removed from a lookup item's `SavedDate`.
@@ -321,38 +272,6 @@ fn plan(op: &GuardedOp) -> Planned {
             other => Planned::Never(format!("a write of a file other than its flag: {other:?}")),
         },
         _ => Planned::Never(format!("a write the worker never makes: {op:?}")),
-    }
-}
-
-/// The writes of a request, as guarded ops.
-fn ops_of(request: &Request<'_>) -> Vec<GuardedOp> {
-    match request {
-        Request::Put { item, condition } => vec![GuardedOp::Put {
-            item: item.clone(),
-            condition: condition.clone(),
-        }],
-        Request::Delete { key, condition } => vec![GuardedOp::Delete {
-            key: (*key).clone(),
-            condition: condition.clone(),
-        }],
-        Request::Update {
-            key,
-            update,
-            condition,
-        } => vec![GuardedOp::Update {
-            key: (*key).clone(),
-            update: update.clone(),
-            condition: condition.clone(),
-        }],
-        Request::BatchWrite { ops } => ops
-            .iter()
-            .map(|op| match op {
-                WriteOp::Put(item) => GuardedOp::put(item.clone()),
-                WriteOp::Delete(key) => GuardedOp::delete(key.clone()),
-            })
-            .collect(),
-        Request::WriteGuarded { ops, .. } => ops.clone(),
-        _ => Vec::new(),
     }
 }
 
@@ -919,185 +838,6 @@ impl Service {
 }
 
 // ---------------------------------------------------------------------------
-// The worker following the stream, `factor` batches at once
-// ---------------------------------------------------------------------------
-
-/// The table's stream, read from its beginning, reopened after a failed
-/// read (DynamoDB Local under load sometimes fails a `GetRecords`) after
-/// the last record handed out of each shard.
-struct Tail {
-    endpoint: String,
-    arn: String,
-    tail: StreamTail,
-    positions: HashMap<String, SequenceNumber>,
-    failed_reads: usize,
-}
-
-impl Tail {
-    async fn new(table: &TestTable) -> Self {
-        let arn = table
-            .store
-            .stream_arn()
-            .await
-            .expect("describe table")
-            .expect("the test table has a stream");
-        Tail {
-            endpoint: table.endpoint.clone(),
-            tail: StreamTail::new(
-                local_client(&table.endpoint),
-                arn.clone(),
-                StartAt::TrimHorizon,
-            ),
-            arn,
-            positions: HashMap::new(),
-            failed_reads: 0,
-        }
-    }
-
-    async fn read(&mut self) -> Vec<StreamChange> {
-        for _ in 0..20 {
-            match self.tail.poll().await {
-                Ok(records) => {
-                    for (shard, c) in &records {
-                        if let Some(s) = &c.sequence_number {
-                            self.positions.insert(shard.clone(), s.clone());
-                        }
-                    }
-                    return records.into_iter().map(|(_, c)| c).collect();
-                }
-                Err(e) => {
-                    self.failed_reads += 1;
-                    let e = e.to_string();
-                    eprintln!("stream read failed ({}); reopening", &e[..e.len().min(120)]);
-                    pause(100).await;
-                    self.tail = StreamTail::new(
-                        local_client(&self.endpoint),
-                        self.arn.clone(),
-                        StartAt::TrimHorizon,
-                    )
-                    .resume_after(self.positions.clone());
-                }
-            }
-        }
-        panic!("the stream could not be read 20 times in a row");
-    }
-}
-
-/// What the followers did.
-#[derive(Debug, Default, Clone, Copy)]
-struct Stats {
-    records: usize,
-    invocations: usize,
-    /// Invocations again after a batch item failure.
-    retries: usize,
-    rejected: usize,
-    malformed: usize,
-}
-
-impl Stats {
-    fn add(&mut self, o: Stats) {
-        self.records += o.records;
-        self.invocations += o.invocations;
-        self.retries += o.retries;
-        self.rejected += o.rejected;
-        self.malformed += o.malformed;
-    }
-}
-
-/// One batch invoked like Lambda until no record of it is to retry.
-async fn invoke(app: &dyn EventFunction, batch: Vec<StreamChange>) -> Stats {
-    let mut stats = Stats {
-        records: batch.len(),
-        ..Stats::default()
-    };
-    let mut pending = batch;
-    for attempt in 0..ATTEMPTS {
-        if attempt > 0 {
-            stats.retries += 1;
-            pause(10 + 5 * attempt as u64).await;
-        }
-        let report = app
-            .invoke_stream(&encode_event(&pending, None))
-            .await
-            .expect("stream event");
-        stats.invocations += 1;
-        stats.rejected += report.rejected;
-        stats.malformed += report.malformed;
-        let Some(seq) = report.batch_item_failures.first() else {
-            return stats;
-        };
-        let failed: SequenceNumber = seq.parse().expect("a sequence number");
-        pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
-    }
-    panic!("a batch kept failing after {ATTEMPTS} attempts");
-}
-
-/// `records` handled as a mapping with `factor` does: batches of
-/// [`BATCH`], each split by partition key into up to `factor` lanes
-/// handled at once, each partition key's records in order.
-async fn handle(app: &dyn EventFunction, records: Vec<StreamChange>, factor: usize) -> Stats {
-    let mut stats = Stats::default();
-    for chunk in records.chunks(BATCH) {
-        let lanes = worker_testkit::parallel::lanes(chunk.to_vec(), Some(keys::PK), factor)
-            .into_iter()
-            .filter(|l| !l.is_empty())
-            .map(|l| invoke(app, l));
-        for s in futures::future::join_all(lanes).await {
-            stats.add(s);
-        }
-    }
-    stats
-}
-
-/// The worker following the stream in real time, until stopped.
-struct Followers {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(Tail, Stats)>,
-}
-
-impl Followers {
-    fn start(mut tail: Tail, app: Arc<Worker<Job>>, factor: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut stats = Stats::default();
-            loop {
-                let records = tail.read().await;
-                if records.is_empty() {
-                    if stopping.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    pause(20).await;
-                    continue;
-                }
-                stats.add(handle(app.as_ref(), records, factor).await);
-            }
-            (tail, stats)
-        });
-        Followers { stop, task }
-    }
-
-    async fn stop(self) -> (Tail, Stats) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.task.await.expect("the follower")
-    }
-}
-
-/// The stream handled until a read finds nothing new (the worker's own
-/// writes come back as records).
-async fn quiet(tail: &mut Tail, app: &dyn EventFunction, factor: usize) -> Stats {
-    let mut stats = Stats::default();
-    for _round in 0..100 {
-        let records = tail.read().await;
-        if records.is_empty() {
-            return stats;
-        }
-        stats.add(handle(app, records, factor).await);
-    }
-    panic!("the stream did not quiet down");
-}
-
-// ---------------------------------------------------------------------------
 // The scheduled jobs
 // ---------------------------------------------------------------------------
 
@@ -1442,8 +1182,12 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
         publisher.clone(),
         Arc::new(clock.clone()),
     ));
-    let tail = Tail::new(&table).await;
-    let followers = Followers::start(tail, worker.clone(), factor);
+    let mapping = Mapping::new(factor).idle(Duration::from_millis(20));
+    let followers = Followers::start(
+        vec![Tail::new(&table).await],
+        worker.clone(),
+        mapping.clone(),
+    );
     let stop_jobs = Arc::new(AtomicBool::new(false));
     let jobs = tokio::spawn(scheduler(
         worker.clone(),
@@ -1471,8 +1215,8 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     let service_time = started.elapsed();
     stop_jobs.store(true, Ordering::SeqCst);
     let mut runs = jobs.await.expect("the scheduler");
-    let (mut tail, mut stats) = followers.stop().await;
-    stats.add(quiet(&mut tail, worker.as_ref(), factor).await);
+    let (mut tails, mut stats) = followers.stop().await;
+    stats.add(quiet(&mut tails, worker.as_ref(), &mapping).await);
     let drained = started.elapsed();
 
     let (quiet_state, mut problems) = check(&table, &service, &log, "once quiet").await;
@@ -1483,12 +1227,12 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     let end = service.now() + STEP;
     clock.set(at(end + RETENTION_HOURS as i64 * 3600));
     run_job(&worker, Job::ExpireUnzipped, &mut runs).await;
-    stats.add(quiet(&mut tail, worker.as_ref(), factor).await);
+    stats.add(quiet(&mut tails, worker.as_ref(), &mapping).await);
     clock.set(at(end + STUCK_HOURS as i64 * 3600));
     let expire = run_job(&worker, Job::ExpireUnzipped, &mut runs).await;
-    stats.add(quiet(&mut tail, worker.as_ref(), factor).await);
+    stats.add(quiet(&mut tails, worker.as_ref(), &mapping).await);
     let rebuild = run_job(&worker, Job::RebuildLookup, &mut runs).await;
-    stats.add(quiet(&mut tail, worker.as_ref(), factor).await);
+    stats.add(quiet(&mut tails, worker.as_ref(), &mapping).await);
 
     let (after, more) = check(&table, &service, &log, "after the jobs").await;
     problems.extend(more);
@@ -1546,7 +1290,7 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
         stats.records,
         stats.invocations,
         stats.retries,
-        tail.failed_reads,
+        tails[0].failed_reads,
         removals.len() - unlisted,
         deletes.len() - finished,
         log.flags.load(Ordering::Relaxed),
@@ -1572,7 +1316,7 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
 /// Every seed at `factor`; the runs with problems reported together.
 async fn all_seeds(factor: usize) {
     let mut failed = Vec::new();
-    for seed in seeds() {
+    for seed in soak_seeds() {
         if let Err(problems) = run(seed, factor).await {
             eprintln!("{problems}");
             failed.push(problems);

@@ -11,7 +11,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,9 +24,8 @@ use archive_worker::unzip::expire::{EVENT_SOURCE, EVENT_TYPE};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 use support::*;
-use worker_testkit::eventbridge::RoutedBus;
+use worker_testkit::eventbridge::{RoutedBus, details_by, pattern, run_schedule_function};
 use worker_testkit::moto;
-use worker_testkit::runtime_api::RuntimeApi;
 use worker_testkit::{Drain, TestTable};
 
 const H: i64 = 3600;
@@ -35,11 +34,6 @@ const DUE: usize = 12;
 
 fn tick() -> Value {
     json!({"job": "expire-unzipped", "scheduledTime": NOW})
-}
-
-/// The rule a deployment would put on the bus for the archive's events.
-fn pattern() -> Value {
-    json!({"source": [EVENT_SOURCE], "detail-type": [EVENT_TYPE]})
 }
 
 /// The service's writes: files, `DUE` of them unzipped more than the
@@ -100,24 +94,10 @@ async fn is_unzipped(table: &TestTable, day: usize) -> Option<bool> {
     }
 }
 
-/// The events the queue received, by `keyName`, each checked as the
-/// archive's.
-fn by_key_name(events: Vec<Value>) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
-    for e in events {
-        assert_eq!(e["source"], EVENT_SOURCE, "{e}");
-        assert_eq!(e["detail-type"], EVENT_TYPE, "{e}");
-        assert_eq!(e["region"], moto::REGION, "{e}");
-        let k = e["detail"]["keyName"].as_str().expect("keyName").to_owned();
-        assert!(out.insert(k, e["detail"].clone()).is_none(), "twice: {e}");
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_unzips_reach_the_bus_and_the_queue_its_rule_feeds() {
     let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "archive", &pattern()).await;
+    let routed = RoutedBus::new(moto, "archive", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
     let table = TestTable::with_schema(&schema()).await;
     let due = unzipped_files(&table).await;
 
@@ -135,7 +115,7 @@ async fn expired_unzips_reach_the_bus_and_the_queue_its_rule_feeds() {
         (&json!(DUE), &json!(DUE), &json!(DUE), &json!(0))
     );
     let events = routed.received(DUE, Duration::from_secs(30)).await;
-    assert_eq!(by_key_name(events), due);
+    assert_eq!(details_by(events, EVENT_SOURCE, EVENT_TYPE, "keyName"), due);
 
     // The expiries come back through the stream: the flags cleared.
     let mut drain = Drain::new(&table).await;
@@ -145,54 +125,24 @@ async fn expired_unzips_reach_the_bus_and_the_queue_its_rule_feeds() {
     }
 }
 
-struct Running(Child);
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_function_publishes_to_the_bus_the_environment_names() {
     let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "archive-fn", &pattern()).await;
+    let routed = RoutedBus::new(moto, "archive-fn", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
     let table = TestTable::with_schema(&schema()).await;
     let due = unzipped_files(&table).await;
 
-    let api = RuntimeApi::start().await.expect("runtime API");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_archive-schedule"));
-    cmd.env_clear()
-        .env("AWS_LAMBDA_RUNTIME_API", api.address())
-        .env("AWS_LAMBDA_FUNCTION_NAME", "expire-unzipped")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "warn")
-        .env("TABLE_NAME", &table.name)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &table.endpoint)
-        .env("WORKER_JOB", "expire-unzipped")
-        .env("WORKER_NOW", NOW)
-        .env("NOTIFY_EVENT_BUS", &routed.bus)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    // AWS_ENDPOINT_URL_EVENTBRIDGE (and STS, SQS, S3), region, credentials.
-    for (k, v) in moto.env() {
-        cmd.env(k, v);
-    }
-    let _function = Running(cmd.spawn().expect("start the function"));
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(120),
-        api.invoke(
-            serde_json::to_vec(&tick()).unwrap(),
-            Duration::from_secs(60),
-        ),
+    let answer = run_schedule_function(
+        Path::new(env!("CARGO_BIN_EXE_archive-schedule")),
+        "expire-unzipped",
+        NOW,
+        &table,
+        &routed,
+        moto,
+        &tick(),
     )
-    .await
-    .expect("the function answers within 120 s");
-    let answer = outcome.json();
+    .await;
     assert_eq!(answer["details"]["published"], json!(DUE), "{answer}");
     let events = routed.received(DUE, Duration::from_secs(30)).await;
-    assert_eq!(by_key_name(events), due);
+    assert_eq!(details_by(events, EVENT_SOURCE, EVENT_TYPE, "keyName"), due);
 }

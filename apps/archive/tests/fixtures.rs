@@ -19,14 +19,11 @@ use archive_cli::Archive;
 use archive_worker::items::{ArchivedFile, Stage};
 use archive_worker::keys::{self, FileTime, ItemKey};
 use archive_worker::schema::schema;
-use serde_json::json;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::stream::decode::encode_event;
-use worker_testkit::fixtures::{self, Fixture, write_json};
-use worker_testkit::workload::{Write, apply};
-use worker_testkit::{Drain, TestTable};
-use worker_toolkit::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use worker_testkit::fixtures::{self, Fixture};
+use worker_testkit::workload::Write;
+use worker_toolkit::replay::snapshot::{read_snapshot, write_snapshot};
 
 const KEYS: (&str, &str) = (keys::PK, keys::SK);
 /// The stream ARN the captures carry (as Lambda delivers them).
@@ -156,19 +153,12 @@ fn stream_fixtures() -> Vec<(&'static str, &'static str, Vec<Write>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "rewrites events/archive: REGENERATE_FIXTURES=1 ... -- --ignored regenerate"]
 async fn regenerate() {
-    if std::env::var_os("REGENERATE_FIXTURES").is_none() {
-        eprintln!("set REGENERATE_FIXTURES=1 to rewrite events/archive");
+    if !fixtures::regenerating("archive") {
         return;
     }
     let dir = events_dir();
     // The table: the service's items, and the lookup the stream made.
-    let table = TestTable::with_schema(&schema()).await;
-    let mut drain = Drain::new(&table).await;
-    put(table.store.as_ref(), &service_items()).await;
-    drain.run(&app(table.store.clone())).await;
-    let items = scan_table(table.store.as_ref(), KEYS, None)
-        .await
-        .expect("scan");
+    let items = fixtures::streamed_items(&schema(), &service_items(), app, KEYS).await;
     write_snapshot(&dir.join("tables/archive.json"), &items, KEYS).expect("write");
 
     // The same files with a lookup gone wrong: stale entries at each
@@ -201,31 +191,16 @@ async fn regenerate() {
     write_snapshot(&dir.join("tables/damaged-lookup.json"), &damaged, KEYS).expect("write");
 
     // Stream captures, each from the table above.
-    let mut entries = Vec::new();
-    for (name, about, writes) in stream_fixtures() {
-        let table = TestTable::with_schema(&schema()).await;
-        load_items(table.store.clone(), items.clone(), 4, None)
-            .await
-            .expect("load");
-        let mut drain = Drain::new(&table).await;
-        drain.skip_existing().await;
-        apply(table.store.as_ref(), &writes).await;
-        let records = drain.read().await;
-        assert_eq!(records.len(), writes.len(), "{name}");
-        write_json(
-            &dir.join(format!("stream/{name}.json")),
-            &encode_event(&records, Some(STREAM_ARN)),
-        );
-        entries.push(Fixture::new(
-            name,
-            about,
-            vec![format!("stream/{name}.json")],
-            "tables/archive.json",
-            NOW,
-            true,
-            name,
-        ));
-    }
+    let mut entries = fixtures::capture_stream_fixtures(
+        &dir,
+        &schema(),
+        &items,
+        "tables/archive.json",
+        STREAM_ARN,
+        NOW,
+        stream_fixtures(),
+    )
+    .await;
 
     // Ticks, in both EventBridge shapes.
     for job in ["expire-unzipped", "rebuild-lookup"] {
@@ -253,11 +228,5 @@ async fn regenerate() {
             "rebuild-lookup",
         ));
     }
-    write_json(
-        &dir.join("manifest.json"),
-        &json!({
-            "about": "Fixtures replayed by apps/archive/tests/fixtures.rs: each entry loads `snapshot`, replays `events` with `--now` (and `--apply-writes` when set) and must leave the table equal to `golden`.",
-            "fixtures": entries,
-        }),
-    );
+    fixtures::write_manifest(&dir, "apps/archive/tests/fixtures.rs", &entries);
 }

@@ -404,13 +404,7 @@ async fn a_file_with_a_malformed_key_is_reported_by_key_and_skipped() {
     );
     put(store, &[bad, wrong_sk, file(good)]).await;
     let records = drain.read().await;
-    let report = app
-        .handle_stream(
-            &worker_engine::stream::decode::encode_event(&records, None),
-            None,
-        )
-        .await
-        .expect("a stream event");
+    let report = worker_testkit::handle_records(&app, &records).await;
     assert!(
         report.batch_item_failures.is_empty(),
         "permanent: not retried"

@@ -216,19 +216,8 @@ async fn a_removal_without_an_old_image_is_handled_from_its_keys_or_skipped() {
     for r in &mut removals {
         r.old_image = None;
     }
-    let report = worker
-        .handle_stream(
-            &worker_engine::stream::decode::encode_event(&removals, None),
-            None,
-        )
-        .await
-        .expect("a stream event");
-    assert_eq!(
-        (report.failed, report.batch_item_failures.len()),
-        (0, 0),
-        "{:?}",
-        report.records
-    );
+    let report = worker_testkit::handle_records(&worker, &removals).await;
+    worker_testkit::assert_handled(&report);
     assert_eq!(
         walk(table.store.as_ref()).await,
         [g].into(),

@@ -13,7 +13,6 @@
 //! every read must be of the index; otherwise the bench exits non-zero.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use chat_worker::app::{Stores, worker};
 use chat_worker::config::Settings;
@@ -25,7 +24,7 @@ use serde_json::json;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::store::{MetricsSnapshot, Store};
-use worker_testkit::TestTable;
+use worker_testkit::bench::{self, Growth};
 
 const DUE: usize = 200;
 const RECENT: usize = 300;
@@ -97,11 +96,14 @@ struct Measured {
 }
 
 async fn measure(requests: usize) -> Measured {
-    let schema = Table::ChatRequests.schema().without_stream();
-    let (_local, table) = TestTable::on_own_local(format!("chat-expire-{requests}"), &schema).await;
-    let started = Instant::now();
-    worker_testkit::seed_concurrently(&table.store, items(requests), SEED_TASKS).await;
-    let seed_s = started.elapsed().as_secs_f64();
+    let own = bench::seeded(
+        format!("chat-expire-{requests}"),
+        &Table::ChatRequests.schema().without_stream(),
+        items(requests),
+        SEED_TASKS,
+    )
+    .await;
+    let (table, seed_s) = (&own.table, own.seed_s);
     eprintln!("seeded {} copies in {seed_s:.1} s", 2 * requests);
 
     // The job reads and writes the ChatRequests table only; the other
@@ -118,14 +120,12 @@ async fn measure(requests: usize) -> Measured {
         settings,
         Arc::new(ManualClock::new(now())),
     );
-    let before = table.store.metrics().snapshot();
-    let started = Instant::now();
-    let report = worker
-        .run_job(Job::ExpireRequests, None)
-        .await
-        .expect("expire-requests runs");
-    let run_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let cost = table.store.metrics().snapshot().since(&before);
+    let run = bench::metered(&table.store, worker.run_job(Job::ExpireRequests, None)).await;
+    let (report, cost, run_ms) = (
+        run.value.expect("expire-requests runs"),
+        run.cost,
+        run.run_ms,
+    );
     assert!(report.complete, "{report:?}");
     let figure = |name: &str| report.details[name].as_u64().expect("a count");
     assert!(
@@ -147,28 +147,9 @@ async fn measure(requests: usize) -> Measured {
     }
 }
 
-/// `--sizes a,b` (or `--sizes=a,b`); the default 10,000 and 100,000.
-fn sizes() -> Vec<usize> {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let list = if a == "--sizes" {
-            args.next().expect("--sizes needs a comma-separated list")
-        } else if let Some(list) = a.strip_prefix("--sizes=") {
-            list.to_owned()
-        } else {
-            continue;
-        };
-        return list
-            .split(',')
-            .map(|n| n.trim().parse().expect("--sizes: comma-separated numbers"))
-            .collect();
-    }
-    vec![10_000, 100_000]
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes = sizes();
+    let sizes = bench::sizes_or(&[10_000, 100_000]);
     assert!(
         sizes.iter().all(|&n| n >= DUE + RECENT),
         "sizes must be at least {} requests",
@@ -206,21 +187,12 @@ async fn main() {
             m.run_ms
         );
     }
-    let smallest = results.iter().min_by_key(|m| m.requests).expect("a size");
-    let largest = results.iter().max_by_key(|m| m.requests).expect("a size");
-    let ratio = largest.cost.read_capacity / smallest.cost.read_capacity;
+    let growth = Growth::of(&results, |m| m.requests, |m| &m.cost);
     let other_reads: u64 = results
         .iter()
         .map(|m| m.cost.read_requests() - m.cost.scan)
         .sum();
-    let ok = ratio <= BOUND && other_reads == 0;
-    println!();
-    println!(
-        "RCU growth {}/{}: {ratio:.3} (goal <= {BOUND}); reads other than the index scan: {other_reads} (goal 0): {}",
-        largest.requests,
-        smallest.requests,
-        if ok { "ok" } else { "FAILED" }
-    );
+    let ok = growth.verdict(BOUND, "reads other than the index scan", other_reads);
     let line = json!({
         "bench": "chat-expire-requests",
         "due": DUE,
@@ -235,12 +207,6 @@ async fn main() {
             "seed_s": m.seed_s,
             "run_ms": m.run_ms,
         })).collect::<Vec<_>>(),
-        "rcu_ratio": ratio,
-        "bound": BOUND,
-        "ok": ok,
     });
-    println!("{line}");
-    if !ok {
-        std::process::exit(1);
-    }
+    bench::finish(line, &growth, BOUND, ok);
 }

@@ -9,7 +9,7 @@
 //! accepted; an accepted copy written again twice at once; a community
 //! removed while members join; a user removed and created again at once,
 //! so the cascade runs while the user exists again). Meanwhile the worker
-//! follows the six streams in real time ([`support::parallel`]: one
+//! follows the six streams in real time ([`Followers`]: one
 //! follower per stream, at a parallelization factor of 1 and of 10). Then
 //! the streams are drained to quiet, the scheduled jobs run across their
 //! grace periods (the injected clock moved on), and every documented
@@ -44,11 +44,11 @@ use chat_worker::schema::Table;
 use rand::Rng;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use support::parallel::{Followers, quiet, tails};
 use support::*;
 use tokio::sync::RwLock;
 use worker_engine::item::Item;
 use worker_engine::store::{DynamoStore, Expr, ItemWriter, Key, WriteOutcome};
+use worker_testkit::follow::{Followers, Mapping, Tail, quiet};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -57,13 +57,6 @@ const OPS_PER_TASK: usize = 20;
 const USERS: usize = 10;
 const COMMUNITIES: usize = 3;
 const GROUP_CHATS: usize = 4;
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("SOAK_SEEDS") {
-        Ok(n) => (1..=n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>")).collect(),
-        Err(_) => vec![1, 2, 3],
-    }
-}
 
 /// A user or a community, as the service knows it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -719,7 +712,12 @@ async fn run(seed: u64, factor: usize) {
         model.create_community(&community_id(c)).await;
     }
     let worker = Arc::new(chat.another_worker());
-    let followers = Followers::start(tails(&chat.tables).await, worker.clone(), factor);
+    let mut tails = Vec::new();
+    for table in chat.tables.values() {
+        tails.push(Tail::new(table).await);
+    }
+    let mapping = Mapping::new(factor);
+    let followers = Followers::start(tails, worker.clone(), mapping.clone());
 
     let service_started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
@@ -738,7 +736,7 @@ async fn run(seed: u64, factor: usize) {
     }
     let service_time = service_started.elapsed();
     let (mut drains, mut stats) = followers.stop().await;
-    stats.add(quiet(&mut drains, worker.as_ref(), factor).await);
+    stats.add(quiet(&mut drains, worker.as_ref(), &mapping).await);
     let drained = started.elapsed();
 
     let mut problems = check(&chat, &model, false).await;
@@ -747,14 +745,14 @@ async fn run(seed: u64, factor: usize) {
     // expiry, each followed by the streams to quiet.
     chat.clock.advance(chrono::Duration::hours(2));
     let audit = chat.tick("audit-requests").await;
-    stats.add(quiet(&mut drains, worker.as_ref(), factor).await);
+    stats.add(quiet(&mut drains, worker.as_ref(), &mapping).await);
     let expire = chat.tick("expire-requests").await;
-    stats.add(quiet(&mut drains, worker.as_ref(), factor).await);
+    stats.add(quiet(&mut drains, worker.as_ref(), &mapping).await);
     problems.extend(check(&chat, &model, true).await);
     if stats.rejected + stats.malformed > 0 {
         problems.push(format!("records rejected: {stats:?}"));
     }
-    let failed_reads: usize = drains.values().map(|d| d.failed_reads).sum();
+    let failed_reads: usize = drains.iter().map(|d| d.failed_reads).sum();
     let ops = model.ops.lock().unwrap().clone();
     let total: usize = ops.values().sum();
     eprintln!(
@@ -776,16 +774,4 @@ async fn run(seed: u64, factor: usize) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_service_and_the_worker_at_once_one_batch_per_shard() {
-    for seed in seeds() {
-        run(seed, 1).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_service_and_the_worker_at_once_ten_batches_per_shard() {
-    for seed in seeds() {
-        run(seed, 10).await;
-    }
-}
+worker_testkit::soak_tests!(run);

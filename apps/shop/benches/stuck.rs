@@ -14,7 +14,6 @@
 //! and no Scan may happen; otherwise the bench exits non-zero.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use serde_json::json;
@@ -27,7 +26,7 @@ use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::notify::RecordingPublisher;
 use worker_engine::store::MetricsSnapshot;
-use worker_testkit::TestTable;
+use worker_testkit::bench::{self, Growth};
 
 const H: i64 = 3600;
 /// Stuck orders per stuck status.
@@ -98,12 +97,14 @@ struct Measured {
 }
 
 async fn measure(orders: usize) -> Measured {
-    let (_local, table) =
-        TestTable::on_own_local(format!("stuck-bench-{orders}"), &schema().without_stream()).await;
-    let seeded = items(orders);
-    let started = Instant::now();
-    worker_testkit::seed_concurrently(&table.store, seeded, SEED_TASKS).await;
-    let seed_s = started.elapsed().as_secs_f64();
+    let own = bench::seeded(
+        format!("stuck-bench-{orders}"),
+        &schema().without_stream(),
+        items(orders),
+        SEED_TASKS,
+    )
+    .await;
+    let (table, seed_s) = (&own.table, own.seed_s);
     eprintln!("seeded {orders} orders in {seed_s:.1} s");
 
     let worker = shop_worker::app::worker(
@@ -112,14 +113,8 @@ async fn measure(orders: usize) -> Measured {
         Arc::new(RecordingPublisher::default()),
         Arc::new(ManualClock::new(now())),
     );
-    let before = table.store.metrics().snapshot();
-    let started = Instant::now();
-    let report = worker
-        .run_job(Job::StuckOrders, None)
-        .await
-        .expect("stuck-orders runs");
-    let run_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let cost = table.store.metrics().snapshot().since(&before);
+    let run = bench::metered(&table.store, worker.run_job(Job::StuckOrders, None)).await;
+    let (report, cost, run_ms) = (run.value.expect("stuck-orders runs"), run.cost, run.run_ms);
     assert!(report.complete, "one run completes: {report:?}");
     assert_eq!(
         report.details["by_status"],
@@ -135,28 +130,9 @@ async fn measure(orders: usize) -> Measured {
     }
 }
 
-/// `--sizes a,b` (or `--sizes=a,b`); the default 10,000 and 100,000.
-fn sizes() -> Vec<usize> {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let list = if a == "--sizes" {
-            args.next().expect("--sizes needs a comma-separated list")
-        } else if let Some(list) = a.strip_prefix("--sizes=") {
-            list.to_owned()
-        } else {
-            continue;
-        };
-        return list
-            .split(',')
-            .map(|n| n.trim().parse().expect("--sizes: comma-separated numbers"))
-            .collect();
-    }
-    vec![10_000, 100_000]
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes = sizes();
+    let sizes = bench::sizes_or(&[10_000, 100_000]);
     assert!(
         sizes.iter().all(|&n| n >= 4 * STUCK_PER_STATUS),
         "sizes must be at least {} orders",
@@ -181,18 +157,9 @@ async fn main() {
         );
     }
     println!("RCU and requests: DynamoStore::metrics() over the run");
-    let smallest = results.iter().min_by_key(|m| m.orders).expect("a size");
-    let largest = results.iter().max_by_key(|m| m.orders).expect("a size");
-    let ratio = largest.cost.read_capacity / smallest.cost.read_capacity;
+    let growth = Growth::of(&results, |m| m.orders, |m| &m.cost);
     let scans: u64 = results.iter().map(|m| m.cost.scan).sum();
-    let ok = ratio <= BOUND && scans == 0;
-    println!();
-    println!(
-        "RCU growth {}/{}: {ratio:.3} (goal <= {BOUND}); scans: {scans} (goal 0): {}",
-        largest.orders,
-        smallest.orders,
-        if ok { "ok" } else { "FAILED" }
-    );
+    let ok = growth.verdict(BOUND, "scans", scans);
     let line = json!({
         "bench": "shop-stuck-orders",
         "stuck": 2 * STUCK_PER_STATUS,
@@ -205,12 +172,6 @@ async fn main() {
             "seed_s": m.seed_s,
             "run_ms": m.run_ms,
         })).collect::<Vec<_>>(),
-        "rcu_ratio": ratio,
-        "bound": BOUND,
-        "ok": ok,
     });
-    println!("{line}");
-    if !ok {
-        std::process::exit(1);
-    }
+    bench::finish(line, &growth, BOUND, ok);
 }

@@ -7,18 +7,18 @@ mod support;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use shop_worker::app::APP;
 use shop_worker::config::Settings;
 use shop_worker::items::{Order, Product};
 use shop_worker::keys::{self, ItemKey, Job};
 use shop_worker::schema::schema;
 use support::*;
-use worker_engine::deploy::FunctionSpec;
 use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::notify::RecordingPublisher;
 use worker_engine::schedule::JobName;
-use worker_engine::store::{ItemWriter, MetricsSnapshot, Operation};
+use worker_engine::store::ItemWriter;
+use worker_testkit::infra::{actions_used, emf, granted};
 use worker_testkit::workload::Seeded;
 use worker_testkit::{Drain, TestTable};
 
@@ -61,38 +61,6 @@ fn the_description_gives_the_deployed_functions() {
         schema().key_attributes(),
         ["PK", "SK", "GSI1PK", "GSI1SK", "GSI2PK", "GSI2SK", "SKU"]
     );
-}
-
-/// The IAM actions of the requests counted in `used`.
-fn actions(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
-    [
-        (used.get_item, Operation::GetItem),
-        (used.put_item, Operation::PutItem),
-        (used.delete_item, Operation::DeleteItem),
-        (used.update_item, Operation::UpdateItem),
-        (used.query, Operation::Query),
-        (used.scan, Operation::Scan),
-        (used.batch_write_item, Operation::BatchWriteItem),
-        (used.batch_get_item, Operation::BatchGetItem),
-        (used.execute_statement, Operation::ExecuteStatement),
-        (used.transact_write_items, Operation::TransactWriteItems),
-    ]
-    .into_iter()
-    .filter(|(n, _)| *n > 0)
-    .map(|(_, op)| worker_engine::deploy::action_of(op))
-    .collect()
-}
-
-fn granted(f: &FunctionSpec<Job>) -> BTreeSet<&'static str> {
-    f.dynamodb_actions.iter().copied().collect()
-}
-
-fn emf(lines: &CapturedLines) -> Vec<Value> {
-    lines
-        .lines()
-        .iter()
-        .map(|l| serde_json::from_str(l).expect("an EMF line"))
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -144,14 +112,14 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
     let mut used = BTreeSet::new();
     let before = store.metrics().snapshot();
     drain.run(&app).await;
-    used.extend(actions(&store.metrics().snapshot().since(&before)));
+    used.extend(actions_used(&store.metrics().snapshot().since(&before)));
     store
         .delete(&ItemKey::Brand(brand.clone()).key(), None)
         .await
         .unwrap();
     let before = store.metrics().snapshot();
     drain.run(&app).await;
-    used.extend(actions(&store.metrics().snapshot().since(&before)));
+    used.extend(actions_used(&store.metrics().snapshot().since(&before)));
     let stream = APP.stream_function();
     assert!(used.is_subset(&granted(&stream)), "{used:?}");
     assert_eq!(used, granted(&stream), "each granted action is used");
@@ -175,7 +143,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
             .await
             .expect("the tick runs");
         assert!(report.complete);
-        let used = actions(&store.metrics().snapshot().since(&before));
+        let used = actions_used(&store.metrics().snapshot().since(&before));
         let function = APP.function_of(*job);
         assert!(used.is_subset(&granted(&function)), "{job}: {used:?}");
     }

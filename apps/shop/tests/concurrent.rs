@@ -18,7 +18,7 @@
 //! Delete, as a careless service writes (whole items; a copy read before
 //! carries the index keys and the flag it was read with).
 //!
-//! Meanwhile the worker follows the stream in real time ([`Follower`]: its
+//! Meanwhile the worker follows the stream in real time ([`Followers`]: its
 //! batches split by partition key into up to `factor` concurrent
 //! invocations, as a `ParallelizationFactor` of 1 or 10 does), and the
 //! `audit` and the `backfill` run again and again. Then the stream is
@@ -75,13 +75,11 @@ use support::{STATUSES, named, now, stamps};
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::notify::RecordingPublisher;
-use worker_engine::runtime::EventFunction;
 use worker_engine::runtime::Worker;
 use worker_engine::store::guarded::GuardedOp;
 use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome};
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use worker_testkit::TestTable;
-use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
+use worker_testkit::follow::{Followers, Mapping, Tail, quiet};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -109,13 +107,6 @@ const WORKER_ATTRS: &[&str] = &[
     keys::GSI2SK,
     keys::MISSING_REFS,
 ];
-
-fn seeds() -> Vec<u64> {
-    match std::env::var("SOAK_SEEDS") {
-        Ok(n) => (1..=n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>")).collect(),
-        Err(_) => vec![1, 2, 3],
-    }
-}
 
 /// `(PK, SK)`.
 type K = (String, String);
@@ -850,181 +841,8 @@ fn user(rng: &mut StdRng, id: Id) -> Item {
 }
 
 // ---------------------------------------------------------------------------
-// The worker following the stream, `factor` batches at once
+// The scheduled jobs beside the service
 // ---------------------------------------------------------------------------
-
-/// The table's stream, read from its beginning, opened again after a
-/// failed read (DynamoDB Local under load sometimes fails a `GetRecords`;
-/// the test kit's `Drain::read` panics then).
-struct Tail {
-    endpoint: String,
-    arn: String,
-    tail: StreamTail,
-    last: Option<SequenceNumber>,
-    failed_reads: usize,
-}
-
-impl Tail {
-    async fn new(table: &TestTable) -> Self {
-        let arn = table
-            .store
-            .stream_arn()
-            .await
-            .expect("describe table")
-            .expect("the test table has a stream");
-        let tail = StreamTail::new(
-            local_client(&table.endpoint),
-            arn.clone(),
-            StartAt::TrimHorizon,
-        );
-        Tail {
-            endpoint: table.endpoint.clone(),
-            arn,
-            tail,
-            last: None,
-            failed_reads: 0,
-        }
-    }
-
-    async fn read(&mut self) -> Vec<StreamChange> {
-        for attempt in 0..20 {
-            match self.tail.poll().await {
-                Ok(records) => {
-                    let records: Vec<StreamChange> = records.into_iter().map(|(_, c)| c).collect();
-                    if let Some(last) = records
-                        .iter()
-                        .filter_map(|c| c.sequence_number.clone())
-                        .max()
-                    {
-                        self.last = Some(last);
-                    }
-                    return records;
-                }
-                Err(e) => {
-                    self.failed_reads += 1;
-                    eprintln!("stream read failed (attempt {attempt}): {e}; reopening");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    let start = match &self.last {
-                        Some(seq) => StartAt::After(seq.clone()),
-                        None => StartAt::TrimHorizon,
-                    };
-                    self.tail =
-                        StreamTail::new(local_client(&self.endpoint), self.arn.clone(), start);
-                }
-            }
-        }
-        panic!("the stream could not be read 20 times in a row");
-    }
-}
-
-/// What the follower did.
-#[derive(Debug, Default, Clone, Copy)]
-struct Stats {
-    records: usize,
-    invocations: usize,
-    retries: usize,
-    rejected: usize,
-}
-
-impl Stats {
-    fn add(&mut self, o: Stats) {
-        self.records += o.records;
-        self.invocations += o.invocations;
-        self.retries += o.retries;
-        self.rejected += o.rejected;
-    }
-}
-
-/// One batch invoked like Lambda: again from the first failed record.
-async fn invoke(app: &dyn EventFunction, batch: Vec<StreamChange>) -> Stats {
-    let mut stats = Stats {
-        records: batch.len(),
-        ..Stats::default()
-    };
-    let mut pending = batch;
-    for attempt in 0..60u64 {
-        if attempt > 0 {
-            stats.retries += 1;
-            tokio::time::sleep(Duration::from_millis(10 + 5 * attempt)).await;
-        }
-        let report = app
-            .invoke_stream(&encode_event(&pending, None))
-            .await
-            .expect("stream event");
-        stats.invocations += 1;
-        stats.rejected += report.rejected + report.malformed;
-        let Some(first) = report.batch_item_failures.first() else {
-            return stats;
-        };
-        let first: SequenceNumber = first.parse().expect("a sequence number");
-        pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= first));
-    }
-    panic!("a batch kept failing");
-}
-
-/// `records` as a mapping with `ParallelizationFactor` `factor` hands them
-/// out: batches of 100, each split by partition key into up to `factor`
-/// lanes invoked at once (each key's records in order, in one lane).
-async fn handle(app: &dyn EventFunction, records: Vec<StreamChange>, factor: usize) -> Stats {
-    let mut stats = Stats::default();
-    for chunk in records.chunks(100) {
-        let runs = worker_testkit::parallel::lanes(chunk.to_vec(), Some(keys::PK), factor)
-            .into_iter()
-            .filter(|l| !l.is_empty())
-            .map(|l| invoke(app, l));
-        for s in futures::future::join_all(runs).await {
-            stats.add(s);
-        }
-    }
-    stats
-}
-
-/// The worker following the stream in real time until stopped.
-struct Follower {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<(Tail, Stats)>,
-}
-
-impl Follower {
-    fn start(mut tail: Tail, app: Arc<Worker<Job>>, factor: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let task = tokio::spawn(async move {
-            let mut stats = Stats::default();
-            loop {
-                let records = tail.read().await;
-                if records.is_empty() {
-                    if flag.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-                stats.add(handle(app.as_ref(), records, factor).await);
-            }
-            (tail, stats)
-        });
-        Follower { stop, task }
-    }
-
-    async fn stop(self) -> (Tail, Stats) {
-        self.stop.store(true, Ordering::SeqCst);
-        self.task.await.expect("the follower")
-    }
-}
-
-/// The stream handled until a read finds nothing new.
-async fn quiet(tail: &mut Tail, app: &dyn EventFunction, factor: usize) -> Stats {
-    let mut stats = Stats::default();
-    for _ in 0..100 {
-        let records = tail.read().await;
-        if records.is_empty() {
-            return stats;
-        }
-        stats.add(handle(app, records, factor).await);
-    }
-    panic!("the stream did not quiet down");
-}
 
 /// The scheduled jobs, run again and again while the service writes (as a
 /// schedule would, only more often): the audit, and now and then the
@@ -1366,7 +1184,8 @@ async fn run(seed: u64, factor: usize) {
     let service = Arc::new(Service::new(table.store.clone(), log.clone(), &mut rng));
     service.open(&mut rng).await;
 
-    let follower = Follower::start(Tail::new(&table).await, app.clone(), factor);
+    let mapping = Mapping::new(factor).idle(Duration::from_millis(100));
+    let followers = Followers::start(vec![Tail::new(&table).await], app.clone(), mapping.clone());
     let ticker = Ticker::start(app.clone());
     let service_started = Instant::now();
     let tasks: Vec<_> = (0..TASKS)
@@ -1385,8 +1204,8 @@ async fn run(seed: u64, factor: usize) {
     }
     let service_time = service_started.elapsed();
     let ticks = ticker.stop().await;
-    let (mut tail, mut stats) = follower.stop().await;
-    stats.add(quiet(&mut tail, app.as_ref(), factor).await);
+    let (mut tails, mut stats) = followers.stop().await;
+    stats.add(quiet(&mut tails, app.as_ref(), &mapping).await);
     let drained = started.elapsed();
 
     let table_then = snapshot(&table).await;
@@ -1395,10 +1214,10 @@ async fn run(seed: u64, factor: usize) {
     // The jobs across their grace periods, the stream quiet after each.
     clock.set(now() + chrono::Duration::hours(1));
     let audit = app.run_job(Job::Audit, None).await.expect("audit");
-    stats.add(quiet(&mut tail, app.as_ref(), factor).await);
+    stats.add(quiet(&mut tails, app.as_ref(), &mapping).await);
     let again = app.run_job(Job::Audit, None).await.expect("audit");
     let backfill = app.run_job(Job::Backfill, None).await.expect("backfill");
-    stats.add(quiet(&mut tail, app.as_ref(), factor).await);
+    stats.add(quiet(&mut tails, app.as_ref(), &mapping).await);
     for (r, changed) in [
         (&audit, None),
         (&again, Some("flags_changed")),
@@ -1439,14 +1258,17 @@ async fn run(seed: u64, factor: usize) {
             day_later.details
         ));
     }
-    stats.add(quiet(&mut tail, app.as_ref(), factor).await);
+    stats.add(quiet(&mut tails, app.as_ref(), &mapping).await);
     let table_end = snapshot(&table).await;
     problems.extend(state(&table_end, &log, true));
     problems.extend(flags(&table_end));
     let (wrong, undecided) = worker_writes(&log);
     problems.extend(wrong);
-    if stats.rejected > 0 {
-        problems.push(format!("{} record(s) rejected", stats.rejected));
+    if stats.rejected + stats.malformed > 0 {
+        problems.push(format!(
+            "{} record(s) rejected",
+            stats.rejected + stats.malformed
+        ));
     }
 
     let ops = service.ops.lock().unwrap().clone();
@@ -1476,7 +1298,7 @@ async fn run(seed: u64, factor: usize) {
         stats.records,
         stats.invocations,
         stats.retries,
-        tail.failed_reads,
+        tails[0].failed_reads,
         log.service_requests.load(Ordering::Relaxed),
         log.worker_requests.load(Ordering::Relaxed),
         log.withheld.load(Ordering::Relaxed),
@@ -1496,16 +1318,4 @@ async fn run(seed: u64, factor: usize) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_service_and_the_worker_at_once_one_batch_per_shard() {
-    for seed in seeds() {
-        run(seed, 1).await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_service_and_the_worker_at_once_ten_batches_per_shard() {
-    for seed in seeds() {
-        run(seed, 10).await;
-    }
-}
+worker_testkit::soak_tests!(run);

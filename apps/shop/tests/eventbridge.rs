@@ -11,7 +11,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,19 +24,13 @@ use support::*;
 use worker_engine::notify::EventBridgePublisher;
 use worker_engine::runtime::EventFunction;
 use worker_engine::store::ItemWriter;
-use worker_testkit::eventbridge::RoutedBus;
+use worker_testkit::eventbridge::{RoutedBus, details_by, pattern, run_schedule_function};
 use worker_testkit::moto;
-use worker_testkit::runtime_api::RuntimeApi;
 use worker_testkit::workload::Seeded;
 use worker_testkit::{Drain, TestTable};
 
 fn tick() -> Value {
     json!({"job": "stuck-orders", "scheduledTime": NOW})
-}
-
-/// The rule a deployment would put on the bus for the shop's events.
-fn pattern() -> Value {
-    json!({"source": [EVENT_SOURCE], "detail-type": [EVENT_TYPE]})
 }
 
 /// Orders by (status, hours since their last update), written as the
@@ -80,27 +74,10 @@ async fn orders(table: &TestTable) -> BTreeMap<String, Value> {
     stuck
 }
 
-/// The events the queue received, by order id, each checked as the
-/// shop's.
-fn by_order(events: Vec<Value>) -> BTreeMap<String, Value> {
-    let mut out = BTreeMap::new();
-    for e in events {
-        assert_eq!(e["source"], EVENT_SOURCE, "{e}");
-        assert_eq!(e["detail-type"], EVENT_TYPE, "{e}");
-        assert_eq!(e["region"], moto::REGION, "{e}");
-        let id = e["detail"]["order_id"]
-            .as_str()
-            .expect("order_id")
-            .to_owned();
-        assert!(out.insert(id, e["detail"].clone()).is_none(), "twice: {e}");
-    }
-    out
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
     let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "shop", &pattern()).await;
+    let routed = RoutedBus::new(moto, "shop", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
     let table = TestTable::with_schema(&schema()).await;
     let stuck = orders(&table).await;
 
@@ -121,59 +98,35 @@ async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
     assert_eq!(report["details"]["stuck"], json!(3), "{report}");
     assert_eq!(report["details"]["published"], json!(3), "{report}");
     let events = routed.received(3, Duration::from_secs(30)).await;
-    assert_eq!(by_order(events), stuck);
-}
-
-struct Running(Child);
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+    assert_eq!(
+        details_by(events, EVENT_SOURCE, EVENT_TYPE, "order_id"),
+        stuck
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_function_publishes_to_the_bus_the_environment_names() {
     let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "shop-fn", &pattern()).await;
+    let routed = RoutedBus::new(moto, "shop-fn", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
     let table = TestTable::with_schema(&schema()).await;
     let stuck = orders(&table).await;
     let mut drain = Drain::new(&table).await;
     drain.run(&app(table.store.clone())).await;
 
-    let api = RuntimeApi::start().await.expect("runtime API");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_shop-schedule"));
-    cmd.env_clear()
-        .env("AWS_LAMBDA_RUNTIME_API", api.address())
-        .env("AWS_LAMBDA_FUNCTION_NAME", "stuck-orders")
-        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
-        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
-        .env("AWS_EC2_METADATA_DISABLED", "true")
-        .env("RUST_LOG", "warn")
-        .env("TABLE_NAME", &table.name)
-        .env("AWS_ENDPOINT_URL_DYNAMODB", &table.endpoint)
-        .env("WORKER_JOB", "stuck-orders")
-        .env("WORKER_NOW", NOW)
-        .env("NOTIFY_EVENT_BUS", &routed.bus)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit());
-    // AWS_ENDPOINT_URL_EVENTBRIDGE (and STS, SQS, S3), region, credentials.
-    for (k, v) in moto.env() {
-        cmd.env(k, v);
-    }
-    let _function = Running(cmd.spawn().expect("start the function"));
-    let outcome = tokio::time::timeout(
-        Duration::from_secs(120),
-        api.invoke(
-            serde_json::to_vec(&tick()).unwrap(),
-            Duration::from_secs(60),
-        ),
+    let answer = run_schedule_function(
+        Path::new(env!("CARGO_BIN_EXE_shop-schedule")),
+        "stuck-orders",
+        NOW,
+        &table,
+        &routed,
+        moto,
+        &tick(),
     )
-    .await
-    .expect("the function answers within 120 s");
-    let answer = outcome.json();
+    .await;
     assert_eq!(answer["details"]["published"], json!(3), "{answer}");
     let events = routed.received(3, Duration::from_secs(30)).await;
-    assert_eq!(by_order(events), stuck);
+    assert_eq!(
+        details_by(events, EVENT_SOURCE, EVENT_TYPE, "order_id"),
+        stuck
+    );
 }

@@ -15,18 +15,15 @@ mod support;
 
 use std::path::PathBuf;
 
-use serde_json::json;
 use shop_cli::Shop;
 use shop_worker::items::{Order, Product, User};
 use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::stream::decode::encode_event;
-use worker_testkit::fixtures::{self, Fixture, write_json};
-use worker_testkit::workload::{Write, apply};
-use worker_testkit::{Drain, TestTable};
-use worker_toolkit::replay::snapshot::{load_items, read_snapshot, scan_table, write_snapshot};
+use worker_testkit::fixtures::{self, Fixture};
+use worker_testkit::workload::Write;
+use worker_toolkit::replay::snapshot::{read_snapshot, write_snapshot};
 
 const KEYS: (&str, &str) = (keys::PK, keys::SK);
 /// The stream ARN the captures carry (as Lambda delivers them).
@@ -221,55 +218,26 @@ fn stream_fixtures() -> Vec<(&'static str, &'static str, Vec<Write>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "rewrites events/shop: REGENERATE_FIXTURES=1 ... -- --ignored regenerate"]
 async fn regenerate() {
-    if std::env::var_os("REGENERATE_FIXTURES").is_none() {
-        eprintln!("set REGENERATE_FIXTURES=1 to rewrite events/shop");
+    if !fixtures::regenerating("shop") {
         return;
     }
     let dir = events_dir();
     // The table: the service's items, and what the stream derived.
-    let table = TestTable::with_schema(&schema()).await;
-    let mut drain = Drain::new(&table).await;
-    apply(
-        table.store.as_ref(),
-        &service_items()
-            .into_iter()
-            .map(Write::Put)
-            .collect::<Vec<_>>(),
-    )
-    .await;
-    drain.run(&app(table.store.clone())).await;
-    let items = scan_table(table.store.as_ref(), KEYS, None)
-        .await
-        .expect("scan");
+    let items = fixtures::streamed_items(&schema(), &service_items(), app, KEYS).await;
     write_snapshot(&dir.join("tables/shop.json"), &items, KEYS).expect("write");
     write_snapshot(&dir.join("tables/underived.json"), &service_items(), KEYS).expect("write");
 
     // Stream captures, each from the table above.
-    let mut entries = Vec::new();
-    for (name, about, writes) in stream_fixtures() {
-        let table = TestTable::with_schema(&schema()).await;
-        load_items(table.store.clone(), items.clone(), 4, None)
-            .await
-            .expect("load");
-        let mut drain = Drain::new(&table).await;
-        drain.skip_existing().await;
-        apply(table.store.as_ref(), &writes).await;
-        let records = drain.read().await;
-        assert_eq!(records.len(), writes.len(), "{name}");
-        write_json(
-            &dir.join(format!("stream/{name}.json")),
-            &encode_event(&records, Some(STREAM_ARN)),
-        );
-        entries.push(Fixture::new(
-            name,
-            about,
-            vec![format!("stream/{name}.json")],
-            "tables/shop.json",
-            NOW,
-            true,
-            name,
-        ));
-    }
+    let mut entries = fixtures::capture_stream_fixtures(
+        &dir,
+        &schema(),
+        &items,
+        "tables/shop.json",
+        STREAM_ARN,
+        NOW,
+        stream_fixtures(),
+    )
+    .await;
 
     // Ticks, in both EventBridge shapes.
     let jobs = [
@@ -303,11 +271,5 @@ async fn regenerate() {
             ));
         }
     }
-    write_json(
-        &dir.join("manifest.json"),
-        &json!({
-            "about": "Fixtures replayed by apps/shop/tests/fixtures.rs: each entry loads `snapshot`, replays `events` with `--now` (and `--apply-writes` when set) and must leave the table equal to `golden`.",
-            "fixtures": entries,
-        }),
-    );
+    fixtures::write_manifest(&dir, "apps/shop/tests/fixtures.rs", &entries);
 }

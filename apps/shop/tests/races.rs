@@ -169,19 +169,8 @@ async fn a_removal_without_an_old_image_is_handled_from_its_keys() {
     assert_eq!(records.len(), 1);
     records[0].old_image = None;
     let worker = app(table.store.clone());
-    let report = worker
-        .handle_stream(
-            &worker_engine::stream::decode::encode_event(&records, None),
-            None,
-        )
-        .await
-        .expect("a stream event");
-    assert_eq!(
-        (report.failed, report.batch_item_failures.len()),
-        (0, 0),
-        "{:?}",
-        report.records
-    );
+    let report = worker_testkit::handle_records(&worker, &records).await;
+    worker_testkit::assert_handled(&report);
     drain.run(&worker).await;
     assert_eq!(flag(&table, &p).await, vec![keys::BRAND_ID.to_owned()]);
 }

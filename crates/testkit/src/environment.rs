@@ -260,3 +260,14 @@ pub async fn every_fixture_stops_on_environment_faults<A: CliApp>(
     );
     outcomes
 }
+
+/// A test failure unless, in every broken deployment but
+/// [`Broken::IndexesMissing`] (where an app may read no index), some
+/// fixture met the fault.
+pub fn assert_every_fault_met(outcomes: &[(Broken, Outcome)]) {
+    for (broken, out) in outcomes {
+        if *broken != Broken::IndexesMissing {
+            assert!(out.faults > 0, "{broken:?}: no fixture met the fault");
+        }
+    }
+}

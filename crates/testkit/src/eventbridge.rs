@@ -4,7 +4,12 @@
 //! What a publisher put on the bus and the rule matched arrives in the
 //! queue as the event EventBridge delivers (`source`, `detail-type`,
 //! `detail`, `region`, `time`, ...; moto leaves out `account`).
+//! [`run_schedule_function`] runs an app's schedule bootstrap publishing
+//! to such a bus, as Lambda runs it.
 
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -12,7 +17,9 @@ use aws_sdk_eventbridge::types::Target;
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
 
+use crate::TestTable;
 use crate::moto::Moto;
+use crate::runtime_api::{Running, RuntimeApi, function_command};
 
 /// A bus whose events matching a pattern land in a queue.
 pub struct RoutedBus {
@@ -133,4 +140,70 @@ impl RoutedBus {
             );
         }
     }
+}
+
+/// The rule a deployment puts on a bus for an app's events: those of
+/// `source` and `detail_type`.
+pub fn pattern(source: &str, detail_type: &str) -> Value {
+    serde_json::json!({"source": [source], "detail-type": [detail_type]})
+}
+
+/// The details of `events` (as the queue received them) by their
+/// `detail.<field>`, each checked to be of `source` and `detail_type`, in
+/// moto's region, and there once.
+pub fn details_by(
+    events: Vec<Value>,
+    source: &str,
+    detail_type: &str,
+    field: &str,
+) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        assert_eq!(e["source"], source, "{e}");
+        assert_eq!(e["detail-type"], detail_type, "{e}");
+        assert_eq!(e["region"], crate::moto::REGION, "{e}");
+        let k = e["detail"][field].as_str().expect(field).to_owned();
+        assert!(out.insert(k, e["detail"].clone()).is_none(), "twice: {e}");
+    }
+    out
+}
+
+/// An app's schedule function run as Lambda runs it, publishing to a bus
+/// on moto: its bootstrap `binary` on a local Runtime API, pinned to `job`
+/// (`WORKER_JOB`, also the function's name) at `now` (`WORKER_NOW`), on
+/// `table`, `NOTIFY_EVENT_BUS` the bus of `routed`, EventBridge (and STS,
+/// SQS, S3), the region and credentials those of `moto`. Invoked once with
+/// `payload`; its answer (a test failure unless it answers within 120 s).
+pub async fn run_schedule_function(
+    binary: &Path,
+    job: &str,
+    now: &str,
+    table: &TestTable,
+    routed: &RoutedBus,
+    moto: &Moto,
+    payload: &Value,
+) -> Value {
+    let api = RuntimeApi::start().await.expect("runtime API");
+    let mut cmd = function_command(binary, &api);
+    cmd.env("AWS_LAMBDA_FUNCTION_NAME", job)
+        .env("TABLE_NAME", &table.name)
+        .env("AWS_ENDPOINT_URL_DYNAMODB", &table.endpoint)
+        .env("WORKER_JOB", job)
+        .env("WORKER_NOW", now)
+        .env("NOTIFY_EVENT_BUS", &routed.bus)
+        .stderr(Stdio::inherit());
+    for (k, v) in moto.env() {
+        cmd.env(k, v);
+    }
+    let _function = Running(cmd.spawn().expect("start the function"));
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(120),
+        api.invoke(
+            serde_json::to_vec(payload).expect("JSON"),
+            Duration::from_secs(60),
+        ),
+    )
+    .await
+    .expect("the function answers within 120 s");
+    outcome.json()
 }

@@ -3,18 +3,26 @@
 //! (idempotency) on a fresh table through the code of `<app> replay`, and
 //! the table is compared with its golden snapshot (`UPDATE_GOLDEN=1`
 //! rewrites the goldens instead). Also the pieces an app's `regenerate`
-//! writes the fixtures with.
+//! writes the fixtures with: the table the stream builds, stream captures,
+//! ticks and the manifest.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
+use worker_engine::item::Item;
+use worker_engine::runtime::EventFunction;
+use worker_engine::schema::TableSchema;
+use worker_engine::store::Store;
+use worker_engine::stream::decode::encode_event;
 use worker_toolkit::cli::CliApp;
 use worker_toolkit::cli::replay::{ReplayArgs, replay};
 use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
-use worker_toolkit::replay::snapshot::{scan_table, snapshot_text};
+use worker_toolkit::replay::snapshot::{load_items, scan_table, snapshot_text};
 
-use crate::TestTable;
+use crate::workload::{Write, apply};
+use crate::{Drain, TestTable};
 
 /// One entry of a manifest.
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
@@ -212,4 +220,92 @@ pub async fn tables_text(target: &Target) -> String {
 /// below it (`apps/<app>`).
 pub fn events_dir(manifest_dir: &str, app: &str) -> PathBuf {
     Path::new(manifest_dir).join("../../events").join(app)
+}
+
+/// Whether `REGENERATE_FIXTURES` is set (else says so: the `regenerate`
+/// test of `app` rewrites `events/<app>` only when it is).
+pub fn regenerating(app: &str) -> bool {
+    let on = std::env::var_os("REGENERATE_FIXTURES").is_some();
+    if !on {
+        eprintln!("set REGENERATE_FIXTURES=1 to rewrite events/{app}");
+    }
+    on
+}
+
+/// The items of a table of `schema` once `items` are put by the service
+/// and the stream is handled by `app` (over the table's store), scanned
+/// in `keys` order.
+pub async fn streamed_items<F: EventFunction>(
+    schema: &TableSchema,
+    items: &[Item],
+    app: impl FnOnce(Arc<dyn Store>) -> F,
+    keys: (&str, &str),
+) -> Vec<Item> {
+    let table = TestTable::with_schema(schema).await;
+    let mut drain = Drain::new(&table).await;
+    let puts: Vec<Write> = items.iter().cloned().map(Write::Put).collect();
+    apply(table.store.as_ref(), &puts).await;
+    drain.run(&app(table.store.clone())).await;
+    scan_table(table.store.as_ref(), keys, None)
+        .await
+        .expect("scan")
+}
+
+/// One stream fixture: its name, what it shows, and the service's writes
+/// it captures.
+pub type StreamFixture = (&'static str, &'static str, Vec<Write>);
+
+/// Each of `fixtures` captured: on a fresh table of `schema` holding
+/// `items` (the snapshot `snapshot`), its writes applied and their records
+/// read back from the stream, written as `stream/<name>.json` of `dir`
+/// (the event Lambda delivers, from `stream_arn`). Their manifest
+/// entries: replayed at `now` with their writes applied, each to its
+/// golden `<name>`.
+pub async fn capture_stream_fixtures(
+    dir: &Path,
+    schema: &TableSchema,
+    items: &[Item],
+    snapshot: &str,
+    stream_arn: &str,
+    now: &str,
+    fixtures: Vec<StreamFixture>,
+) -> Vec<Fixture> {
+    let mut entries = Vec::new();
+    for (name, about, writes) in fixtures {
+        let table = TestTable::with_schema(schema).await;
+        load_items(table.store.clone(), items.to_vec(), 4, None)
+            .await
+            .expect("load");
+        let mut drain = Drain::new(&table).await;
+        drain.skip_existing().await;
+        apply(table.store.as_ref(), &writes).await;
+        let records = drain.read().await;
+        assert_eq!(records.len(), writes.len(), "{name}");
+        write_json(
+            &dir.join(format!("stream/{name}.json")),
+            &encode_event(&records, Some(stream_arn)),
+        );
+        entries.push(Fixture::new(
+            name,
+            about,
+            vec![format!("stream/{name}.json")],
+            snapshot,
+            now,
+            true,
+            name,
+        ));
+    }
+    entries
+}
+
+/// `dir/manifest.json`: `entries`, replayed by the test at `test` (a path
+/// in the workspace).
+pub fn write_manifest(dir: &Path, test: &str, entries: &[Fixture]) {
+    write_json(
+        &dir.join("manifest.json"),
+        &json!({
+            "about": format!("Fixtures replayed by {test}: each entry loads `snapshot`, replays `events` with `--now` (and `--apply-writes` when set) and must leave the table equal to `golden`."),
+            "fixtures": entries,
+        }),
+    );
 }

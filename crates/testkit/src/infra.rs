@@ -20,6 +20,11 @@
 //!   controls, the mapping's metrics and the alarms on the worker's own
 //!   metrics. The other checks skip the operations grants
 //!   ([`is_operations_statement`]) and the parking table.
+//!
+//! [`template_tests!`](crate::template_tests) makes each check a test of
+//! its own. An app's `tests/app.rs` holds what its code does against the
+//! grants: [`actions_used`] by a run, [`granted`] to the function, and the
+//! [`emf`] lines it wrote.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -29,8 +34,10 @@ use worker_engine::deploy::{
     FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
 use worker_engine::job::{AppSpec, Schedule};
+use worker_engine::metrics::CapturedLines;
 use worker_engine::schedule::{JobName, parse_tick};
 use worker_engine::schema::TableSchema;
+use worker_engine::store::{MetricsSnapshot, Operation};
 
 use crate::template::{
     ACCOUNT, ENVIRONMENT_FAULTS, REGION, Stack, is_operations_statement,
@@ -639,4 +646,100 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
         }
         seen
     }
+}
+
+/// Every check of [`AppTemplate`] as a `#[test]` of its own, named as the
+/// check, on the app's template (`$template`: an expression giving its
+/// [`AppTemplate`], evaluated by each test). With `, alarms >= n, "why"`
+/// the alarms on the worker's metrics are also at least `n`. An app's
+/// `tests/infra.rs` invokes it once and adds its own tests beside.
+#[macro_export]
+macro_rules! template_tests {
+    ($template:expr $(, alarms >= $n:expr, $why:literal)?) => {
+        #[test]
+        fn the_sandbox_table_is_the_schema_in_code() {
+            $template.the_sandbox_table_is_the_schema_in_code();
+        }
+
+        /// Parked, traced, logged through Lambda's controls and alarmed on
+        /// the worker's own metrics (`worker_testkit::template::operations_problems`).
+        #[test]
+        fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
+            $template.operations();
+        }
+
+        #[test]
+        fn every_function_runs_its_binary_with_exactly_its_variables() {
+            $template.every_function_runs_its_binary_with_exactly_its_variables();
+        }
+
+        #[test]
+        fn every_role_grants_exactly_what_its_function_calls() {
+            $template.every_role_grants_exactly_what_its_function_calls();
+        }
+
+        #[test]
+        fn the_stream_event_source_reports_batch_item_failures_and_is_bounded() {
+            $template.the_stream_event_source_reports_batch_item_failures_and_is_bounded();
+        }
+
+        /// The queue by default; with OnFailureDestination=bucket an
+        /// encrypted, private, TLS-only bucket whose objects expire.
+        #[test]
+        fn stream_failures_go_to_the_queue_or_an_encrypted_bucket() {
+            $template.stream_failures_go_to_the_queue_or_an_encrypted_bucket();
+        }
+
+        #[test]
+        fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue() {
+            $template.every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue();
+        }
+
+        #[test]
+        fn logs_alarms_and_outputs_cover_every_function_and_queue() {
+            $template.logs_alarms_and_outputs_cover_every_function_and_queue();
+        }
+
+        #[test]
+        fn alarms_on_the_workers_metrics_name_metrics_their_function_writes() {
+            let _alarms =
+                $template.alarms_on_the_workers_metrics_name_metrics_their_function_writes();
+            $(assert!(_alarms >= $n, $why);)?
+        }
+    };
+}
+
+/// The IAM actions of the requests counted in `used` (the store's
+/// metrics over a run), to hold against what a function is granted.
+pub fn actions_used(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
+    [
+        (used.get_item, Operation::GetItem),
+        (used.put_item, Operation::PutItem),
+        (used.delete_item, Operation::DeleteItem),
+        (used.update_item, Operation::UpdateItem),
+        (used.query, Operation::Query),
+        (used.scan, Operation::Scan),
+        (used.batch_write_item, Operation::BatchWriteItem),
+        (used.batch_get_item, Operation::BatchGetItem),
+        (used.execute_statement, Operation::ExecuteStatement),
+        (used.transact_write_items, Operation::TransactWriteItems),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(_, op)| worker_engine::deploy::action_of(op))
+    .collect()
+}
+
+/// The DynamoDB actions `f` is granted.
+pub fn granted<J>(f: &FunctionSpec<J>) -> BTreeSet<&'static str> {
+    f.dynamodb_actions.iter().copied().collect()
+}
+
+/// The EMF lines captured, as JSON.
+pub fn emf(lines: &CapturedLines) -> Vec<Value> {
+    lines
+        .lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).expect("an EMF line"))
+        .collect()
 }

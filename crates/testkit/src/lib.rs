@@ -7,6 +7,10 @@
 //!   Lambda's event source mapping would, until the table is quiet (with
 //!   [`Drain::with_parallelization`], as a mapping with a
 //!   `ParallelizationFactor` does: [`parallel`]);
+//! - [`follow`]: the worker following streams in real time while a soak
+//!   test's service writes, and the streams handled to quiet after;
+//! - [`written`]: writes on one clock, and what they say an item certainly
+//!   was over a span of time;
 //! - [`fault_proxy`]: a loopback proxy that injects throttles, 500s, drops
 //!   and latency between a client and DynamoDB Local;
 //! - [`layers`]: store layers that inject failures or race a delete;
@@ -29,10 +33,13 @@
 //!   built for the test that runs it;
 //! - [`cli`]: what every app's command line must hold;
 //! - [`env`]: variables for a test, as the settings read them;
+//! - [`bench`]: the load drivers' `--sizes`, seeded tables, metered runs
+//!   and the verdict on read capacity growth;
 //! - [`environment`]: every fixture of an app run in a broken deployment
 //!   (denied, table deleted, indexes missing) must stop with an
 //!   environment fault.
 
+pub mod bench;
 pub mod cargo_bin;
 pub use cargo_bin::cargo_bin;
 pub mod cargo_lambda;
@@ -42,6 +49,7 @@ pub mod environment;
 pub mod eventbridge;
 pub mod fault_proxy;
 pub mod fixtures;
+pub mod follow;
 pub mod infra;
 pub mod layers;
 pub mod moto;
@@ -52,6 +60,7 @@ pub mod recorded;
 pub mod runtime_api;
 pub mod template;
 pub mod workload;
+pub mod written;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -479,4 +488,31 @@ pub fn on_failure_message(
             "streamArn": stream_arn
         }
     })
+}
+
+/// `records` handed to `worker`'s stream handler as one event, as Lambda
+/// delivers them (an event the handler refuses is a test failure); its
+/// report.
+pub async fn handle_records<J: worker_engine::schedule::JobName>(
+    worker: &worker_engine::runtime::Worker<J>,
+    records: &[worker_engine::stream::decode::StreamChange],
+) -> worker_engine::stream::engine::BatchReport {
+    worker
+        .handle_stream(
+            &worker_engine::stream::decode::encode_event(records, None),
+            None,
+        )
+        .await
+        .expect("a stream event")
+}
+
+/// A test failure unless every record of `report` was handled: none failed
+/// and none is to retry.
+pub fn assert_handled(report: &worker_engine::stream::engine::BatchReport) {
+    assert_eq!(
+        (report.failed, report.batch_item_failures.len()),
+        (0, 0),
+        "{:?}",
+        report.records
+    );
 }

@@ -55,6 +55,16 @@ pub fn function_command(binary: &std::path::Path, api: &RuntimeApi) -> std::proc
         .stderr(Stdio::null());
     cmd
 }
+/// A started function process, killed (and reaped) when dropped.
+pub struct Running(pub std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The function ARN every invocation names.
 pub const FUNCTION_ARN: &str = "arn:aws:lambda:us-east-1:123456789012:function:local";
 

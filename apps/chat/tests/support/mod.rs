@@ -4,7 +4,6 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-pub mod parallel;
 pub mod race;
 
 use std::collections::BTreeMap;

@@ -1,0 +1,310 @@
+//! The worker following table streams in real time while a test's service
+//! writes, as Lambda's event source mappings do: the soak tests of every
+//! app (`tests/concurrent.rs`) run their service model against it.
+//!
+//! - **Reading.** A [`Tail`] reads a table's stream from its beginning
+//!   like [`crate::Drain`], but survives a failed read (DynamoDB Local
+//!   under load sometimes fails a `GetRecords`; `Drain::read` panics then):
+//!   it opens the stream again after the last record it handed out of each
+//!   shard.
+//! - **Parallelization factor.** [`Mapping::handle`] cuts the records of a
+//!   poll into batches of [`Mapping::batch_size`], and splits each batch by
+//!   partition key into up to [`Mapping::factor`] lanes
+//!   ([`crate::parallel::lanes`]) invoked at once, each partition key's
+//!   records in order in one lane. Factor 1: one invocation after the
+//!   other, the shard's order.
+//! - **Retries.** An invocation that reports a batch item failure is
+//!   invoked again from that record (`ReportBatchItemFailures`), after a
+//!   short pause, up to [`Mapping::attempts`] times; records rejected for
+//!   good or malformed are counted in [`Stats`] (the worker parks those in
+//!   production).
+//! - **Following.** [`Followers`] runs one task per tail until stopped;
+//!   [`quiet`] then handles every stream until a round finds nothing new
+//!   (the worker's own writes come back as records).
+//!
+//! [`soak_seeds`] is the seeds such a test runs (`SOAK_SEEDS=<n>`: 1 to n).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use worker_engine::runtime::EventFunction;
+use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
+
+use crate::TestTable;
+
+/// The seeds of a soak run: 1, 2 and 3, or 1 to n with `SOAK_SEEDS=<n>`.
+pub fn soak_seeds() -> Vec<u64> {
+    match std::env::var("SOAK_SEEDS") {
+        Ok(n) => (1..=n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>")).collect(),
+        Err(_) => vec![1, 2, 3],
+    }
+}
+
+/// Failed reads in a row before a [`Tail`] gives up.
+const READS: usize = 20;
+
+/// A table's stream, read from its beginning, opened again after a failed
+/// read right after the last record handed out of each shard.
+pub struct Tail {
+    endpoint: String,
+    arn: String,
+    tail: StreamTail,
+    positions: HashMap<String, SequenceNumber>,
+    /// Reads that failed (and were made again).
+    pub failed_reads: usize,
+}
+
+impl Tail {
+    /// The stream of `table` (a table with a stream), from its beginning.
+    pub async fn new(table: &TestTable) -> Self {
+        let arn = table
+            .store
+            .stream_arn()
+            .await
+            .expect("describe table")
+            .expect("the test table has a stream");
+        Tail {
+            endpoint: table.endpoint.clone(),
+            tail: StreamTail::new(
+                local_client(&table.endpoint),
+                arn.clone(),
+                StartAt::TrimHorizon,
+            ),
+            arn,
+            positions: HashMap::new(),
+            failed_reads: 0,
+        }
+    }
+
+    /// The records written since the last read (a test failure after
+    /// [`READS`] failed reads in a row).
+    pub async fn read(&mut self) -> Vec<StreamChange> {
+        for attempt in 0..READS {
+            match self.tail.poll().await {
+                Ok(records) => {
+                    for (shard, c) in &records {
+                        if let Some(s) = &c.sequence_number {
+                            self.positions.insert(shard.clone(), s.clone());
+                        }
+                    }
+                    return records.into_iter().map(|(_, c)| c).collect();
+                }
+                Err(e) => {
+                    self.failed_reads += 1;
+                    eprintln!("stream read failed (attempt {attempt}): {e}; reopening");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    self.tail = StreamTail::new(
+                        local_client(&self.endpoint),
+                        self.arn.clone(),
+                        StartAt::TrimHorizon,
+                    )
+                    .resume_after(self.positions.clone());
+                }
+            }
+        }
+        panic!("the stream could not be read {READS} times in a row");
+    }
+}
+
+/// What the followers did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    pub records: usize,
+    pub invocations: usize,
+    /// Invocations again after a batch item failure.
+    pub retries: usize,
+    pub rejected: usize,
+    pub malformed: usize,
+}
+
+impl Stats {
+    pub fn add(&mut self, o: Stats) {
+        self.records += o.records;
+        self.invocations += o.invocations;
+        self.retries += o.retries;
+        self.rejected += o.rejected;
+        self.malformed += o.malformed;
+    }
+}
+
+/// How an event source mapping hands a shard's records to the function.
+#[derive(Debug, Clone)]
+pub struct Mapping {
+    /// `ParallelizationFactor`: lanes of one batch invoked at once.
+    pub factor: usize,
+    /// The attribute records are split into lanes by.
+    pub partition_key: String,
+    /// `BatchSize`: records per batch.
+    pub batch_size: usize,
+    /// Invocations of one batch before the test gives up.
+    pub attempts: usize,
+    /// How long a follower waits after a read that found nothing.
+    pub idle: Duration,
+}
+
+impl Mapping {
+    /// `factor` lanes by `PK`, batches of 100, 60 attempts, 50 ms idle.
+    pub fn new(factor: usize) -> Self {
+        Mapping {
+            factor,
+            partition_key: "PK".into(),
+            batch_size: 100,
+            attempts: 60,
+            idle: Duration::from_millis(50),
+        }
+    }
+
+    /// The same, waiting `idle` after a read that found nothing.
+    pub fn idle(self, idle: Duration) -> Self {
+        Mapping { idle, ..self }
+    }
+
+    /// `records` (of one shard, in order) handled as the mapping does:
+    /// batches of [`Mapping::batch_size`], each split by partition key into
+    /// up to [`Mapping::factor`] lanes invoked at once.
+    pub async fn handle(&self, app: &dyn EventFunction, records: Vec<StreamChange>) -> Stats {
+        let mut stats = Stats::default();
+        for chunk in records.chunks(self.batch_size.max(1)) {
+            let lanes = crate::parallel::lanes(
+                chunk.to_vec(),
+                Some(self.partition_key.as_str()),
+                self.factor,
+            )
+            .into_iter()
+            .filter(|l| !l.is_empty())
+            .map(|l| self.invoke(app, l));
+            for s in futures::future::join_all(lanes).await {
+                stats.add(s);
+            }
+        }
+        stats
+    }
+
+    /// One batch invoked like Lambda until no record of it is to retry.
+    async fn invoke(&self, app: &dyn EventFunction, batch: Vec<StreamChange>) -> Stats {
+        let mut stats = Stats {
+            records: batch.len(),
+            ..Stats::default()
+        };
+        let mut pending = batch;
+        for attempt in 0..self.attempts {
+            if attempt > 0 {
+                stats.retries += 1;
+                tokio::time::sleep(Duration::from_millis(10 + 5 * attempt as u64)).await;
+            }
+            let report = app
+                .invoke_stream(&encode_event(&pending, None))
+                .await
+                .expect("stream event");
+            stats.invocations += 1;
+            stats.rejected += report.rejected;
+            stats.malformed += report.malformed;
+            let Some(seq) = report.batch_item_failures.first() else {
+                return stats;
+            };
+            let failed: SequenceNumber = seq.parse().expect("a sequence number");
+            pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+        }
+        panic!("a batch kept failing after {} attempts", self.attempts);
+    }
+}
+
+/// The worker following streams in real time, one task per [`Tail`],
+/// until [`Followers::stop`].
+pub struct Followers {
+    stop: Arc<AtomicBool>,
+    tasks: Vec<tokio::task::JoinHandle<(Tail, Stats)>>,
+}
+
+impl Followers {
+    /// One follower per tail, invoking `app` as `mapping` does.
+    pub fn start<A>(tails: Vec<Tail>, app: Arc<A>, mapping: Mapping) -> Self
+    where
+        A: EventFunction + Send + Sync + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let tasks = tails
+            .into_iter()
+            .map(|mut tail| {
+                let stop = stop.clone();
+                let app = app.clone();
+                let mapping = mapping.clone();
+                tokio::spawn(async move {
+                    let mut stats = Stats::default();
+                    loop {
+                        let records = tail.read().await;
+                        if records.is_empty() {
+                            if stop.load(Ordering::SeqCst) {
+                                break;
+                            }
+                            tokio::time::sleep(mapping.idle).await;
+                            continue;
+                        }
+                        stats.add(mapping.handle(app.as_ref(), records).await);
+                    }
+                    (tail, stats)
+                })
+            })
+            .collect();
+        Followers { stop, tasks }
+    }
+
+    /// Stop following (each follower ends once its stream has nothing
+    /// new): the tails back, in the order given, and what was done.
+    pub async fn stop(self) -> (Vec<Tail>, Stats) {
+        self.stop.store(true, Ordering::SeqCst);
+        let mut tails = Vec::new();
+        let mut stats = Stats::default();
+        for t in self.tasks {
+            let (tail, s) = t.await.expect("a follower");
+            tails.push(tail);
+            stats.add(s);
+        }
+        (tails, stats)
+    }
+}
+
+/// Every stream handled until a whole round finds nothing new (the
+/// worker's own writes come back as records); what was done.
+pub async fn quiet(tails: &mut [Tail], app: &dyn EventFunction, mapping: &Mapping) -> Stats {
+    let mut stats = Stats::default();
+    for _round in 0..100 {
+        let mut n = 0;
+        for tail in tails.iter_mut() {
+            let records = tail.read().await;
+            n += records.len();
+            if !records.is_empty() {
+                stats.add(mapping.handle(app, records).await);
+            }
+        }
+        if n == 0 {
+            return stats;
+        }
+    }
+    panic!("the streams did not quiet down");
+}
+
+/// The two soak tests of an app, one at a `ParallelizationFactor` of 1
+/// and one of 10, each running `$run(seed, factor)` (an async function
+/// that panics on a problem) for every seed of [`soak_seeds`].
+#[macro_export]
+macro_rules! soak_tests {
+    ($run:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn the_service_and_the_worker_at_once_one_batch_per_shard() {
+            for seed in $crate::follow::soak_seeds() {
+                $run(seed, 1).await;
+            }
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn the_service_and_the_worker_at_once_ten_batches_per_shard() {
+            for seed in $crate::follow::soak_seeds() {
+                $run(seed, 10).await;
+            }
+        }
+    };
+}
