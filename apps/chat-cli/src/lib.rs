@@ -37,7 +37,7 @@ pub const LOCAL_TABLE: &str = Table::ChatRequests.name();
 /// when run there.
 pub const TEMPLATE: &str = "infra/chat.yaml";
 
-/// The chat worker, as the engine's command line sees it.
+/// The chat worker, as the toolkit's command line sees it.
 pub struct Chat;
 
 /// The variables of `lookup`, with every table's name: its variable, else

@@ -33,7 +33,7 @@ pub fn worker_config(table: &str, env: &[String]) -> Result<Config, CliError> {
     Ok(config)
 }
 
-/// The Nishiki worker, as the engine's command line sees it.
+/// The Nishiki worker, as the toolkit's command line sees it.
 pub struct Nishiki;
 
 impl CliApp for Nishiki {

@@ -30,7 +30,7 @@ pub const LOCAL_TABLE: &str = "shop-table-local";
 /// when run there.
 pub const TEMPLATE: &str = "infra/shop.yaml";
 
-/// The shop worker, as the engine's command line sees it.
+/// The shop worker, as the toolkit's command line sees it.
 pub struct Shop;
 
 impl CliApp for Shop {

@@ -119,10 +119,9 @@ where
 }
 
 /// What a Lambda function's worker runs on, from its environment: the
-/// clock, the DynamoDB client, the table's store and the parking table.
+/// clock, the table's store and the parking table (on one client).
 pub struct Deployment {
     pub clock: std::sync::Arc<dyn crate::clock::Clock>,
-    pub client: aws_sdk_dynamodb::Client,
     pub store: crate::store::DynamoStore,
     pub parking: Option<crate::park::Parking>,
 }
@@ -140,10 +139,9 @@ impl Deployment {
         let clock = crate::clock::from_env(&crate::env::Env::new(&lookup), endpoint_url)?;
         let client = crate::store::lambda_client(endpoint_url);
         let store = crate::store::DynamoStore::new(client.clone(), table_name);
-        let parking = parking.map(|p| crate::park::Parking::dynamo(client.clone(), p));
+        let parking = parking.map(|p| crate::park::Parking::dynamo(client, p));
         Ok(Deployment {
             clock,
-            client,
             store,
             parking,
         })
