@@ -46,6 +46,7 @@ use worker_engine::job::Schedule;
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
 use worker_engine::stream::decode;
+use worker_testkit::infra::statements;
 use worker_testkit::template::{
     ACCOUNT, REGION, Stack, is_operations_statement, on_failure_destination_problems,
     operations_problems, strings, table_arn,
@@ -333,35 +334,6 @@ fn stream_filters_drop_worker_items_and_keep_service_items() {
 }
 
 // ------------------------------------------------------------------ roles
-
-/// The statements of a function's role.
-fn statements(stack: &Stack, f: &FunctionSpec) -> Vec<Value> {
-    let func = stack.resource(f.logical_id);
-    let role_ref = func["Properties"]["Role"]
-        .as_str()
-        .expect("an explicit Role");
-    let role_id = role_ref
-        .strip_prefix("getatt:")
-        .and_then(|r| r.strip_suffix(".Arn"))
-        .unwrap_or_else(|| panic!("{}: Role is !GetAtt <Role>.Arn", f.logical_id));
-    let role = stack.resource(role_id);
-    assert_eq!(role["Type"], "AWS::IAM::Role");
-    assert!(
-        role["Properties"].get("ManagedPolicyArns").is_none(),
-        "{role_id}: no managed policies"
-    );
-    assert!(
-        func["Properties"].get("Policies").is_none(),
-        "{}: the role holds the policies",
-        f.logical_id
-    );
-    role["Properties"]["Policies"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
-        .collect()
-}
 
 #[test]
 fn every_role_grants_exactly_what_its_function_calls() {

@@ -163,11 +163,7 @@ async fn measure(files: usize) -> Measured {
         Arc::new(ManualClock::new(now())),
     );
     let run = bench::metered(&table.store, worker.run_job(Job::ExpireUnzipped, None)).await;
-    let (report, cost, run_ms) = (
-        run.value.expect("expire-unzipped runs"),
-        run.cost,
-        run.run_ms,
-    );
+    let report = run.value.expect("expire-unzipped runs");
     assert!(report.complete, "one run completes the pass: {report:?}");
     let figure = |name: &str| report.details[name].as_u64().expect("a count");
 
@@ -191,20 +187,15 @@ async fn measure(files: usize) -> Measured {
         deleted: figure("expired"),
         stuck: figure("stuck"),
         published: publisher.sent().len(),
-        cost,
+        cost: run.cost,
         seed_s,
-        run_ms,
+        run_ms: run.run_ms,
     }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes = bench::sizes_or(&[10_000, 100_000]);
-    assert!(
-        sizes.iter().all(|&n| n >= DUE + RECENT + STUCK + WAITING),
-        "sizes must be at least {} files",
-        DUE + RECENT + STUCK + WAITING
-    );
+    let sizes = bench::sizes_at_least(&[10_000, 100_000], DUE + RECENT + STUCK + WAITING, "files");
     println!(
         "expire-unzipped: {DUE} due + {RECENT} recent unzipped, {STUCK} stuck + {WAITING} waiting unzipping, per table (DynamoDB Local)"
     );

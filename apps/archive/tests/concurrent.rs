@@ -80,8 +80,8 @@ use archive_worker::schema::schema;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, NaiveDate, Utc};
+use rand::Rng;
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde_json::Value;
 use support::{expected_lookup, key_name, lookup_items};
 use worker_engine::clock::{Clock, ManualClock};
@@ -91,7 +91,7 @@ use worker_engine::schedule::JobReport;
 use worker_engine::store::guarded::GuardedOp;
 use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOutcome};
 use worker_testkit::TestTable;
-use worker_testkit::follow::{Followers, Mapping, Tail, quiet, soak_seeds};
+use worker_testkit::follow::{Followers, Mapping, Tail, quiet, service_tasks, soak_seeds};
 use worker_testkit::written::{Kind, Landed, definitely_absent, definitely_live, ops_of};
 
 /// Service tasks in flight.
@@ -1196,22 +1196,17 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
         stop_jobs.clone(),
     ));
 
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let service = service.clone();
-            let mut rng = StdRng::seed_from_u64(seed * 1_000 + task as u64);
-            tokio::spawn(async move {
-                for _ in 0..OPS_PER_TASK {
-                    service.step(&mut rng).await;
-                }
-                // The last request: its unzipped copy outlives the run.
-                service.archived_again_once_unzipped(&mut rng).await;
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("a service task");
-    }
+    service_tasks(TASKS, seed, |_, mut rng| {
+        let service = service.clone();
+        async move {
+            for _ in 0..OPS_PER_TASK {
+                service.step(&mut rng).await;
+            }
+            // The last request: its unzipped copy outlives the run.
+            service.archived_again_once_unzipped(&mut rng).await;
+        }
+    })
+    .await;
     let service_time = started.elapsed();
     stop_jobs.store(true, Ordering::SeqCst);
     let mut runs = jobs.await.expect("the scheduler");

@@ -121,11 +121,7 @@ async fn measure(requests: usize) -> Measured {
         Arc::new(ManualClock::new(now())),
     );
     let run = bench::metered(&table.store, worker.run_job(Job::ExpireRequests, None)).await;
-    let (report, cost, run_ms) = (
-        run.value.expect("expire-requests runs"),
-        run.cost,
-        run.run_ms,
-    );
+    let report = run.value.expect("expire-requests runs");
     assert!(report.complete, "{report:?}");
     let figure = |name: &str| report.details[name].as_u64().expect("a count");
     assert!(
@@ -141,20 +137,15 @@ async fn measure(requests: usize) -> Measured {
         requests,
         read: figure("entries_read"),
         expired: figure("expired"),
-        cost,
+        cost: run.cost,
         seed_s,
-        run_ms,
+        run_ms: run.run_ms,
     }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes = bench::sizes_or(&[10_000, 100_000]);
-    assert!(
-        sizes.iter().all(|&n| n >= DUE + RECENT),
-        "sizes must be at least {} requests",
-        DUE + RECENT
-    );
+    let sizes = bench::sizes_at_least(&[10_000, 100_000], DUE + RECENT, "requests");
     println!(
         "expire-requests: {DUE} due + {RECENT} recent pending requests per table, the rest decided (DynamoDB Local)"
     );

@@ -48,7 +48,7 @@ use support::*;
 use tokio::sync::RwLock;
 use worker_engine::item::Item;
 use worker_engine::store::{DynamoStore, Expr, ItemWriter, Key, WriteOutcome};
-use worker_testkit::follow::{Followers, Mapping, Tail, quiet};
+use worker_testkit::follow::{Followers, Mapping, Tail, assert_no_problems, quiet, service_tasks};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -719,22 +719,15 @@ async fn run(seed: u64, factor: usize) {
     let mapping = Mapping::new(factor);
     let followers = Followers::start(tails, worker.clone(), mapping.clone());
 
-    let service_started = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let model = model.clone();
-            let mut rng = StdRng::seed_from_u64(seed * 1_000 + task as u64);
-            tokio::spawn(async move {
-                for n in 0..OPS_PER_TASK {
-                    model.step(&mut rng, task, n).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("a service task");
-    }
-    let service_time = service_started.elapsed();
+    let service_time = service_tasks(TASKS, seed, |task, mut rng| {
+        let model = model.clone();
+        async move {
+            for n in 0..OPS_PER_TASK {
+                model.step(&mut rng, task, n).await;
+            }
+        }
+    })
+    .await;
     let (mut drains, mut stats) = followers.stop().await;
     stats.add(quiet(&mut drains, worker.as_ref(), &mapping).await);
     let drained = started.elapsed();
@@ -766,12 +759,7 @@ async fn run(seed: u64, factor: usize) {
         audit["details"],
         expire["details"],
     );
-    assert!(
-        problems.is_empty(),
-        "seed {seed} factor {factor}: {} problem(s):\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
+    assert_no_problems(seed, factor, &problems);
 }
 
 worker_testkit::soak_tests!(run);

@@ -114,7 +114,7 @@ async fn measure(orders: usize) -> Measured {
         Arc::new(ManualClock::new(now())),
     );
     let run = bench::metered(&table.store, worker.run_job(Job::StuckOrders, None)).await;
-    let (report, cost, run_ms) = (run.value.expect("stuck-orders runs"), run.cost, run.run_ms);
+    let report = run.value.expect("stuck-orders runs");
     assert!(report.complete, "one run completes: {report:?}");
     assert_eq!(
         report.details["by_status"],
@@ -124,20 +124,15 @@ async fn measure(orders: usize) -> Measured {
     Measured {
         orders,
         stuck: report.details["stuck"].as_u64().expect("a count"),
-        cost,
+        cost: run.cost,
         seed_s,
-        run_ms,
+        run_ms: run.run_ms,
     }
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let sizes = bench::sizes_or(&[10_000, 100_000]);
-    assert!(
-        sizes.iter().all(|&n| n >= 4 * STUCK_PER_STATUS),
-        "sizes must be at least {} orders",
-        4 * STUCK_PER_STATUS
-    );
+    let sizes = bench::sizes_at_least(&[10_000, 100_000], 4 * STUCK_PER_STATUS, "orders");
     println!(
         "stuck-orders: {STUCK_PER_STATUS} stuck PENDING + {STUCK_PER_STATUS} stuck PAID orders per table, the rest recent or in other statuses (DynamoDB Local)"
     );

@@ -79,7 +79,7 @@ use worker_engine::runtime::Worker;
 use worker_engine::store::guarded::GuardedOp;
 use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome};
 use worker_testkit::TestTable;
-use worker_testkit::follow::{Followers, Mapping, Tail, quiet};
+use worker_testkit::follow::{Followers, Mapping, Tail, assert_no_problems, quiet, service_tasks};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -1187,22 +1187,15 @@ async fn run(seed: u64, factor: usize) {
     let mapping = Mapping::new(factor).idle(Duration::from_millis(100));
     let followers = Followers::start(vec![Tail::new(&table).await], app.clone(), mapping.clone());
     let ticker = Ticker::start(app.clone());
-    let service_started = Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let service = service.clone();
-            let mut rng = StdRng::seed_from_u64(seed * 1_000 + task as u64);
-            tokio::spawn(async move {
-                for _ in 0..OPS_PER_TASK {
-                    service.step(&mut rng).await;
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.expect("a service task");
-    }
-    let service_time = service_started.elapsed();
+    let service_time = service_tasks(TASKS, seed, |_, mut rng| {
+        let service = service.clone();
+        async move {
+            for _ in 0..OPS_PER_TASK {
+                service.step(&mut rng).await;
+            }
+        }
+    })
+    .await;
     let ticks = ticker.stop().await;
     let (mut tails, mut stats) = followers.stop().await;
     stats.add(quiet(&mut tails, app.as_ref(), &mapping).await);
@@ -1310,12 +1303,7 @@ async fn run(seed: u64, factor: usize) {
         drained.as_secs_f64(),
         started.elapsed().as_secs_f64(),
     );
-    assert!(
-        problems.is_empty(),
-        "seed {seed} factor {factor}: {} problem(s):\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
+    assert_no_problems(seed, factor, &problems);
 }
 
 worker_testkit::soak_tests!(run);

@@ -50,6 +50,17 @@ pub fn sizes_or(default: &[usize]) -> Vec<usize> {
     sizes_arg().unwrap_or_else(|| default.to_vec())
 }
 
+/// The bench's `--sizes`, else `default`; each at least `min` (a test
+/// failure naming `unit` otherwise: the fixed part of the table must fit).
+pub fn sizes_at_least(default: &[usize], min: usize, unit: &str) -> Vec<usize> {
+    let sizes = sizes_or(default);
+    assert!(
+        sizes.iter().all(|&n| n >= min),
+        "sizes must be at least {min} {unit}"
+    );
+    sizes
+}
+
 /// A table of its own DynamoDB Local, seeded (keep `local` alive with
 /// the table).
 pub struct Seeded {

@@ -22,12 +22,18 @@
 //!   [`quiet`] then handles every stream until a round finds nothing new
 //!   (the worker's own writes come back as records).
 //!
-//! [`soak_seeds`] is the seeds such a test runs (`SOAK_SEEDS=<n>`: 1 to n).
+//! [`soak_seeds`] is the seeds such a test runs (`SOAK_SEEDS=<n>`: 1 to n),
+//! [`service_tasks`] its service's concurrent tasks, [`assert_no_problems`]
+//! its verdict.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::rngs::StdRng;
 
 use worker_engine::runtime::EventFunction;
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
@@ -41,6 +47,40 @@ pub fn soak_seeds() -> Vec<u64> {
         Ok(n) => (1..=n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>")).collect(),
         Err(_) => vec![1, 2, 3],
     }
+}
+
+/// `tasks` service tasks at once, task `t` with a generator of its own
+/// (seeded `seed * 1000 + t`) running `work(t, rng)`, until all are done;
+/// how long that took.
+pub async fn service_tasks<F, Fut>(tasks: usize, seed: u64, work: F) -> Duration
+where
+    F: Fn(usize, StdRng) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let started = Instant::now();
+    let handles: Vec<_> = (0..tasks)
+        .map(|task| {
+            tokio::spawn(work(
+                task,
+                StdRng::seed_from_u64(seed * 1_000 + task as u64),
+            ))
+        })
+        .collect();
+    for h in handles {
+        h.await.expect("a service task");
+    }
+    started.elapsed()
+}
+
+/// A test failure listing `problems` of the run of `seed` at `factor`,
+/// unless there are none.
+pub fn assert_no_problems(seed: u64, factor: usize, problems: &[String]) {
+    assert!(
+        problems.is_empty(),
+        "seed {seed} factor {factor}: {} problem(s):\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// Failed reads in a row before a [`Tail`] gives up.

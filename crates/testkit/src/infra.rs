@@ -77,8 +77,9 @@ pub struct AppTemplate<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     pub settings: fn(&dyn Fn(&str) -> Option<String>) -> Result<SettingsView<J>, String>,
 }
 
-/// The statements of a function's role.
-fn statements<J: JobName>(stack: &Stack, f: &FunctionSpec<J>) -> Vec<Value> {
+/// The statements of a function's role (a role of its own, holding the
+/// policies, none managed).
+pub fn statements<J: JobName>(stack: &Stack, f: &FunctionSpec<J>) -> Vec<Value> {
     let func = stack.resource(f.logical_id);
     let role_id = func["Properties"]["Role"]
         .as_str()
