@@ -9,12 +9,11 @@ use archive_worker::app::{APP, Deps};
 use archive_worker::config::Settings;
 use archive_worker::keys::Job;
 use archive_worker::notify::RecordingPublisher;
-use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
-use worker_engine::store::Store;
 use worker_engine::stream::engine::RecordProcessor;
+use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, NoExtra};
 
 /// The table every `--table` falls back to.
@@ -67,17 +66,11 @@ ticks through the handlers the Lambda functions run, run a job, manage a table, 
 
     /// Configured from `lookup` like Lambda; a local run never publishes
     /// (events are recorded and dropped).
-    fn worker(
-        store: Arc<dyn Store>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
-        let settings = Settings::from_lookup(lookup)?;
+    fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
+        let settings = Settings::from_lookup(p.lookup)?;
+        let publisher = Arc::new(RecordingPublisher::default());
         Ok(archive_worker::app::worker(
-            store,
-            settings,
-            Arc::new(RecordingPublisher::default()),
-            clock,
+            p.store, settings, publisher, p.clock,
         ))
     }
 }

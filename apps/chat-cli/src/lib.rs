@@ -12,19 +12,14 @@
 //! JSON object of the tables' items by table name (the format of the
 //! goldens in `events/chat/golden/`).
 
-use std::sync::Arc;
-
-use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
-use worker_engine::store::Store;
-use worker_engine::store::transact::Transactions;
-use worker_toolkit::cli::tables::{OtherTable, WorkerTables};
+use worker_toolkit::cli::tables::{OtherTable, WorkerParts, others_of};
 use worker_toolkit::cli::{CliApp, NoExtra};
 use worker_toolkit::replay::redact::Placeholder;
 
-use chat_worker::app::{APP, Deps, Stores, TableHandler};
+use chat_worker::app::{APP, Deps, TableHandler};
 use chat_worker::config::Settings;
 use chat_worker::keys::Job;
 use chat_worker::schema::Table;
@@ -40,33 +35,12 @@ pub const TEMPLATE: &str = "infra/chat.yaml";
 /// The chat worker, as the toolkit's command line sees it.
 pub struct Chat;
 
-/// The variables of `lookup`, with every table's name: its variable, else
-/// `TABLE_NAME` (the target) for ChatRequests, else the name the command
-/// opened it under.
-fn with_tables<'a>(
-    lookup: &'a dyn Fn(&str) -> Option<String>,
-    names: Vec<(&'static str, String)>,
-) -> impl Fn(&str) -> Option<String> + 'a {
-    move |name: &str| {
-        lookup(name).or_else(|| {
-            if name == Table::ChatRequests.env_var() {
-                lookup("TABLE_NAME")
-            } else {
-                names
-                    .iter()
-                    .find(|(v, _)| *v == name)
-                    .map(|(_, n)| n.clone())
-            }
-        })
-    }
-}
-
 impl CliApp for Chat {
     type Job = Job;
     type Deps = Deps;
-    type Handler = dyn TableHandler;
+    type Handler = dyn TableHandler<Table>;
     type Extra = NoExtra;
-    const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn TableHandler> = &APP;
+    const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn TableHandler<Table>> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
     const ABOUT: &'static str = ABOUT;
     const EXAMPLES: &'static str = EXAMPLES;
@@ -112,56 +86,16 @@ impl CliApp for Chat {
     }
 
     fn other_tables() -> Vec<OtherTable> {
-        Table::ALL
-            .into_iter()
-            .filter(|t| *t != Table::ChatRequests)
-            .map(|t| OtherTable {
-                var: t.env_var(),
-                default_name: t.name(),
-                schema: t.schema(),
-            })
-            .collect()
+        others_of::<Table>()
     }
 
-    /// Every table on `store` (only to check the configuration: the
-    /// commands use [`Chat::worker_on_tables`]).
-    fn worker(
-        store: Arc<dyn Store>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
-        let names = Self::other_tables()
-            .into_iter()
-            .map(|o| (o.var, o.default_name.to_owned()))
-            .collect();
-        let settings = Settings::from_lookup(&with_tables(lookup, names))?;
-        let stores = Stores::new(Table::ALL.into_iter().map(|t| (t, store.clone())));
-        let tx: Arc<dyn Transactions> = Arc::new(worker_toolkit::cli::tables::NoTransactions);
-        Ok(chat_worker::app::worker(stores, tx, settings, clock))
-    }
-
-    fn worker_on_tables(
-        store: Arc<dyn Store>,
-        others: WorkerTables,
-        tx: Arc<dyn Transactions>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
-        let names = others.iter().map(|(v, n, _)| (*v, n.clone())).collect();
-        let settings = Settings::from_lookup(&with_tables(lookup, names))?;
-        let mut stores = vec![(Table::ChatRequests, store)];
-        for (var, _, s) in others {
-            let table = Table::ALL
-                .into_iter()
-                .find(|t| t.env_var() == var)
-                .expect("other_tables names the tables by their variables");
-            stores.push((table, s));
-        }
+    fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
+        let settings = Settings::from_lookup(&p.table_lookup::<Table>())?;
         Ok(chat_worker::app::worker(
-            Stores::new(stores),
-            tx,
+            p.stores::<Table>(),
+            p.tx.clone(),
             settings,
-            clock,
+            p.clock.clone(),
         ))
     }
 }
@@ -225,22 +159,5 @@ mod tests {
             Chat::checkpoint_key(Job::AuditRequests),
             Some(chat_worker::keys::checkpoint(Job::AuditRequests))
         );
-    }
-
-    #[test]
-    fn the_target_names_the_requests_table_and_variables_the_others() {
-        let lookup = |name: &str| match name {
-            "TABLE_NAME" => Some("requests-copy".to_owned()),
-            "USERS_TABLE" => Some("people".to_owned()),
-            _ => None,
-        };
-        let names = vec![
-            ("USERS_TABLE", "Users".to_owned()),
-            ("GROUP_CHATS_TABLE", "GroupChats".to_owned()),
-        ];
-        let l = with_tables(&lookup, names);
-        assert_eq!(l("CHAT_REQUESTS_TABLE").as_deref(), Some("requests-copy"));
-        assert_eq!(l("USERS_TABLE").as_deref(), Some("people"));
-        assert_eq!(l("GROUP_CHATS_TABLE").as_deref(), Some("GroupChats"));
     }
 }

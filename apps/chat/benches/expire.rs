@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use chat_worker::app::{Stores, worker};
-use chat_worker::config::Settings;
+use chat_worker::config::for_tables;
 use chat_worker::items::{RequestCopy, Status};
 use chat_worker::keys::{self, Job, RequestKey};
 use chat_worker::schema::Table;
@@ -23,7 +23,8 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
-use worker_engine::store::{MetricsSnapshot, Store};
+use worker_engine::store::MetricsSnapshot;
+use worker_engine::tables::TableNames;
 use worker_testkit::bench::{self, Growth};
 
 const DUE: usize = 200;
@@ -108,12 +109,8 @@ async fn measure(requests: usize) -> Measured {
 
     // The job reads and writes the ChatRequests table only; the other
     // tables' stores are never called.
-    let settings = Settings::for_tables(|_| table.name.clone());
-    let stores = Stores::new(
-        Table::ALL
-            .iter()
-            .map(|t| (*t, table.store.clone() as Arc<dyn Store>)),
-    );
+    let settings = for_tables(TableNames::new(|_| table.name.clone()));
+    let stores = Stores::same(table.store.clone());
     let worker = worker(
         stores,
         table.store.clone(),

@@ -57,6 +57,7 @@ use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{Expr, Key, QuerySpec, Store};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::tables::TableNames;
 
 use crate::app::{JobSpec, Stores, TableAccess, TableHandler};
 use crate::items::{RequestCopy, Status};
@@ -144,33 +145,19 @@ pub const SPEC: JobSpec = JobSpec {
             Arc::new(UserCascade {
                 stores: d.stores.clone(),
                 tx: d.tx.clone(),
-                tables: Tables::of(d),
+                tables: d.settings.tables.clone(),
                 writes: d.writes.clone(),
             }),
             Arc::new(CommunityCascade {
                 store: d.stores.get(Table::Communities).clone(),
                 tx: d.tx.clone(),
-                table: d.settings.table(Table::Communities).to_owned(),
+                table: d.settings.tables.name(Table::Communities).to_owned(),
                 writes: d.writes.clone(),
             }),
         ]
     },
     jobs: |_| vec![],
 };
-
-/// The tables' names, as transactions name them.
-#[derive(Debug, Clone)]
-struct Tables(std::collections::BTreeMap<Table, String>);
-
-impl Tables {
-    fn of(d: &crate::app::Deps) -> Self {
-        Tables(d.settings.tables.clone())
-    }
-
-    fn name(&self, t: Table) -> &str {
-        &self.0[&t]
-    }
-}
 
 /// Every item of one partition of `store`'s table, or of one of its index
 /// partitions (keys only).
@@ -259,7 +246,7 @@ async fn delete_guarded(
 pub struct UserCascade {
     stores: Stores,
     tx: Arc<dyn Transactions>,
-    tables: Tables,
+    tables: TableNames<Table>,
     writes: Arc<WriteCounter>,
 }
 
@@ -469,7 +456,7 @@ impl RecordProcessor for UserCascade {
     }
 }
 
-impl TableHandler for UserCascade {
+impl TableHandler<Table> for UserCascade {
     fn table(&self) -> Table {
         Table::Users
     }
@@ -552,7 +539,7 @@ impl RecordProcessor for CommunityCascade {
     }
 }
 
-impl TableHandler for CommunityCascade {
+impl TableHandler<Table> for CommunityCascade {
     fn table(&self) -> Table {
         Table::Communities
     }

@@ -24,10 +24,9 @@
 //! each variable. Every function reads every table's name: the
 //! stream function tells the tables' records apart by it.
 
-use std::collections::BTreeMap;
-
 use worker_engine::env::{ConfigError, Env};
-use worker_engine::settings::CommonSettings;
+use worker_engine::settings::JobSettings;
+use worker_engine::tables::TableNames;
 
 use crate::keys::Job;
 use crate::schema::Table;
@@ -58,61 +57,52 @@ pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job;
     table_var(Table::ChatRequests, "the ChatRequests table"),
 );
 
-/// The table the worker's own store is opened on (its transactions and
-/// request counts).
-pub const HOME_TABLE: Table = Table::ChatRequests;
+/// Everything the worker is configured with: the common settings (on the
+/// ChatRequests table, `TableSet::HOME`) and [`ChatSettings`].
+pub type Settings = worker_engine::settings::Settings<Job, ChatSettings>;
 
-/// Everything the worker is configured with.
+/// The chat worker's own settings: the tables' names and its jobs'.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Settings {
-    /// Each table's name.
-    pub tables: BTreeMap<Table, String>,
-    /// The variables every app reads, on the [`HOME_TABLE`].
-    pub common: CommonSettings<Job>,
+pub struct ChatSettings {
+    pub tables: TableNames<Table>,
     pub expiry_days: u64,
     pub twin_grace_minutes: u64,
 }
 
-impl Settings {
-    fn of(tables: BTreeMap<Table, String>, common: CommonSettings<Job>) -> Self {
-        Settings {
-            tables,
-            common,
+impl Default for ChatSettings {
+    fn default() -> Self {
+        ChatSettings {
+            tables: TableNames::default(),
             expiry_days: 30,
             twin_grace_minutes: 60,
         }
     }
+}
 
-    /// The defaults, on tables named by `name`.
-    pub fn for_tables(name: impl Fn(Table) -> String) -> Self {
-        let tables: BTreeMap<Table, String> = Table::ALL.iter().map(|t| (*t, name(*t))).collect();
-        let home = tables[&HOME_TABLE].clone();
-        Settings::of(tables, CommonSettings::for_table(home))
+impl JobSettings for ChatSettings {
+    const TABLE: &'static str = "the ChatRequests table";
+
+    fn table_name(env: &Env) -> Result<String, ConfigError> {
+        Ok(TableNames::<Table>::from_env(env)?.home().to_owned())
     }
 
-    /// The name of `table`.
-    pub fn table(&self, table: Table) -> &str {
-        &self.tables[&table]
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let d = ChatSettings::default();
+        Ok(ChatSettings {
+            tables: TableNames::from_env(env)?,
+            expiry_days: env.number(REQUEST_EXPIRY_DAYS)?.unwrap_or(d.expiry_days),
+            twin_grace_minutes: env
+                .number(TWIN_GRACE_MINUTES)?
+                .unwrap_or(d.twin_grace_minutes),
+        })
     }
+}
 
-    /// Read the settings through `lookup` (the process environment on
-    /// Lambda); errors name the variable and what a valid value is.
-    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env::new(lookup);
-        let mut tables = BTreeMap::new();
-        for t in Table::ALL {
-            tables.insert(t, env.required(t.env_var(), "a table name")?);
-        }
-        let home = tables[&HOME_TABLE].clone();
-        let mut s = Settings::of(tables, CommonSettings::from_env_on(&env, home)?);
-        if let Some(d) = env.number(REQUEST_EXPIRY_DAYS)? {
-            s.expiry_days = d;
-        }
-        if let Some(m) = env.number(TWIN_GRACE_MINUTES)? {
-            s.twin_grace_minutes = m;
-        }
-        Ok(s)
-    }
+/// The defaults, on the tables `names` names.
+pub fn for_tables(names: TableNames<Table>) -> Settings {
+    let mut s = Settings::for_table(names.home());
+    s.tables = names;
+    s
 }
 
 #[cfg(test)]
@@ -139,8 +129,10 @@ mod tests {
     #[test]
     fn settings_from_the_environment() {
         let s = settings(&[]).unwrap();
-        assert_eq!(s, Settings::for_tables(|t| format!("{}-prod", t.name())));
-        assert_eq!(s.table(Table::ChatRequests), "ChatRequests-prod");
+        let names = TableNames::new(|t: Table| format!("{}-prod", t.name()));
+        assert_eq!(s, for_tables(names));
+        assert_eq!(s.tables.name(Table::ChatRequests), "ChatRequests-prod");
+        assert_eq!(s.common.table_name, "ChatRequests-prod");
         assert_eq!(s.expiry_days, 30);
         let s = settings(&[
             ("WORKER_JOB", "expire-requests"),

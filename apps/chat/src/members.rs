@@ -191,7 +191,7 @@ impl RecordProcessor for MemberCount {
     }
 }
 
-impl TableHandler for MemberCount {
+impl TableHandler<Table> for MemberCount {
     fn table(&self) -> Table {
         Table::GroupChats
     }

@@ -22,6 +22,7 @@
 //!   items no attribute of their own to make it sparse.
 
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
+use worker_engine::tables::TableSet;
 
 use crate::keys;
 
@@ -116,6 +117,22 @@ impl Table {
             Table::GroupChats | Table::PrivateChats => composite.with_index(CHAT_MEMBERS),
             Table::ChatRequests => composite.with_index(PENDING_REQUESTS),
         }
+    }
+}
+
+/// The worker's own store (its transactions and request counts) is on
+/// ChatRequests.
+impl TableSet for Table {
+    const ALL: &'static [Table] = &Table::ALL;
+    const HOME: Table = Table::ChatRequests;
+    fn env_var(self) -> &'static str {
+        Table::env_var(self)
+    }
+    fn default_name(self) -> &'static str {
+        self.name()
+    }
+    fn schema(self) -> TableSchema {
+        Table::schema(self)
     }
 }
 

@@ -9,7 +9,7 @@ use worker_testkit::cargo_lambda::{Functions, invoke_fixtures};
 async fn cargo_lambda_serves_the_stream_and_schedule_functions() {
     invoke_fixtures::<chat_cli::Chat>(
         &worker_testkit::fixtures::events_dir(env!("CARGO_MANIFEST_DIR"), "chat"),
-        chat_worker::config::HOME_TABLE.env_var(),
+        chat_worker::schema::Table::ChatRequests.env_var(),
         Functions {
             stream: "chat-stream",
             schedule: "chat-schedule",

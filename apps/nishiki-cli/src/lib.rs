@@ -3,16 +3,14 @@
 //! scheduled job by hand, manage a table, capture a table's stream, run a
 //! local event-source loop), with what only Nishiki knows.
 
-use std::sync::Arc;
-
-use nishiki_worker::config::{Clock, Config, ConfigError};
+use nishiki_worker::config::{Config, ConfigError};
 use nishiki_worker::jobs::{APP, JobDeps};
 use nishiki_worker::keys::Job;
 use nishiki_worker::worker::ChangeHandler;
 use worker_engine::job::AppSpec;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
-use worker_engine::store::Store;
+use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, CliError, NoExtra, replay};
 use worker_toolkit::replay::redact::Placeholder;
 
@@ -96,15 +94,11 @@ impl CliApp for Nishiki {
         ]
     }
 
-    fn worker(
-        store: Arc<dyn Store>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
-        let mut config = Config::from_lookup(lookup)?;
+    fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
+        let mut config = Config::from_lookup(p.lookup)?;
         // A local run never publishes.
         config.expiry.notify_event_bus = None;
-        Ok(nishiki_worker::app::App::new(store, config, clock).into_worker())
+        Ok(nishiki_worker::app::App::new(p.store, config, p.clock).into_worker())
     }
 }
 

@@ -7,14 +7,13 @@ pub mod backfill;
 use std::sync::Arc;
 
 use clap::Subcommand;
-use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::job::AppSpec;
 use worker_engine::notify::RecordingPublisher;
 use worker_engine::runtime::Worker;
 use worker_engine::schema::TableSchema;
-use worker_engine::store::Store;
 use worker_engine::stream::engine::RecordProcessor;
+use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, CliError, ExtraCommand};
 use worker_toolkit::replay::redact::Placeholder;
 
@@ -87,17 +86,11 @@ impl CliApp for Shop {
 
     /// Configured from `lookup` like Lambda; a local run never publishes
     /// (events are recorded and dropped).
-    fn worker(
-        store: Arc<dyn Store>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
-        let settings = Settings::from_lookup(lookup)?;
+    fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
+        let settings = Settings::from_lookup(p.lookup)?;
+        let publisher = Arc::new(RecordingPublisher::default());
         Ok(shop_worker::app::worker(
-            store,
-            settings,
-            Arc::new(RecordingPublisher::default()),
-            clock,
+            p.store, settings, publisher, p.clock,
         ))
     }
 }

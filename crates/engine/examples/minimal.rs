@@ -36,6 +36,7 @@ use worker_engine::settings::CommonSettings;
 use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
 use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, NoExtra};
 
 // ---------------------------------------------------------------------------
@@ -367,13 +368,9 @@ impl CliApp for Minimal {
 
     /// The worker over the command's table, configured from `lookup` the
     /// way Lambda's environment configures it.
-    fn worker(
-        store: Arc<dyn Store>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Job>, ConfigError> {
-        let settings = CommonSettings::from_env(&Env::new(lookup), TABLE)?;
-        Ok(worker(store, clock, &settings))
+    fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
+        let settings = CommonSettings::from_env(&Env::new(p.lookup), TABLE)?;
+        Ok(worker(p.store, p.clock, &settings))
     }
 }
 

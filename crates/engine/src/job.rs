@@ -240,30 +240,57 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
         }
         Ok(())
     }
+
+    /// The worker whose stream side is `stream`, with every job scheduled.
+    fn assemble(
+        &self,
+        stream: Box<dyn crate::runtime::StreamSide>,
+        deps: &D,
+        clock: std::sync::Arc<dyn crate::clock::Clock>,
+        common: &crate::settings::CommonSettings<J>,
+    ) -> crate::runtime::Worker<J> {
+        let scheduler = self.scheduled(deps).into_iter().fold(
+            crate::schedule::Scheduler::default(),
+            crate::schedule::Scheduler::with,
+        );
+        crate::runtime::Worker::new(stream, scheduler, clock, self.worker_settings(common))
+    }
 }
+
 impl<J: JobName, D: ?Sized> AppSpec<J, D, dyn crate::stream::engine::RecordProcessor> {
     /// The worker of every job over `deps`: every job's stream handler as
     /// one processor (in the order of [`AppSpec::jobs`]), every scheduled
-    /// job, the [`AppSpec::worker_settings`]. An app that routes its
-    /// changes (by item kind, by table) assembles its `Worker` itself.
+    /// job, the [`AppSpec::worker_settings`]. An app of several tables
+    /// routes its changes with [`AppSpec::worker_on_tables`]; one that
+    /// routes them otherwise (by item kind) assembles its `Worker` itself.
     pub fn worker(
         &self,
         deps: &D,
         clock: std::sync::Arc<dyn crate::clock::Clock>,
         common: &crate::settings::CommonSettings<J>,
     ) -> crate::runtime::Worker<J> {
-        use crate::runtime::{AllHandlers, EveryBatch, Worker};
-        use crate::schedule::Scheduler;
+        use crate::runtime::{AllHandlers, EveryBatch};
         let handlers = AllHandlers(self.handlers(deps));
-        let scheduler = self
-            .scheduled(deps)
-            .into_iter()
-            .fold(Scheduler::default(), Scheduler::with);
-        Worker::new(
-            Box::new(EveryBatch(handlers)),
-            scheduler,
-            clock,
-            self.worker_settings(common),
-        )
+        self.assemble(Box::new(EveryBatch(handlers)), deps, clock, common)
+    }
+}
+
+impl<J: JobName, D: ?Sized, T: crate::tables::TableSet>
+    AppSpec<J, D, dyn crate::tables::TableHandler<T>>
+{
+    /// The [`Worker`](crate::runtime::Worker) of an app of several tables
+    /// ([`crate::tables`]): each record goes to the handlers of the table
+    /// its `eventSourceARN` names (of `names`), in the order of its jobs;
+    /// every job scheduled.
+    pub fn worker_on_tables(
+        &self,
+        deps: &D,
+        names: &crate::tables::TableNames<T>,
+        clock: std::sync::Arc<dyn crate::clock::Clock>,
+        common: &crate::settings::CommonSettings<J>,
+    ) -> crate::runtime::Worker<J> {
+        let routes = crate::tables::routes(&self.handlers(deps), names);
+        let stream = Box::new(crate::runtime::EveryBatch(routes));
+        self.assemble(stream, deps, clock, common)
     }
 }

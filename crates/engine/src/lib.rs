@@ -31,6 +31,7 @@ pub mod schema;
 pub mod settings;
 pub mod store;
 pub mod stream;
+pub mod tables;
 pub mod telemetry;
 
 /// What the engine's macros name (`job_names!`), not an API.

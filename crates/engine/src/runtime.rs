@@ -253,6 +253,13 @@ impl<J: JobName> Worker<J> {
         self
     }
 
+    /// Count the stream handlers' writes under `metric` too, besides the
+    /// jobs' own `writes_metric`s (a handler's second count: conflicts).
+    pub fn with_writes_metric(mut self, metric: &'static str) -> Self {
+        self.settings.writes_metrics.push(metric);
+        self
+    }
+
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }

@@ -174,6 +174,12 @@ pub trait JobSettings: Sized + Default {
     const TABLE: &'static str;
     /// Read them; errors name the variable and what a valid value is.
     fn from_env(env: &Env) -> Result<Self, ConfigError>;
+    /// The table the worker's own store is opened on: `TABLE_NAME`,
+    /// required, by default. An app of several tables
+    /// ([`crate::tables`]) reads its home table's variable instead.
+    fn table_name(env: &Env) -> Result<String, ConfigError> {
+        env.required(TABLE_NAME, Self::TABLE)
+    }
 }
 
 /// Everything an app's worker is configured with: the variables every app
@@ -200,7 +206,7 @@ impl<J: JobName, S: JobSettings> Settings<J, S> {
     pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let env = Env::new(lookup);
         Ok(Settings {
-            common: CommonSettings::from_env(&env, S::TABLE)?,
+            common: CommonSettings::from_env_on(&env, S::table_name(&env)?)?,
             own: S::from_env(&env)?,
         })
     }

@@ -66,7 +66,7 @@ impl AuditRequests {
         AuditRequests {
             store: d.stores.get(Table::ChatRequests).clone(),
             tx: d.tx.clone(),
-            table: d.settings.table(Table::ChatRequests).to_owned(),
+            table: d.settings.tables.name(Table::ChatRequests).to_owned(),
             grace_minutes: d.settings.twin_grace_minutes,
         }
     }

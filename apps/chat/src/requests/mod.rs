@@ -312,7 +312,7 @@ impl RequestSync {
     }
 
     fn table(&self, t: Table) -> String {
-        self.settings.table(t).to_owned()
+        self.settings.tables.name(t).to_owned()
     }
 
     fn requests(&self) -> &Arc<dyn Store> {
@@ -607,7 +607,7 @@ impl RequestSync {
         }
         .key();
         match refusal {
-            Refusal::UserGone => user_gone(self.settings.table(Table::Users), &copy.user_id),
+            Refusal::UserGone => user_gone(self.settings.tables.name(Table::Users), &copy.user_id),
             Refusal::ChatGone => TransactOp::Check {
                 table: self.table(Table::GroupChats),
                 key: chat,
@@ -640,7 +640,7 @@ impl RequestSync {
         let (user_copy, chat_copy) = self.copies(copy.key(), &copy.twin_key()).await?;
         let outcome = refuse_copies(
             self.tx.as_ref(),
-            self.settings.table(Table::ChatRequests),
+            self.settings.tables.name(Table::ChatRequests),
             [user_copy.as_ref(), chat_copy.as_ref()],
             status,
             reason,
@@ -690,11 +690,11 @@ impl RequestSync {
         }
         let outcome = refuse_copies(
             self.tx.as_ref(),
-            self.settings.table(Table::ChatRequests),
+            self.settings.tables.name(Table::ChatRequests),
             [user, chat],
             Status::Cancelled,
             keys::REASON_USER_DELETED,
-            user_gone(self.settings.table(Table::Users), &any.user_id),
+            user_gone(self.settings.tables.name(Table::Users), &any.user_id),
         )
         .await?;
         self.writes.add(REQUEST_WRITES, 1);
@@ -833,7 +833,7 @@ impl RecordProcessor for RequestSync {
     }
 }
 
-impl TableHandler for RequestSync {
+impl TableHandler<Table> for RequestSync {
     fn table(&self) -> Table {
         Table::ChatRequests
     }

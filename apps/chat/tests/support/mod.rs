@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chat_worker::app::{Stores, worker};
-use chat_worker::config::Settings;
+use chat_worker::config::{Settings, for_tables};
 use chat_worker::items::{RequestCopy, Status};
 use chat_worker::keys::{self, ChatItem, ChatKind, CommunityItem, Job, RequestKey};
 use chat_worker::schema::Table;
@@ -24,6 +24,7 @@ use worker_engine::runtime::Worker;
 use worker_engine::store::transact::Transactions;
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Key, QueryStore, ScanSpec, Store};
 use worker_engine::stream::decode::StreamChange;
+use worker_engine::tables::TableNames;
 use worker_testkit::{Drain, TestTable};
 
 pub const NOW: &str = "2024-06-01T00:00:00Z";
@@ -56,7 +57,7 @@ impl Chat {
         for t in Table::ALL {
             tables.insert(t, TestTable::with_schema(&t.schema()).await);
         }
-        let mut settings = Settings::for_tables(|t| tables[&t].name.clone());
+        let mut settings = for_tables(TableNames::new(|t| tables[&t].name.clone()));
         configure(&mut settings);
         let clock = ManualClock::new(now());
         let lines = CapturedLines::default();

@@ -32,20 +32,18 @@ pub mod target;
 
 use std::future::Future;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches};
 
 use crate::local::LocalError;
 use crate::replay::redact::Placeholder;
 use crate::replay::snapshot::SnapshotError;
-use worker_engine::clock::Clock;
 use worker_engine::env::ConfigError;
 use worker_engine::job::AppSpec;
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
 use worker_engine::schema::TableSchema;
-use worker_engine::store::{Store, StoreError};
+use worker_engine::store::StoreError;
 
 /// Exit status when a command ran but a record was not handled (failed,
 /// rejected, malformed, not the app's, given up on) or a job failed.
@@ -136,33 +134,15 @@ pub trait CliApp: Send + Sync + 'static {
         let _ = job;
         None
     }
-    /// The worker over `store` for a local run, configured through `lookup`
-    /// (the process environment with the command's `--env` overrides and
-    /// `TABLE_NAME` set to the target table). A local run never publishes
-    /// to a real event bus.
-    fn worker(
-        store: Arc<dyn Store>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Self::Job>, ConfigError>;
+    /// The worker of a command ([`tables::WorkerParts`]: the target
+    /// table's store, the other tables', transactions, the variables and
+    /// the clock). A local run never publishes to a real event bus.
+    fn worker(parts: tables::WorkerParts<'_>) -> Result<Worker<Self::Job>, ConfigError>;
     /// The tables the worker serves besides the target table (see
-    /// [`tables`]); none by default.
+    /// [`tables`]; [`tables::others_of`] for a `TableSet`); none by
+    /// default.
     fn other_tables() -> Vec<tables::OtherTable> {
         Vec::new()
-    }
-    /// The worker of a command over the target table's `store` and the
-    /// [`CliApp::other_tables`] (`(variable, name, store)`), with `tx` for
-    /// transactions (refusing in a dry run). By default
-    /// [`CliApp::worker`] over the target table.
-    fn worker_on_tables(
-        store: Arc<dyn Store>,
-        others: tables::WorkerTables,
-        tx: Arc<dyn worker_engine::store::transact::Transactions>,
-        lookup: &dyn Fn(&str) -> Option<String>,
-        clock: Arc<dyn Clock>,
-    ) -> Result<Worker<Self::Job>, ConfigError> {
-        let _ = (others, tx);
-        Self::worker(store, lookup, clock)
     }
 }
 

@@ -341,7 +341,18 @@ pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job
         worker_engine::store::local_client("http://127.0.0.1:9"),
         table,
     ));
-    A::worker(store, &lookup, Arc::new(SystemClock))
+    let others = A::other_tables()
+        .into_iter()
+        .map(|o| (o.var, o.name(), store.clone()))
+        .collect();
+    let parts = super::tables::WorkerParts {
+        store,
+        others,
+        tx: Arc::new(super::tables::NoTransactions),
+        lookup: &lookup,
+        clock: Arc::new(SystemClock),
+    };
+    A::worker(parts)
         .map(|w| w.jobs())
         .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
 }
@@ -410,8 +421,14 @@ fn app_worker<A: CliApp>(
     } else {
         Arc::new(target.store.as_ref().clone())
     };
-    A::worker_on_tables(store, others, tx, &lookup, clock)
-        .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
+    let parts = super::tables::WorkerParts {
+        store,
+        others,
+        tx,
+        lookup: &lookup,
+        clock,
+    };
+    A::worker(parts).map_err(|e| CliError::Usage(format!("worker configuration: {e}")))
 }
 
 /// Load a snapshot file into the target's tables, each table the file

@@ -32,6 +32,7 @@ use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
 use crate::replay::snapshot::{
     SnapshotError, SnapshotTable, TableItems, load_items, read_tables, scan_table, write_tables,
 };
+use worker_engine::clock::Clock;
 use worker_engine::item::Item;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
@@ -39,6 +40,7 @@ use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
 use worker_engine::stream::decode::{RecordError, StreamChange};
 use worker_engine::stream::source::table_name;
+use worker_engine::tables::{Stores, TableSet};
 
 /// A table the worker serves besides the target table.
 #[derive(Debug, Clone)]
@@ -58,6 +60,20 @@ impl OtherTable {
             .filter(|v| !v.trim().is_empty())
             .unwrap_or_else(|| self.default_name.to_owned())
     }
+}
+
+/// The tables of `T` but its home table: the target of a command is the
+/// home table.
+pub fn others_of<T: TableSet>() -> Vec<OtherTable> {
+    T::ALL
+        .iter()
+        .filter(|t| **t != T::HOME)
+        .map(|t| OtherTable {
+            var: t.env_var(),
+            default_name: t.default_name(),
+            schema: t.schema(),
+        })
+        .collect()
 }
 
 /// Another table of a command, open.
@@ -103,6 +119,63 @@ pub fn worker_tables(others: &[OpenTable], dry_run: bool) -> WorkerTables {
             (o.table.var, o.name.clone(), store)
         })
         .collect()
+}
+
+/// What a command gives the app's worker ([`super::CliApp::worker`]).
+pub struct WorkerParts<'a> {
+    /// The target table's store.
+    pub store: Arc<dyn Store>,
+    /// The other tables' (none for an app of one table).
+    pub others: WorkerTables,
+    /// Transactions (refused in a dry run: [`NoTransactions`]).
+    pub tx: Arc<dyn Transactions>,
+    /// The process environment with the command's `--env` overrides and
+    /// `TABLE_NAME` set to the target table.
+    pub lookup: &'a dyn Fn(&str) -> Option<String>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl WorkerParts<'_> {
+    /// The variables of an app of several tables: [`WorkerParts::lookup`]
+    /// with every table's name, its variable, else the target's
+    /// (`TABLE_NAME`) for the home table, else the name the command opened
+    /// it under.
+    pub fn table_lookup<T: TableSet>(&self) -> impl Fn(&str) -> Option<String> + '_ {
+        move |name: &str| {
+            (self.lookup)(name).or_else(|| {
+                if name == T::HOME.env_var() {
+                    (self.lookup)(worker_engine::settings::TABLE_NAME)
+                } else {
+                    self.others
+                        .iter()
+                        .find(|(v, _, _)| *v == name)
+                        .map(|(_, n, _)| n.clone())
+                }
+            })
+        }
+    }
+
+    /// The store of each table of `T`: the target's for the home table,
+    /// each other's by its variable.
+    ///
+    /// # Panics
+    /// If a table of `T` is neither: [`super::CliApp::other_tables`] is
+    /// not [`others_of::<T>`](others_of).
+    pub fn stores<T: TableSet>(&self) -> Stores<T> {
+        Stores::new(T::ALL.iter().map(|t| {
+            let store = if *t == T::HOME {
+                self.store.clone()
+            } else {
+                let (_, _, s) = self
+                    .others
+                    .iter()
+                    .find(|(v, _, _)| *v == t.env_var())
+                    .expect("other_tables is others_of the app's TableSet");
+                s.clone()
+            };
+            (*t, store)
+        }))
+    }
 }
 
 /// What a command's worker writes to one table, kept to be shown: the
@@ -413,6 +486,79 @@ pub async fn load_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use worker_engine::clock::SystemClock;
+    use worker_engine::schema::KeySchema;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    enum T {
+        People,
+        Chats,
+        Requests,
+    }
+
+    impl TableSet for T {
+        const ALL: &'static [T] = &[T::People, T::Chats, T::Requests];
+        const HOME: T = T::Requests;
+        fn env_var(self) -> &'static str {
+            match self {
+                T::People => "PEOPLE_TABLE",
+                T::Chats => "CHATS_TABLE",
+                T::Requests => "REQUESTS_TABLE",
+            }
+        }
+        fn default_name(self) -> &'static str {
+            match self {
+                T::People => "People",
+                T::Chats => "Chats",
+                T::Requests => "Requests",
+            }
+        }
+        fn schema(self) -> TableSchema {
+            TableSchema::new(KeySchema::composite("PK", "SK"))
+        }
+    }
+
+    #[test]
+    fn the_target_names_the_home_table_and_variables_the_others() {
+        let others: Vec<_> = others_of::<T>().iter().map(|o| o.var).collect();
+        assert_eq!(others, ["PEOPLE_TABLE", "CHATS_TABLE"]);
+        let lookup = |name: &str| match name {
+            "TABLE_NAME" => Some("requests-copy".to_owned()),
+            "PEOPLE_TABLE" => Some("people".to_owned()),
+            _ => None,
+        };
+        let store = |name: &str| -> Arc<dyn Store> {
+            Arc::new(DynamoStore::new(
+                worker_engine::store::local_client("http://127.0.0.1:9"),
+                name,
+            ))
+        };
+        let parts = WorkerParts {
+            store: store("requests-copy"),
+            others: vec![
+                ("PEOPLE_TABLE", "People".to_owned(), store("People")),
+                (
+                    "CHATS_TABLE",
+                    "Chats-local".to_owned(),
+                    store("Chats-local"),
+                ),
+            ],
+            tx: Arc::new(NoTransactions),
+            lookup: &lookup,
+            clock: Arc::new(SystemClock),
+        };
+        let l = parts.table_lookup::<T>();
+        assert_eq!(l("REQUESTS_TABLE").as_deref(), Some("requests-copy"));
+        assert_eq!(
+            l("PEOPLE_TABLE").as_deref(),
+            Some("people"),
+            "its variable first"
+        );
+        assert_eq!(l("CHATS_TABLE").as_deref(), Some("Chats-local"));
+        let stores = parts.stores::<T>();
+        assert!(Arc::ptr_eq(stores.get(T::Requests), &parts.store));
+        assert!(Arc::ptr_eq(stores.get(T::Chats), &parts.others[1].2));
+    }
 
     #[test]
     fn a_snapshot_of_several_tables_counts_each() {
