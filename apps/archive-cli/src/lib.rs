@@ -47,23 +47,6 @@ ticks through the handlers the Lambda functions run, run a job, manage a table, 
         Some(archive_worker::keys::checkpoint(job))
     }
 
-    fn examples() -> &'static [(&'static str, &'static str)] {
-        &[
-            (
-                "replay",
-                "Example:\n  archive-worker replay --apply-writes --now 2024-03-25T00:00:00Z events/archive/stream/files-archived.json",
-            ),
-            (
-                "run",
-                "Example:\n  archive-worker run expire-unzipped --snapshot events/archive/tables/archive.json --now 2024-03-25T00:00:00Z",
-            ),
-            (
-                "dev",
-                "Example:\n  archive-worker dev --cron expire-unzipped='* * * * *'",
-            ),
-        ]
-    }
-
     /// Configured from `lookup` like Lambda; a local run never publishes
     /// (events are recorded and dropped).
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
@@ -84,7 +67,10 @@ Examples:
   archive-worker run expire-unzipped --snapshot events/archive/tables/archive.json --now 2024-03-25T00:00:00Z
 
   # Rebuild the lookup of a table you run
-  archive-worker run rebuild-lookup --endpoint-url http://127.0.0.1:8000 --table archive";
+  archive-worker run rebuild-lookup --endpoint-url http://127.0.0.1:8000 --table archive
+
+  # The live loop on the embedded DynamoDB Local, the expiry every minute
+  archive-worker dev --cron expire-unzipped='* * * * *'";
 
 #[cfg(test)]
 mod tests {

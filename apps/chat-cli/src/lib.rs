@@ -68,23 +68,6 @@ impl CliApp for Chat {
         Some(chat_worker::keys::checkpoint(job))
     }
 
-    fn examples() -> &'static [(&'static str, &'static str)] {
-        &[
-            (
-                "replay",
-                "Example:\n  chat-worker replay --apply-writes --now 2024-06-01T00:00:00Z events/chat/stream/request-accepted.json",
-            ),
-            (
-                "run",
-                "Example:\n  chat-worker run expire-requests --snapshot events/chat/golden/request-accepted.json --now 2024-08-01T00:00:00Z",
-            ),
-            (
-                "dev",
-                "Example:\n  chat-worker dev --cron expire-requests='* * * * *'",
-            ),
-        ]
-    }
-
     fn other_tables() -> Vec<OtherTable> {
         others_of::<Table>()
     }

@@ -85,13 +85,15 @@ impl CliApp for Nishiki {
         Some(nishiki_worker::keys::ItemKey::Checkpoint(job).to_attributes())
     }
 
-    fn examples() -> &'static [(&'static str, &'static str)] {
-        &[
+    fn examples() -> Vec<(String, String)> {
+        [
             ("replay", REPLAY_EXAMPLES),
             ("run", RUN_EXAMPLES),
             ("capture", CAPTURE_EXAMPLES),
             ("dev", DEV_EXAMPLES),
         ]
+        .map(|(sub, text)| (sub.to_owned(), text.to_owned()))
+        .into()
     }
 
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {

@@ -67,23 +67,6 @@ impl CliApp for Shop {
         Some(shop_worker::keys::checkpoint(job))
     }
 
-    fn examples() -> &'static [(&'static str, &'static str)] {
-        &[
-            (
-                "replay",
-                "Example:\n  shop-worker replay --snapshot events/shop/tables/shop.json --apply-writes events/shop/stream/products-written.json",
-            ),
-            (
-                "run",
-                "Example:\n  shop-worker run stuck-orders --snapshot events/shop/tables/shop.json --now 2024-07-01T00:00:00Z",
-            ),
-            (
-                "dev",
-                "Example:\n  shop-worker dev --cron stuck-orders='* * * * *'",
-            ),
-        ]
-    }
-
     /// Configured from `lookup` like Lambda; a local run never publishes
     /// (events are recorded and dropped).
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
@@ -107,7 +90,10 @@ Examples:
   shop-worker run stuck-orders --snapshot events/shop/tables/shop.json --now 2024-07-01T00:00:00Z
 
   # Derive the index attributes of every item of a table you run
-  shop-worker backfill --endpoint-url http://127.0.0.1:8000 --table shop";
+  shop-worker backfill --endpoint-url http://127.0.0.1:8000 --table shop
+
+  # The live loop on the embedded DynamoDB Local, the stuck-orders job every minute
+  shop-worker dev --cron stuck-orders='* * * * *'";
 
 /// The shop worker's own subcommand, beside the toolkit's.
 #[derive(Debug, Subcommand)]

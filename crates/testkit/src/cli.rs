@@ -42,12 +42,12 @@ pub fn check_command_line<A: CliApp>() {
     }
     for (name, example) in A::examples() {
         let sub = command::<A>()
-            .find_subcommand(name)
+            .find_subcommand(&name)
             .unwrap_or_else(|| panic!("an example for `{name}`, which is no subcommand"))
             .clone();
         let help = sub.get_after_long_help().map(|h| h.to_string());
         assert!(
-            help.is_some_and(|h| h.contains(example)),
+            help.is_some_and(|h| h.contains(&example)),
             "{name}'s example"
         );
     }

@@ -117,9 +117,10 @@ pub trait CliApp: Send + Sync + 'static {
         Self::APP.schedule(job).map_or("never", |s| s.local_cron)
     }
     /// Examples shown after a subcommand's long help, by subcommand name
-    /// (`replay`, `run`, `table`, `capture`, `dev`).
-    fn examples() -> &'static [(&'static str, &'static str)] {
-        &[]
+    /// (`replay`, `run`, `table`, `capture`, `dev`): by default, the
+    /// paragraphs of [`CliApp::EXAMPLES`] that run it ([`examples_of`]).
+    fn examples() -> Vec<(String, String)> {
+        examples_of(Self::NAME, Self::EXAMPLES)
     }
     /// The app's deployment template, relative to the directory the
     /// command runs in: `dev`, `run` and `replay` take their settings
@@ -336,13 +337,48 @@ pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
     } else {
         cmd
     };
-    A::examples().iter().fold(cmd, |cmd, (name, text)| {
-        if cmd.find_subcommand(name).is_some() {
-            cmd.mut_subcommand(name, |c| c.after_long_help(*text))
+    A::examples().into_iter().fold(cmd, |cmd, (name, text)| {
+        if cmd.find_subcommand(&name).is_some() {
+            cmd.mut_subcommand(name, |c| c.after_long_help(text))
         } else {
             cmd
         }
     })
+}
+
+/// Each subcommand's examples in `examples`, the text after an app's
+/// `--help` (`Examples:`, then paragraphs of `#` comments and commands):
+/// the paragraphs with a command `name SUBCOMMAND ...`, under `Example:`
+/// (or `Examples:`, several), by subcommand in order of first use.
+pub fn examples_of(name: &str, examples: &str) -> Vec<(String, String)> {
+    let body = examples
+        .split_once('\n')
+        .filter(|(head, _)| head.trim_end().ends_with(':'))
+        .map_or(examples, |(_, rest)| rest);
+    let mut out: Vec<(String, Vec<&str>)> = Vec::new();
+    for paragraph in body.split("\n\n") {
+        let runs = paragraph.lines().filter_map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next() == Some(name)).then(|| words.next()).flatten()
+        });
+        for sub in runs {
+            match out.iter_mut().find(|(s, _)| s == sub) {
+                Some((_, ps)) if ps.last() != Some(&paragraph) => ps.push(paragraph),
+                Some(_) => {}
+                None => out.push((sub.to_owned(), vec![paragraph])),
+            }
+        }
+    }
+    out.into_iter()
+        .map(|(sub, ps)| {
+            let head = if ps.len() > 1 {
+                "Examples:"
+            } else {
+                "Example:"
+            };
+            (sub, format!("{head}\n{}", ps.join("\n\n")))
+        })
+        .collect()
 }
 
 /// Why a command failed; displayed as one line (`error: ...`).
@@ -530,6 +566,37 @@ pub fn parse_now(s: &str) -> Result<chrono::DateTime<chrono::Utc>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_subcommand_gets_the_examples_that_run_it() {
+        let text = "\
+Examples:
+  # Replay a capture
+  app replay --apply-writes cap.json
+
+  # A table of your own, then the live loop on it
+  app table create --endpoint-url http://127.0.0.1:8000
+  app dev --endpoint-url http://127.0.0.1:8000
+
+  # Replay with a snapshot
+  app replay --snapshot s.json \\
+      cap.json";
+        let e = examples_of("app", text);
+        let subs: Vec<_> = e.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(subs, ["replay", "table", "dev"]);
+        assert_eq!(
+            e[0].1,
+            "Examples:\n  # Replay a capture\n  app replay --apply-writes cap.json\n\n  \
+             # Replay with a snapshot\n  app replay --snapshot s.json \\\n      cap.json"
+        );
+        assert_eq!(
+            e[2].1,
+            "Example:\n  # A table of your own, then the live loop on it\n  \
+             app table create --endpoint-url http://127.0.0.1:8000\n  \
+             app dev --endpoint-url http://127.0.0.1:8000"
+        );
+        assert!(examples_of("other", text).is_empty());
+    }
 
     #[test]
     fn now_parses_rfc3339_only() {
