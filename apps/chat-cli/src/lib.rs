@@ -113,34 +113,12 @@ mod tests {
     fn the_command_line_is_consistent() {
         check_command_line::<Chat>();
         assert_eq!(LOCAL_TABLE, "ChatRequests");
-        let names: Vec<_> = Chat::other_tables()
-            .iter()
-            .map(|o| o.default_name)
-            .collect();
-        assert_eq!(
-            names,
-            [
-                "Users",
-                "Communities",
-                "Notifications",
-                "GroupChats",
-                "PrivateChats"
-            ]
-        );
         assert_eq!(
             local_crons::<Chat>(),
             [
                 ("expire-requests".into(), "0 * * * *".into()),
                 ("audit-requests".into(), "30 3 * * *".into())
             ]
-        );
-    }
-
-    #[test]
-    fn checkpoints_are_where_the_jobs_keep_them() {
-        assert_eq!(
-            Chat::checkpoint_key(Job::AuditRequests),
-            Some(chat_worker::keys::checkpoint(Job::AuditRequests))
         );
     }
 }

@@ -1,5 +1,8 @@
 //! Configuration from the environment (Lambda) or any lookup (tests, the
-//! command line's `--env`).
+//! command line's `--env`): the app's own variables below, and those every
+//! app reads (the endpoint, deadline margin, stream concurrency, pinned
+//! job, parking table, logs: `worker_engine::settings`; the app's README
+//! lists them all).
 //!
 //! | variable | default | read by | meaning |
 //! |---|---|---|---|
@@ -9,13 +12,6 @@
 //! | `GROUP_CHATS_TABLE` | (required) | all | the GroupChats table |
 //! | `PRIVATE_CHATS_TABLE` | (required) | all | the PrivateChats table |
 //! | `CHAT_REQUESTS_TABLE` | (required) | all | the ChatRequests table |
-//! | `AWS_ENDPOINT_URL_DYNAMODB` | AWS | local runs | another endpoint (DynamoDB Local); `DYNAMODB_ENDPOINT_URL` is its alias, `AWS_ENDPOINT_URL` every service's |
-//! | `DEADLINE_MARGIN_MS` | `2000` | all | stop this long before the Lambda deadline |
-//! | `STREAM_CONCURRENCY` | `1000` | stream | items of a batch handled at once |
-//! | `WORKER_JOB` | (any) | schedule | the one job a schedule function runs |
-//! | `PARKING_TABLE` | (off) | stream | where records that fail for good are parked (`worker_engine::park`) |
-//! | `PARKING_RETENTION_DAYS` | `14` | stream | how long a parked record is kept |
-//! | `LOG_FORMAT`, `RUST_LOG` | `json`, `info` | local runs | logs (Lambda: `LoggingConfig`; `worker_engine::telemetry`) |
 //! | `REQUEST_EXPIRY_DAYS` | `30` | expire-requests | pending requests older than this expire |
 //! | `TWIN_GRACE_MINUTES` | `60` | audit-requests | a copy's twin may be missing this long |
 //!
@@ -108,59 +104,30 @@ pub fn for_tables(names: TableNames<Table>) -> Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-    use worker_engine::park::ParkingSettings;
 
-    fn settings(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        let mut all: HashMap<String, String> = Table::ALL
-            .iter()
-            .map(|t| (t.env_var().to_owned(), format!("{}-prod", t.name())))
-            .collect();
-        for (k, v) in vars {
-            if v.is_empty() {
-                all.remove(*k);
-            } else {
-                all.insert(k.to_string(), v.to_string());
-            }
-        }
-        Settings::from_lookup(&|k| all.get(k).cloned())
-    }
-
+    /// The tables' and the chat jobs' variables (the common ones:
+    /// `worker_engine::settings`).
     #[test]
     fn settings_from_the_environment() {
-        let s = settings(&[]).unwrap();
-        let names = TableNames::new(|t: Table| format!("{}-prod", t.name()));
-        assert_eq!(s, for_tables(names));
-        assert_eq!(s.tables.name(Table::ChatRequests), "ChatRequests-prod");
-        assert_eq!(s.common.table_name, "ChatRequests-prod");
-        assert_eq!(s.expiry_days, 30);
-        let s = settings(&[
-            ("WORKER_JOB", "expire-requests"),
-            ("REQUEST_EXPIRY_DAYS", "7"),
-            ("TWIN_GRACE_MINUTES", "5"),
-            ("STREAM_CONCURRENCY", "0"),
-        ])
-        .unwrap();
-        assert_eq!(s.common.job, Some(Job::ExpireRequests));
+        let prod = |t: Table| format!("{}-prod", t.name());
+        let mut vars: Vec<(&str, String)> =
+            Table::ALL.iter().map(|t| (t.env_var(), prod(*t))).collect();
+        let settings = |vars: &[(&str, String)]| {
+            let vars: Vec<_> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            Settings::from_lookup(&worker_testkit::env::lookup(&vars))
+        };
+        let s = settings(&vars).unwrap();
+        assert_eq!(s, for_tables(TableNames::new(prod)));
+        assert_eq!(s.tables.name(Table::Users), "Users-prod");
+        assert_eq!(s.common.table_name, "ChatRequests-prod", "the home table");
+        assert_eq!((s.expiry_days, s.twin_grace_minutes), (30, 60));
+        vars.push((REQUEST_EXPIRY_DAYS, "7".into()));
+        vars.push((TWIN_GRACE_MINUTES, "5".into()));
+        let s = settings(&vars).unwrap();
         assert_eq!((s.expiry_days, s.twin_grace_minutes), (7, 5));
-        assert_eq!(s.common.stream_concurrency, 1);
-        assert_eq!(
-            s.common.parking, None,
-            "no PARKING_TABLE: nothing is parked"
-        );
-        let s = settings(&[("PARKING_TABLE", "parked")]).unwrap();
-        assert_eq!(
-            s.common.parking,
-            Some(ParkingSettings {
-                table: "parked".into(),
-                retention_days: 14
-            })
-        );
-        let e = settings(&[("GROUP_CHATS_TABLE", "")]).unwrap_err();
-        assert_eq!(e.name, "GROUP_CHATS_TABLE");
-        let e = settings(&[("WORKER_JOB", "vacuum")]).unwrap_err();
-        assert!(e.to_string().contains("audit-requests"), "{e}");
-        let e = settings(&[("REQUEST_EXPIRY_DAYS", "a month")]).unwrap_err();
-        assert_eq!(e.name, "REQUEST_EXPIRY_DAYS");
+        vars.push((REQUEST_EXPIRY_DAYS, "a month".into()));
+        assert_eq!(settings(&vars).unwrap_err().name, REQUEST_EXPIRY_DAYS);
+        let e = settings(&vars[1..]).unwrap_err();
+        assert_eq!(e.name, "USERS_TABLE");
     }
 }

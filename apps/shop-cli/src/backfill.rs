@@ -4,11 +4,10 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 use worker_engine::error::HandlerError;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
-use worker_toolkit::cli::CliError;
 use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
+use worker_toolkit::cli::{CliError, output};
 
 use crate::Shop;
 use shop_worker::derive::backfill::{Backfill, Figures};
@@ -22,20 +21,6 @@ pub struct BackfillArgs {
     pub json: bool,
     #[command(flatten)]
     pub table: TableOpts,
-}
-
-/// The bar: a length when the table tells its item count, a spinner
-/// otherwise.
-fn bar(items: Option<u64>) -> ProgressBar {
-    let pb = match items.filter(|n| *n > 0) {
-        Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template("{bar:40} {pos}/{len} items {msg} ({elapsed}, eta {eta})")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        ),
-        None => ProgressBar::new_spinner(),
-    };
-    pb.set_message("read");
-    pb
 }
 
 /// `shop-worker backfill`.
@@ -53,7 +38,11 @@ pub async fn run(args: BackfillArgs) -> Result<ExitCode, CliError> {
         .ok()
         .and_then(|d| d.table?.item_count)
         .and_then(|n| u64::try_from(n).ok());
-    let pb = bar(items);
+    // A bar when the table tells its item count, a spinner otherwise.
+    let pb = match items.filter(|n| *n > 0) {
+        Some(n) => output::bar(n, "read"),
+        None => output::counter("read"),
+    };
     let backfill = Backfill::new(target.store.clone());
     let run = JobRun {
         now: chrono::Utc::now(),

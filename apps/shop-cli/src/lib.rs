@@ -134,12 +134,4 @@ mod tests {
             ]
         );
     }
-
-    #[test]
-    fn checkpoints_are_where_the_jobs_keep_them() {
-        assert_eq!(
-            Shop::checkpoint_key(Job::Backfill),
-            Some(shop_worker::keys::checkpoint(Job::Backfill))
-        );
-    }
 }
