@@ -1,7 +1,5 @@
-//! `archive-worker`, the archive worker's command line: worker-toolkit's
-//! (replay captured events through the Lambda handlers, run a job by hand,
-//! manage a table, capture a table's stream, run a local event-source
-//! loop), with what only this app knows.
+//! `archive-worker`: the toolkit's command line, with what only the archive
+//! worker knows.
 
 use std::sync::Arc;
 
@@ -33,22 +31,18 @@ impl CliApp for Archive {
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
     const ABOUT: &'static str = "Run the archive worker locally: replay DynamoDB Streams events and schedule \
 ticks through the handlers the Lambda functions run, run a job, manage a table, live loop.";
+    const TEMPLATE: Option<&'static str> = Some("infra/archive.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
         archive_worker::schema::schema()
     }
 
-    fn template_path() -> Option<&'static str> {
-        Some("infra/archive.yaml")
-    }
-
     fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
         Some(archive_worker::keys::checkpoint(job))
     }
 
-    /// Configured from `lookup` like Lambda; a local run never publishes
-    /// (events are recorded and dropped).
+    /// A local run never publishes (events are recorded and dropped).
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(p.lookup)?;
         let publisher = Arc::new(RecordingPublisher::default());

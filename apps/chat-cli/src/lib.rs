@@ -1,16 +1,7 @@
-//! `chat-worker`, the chat worker's command line: worker-toolkit's (replay
-//! captured events through the Lambda handlers, run a job by hand, manage
-//! the tables, capture a table's stream, run a local event-source loop over
-//! all six streams), with what only this app knows.
-//!
-//! The target table (`--table`, default `ChatRequests`) is the
-//! ChatRequests table; the five others are named by their variables
-//! (`USERS_TABLE`, ...; the seed's names by default) and created beside it
-//! on the embedded DynamoDB Local and by `table create`
-//! (`CliApp::other_tables`). Table diffs and snapshots cover the six
-//! tables: a diff labels each change with its table, a snapshot file is one
-//! JSON object of the tables' items by table name (the format of the
-//! goldens in `events/chat/golden/`).
+//! `chat-worker`: the toolkit's command line, with what only the chat
+//! worker knows. The target table (`--table`) is ChatRequests; the five
+//! others are named by their variables (the seed's names by default), and
+//! diffs and snapshots cover all six (`worker_toolkit::cli::tables`).
 
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
@@ -27,11 +18,6 @@ use chat_worker::schema::Table;
 /// The table every `--table` falls back to: the ChatRequests table.
 pub const LOCAL_TABLE: &str = Table::ChatRequests.name();
 
-/// The app's deployment template, relative to the workspace's root: every
-/// command with `--template` (`dev`, `run`, `replay`) follows it by default
-/// when run there.
-pub const TEMPLATE: &str = "infra/chat.yaml";
-
 /// The chat worker, as the toolkit's command line sees it.
 pub struct Chat;
 
@@ -43,6 +29,7 @@ impl CliApp for Chat {
     const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn TableHandler<Table>> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
     const ABOUT: &'static str = ABOUT;
+    const TEMPLATE: Option<&'static str> = Some("infra/chat.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
@@ -56,10 +43,6 @@ impl CliApp for Chat {
             ("Username", Placeholder::Name),
             ("Name", Placeholder::Name),
         ]
-    }
-
-    fn template_path() -> Option<&'static str> {
-        Some(TEMPLATE)
     }
 
     /// Where a job's resume checkpoint is (`checkpoints list|reset`): the

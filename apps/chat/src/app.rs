@@ -1,7 +1,5 @@
-//! The chat worker, described once ([`APP`]: its variables and jobs) and
-//! assembled on the engine's [`Worker`]. The Lambda mains, the command line
-//! and the tests all run events through [`worker`], so a replay runs
-//! exactly the code Lambda runs.
+//! The chat worker: [`APP`] describes it once, [`worker`] assembles it for
+//! Lambda ([`worker_from_env`]), the command line and the tests alike.
 //!
 //! One stream function serves the six tables' streams (one event source
 //! mapping each): a record goes to the handlers of the table its
@@ -91,9 +89,8 @@ pub fn worker(
         .with_write_counter(deps.writes)
 }
 
-/// The worker as Lambda runs it: settings from the environment, every
-/// table's DynamoDB requests and capacity in the metrics, records that fail
-/// for good parked in `PARKING_TABLE` when it is set.
+/// The worker as Lambda runs it (`lambda::Deployment`), every table on the
+/// home store's client and counters.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let settings = Settings::from_env()?;
     let deployed = Deployment::of(&settings.common)?;

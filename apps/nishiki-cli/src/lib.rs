@@ -43,6 +43,7 @@ impl CliApp for Nishiki {
     const DEFAULT_TABLE: &'static str = DEFAULT_TABLE;
     const ABOUT: &'static str = ABOUT;
     const DETAILS: Option<&'static str> = Some(DETAILS);
+    const TEMPLATE: Option<&'static str> = Some("infra/template.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
@@ -75,10 +76,6 @@ impl CliApp for Nishiki {
                 Placeholder::Label("invitation"),
             ),
         ]
-    }
-
-    fn template_path() -> Option<&'static str> {
-        Some("infra/template.yaml")
     }
 
     fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {

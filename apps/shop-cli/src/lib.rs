@@ -1,6 +1,6 @@
-//! `shop-worker`, the shop worker's command line: worker-toolkit's
-//! (`replay`, `run`, `table`, `capture`, `dev`, ...) plus `backfill`: the
-//! backfill pass run to its end on a table, with a progress bar.
+//! `shop-worker`: the toolkit's command line, with what only the shop
+//! worker knows, and `backfill` (the backfill pass to its end, with a
+//! progress bar).
 
 pub mod backfill;
 
@@ -24,11 +24,6 @@ use shop_worker::keys::{self, Job};
 /// The table every `--table` falls back to.
 pub const LOCAL_TABLE: &str = "shop-table-local";
 
-/// The app's deployment template, relative to the workspace's root: every
-/// command with `--template` (`dev`, `run`, `replay`) follows it by default
-/// when run there.
-pub const TEMPLATE: &str = "infra/shop.yaml";
-
 /// The shop worker, as the toolkit's command line sees it.
 pub struct Shop;
 
@@ -40,6 +35,7 @@ impl CliApp for Shop {
     const APP: &'static AppSpec<Job, Deps, dyn RecordProcessor> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
     const ABOUT: &'static str = ABOUT;
+    const TEMPLATE: Option<&'static str> = Some("infra/shop.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
     fn schema() -> TableSchema {
@@ -57,18 +53,13 @@ impl CliApp for Shop {
         ]
     }
 
-    fn template_path() -> Option<&'static str> {
-        Some(TEMPLATE)
-    }
-
     /// Where a job's resume checkpoint is (`checkpoints list|reset`): the
     /// key its job writes.
     fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
         Some(shop_worker::keys::checkpoint(job))
     }
 
-    /// Configured from `lookup` like Lambda; a local run never publishes
-    /// (events are recorded and dropped).
+    /// A local run never publishes (events are recorded and dropped).
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(p.lookup)?;
         let publisher = Arc::new(RecordingPublisher::default());

@@ -1,7 +1,5 @@
-//! The shop worker, described once ([`APP`]: its variables and jobs)
-//! and assembled on the engine's [`Worker`]. The Lambda mains, the command
-//! line, the dev loop and the tests all run events through [`worker`], so a
-//! replay runs exactly the code Lambda runs.
+//! The shop worker: [`APP`] describes it once, [`worker`] assembles it for
+//! Lambda ([`worker_from_env`]), the command line and the tests alike.
 
 use std::sync::Arc;
 
@@ -58,9 +56,8 @@ pub fn worker(
         .with_write_counter(deps.writes)
 }
 
-/// The worker as Lambda runs it: settings from the environment, events to
-/// EventBridge, DynamoDB request counts in the metrics, records that fail
-/// for good parked in `PARKING_TABLE` when it is set.
+/// The worker as Lambda runs it (`lambda::Deployment`), its events to
+/// EventBridge.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
     let settings = Settings::from_env()?;
     let deployed = Deployment::of(&settings.common)?;

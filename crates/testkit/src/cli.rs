@@ -51,7 +51,7 @@ pub fn check_command_line<A: CliApp>() {
             "{name}'s example"
         );
     }
-    if let Some(path) = A::template_path() {
+    if let Some(path) = A::TEMPLATE {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         assert!(root.join(path).is_file(), "{path}: the app's template");
     }

@@ -37,7 +37,7 @@ impl DeployOpts {
     /// The template's settings: the `--template` file (an error when it
     /// cannot be read), else the app's template when it exists.
     pub fn deployment<A: CliApp>(&self) -> Result<Option<Deployment>, CliError> {
-        let path = match (&self.template, A::template_path()) {
+        let path = match (&self.template, A::TEMPLATE) {
             (Some(p), _) => p.clone(),
             (None, Some(p)) if std::path::Path::new(p).is_file() => PathBuf::from(p),
             _ => return Ok(None),

@@ -886,7 +886,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     say(format!(
         "  {}",
         match &deployment {
-            None => match A::template_path() {
+            None => match A::TEMPLATE {
                 Some(path) => format!(
                     "no template ({path} is not in {}; --template FILE): the defaults",
                     std::env::current_dir()

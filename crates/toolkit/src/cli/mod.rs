@@ -126,9 +126,7 @@ pub trait CliApp: Send + Sync + 'static {
     /// command runs in: `dev`, `run` and `replay` take their settings
     /// (mapping, schedules, time zones, timeouts) from it when `--template`
     /// is not given and the file exists. `None`: no template.
-    fn template_path() -> Option<&'static str> {
-        None
-    }
+    const TEMPLATE: Option<&'static str> = None;
     /// The key of a job's resume checkpoint, if the job keeps one
     /// (`checkpoints list|reset`).
     fn checkpoint_key(job: Self::Job) -> Option<worker_engine::store::Key> {
