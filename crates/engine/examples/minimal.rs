@@ -5,14 +5,9 @@
 //! - a scheduled job, `purge-expired`, deletes the notes whose `ExpiresAt`
 //!   (epoch seconds) has passed, never one renewed meanwhile.
 //!
-//! The sections follow the order in which an app is written: (a) the table
-//! as data, (b) the key module and the typed item, (c) the stream handler,
-//! (d) the scheduled job and the app's description, (e) the app assembled
-//! on the engine's `Worker`, (f) its command line and its `main`: `minimal
-//! stream` and `minimal schedule` serve the two Lambda functions, anything
-//! else is the command line (`minimal replay|run|table|capture|dev`).
-//! `docs/ENGINE.md` walks through it; `tests/minimal_example.rs` runs it on
-//! DynamoDB Local.
+//! Sections (a) to (f) follow the order in which an app is written;
+//! `docs/ENGINE.md` walks through them, `tests/minimal_example.rs` runs
+//! them on DynamoDB Local.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -42,9 +37,8 @@ use worker_toolkit::cli::{CliApp, NoExtra};
 // ---------------------------------------------------------------------------
 // (a) The table, as data: what tests, the CLI and templates create.
 
-/// Notes by expiry: a sparse index (only notes with `ExpiresAt` are in it),
-/// partitioned by `SK`, which is the same for every note (one index
-/// partition: enough for a small table).
+/// Notes by expiry: sparse (only notes with `ExpiresAt`), one partition
+/// (`SK`, the same for every note: enough for a small table).
 pub const BY_EXPIRY: IndexSpec = IndexSpec {
     name: keys::BY_EXPIRY_INDEX,
     partition_key: keys::SK,
@@ -319,9 +313,8 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
 // ---------------------------------------------------------------------------
 // (e) The app assembled on the engine's `Worker`, and the two Lambda mains.
 
-/// The app over a store: every job registered (`AppSpec::worker`). The
-/// Lambda mains, the dev loop and the tests run events through it
-/// (`handle_stream`, `handle_schedule`, or `EventFunction`).
+/// The app over a store: every job registered. Lambda, the command line
+/// and the tests all run it.
 pub fn worker(
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -366,16 +359,14 @@ impl CliApp for Minimal {
         schema()
     }
 
-    /// The worker over the command's table, configured from `lookup` the
-    /// way Lambda's environment configures it.
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
         let settings = CommonSettings::from_env(&Env::new(p.lookup), TABLE)?;
         Ok(worker(p.store, p.clock, &settings))
     }
 }
 
-/// `minimal stream|schedule`: a Lambda function (one bootstrap for both);
-/// anything else: the command line.
+/// `minimal stream|schedule`: a Lambda function; anything else: the
+/// command line (`minimal replay|run|table|capture|dev`).
 fn main() -> Result<ExitCode, Error> {
     let served = match std::env::args().nth(1).as_deref() {
         Some("stream") => bootstrap(lambda::Stream, APP.namespace, worker_from_env),
