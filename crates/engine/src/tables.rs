@@ -78,16 +78,8 @@ impl<T: TableSet> Default for TableNames<T> {
 }
 
 /// A store per table.
+#[derive(Clone)]
 pub struct Stores<T>(BTreeMap<T, Arc<dyn Store>>);
-
-impl<T> Clone for Stores<T>
-where
-    T: Clone,
-{
-    fn clone(&self) -> Self {
-        Stores(self.0.clone())
-    }
-}
 
 impl<T: TableSet> Stores<T> {
     /// `stores`, one for each table.
