@@ -15,6 +15,7 @@
 //! See `docs/ENGINE.md` for how to serve a new table.
 
 pub mod aws;
+pub mod checkpoint;
 pub mod clock;
 pub mod deploy;
 pub mod env;
