@@ -22,6 +22,7 @@ pub mod env;
 pub mod error;
 pub mod item;
 pub mod job;
+pub mod keys;
 pub mod lambda;
 pub mod metrics;
 pub mod notify;
