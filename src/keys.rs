@@ -171,64 +171,23 @@ fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid, KeyError> {
     Ok(uuid)
 }
 
-/// A worker job, as named in checkpoints and on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Job {
-    SweepInvitations,
-    Audit,
-    FlagExpiring,
-    Backfill,
-}
-
-impl Job {
-    pub const ALL: [Job; 4] = [
-        Job::SweepInvitations,
-        Job::Audit,
-        Job::FlagExpiring,
-        Job::Backfill,
-    ];
-
-    /// The job's name, as used on the command line, in schedule input and in
-    /// checkpoint keys.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Job::SweepInvitations => "sweep-invitations",
-            Job::Audit => "audit",
-            Job::FlagExpiring => "flag-expiring",
-            Job::Backfill => "backfill",
-        }
-    }
-}
-
-impl worker_engine::schedule::JobName for Job {
-    const ALL: &'static [Job] = &Job::ALL;
-    fn as_str(self) -> &'static str {
-        Job::as_str(self)
-    }
-}
-
-impl fmt::Display for Job {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl serde::Serialize for Job {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.as_str())
+worker_engine::job_names! {
+    /// A worker job, as named in checkpoints and on the command line.
+    pub enum Job {
+        SweepInvitations = "sweep-invitations",
+        Audit = "audit",
+        FlagExpiring = "flag-expiring",
+        Backfill = "backfill",
     }
 }
 
 impl FromStr for Job {
     type Err = KeyError;
     fn from_str(s: &str) -> Result<Self, KeyError> {
-        Job::ALL
-            .into_iter()
-            .find(|j| j.as_str() == s)
-            .ok_or_else(|| KeyError::Unknown {
-                what: "job",
-                value: s.to_owned(),
-            })
+        <Job as worker_engine::schedule::JobName>::parse(s).ok_or_else(|| KeyError::Unknown {
+            what: "job",
+            value: s.to_owned(),
+        })
     }
 }
 

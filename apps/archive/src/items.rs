@@ -2,10 +2,9 @@
 //! unexpected type is absent, not an error), written canonically. Error
 //! texts name keys only, never `KeyName` or `Vault` values.
 
-use std::collections::{BTreeMap, HashMap};
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
+use worker_engine::checkpoint::{Pass, PassAttributes};
 use worker_engine::item::Item;
 use worker_engine::store::Key;
 
@@ -155,39 +154,33 @@ pub struct Checkpoint {
     pub job: Job,
     /// The job's phase (its own names).
     pub phase: String,
-    /// Where the phase's Query or Scan resumes (`ExclusiveStartKey`).
-    pub position: Option<Key>,
     /// The job's cutoffs for the pass, epoch seconds.
     pub cutoff: Option<i64>,
     pub stuck_cutoff: Option<i64>,
-    /// When the pass started, epoch seconds.
-    pub pass_started: i64,
-    /// Ticks of the pass so far (this one included once saved).
-    pub ticks: u64,
-    /// The pass's running totals, by name.
-    pub totals: BTreeMap<String, u64>,
+    /// Where the pass resumes, its start, ticks and totals.
+    pub pass: Pass,
 }
+
+/// The attributes a checkpoint stores its [`Pass`] under (numbers read
+/// leniently, as every number here).
+pub const PASS_ATTRIBUTES: PassAttributes = PassAttributes {
+    position: keys::POSITION,
+    pass_started: keys::PASS_STARTED,
+    ticks: keys::TICKS,
+    totals: keys::TOTALS,
+    key: [keys::PK, keys::SK],
+    number,
+};
 
 impl Checkpoint {
     pub fn new(job: Job, phase: &str, now: DateTime<Utc>) -> Self {
         Checkpoint {
             job,
             phase: phase.to_owned(),
-            position: None,
             cutoff: None,
             stuck_cutoff: None,
-            pass_started: now.timestamp(),
-            ticks: 0,
-            totals: BTreeMap::new(),
+            pass: Pass::new(now),
         }
-    }
-
-    pub fn add(&mut self, name: &str, n: u64) {
-        *self.totals.entry(name.to_owned()).or_default() += n;
-    }
-
-    pub fn total(&self, name: &str) -> u64 {
-        self.totals.get(name).copied().unwrap_or(0)
     }
 
     /// Read a stored checkpoint; `Err` (a reason, no values) when it does
@@ -197,60 +190,25 @@ impl Checkpoint {
             return Err("not this job's checkpoint".into());
         }
         let phase = string(item, keys::PHASE).ok_or("no Phase")?.to_owned();
-        let position = match item.get(keys::POSITION) {
-            None => None,
-            Some(AttributeValue::M(m)) if m.contains_key(keys::PK) && m.contains_key(keys::SK) => {
-                Some(m.clone())
-            }
-            Some(_) => return Err("Position is not a key".into()),
-        };
-        let totals = match item.get(keys::TOTALS) {
-            Some(AttributeValue::M(m)) => m
-                .iter()
-                .filter_map(|(k, v)| match v {
-                    AttributeValue::N(n) => n.parse().ok().map(|n| (k.clone(), n)),
-                    _ => None,
-                })
-                .collect(),
-            _ => BTreeMap::new(),
-        };
         Ok(Checkpoint {
             job,
             phase,
-            position,
             cutoff: number(item, keys::CUTOFF),
             stuck_cutoff: number(item, keys::STUCK_CUTOFF),
-            pass_started: number(item, keys::PASS_STARTED).ok_or("no PassStarted")?,
-            ticks: number(item, keys::TICKS)
-                .and_then(|t| u64::try_from(t).ok())
-                .unwrap_or(0),
-            totals,
+            pass: Pass::from_item(item, &PASS_ATTRIBUTES)?,
         })
     }
 
     pub fn to_item(&self) -> Item {
         let mut item = keys::checkpoint(self.job);
         item.insert(keys::PHASE.into(), AttributeValue::S(self.phase.clone()));
-        if let Some(p) = &self.position {
-            item.insert(keys::POSITION.into(), AttributeValue::M(p.clone()));
-        }
         if let Some(c) = self.cutoff {
             item.insert(keys::CUTOFF.into(), keys::n(c));
         }
         if let Some(c) = self.stuck_cutoff {
             item.insert(keys::STUCK_CUTOFF.into(), keys::n(c));
         }
-        item.insert(keys::PASS_STARTED.into(), keys::n(self.pass_started));
-        item.insert(
-            keys::TICKS.into(),
-            AttributeValue::N(self.ticks.to_string()),
-        );
-        let totals: HashMap<String, AttributeValue> = self
-            .totals
-            .iter()
-            .map(|(k, v)| (k.clone(), AttributeValue::N(v.to_string())))
-            .collect();
-        item.insert(keys::TOTALS.into(), AttributeValue::M(totals));
+        self.pass.put(&mut item, &PASS_ATTRIBUTES);
         item
     }
 }
@@ -299,17 +257,35 @@ mod tests {
             "add",
             "2024-03-25T00:00:00Z".parse().unwrap(),
         );
-        c.position = Some(FileTime::parse("2024-1-1-0-0-0").unwrap().key());
+        c.pass.position = Some(FileTime::parse("2024-1-1-0-0-0").unwrap().key());
         c.cutoff = Some(5);
-        c.ticks = 2;
-        c.add("files", 7);
-        c.add("files", 1);
-        assert_eq!(c.total("files"), 8);
+        c.pass.ticks = 2;
+        c.pass.add("files", 7);
+        c.pass.add("files", 1);
+        assert_eq!(c.pass.total("files"), 8);
         let item = c.to_item();
+        assert_eq!(item[keys::PASS_STARTED], keys::n(1_711_324_800));
+        assert_eq!(item[keys::TICKS], keys::n(2));
+        assert_eq!(item[keys::PHASE], AttributeValue::S("add".into()));
         assert_eq!(Checkpoint::from_item(Job::RebuildLookup, &item), Ok(c));
         assert!(Checkpoint::from_item(Job::ExpireUnzipped, &item).is_err());
         let mut bad = item.clone();
         bad.insert(keys::POSITION.into(), AttributeValue::S("x".into()));
-        assert!(Checkpoint::from_item(Job::RebuildLookup, &bad).is_err());
+        assert_eq!(
+            Checkpoint::from_item(Job::RebuildLookup, &bad),
+            Err("Position is not a key".into())
+        );
+        bad.remove(keys::POSITION);
+        bad.insert(keys::PASS_STARTED.into(), AttributeValue::S(" 7 ".into()));
+        assert_eq!(
+            Checkpoint::from_item(Job::RebuildLookup, &bad).map(|c| c.pass.pass_started),
+            Ok(7),
+            "numbers read leniently"
+        );
+        bad.remove(keys::PASS_STARTED);
+        assert_eq!(
+            Checkpoint::from_item(Job::RebuildLookup, &bad),
+            Err("no PassStarted".into())
+        );
     }
 }

@@ -16,7 +16,6 @@ use archive_worker::schema::schema;
 use serde_json::json;
 use support::*;
 use worker_engine::metrics::{CapturedLines, Emitter};
-use worker_engine::schedule::JobName;
 use worker_engine::store::ItemWriter;
 use worker_testkit::infra::{actions_used, emf, granted};
 use worker_testkit::{Drain, TestTable};
@@ -138,7 +137,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
             .expect("the tick runs");
         assert!(report.complete);
         let used = actions_used(&store.metrics().snapshot().since(&before));
-        let function = APP.function_of(*job);
+        let function = APP.function_of(job);
         assert!(used.is_subset(&granted(&function)), "{job}: {used:?}");
     }
     let ticks = emf(&lines);

@@ -22,6 +22,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, SecondsFormat, Utc};
 use worker_engine::item::Item;
+use worker_engine::keys::{AttributeError, string};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
 
@@ -103,10 +104,9 @@ worker_engine::job_names! {
 /// A key that does not read. Texts carry key values only.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    #[error("the key has no {0} attribute")]
-    Missing(&'static str),
-    #[error("{0} is not a string")]
-    NotString(&'static str),
+    /// A key attribute is missing or not a string.
+    #[error(transparent)]
+    Attribute(#[from] AttributeError),
     /// Not an item of this table's design (left alone).
     #[error("{attribute} {value:?} is not a key of the {table} table")]
     Foreign {
@@ -124,14 +124,6 @@ pub enum KeyError {
 
 fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
-}
-
-fn string<'a>(item: &'a Item, attribute: &'static str) -> Result<&'a str, KeyError> {
-    match item.get(attribute) {
-        None => Err(KeyError::Missing(attribute)),
-        Some(AttributeValue::S(v)) => Ok(v),
-        Some(_) => Err(KeyError::NotString(attribute)),
-    }
 }
 
 fn foreign(table: &'static str, attribute: &'static str, value: &str) -> KeyError {
@@ -654,11 +646,18 @@ mod tests {
     fn typed_errors() {
         assert_eq!(
             parse_user(&Item::new()).unwrap_err(),
-            KeyError::Missing("PK")
+            KeyError::Attribute(AttributeError::Missing("PK"))
         );
         let mut n = item("USER#u", None);
         n.insert(PK.into(), AttributeValue::N("1".into()));
-        assert_eq!(parse_user(&n).unwrap_err(), KeyError::NotString("PK"));
+        assert_eq!(
+            parse_user(&n).unwrap_err(),
+            KeyError::Attribute(AttributeError::NotString("PK"))
+        );
+        assert_eq!(
+            parse_user(&n).unwrap_err().to_string(),
+            "PK is not a string"
+        );
         assert!(matches!(
             parse_user(&item("GROUP#u", None)),
             Err(KeyError::Foreign { .. })

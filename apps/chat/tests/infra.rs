@@ -15,7 +15,6 @@ use chat_worker::keys::Job;
 use chat_worker::schema::Table;
 use serde_json::{Value, json};
 use worker_engine::deploy::{FunctionSpec, JOB_ALARM_METRICS, PARKING_TABLE, STREAM_ALARM_METRICS};
-use worker_engine::schedule::JobName;
 use worker_testkit::template::{
     self, Stack, is_operations_statement, operations_problems, strings,
 };

@@ -8,10 +8,9 @@
 //! time a whole number of ten digits) and ignores the others. Errors
 //! ([`FieldError`]) name the field and the reason, never its value.
 
-use std::collections::BTreeMap;
-
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
+use worker_engine::checkpoint::{Pass, PassAttributes};
 use worker_engine::item::Item;
 use worker_engine::store::Key;
 
@@ -263,32 +262,27 @@ impl Order {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
     pub job: Job,
-    /// Where the pass's Scan or Query resumes (`ExclusiveStartKey`).
-    pub position: Option<Key>,
-    /// When the pass started, epoch seconds.
-    pub pass_started: i64,
-    /// Ticks of the pass so far.
-    pub ticks: u64,
-    pub totals: BTreeMap<String, u64>,
+    /// Where the pass resumes, its start, ticks and totals.
+    pub pass: Pass,
 }
+
+/// The attributes a checkpoint stores its [`Pass`] under (numbers read
+/// strictly: `N` only).
+pub const PASS_ATTRIBUTES: PassAttributes = PassAttributes {
+    position: keys::POSITION,
+    pass_started: keys::PASS_STARTED,
+    ticks: keys::TICKS,
+    totals: keys::TOTALS,
+    key: [keys::PK, keys::SK],
+    number: |item, field| number(item, field).ok().flatten(),
+};
 
 impl Checkpoint {
     pub fn new(job: Job, now: DateTime<Utc>) -> Self {
         Checkpoint {
             job,
-            position: None,
-            pass_started: now.timestamp(),
-            ticks: 0,
-            totals: BTreeMap::new(),
+            pass: Pass::new(now),
         }
-    }
-
-    pub fn add(&mut self, name: &str, n: u64) {
-        *self.totals.entry(name.to_owned()).or_default() += n;
-    }
-
-    pub fn total(&self, name: &str) -> u64 {
-        self.totals.get(name).copied().unwrap_or(0)
     }
 
     /// Read a stored checkpoint; `Err` (a reason) when it does not decode,
@@ -297,54 +291,15 @@ impl Checkpoint {
         if ItemKey::from_item(item) != Ok(ItemKey::Checkpoint(job)) {
             return Err("not this job's checkpoint".into());
         }
-        let position = match item.get(keys::POSITION) {
-            None => None,
-            Some(AttributeValue::M(m)) if m.contains_key(keys::PK) && m.contains_key(keys::SK) => {
-                Some(m.clone())
-            }
-            Some(_) => return Err("position is not a key".into()),
-        };
-        let totals = match item.get(keys::TOTALS) {
-            Some(AttributeValue::M(m)) => m
-                .iter()
-                .filter_map(|(k, v)| match v {
-                    AttributeValue::N(n) => n.parse().ok().map(|n| (k.clone(), n)),
-                    _ => None,
-                })
-                .collect(),
-            _ => BTreeMap::new(),
-        };
-        let num = |f| number(item, f).ok().flatten();
         Ok(Checkpoint {
             job,
-            position,
-            pass_started: num(keys::PASS_STARTED).ok_or("no pass_started")?,
-            ticks: num(keys::TICKS)
-                .and_then(|t| u64::try_from(t).ok())
-                .unwrap_or(0),
-            totals,
+            pass: Pass::from_item(item, &PASS_ATTRIBUTES)?,
         })
     }
 
     pub fn to_item(&self) -> Item {
         let mut item = keys::checkpoint(self.job);
-        if let Some(p) = &self.position {
-            item.insert(keys::POSITION.into(), AttributeValue::M(p.clone()));
-        }
-        item.insert(keys::PASS_STARTED.into(), keys::n(self.pass_started));
-        item.insert(
-            keys::TICKS.into(),
-            AttributeValue::N(self.ticks.to_string()),
-        );
-        item.insert(
-            keys::TOTALS.into(),
-            AttributeValue::M(
-                self.totals
-                    .iter()
-                    .map(|(k, v)| (k.clone(), AttributeValue::N(v.to_string())))
-                    .collect(),
-            ),
-        );
+        self.pass.put(&mut item, &PASS_ATTRIBUTES);
         item
     }
 }
@@ -392,11 +347,26 @@ mod tests {
     #[test]
     fn a_checkpoint_roundtrips() {
         let mut c = Checkpoint::new(Job::Backfill, "2024-06-27T00:00:00Z".parse().unwrap());
-        c.position = Some(keys::key_of("PROD", "PRO#x"));
-        c.ticks = 2;
-        c.add("scanned", 7);
+        c.pass.position = Some(keys::key_of("PROD", "PRO#x"));
+        c.pass.ticks = 2;
+        c.pass.add("scanned", 7);
         let item = c.to_item();
+        assert_eq!(item[keys::PASS_STARTED], keys::n(1_719_446_400));
+        assert_eq!(item[keys::TICKS], keys::n(2));
         assert_eq!(Checkpoint::from_item(Job::Backfill, &item), Ok(c));
         assert!(Checkpoint::from_item(Job::Audit, &item).is_err());
+        let mut bad = item.clone();
+        bad.insert(keys::POSITION.into(), AttributeValue::S("x".into()));
+        assert_eq!(
+            Checkpoint::from_item(Job::Backfill, &bad),
+            Err("position is not a key".into())
+        );
+        bad.remove(keys::POSITION);
+        bad.insert(keys::PASS_STARTED.into(), AttributeValue::S("7".into()));
+        assert_eq!(
+            Checkpoint::from_item(Job::Backfill, &bad),
+            Err("no pass_started".into()),
+            "numbers read strictly"
+        );
     }
 }

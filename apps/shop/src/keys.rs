@@ -24,6 +24,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use svix_ksuid::{Ksuid, KsuidLike};
 use worker_engine::item::Item;
+use worker_engine::keys::{AttributeError, string};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
 
@@ -98,10 +99,9 @@ worker_engine::job_names! {
 /// only, never the malformed value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
-    #[error("the key has no {0} attribute")]
-    Missing(&'static str),
-    #[error("{0} is not a string")]
-    NotAString(&'static str),
+    /// A key attribute is missing or not a string.
+    #[error(transparent)]
+    Attribute(#[from] AttributeError),
     /// Not an item of the shop table's design (left alone).
     #[error("PK is not a partition of the shop table")]
     Foreign,
@@ -302,14 +302,6 @@ impl fmt::Display for ItemKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (pk, sk) = self.parts();
         write!(f, "{pk}/{sk}")
-    }
-}
-
-fn string<'a>(item: &'a Item, name: &'static str) -> Result<&'a str, KeyError> {
-    match item.get(name) {
-        Some(AttributeValue::S(s)) => Ok(s),
-        Some(_) => Err(KeyError::NotAString(name)),
-        None => Err(KeyError::Missing(name)),
     }
 }
 
@@ -641,9 +633,13 @@ mod tests {
             })
         ));
         let mut item = Item::new();
-        assert_eq!(ItemKey::from_item(&item), Err(KeyError::Missing("PK")));
+        let missing = ItemKey::from_item(&item).unwrap_err();
+        assert_eq!(missing, AttributeError::Missing("PK").into());
+        assert_eq!(missing.to_string(), "the key has no PK attribute");
         item.insert(PK.into(), n(1));
-        assert_eq!(ItemKey::from_item(&item), Err(KeyError::NotAString("PK")));
+        let not_string = ItemKey::from_item(&item).unwrap_err();
+        assert_eq!(not_string, AttributeError::NotString("PK").into());
+        assert_eq!(not_string.to_string(), "PK is not a string");
         // Lowercase or padded: not canonical base62 KSUIDs.
         assert!(Id::parse_as("id", &"0".repeat(26)).is_err());
         assert!(

@@ -16,7 +16,6 @@ use shop_worker::schema::schema;
 use support::*;
 use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::notify::RecordingPublisher;
-use worker_engine::schedule::JobName;
 use worker_engine::store::ItemWriter;
 use worker_testkit::infra::{actions_used, emf, granted};
 use worker_testkit::workload::Seeded;
@@ -144,7 +143,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
             .expect("the tick runs");
         assert!(report.complete);
         let used = actions_used(&store.metrics().snapshot().since(&before));
-        let function = APP.function_of(*job);
+        let function = APP.function_of(job);
         assert!(used.is_subset(&granted(&function)), "{job}: {used:?}");
     }
     let ticks = emf(&lines);

@@ -15,12 +15,14 @@
 //! See `docs/ENGINE.md` for how to serve a new table.
 
 pub mod aws;
+pub mod checkpoint;
 pub mod clock;
 pub mod deploy;
 pub mod env;
 pub mod error;
 pub mod item;
 pub mod job;
+pub mod keys;
 pub mod lambda;
 pub mod metrics;
 pub mod notify;

@@ -51,7 +51,8 @@ pub trait JobName:
 
 /// Declares an app's jobs: the enum, each variant with its name (as used on
 /// the command line, in schedule input and in checkpoint keys), and its
-/// [`JobName`], `Display` and `Serialize` (as the name).
+/// [`JobName`], `Display` and `Serialize` (as the name). `ALL` (an array)
+/// and `as_str` are also the enum's own, usable without the trait in scope.
 ///
 /// ```
 /// worker_engine::job_names! {
@@ -62,8 +63,10 @@ pub trait JobName:
 ///         Reindex = "reindex",
 ///     }
 /// }
+/// assert_eq!(Job::ALL.map(Job::as_str), ["purge-expired", "reindex"]);
 /// use worker_engine::schedule::JobName;
 /// assert_eq!(Job::parse("purge-expired"), Some(Job::PurgeExpired));
+/// assert_eq!(<Job as JobName>::ALL, &Job::ALL);
 /// assert_eq!(Job::Reindex.to_string(), "reindex");
 /// assert_eq!(serde_json::to_string(&Job::ALL).unwrap(), r#"["purge-expired","reindex"]"#);
 /// ```
@@ -81,12 +84,22 @@ macro_rules! job_names {
             $($(#[$vmeta])* $variant),+
         }
 
-        impl $crate::schedule::JobName for $name {
-            const ALL: &'static [$name] = &[$($name::$variant),+];
-            fn as_str(self) -> &'static str {
+        impl $name {
+            /// Every job, in the order they are listed to a user.
+            pub const ALL: [$name; [$($text),+].len()] = [$($name::$variant),+];
+
+            /// The job's name.
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text),+
                 }
+            }
+        }
+
+        impl $crate::schedule::JobName for $name {
+            const ALL: &'static [$name] = &$name::ALL;
+            fn as_str(self) -> &'static str {
+                $name::as_str(self)
             }
         }
 

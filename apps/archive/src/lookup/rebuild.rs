@@ -318,7 +318,7 @@ impl ScheduledJob<Job> for RebuildLookup {
             };
             let page = self
                 .store
-                .scan_page(&spec, checkpoint.position.clone())
+                .scan_page(&spec, checkpoint.pass.position.clone())
                 .await?;
             if prune {
                 self.prune(&lookup, &page.items, &mut f).await?;
@@ -326,8 +326,8 @@ impl ScheduledJob<Job> for RebuildLookup {
                 self.add(&lookup, &page.items, &mut f).await?;
             }
             f.pages += 1;
-            checkpoint.position = page.last_evaluated_key;
-            if checkpoint.position.is_none() {
+            checkpoint.pass.position = page.last_evaluated_key;
+            if checkpoint.pass.position.is_none() {
                 if prune {
                     checkpoint.phase = ADD.to_owned();
                 } else {
@@ -341,10 +341,10 @@ impl ScheduledJob<Job> for RebuildLookup {
             .get(LOOKUP_ITEMS_REBUILT)
             .copied()
             .unwrap_or(0);
-        checkpoint.ticks += 1;
-        checkpoint.add("files", f.files);
-        checkpoint.add("writes", written);
-        checkpoint.add("stale", f.stale_entries);
+        checkpoint.pass.ticks += 1;
+        checkpoint.pass.add("files", f.files);
+        checkpoint.pass.add("writes", written);
+        checkpoint.pass.add("stale", f.stale_entries);
         if complete {
             if had_checkpoint {
                 self.store
@@ -357,8 +357,8 @@ impl ScheduledJob<Job> for RebuildLookup {
         let summary = if complete {
             format!(
                 "lookup rebuilt: {} file(s), {} lookup write(s) in the pass",
-                checkpoint.total("files"),
-                checkpoint.total("writes")
+                checkpoint.pass.total("files"),
+                checkpoint.pass.total("writes")
             )
         } else {
             format!(
@@ -380,9 +380,9 @@ impl ScheduledJob<Job> for RebuildLookup {
                 "withheld": f.withheld,
                 "noncanonical_lookup_items": f.noncanonical,
                 "lookup_writes": written,
-                "pass_ticks": checkpoint.ticks,
-                "pass_files": checkpoint.total("files"),
-                "pass_writes": checkpoint.total("writes"),
+                "pass_ticks": checkpoint.pass.ticks,
+                "pass_files": checkpoint.pass.total("files"),
+                "pass_writes": checkpoint.pass.total("writes"),
             }),
             metrics: vec![
                 Metric::count(LOOKUP_ITEMS_REBUILT, written),

@@ -229,7 +229,7 @@ impl ScheduledJob<Job> for ExpireUnzipped {
                     keys::unzipped_partition(),
                     cutoff,
                     MAX_ENTRIES_PER_CALL as i32,
-                    checkpoint.position.clone(),
+                    checkpoint.pass.position.clone(),
                 )
                 .await?
             } else {
@@ -237,7 +237,7 @@ impl ScheduledJob<Job> for ExpireUnzipped {
                     keys::unzipping_partition(),
                     stuck_cutoff,
                     STUCK_PAGE,
-                    checkpoint.position.clone(),
+                    checkpoint.pass.position.clone(),
                 )
                 .await?
             };
@@ -260,8 +260,8 @@ impl ScheduledJob<Job> for ExpireUnzipped {
                     }
                 }
             }
-            checkpoint.position = page.last_evaluated_key;
-            if checkpoint.position.is_none() {
+            checkpoint.pass.position = page.last_evaluated_key;
+            if checkpoint.pass.position.is_none() {
                 if expiring {
                     checkpoint.phase = STUCK.to_owned();
                 } else {
@@ -270,9 +270,9 @@ impl ScheduledJob<Job> for ExpireUnzipped {
                 }
             }
         }
-        checkpoint.ticks += 1;
-        checkpoint.add("expired", f.expired);
-        checkpoint.add("stuck", f.stuck);
+        checkpoint.pass.ticks += 1;
+        checkpoint.pass.add("expired", f.expired);
+        checkpoint.pass.add("stuck", f.stuck);
         if complete {
             if had_checkpoint {
                 self.store
@@ -308,9 +308,9 @@ impl ScheduledJob<Job> for ExpireUnzipped {
                 "publish_error": f.publish_error,
                 "stuck": f.stuck,
                 "stuck_created": f.stuck_created,
-                "pass_ticks": checkpoint.ticks,
-                "pass_expired": checkpoint.total("expired"),
-                "pass_stuck": checkpoint.total("stuck"),
+                "pass_ticks": checkpoint.pass.ticks,
+                "pass_expired": checkpoint.pass.total("expired"),
+                "pass_stuck": checkpoint.pass.total("stuck"),
             }),
             metrics: vec![
                 Metric::count(UNZIPPED_EXPIRED, f.expired),

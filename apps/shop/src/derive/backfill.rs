@@ -72,8 +72,8 @@ impl Backfill {
         let pass = Pass::new(self.store.clone(), Job::Backfill);
         let (mut cp, had) = pass.load(run.now).await?;
         let mut f = Figures {
-            scanned: cp.total("scanned"),
-            written: cp.total("written"),
+            scanned: cp.pass.total("scanned"),
+            written: cp.pass.total("written"),
             ..Figures::default()
         };
         let (scanned0, written0) = (f.scanned, f.written);
@@ -82,7 +82,10 @@ impl Backfill {
                 limit: Some(self.page_size),
                 ..Default::default()
             };
-            let page = self.store.scan_page(&spec, cp.position.clone()).await?;
+            let page = self
+                .store
+                .scan_page(&spec, cp.pass.position.clone())
+                .await?;
             f.pages += 1;
             f.scanned += page.items.len() as u64;
             let next = page.last_evaluated_key;
@@ -107,8 +110,8 @@ impl Backfill {
                 }
             }
             progress(&f);
-            cp.position = next;
-            if cp.position.is_none() {
+            cp.pass.position = next;
+            if cp.pass.position.is_none() {
                 break true;
             }
             if !run.has_time() {
@@ -118,9 +121,9 @@ impl Backfill {
         if complete {
             pass.finish(had).await?;
         } else {
-            cp.ticks += 1;
-            cp.add("scanned", f.scanned - cp.total("scanned"));
-            cp.add("written", f.written - cp.total("written"));
+            cp.pass.ticks += 1;
+            cp.pass.add("scanned", f.scanned - cp.pass.total("scanned"));
+            cp.pass.add("written", f.written - cp.pass.total("written"));
             pass.save(&cp).await?;
         }
         Ok(JobReport {

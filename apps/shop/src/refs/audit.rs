@@ -100,7 +100,10 @@ impl ScheduledJob<Job> for Audit {
                     .name("#c", keys::CATEGORY_ID)
                     .name("#m", keys::MISSING_REFS),
             );
-            let page = self.store.query_page(&spec, cp.position.clone()).await?;
+            let page = self
+                .store
+                .query_page(&spec, cp.pass.position.clone())
+                .await?;
             pages += 1;
             for item in &page.items {
                 let Ok(Some(p)) = ProductRefs::from_item(item) else {
@@ -124,20 +127,20 @@ impl ScheduledJob<Job> for Audit {
                     withheld += r.withheld as u64;
                 }
             }
-            cp.position = page.last_evaluated_key;
-            if cp.position.is_none() {
+            cp.pass.position = page.last_evaluated_key;
+            if cp.pass.position.is_none() {
                 break true;
             }
             if !run.has_time() {
                 break false;
             }
         };
-        cp.add("products", products);
-        cp.add("missing", missing);
+        cp.pass.add("products", products);
+        cp.pass.add("missing", missing);
         if complete {
             pass.finish(had).await?;
         } else {
-            cp.ticks += 1;
+            cp.pass.ticks += 1;
             pass.save(&cp).await?;
         }
         if missing > 0 {

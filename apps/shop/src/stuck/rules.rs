@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
 use worker_engine::item::Item;
+use worker_engine::keys::AttributeError;
 use worker_engine::notify::EventEntry;
 
 use crate::keys::{At, Gsi1, Id, ItemKey, KeyError};
@@ -42,7 +43,7 @@ impl StuckOrder {
         };
         let s = |name| match item.get(name) {
             Some(aws_sdk_dynamodb::types::AttributeValue::S(s)) => Ok(s.as_str()),
-            _ => Err(KeyError::Missing(name)),
+            _ => Err(AttributeError::Missing(name)),
         };
         match Gsi1::parse(s(crate::keys::GSI1PK)?, s(crate::keys::GSI1SK)?)? {
             Gsi1::OrderByStatus { status, updated } => Ok(StuckOrder {
