@@ -11,14 +11,14 @@ use crate::items::Checkpoint;
 use crate::keys::{self, Job};
 
 /// A job's checkpoint in the table.
-pub struct Pass {
+pub struct StoredPass {
     store: Arc<dyn Store>,
     job: Job,
 }
 
-impl Pass {
+impl StoredPass {
     pub fn new(store: Arc<dyn Store>, job: Job) -> Self {
-        Pass { store, job }
+        StoredPass { store, job }
     }
 
     /// The pass to continue, or a new one from `now`; and whether one was

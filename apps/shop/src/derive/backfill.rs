@@ -23,7 +23,7 @@ use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{ScanSpec, Store};
 
 use super::{BACKFILL_SCANNED, BACKFILL_WRITES, Derived, derive};
-use crate::checkpoint::Pass;
+use crate::checkpoint::StoredPass;
 use crate::keys::Job;
 
 /// Items per Scan page (one unit of work).
@@ -69,7 +69,7 @@ impl Backfill {
         run: &JobRun<Job>,
         progress: &(dyn Fn(&Figures) + Sync),
     ) -> Result<JobReport<Job>, HandlerError> {
-        let pass = Pass::new(self.store.clone(), Job::Backfill);
+        let pass = StoredPass::new(self.store.clone(), Job::Backfill);
         let (mut cp, had) = pass.load(run.now).await?;
         let mut f = Figures {
             scanned: cp.pass.total("scanned"),

@@ -28,7 +28,7 @@ use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, QuerySpec, Store, StoreError};
 
 use super::{MAX_LISTED, PRODUCTS_MISSING_REFS, REF_FLAGS_CHANGED, rules};
-use crate::checkpoint::Pass;
+use crate::checkpoint::StoredPass;
 use crate::items::ProductRefs;
 use crate::keys::{self, Id, ItemKey, Job, Listing};
 
@@ -82,7 +82,7 @@ impl ScheduledJob<Job> for Audit {
     }
 
     async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
-        let pass = Pass::new(self.store.clone(), Job::Audit);
+        let pass = StoredPass::new(self.store.clone(), Job::Audit);
         let (mut cp, had) = pass.load(run.now).await?;
         let brands = self.ids(Listing::Brands).await?;
         let categories = self.ids(Listing::Categories).await?;
