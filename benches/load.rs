@@ -810,7 +810,7 @@ async fn worker_run(s: &Setup<'_>, factor: usize) -> WorkerRun {
     ));
     let mut config = Config::for_table("load-worker");
     if let Some(n) = o.concurrency {
-        config.stream_concurrency = n.max(1);
+        config.common.stream_concurrency = n.max(1);
     }
     let recording = Arc::new(support::recorded::Recorded::new(worker_store.clone()));
     let app = Arc::new(App::new(

@@ -18,7 +18,7 @@ use crate::worker::Router;
 use worker_engine::error::HandlerError;
 use worker_engine::lambda::Deployment;
 use worker_engine::runtime::InvokeError;
-use worker_engine::runtime::{Worker, WorkerSettings};
+use worker_engine::runtime::Worker;
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{DynamoStore, Store};
 use worker_engine::stream::engine::BatchReport;
@@ -62,12 +62,7 @@ impl App {
         let scheduler = jobs::scheduled(&deps)
             .into_iter()
             .fold(Scheduler::default(), Scheduler::with);
-        let settings = WorkerSettings {
-            deadline_margin: deps.config.deadline_margin,
-            stream_concurrency: deps.config.stream_concurrency,
-            pinned_job: deps.config.job,
-            writes_metrics: APP.stream_specs().map(|s| s.writes_metric).collect(),
-        };
+        let settings = APP.worker_settings(&deps.config.common);
         let worker = Worker::new(Box::new(router), scheduler, clock, settings)
             .with_coalescing(coalescing)
             .with_write_counter(writes);
@@ -95,11 +90,7 @@ impl App {
     /// fail for good are parked in `PARKING_TABLE` when it is set.
     pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
         let config = Config::from_env()?;
-        let deployed = Deployment::from_env(
-            config.endpoint_url.as_deref(),
-            &config.table_name,
-            config.parking.as_ref(),
-        )?;
+        let deployed = Deployment::of(&config.common)?;
         let store = Arc::new(deployed.store.clone());
         let mut app = App::new(store, config, deployed.clock.clone());
         app.worker = deployed.finish(app.worker);

@@ -27,8 +27,6 @@
 //! ([`crate::jobs::JobSpec`]); `src/deploy.rs` and `infra/template.yaml`
 //! are checked against it.
 
-use std::time::Duration;
-
 use crate::keys::Job;
 
 pub use worker_engine::clock::{Clock, ManualClock, SystemClock};
@@ -38,92 +36,17 @@ use crate::jobs::invitations::InvitationSettings;
 use crate::jobs::relationships::RelationshipSettings;
 
 pub use worker_engine::env::{ConfigError, Env};
-use worker_engine::park::ParkingSettings;
+use worker_engine::settings::JobSettings;
 
 /// An environment variable of Nishiki's worker.
 pub type EnvVar = worker_engine::job::EnvVar<Job>;
 /// Which deployed function reads a variable.
 pub type ReadBy = worker_engine::job::ReadBy<Job>;
 
-/// The largest `STREAM_CONCURRENCY` (a larger value is clamped): the
-/// event source mapping's largest `BatchSize` for a DynamoDB stream.
-pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
-
-/// The engine's parking variables (the stream function's).
-const PARKING_ENV: [EnvVar; 2] = ParkingSettings::env_vars();
-
-/// The variables every function reads, whatever its jobs; each job
-/// declares its own in its [`crate::jobs::JobSpec`].
-pub const COMMON_ENV: &[EnvVar] = &[
-    EnvVar {
-        name: "TABLE_NAME",
-        read_by: &[ReadBy::All],
-        default: None,
-        meaning: "the Nishiki table",
-    },
-    EnvVar {
-        name: "AWS_ENDPOINT_URL_DYNAMODB",
-        read_by: &[ReadBy::LocalOnly],
-        default: None,
-        meaning: "another DynamoDB endpoint (DynamoDB Local); the SDK's variable",
-    },
-    EnvVar {
-        name: "DYNAMODB_ENDPOINT_URL",
-        read_by: &[ReadBy::LocalOnly],
-        default: None,
-        meaning: "alias of AWS_ENDPOINT_URL_DYNAMODB",
-    },
-    EnvVar {
-        name: "AWS_ENDPOINT_URL",
-        read_by: &[ReadBy::LocalOnly],
-        default: None,
-        meaning: "every service's endpoint where its own AWS_ENDPOINT_URL_<SERVICE> is unset; the SDK's variable",
-    },
-    EnvVar {
-        name: "WORKER_NOW",
-        read_by: &[ReadBy::LocalOnly],
-        default: None,
-        meaning: "a fixed clock (RFC 3339) for a local run against a table on this machine",
-    },
-    EnvVar {
-        name: "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
-        read_by: &[ReadBy::LocalOnly],
-        default: Some("false"),
-        meaning: "true: ignore every AWS_ENDPOINT_URL* variable; the SDK's variable",
-    },
-    EnvVar {
-        name: "DEADLINE_MARGIN_MS",
-        read_by: &[ReadBy::All],
-        default: Some("2000"),
-        meaning: "stop this long before the Lambda deadline",
-    },
-    EnvVar {
-        name: "STREAM_CONCURRENCY",
-        read_by: &[ReadBy::Stream],
-        default: Some("1000"),
-        meaning: "items of a stream batch handled at once (1: strictly in order)",
-    },
-    EnvVar {
-        name: "WORKER_JOB",
-        read_by: &[ReadBy::Schedule],
-        default: None,
-        meaning: "the one job a schedule function runs",
-    },
-    PARKING_ENV[0],
-    PARKING_ENV[1],
-    EnvVar {
-        name: "LOG_FORMAT",
-        read_by: &[ReadBy::LocalOnly],
-        default: Some("json"),
-        meaning: "json or text log lines, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
-    },
-    EnvVar {
-        name: "RUST_LOG",
-        read_by: &[ReadBy::LocalOnly],
-        default: Some("info"),
-        meaning: "log filter, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
-    },
-];
+/// The variables every function reads, whatever its jobs (the engine's
+/// common ones, `worker_engine::settings`); each job declares its own in
+/// its [`crate::jobs::JobSpec`].
+pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, "the Nishiki table");
 
 /// Every environment variable the worker's code reads: [`COMMON_ENV`],
 /// then each job's, as the job descriptions declare them.
@@ -131,75 +54,29 @@ pub fn env_vars() -> Vec<&'static EnvVar> {
     crate::jobs::APP.env_vars()
 }
 
-/// Everything the worker is configured with: the common settings, and
-/// each job's own (read by the job's module).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Config {
-    pub table_name: String,
-    pub endpoint_url: Option<String>,
-    pub deadline_margin: Duration,
-    /// Items of a stream batch handled at once (at least 1).
-    pub stream_concurrency: usize,
-    /// `WORKER_JOB`: the one job this process runs schedule ticks for
-    /// (`None`: any job).
-    pub job: Option<Job>,
+/// Everything the worker is configured with: the common settings
+/// (`config.common`: table, endpoint, deadline margin, stream concurrency,
+/// pinned job, parking table) and each job's own ([`JobsSettings`],
+/// dereferenced: `config.expiry`).
+pub type Config = worker_engine::settings::Settings<Job, JobsSettings>;
+
+/// Each job's own settings (read by the job's module).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct JobsSettings {
     pub relationships: RelationshipSettings,
     pub invitations: InvitationSettings,
     pub expiry: ExpirySettings,
-    /// Where the stream function parks records that fail for good (`None`:
-    /// nowhere, local runs).
-    pub parking: Option<ParkingSettings>,
 }
 
-impl Config {
-    /// Defaults for a table (used by tests and the CLI).
-    pub fn for_table(table_name: impl Into<String>) -> Self {
-        Config {
-            table_name: table_name.into(),
-            endpoint_url: None,
-            deadline_margin: Duration::from_millis(2000),
-            stream_concurrency: worker_engine::stream::engine::DEFAULT_CONCURRENCY,
-            job: None,
-            relationships: RelationshipSettings::default(),
-            invitations: InvitationSettings::default(),
-            expiry: ExpirySettings::default(),
-            parking: None,
-        }
-    }
+impl JobSettings for JobsSettings {
+    const TABLE: &'static str = "the table to work on, e.g. nishiki-table-dev-db";
 
-    /// Read the configuration from the process environment.
-    pub fn from_env() -> Result<Self, ConfigError> {
-        Self::from_lookup(|name| std::env::var(name).ok())
-    }
-
-    /// Read the configuration through `lookup` (testable without touching
-    /// the process environment).
-    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
-        let env = Env::new(&lookup);
-        let table = env.required(
-            "TABLE_NAME",
-            "the table to work on, e.g. nishiki-table-dev-db",
-        )?;
-        let mut c = Config::for_table(table);
-        c.endpoint_url = worker_engine::aws::endpoint_from_env("DynamoDB", |n| env.non_empty(n));
-        if let Some(v) = env.number("DEADLINE_MARGIN_MS")? {
-            c.deadline_margin = Duration::from_millis(v);
-        }
-        if let Some(v) = env.number("STREAM_CONCURRENCY")? {
-            c.stream_concurrency = v.clamp(1, MAX_STREAM_CONCURRENCY as u64) as usize;
-        }
-        if let Some(v) = env.non_empty("WORKER_JOB") {
-            c.job = Some(v.parse().map_err(|_| ConfigError {
-                name: "WORKER_JOB",
-                value: v.clone(),
-                reason: format!("expected one of {}", Job::ALL.map(Job::as_str).join(", ")),
-            })?);
-        }
-        c.relationships = RelationshipSettings::from_env(&env)?;
-        c.invitations = InvitationSettings::from_env(&env)?;
-        c.expiry = ExpirySettings::from_env(&env)?;
-        c.parking = ParkingSettings::from_env(&env)?;
-        Ok(c)
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        Ok(JobsSettings {
+            relationships: RelationshipSettings::from_env(env)?,
+            invitations: InvitationSettings::from_env(env)?,
+            expiry: ExpirySettings::from_env(env)?,
+        })
     }
 }
 
@@ -207,13 +84,14 @@ impl Config {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+    use std::time::Duration;
 
     fn from(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let m: HashMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        Config::from_lookup(|k| m.get(k).cloned())
+        Config::from_lookup(&|k| m.get(k).cloned())
     }
 
     #[test]
@@ -248,15 +126,18 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            c.parking,
-            Some(ParkingSettings {
+            c.common.parking,
+            Some(worker_engine::park::ParkingSettings {
                 table: "nishiki-worker-dev-parking".into(),
                 retention_days: 30
             })
         );
-        assert_eq!(c.endpoint_url.as_deref(), Some("http://127.0.0.1:8000"));
-        assert_eq!(c.deadline_margin, Duration::from_millis(500));
-        assert_eq!(c.stream_concurrency, 4);
+        assert_eq!(
+            c.common.endpoint_url.as_deref(),
+            Some("http://127.0.0.1:8000")
+        );
+        assert_eq!(c.common.deadline_margin, Duration::from_millis(500));
+        assert_eq!(c.common.stream_concurrency, 4);
         let r = &c.relationships;
         assert_eq!(r.audit_grace, Duration::from_secs(60));
         assert_eq!(r.empty_group_grace, Duration::from_secs(120));
@@ -286,7 +167,7 @@ mod tests {
     #[test]
     fn worker_job_pins_a_job() {
         let c = from(&[("TABLE_NAME", "t"), ("WORKER_JOB", "audit")]).unwrap();
-        assert_eq!(c.job, Some(Job::Audit));
+        assert_eq!(c.common.job, Some(Job::Audit));
         let e = from(&[("TABLE_NAME", "t"), ("WORKER_JOB", "dance")]).unwrap_err();
         assert_eq!(e.name, "WORKER_JOB");
         assert!(e.to_string().contains("sweep-invitations"));
@@ -297,7 +178,7 @@ mod tests {
     #[test]
     fn every_variable_read_is_declared() {
         let asked = std::sync::Mutex::new(Vec::<String>::new());
-        Config::from_lookup(|name| {
+        Config::from_lookup(&|name| {
             asked.lock().unwrap().push(name.to_owned());
             (name == "TABLE_NAME").then(|| "t".to_owned())
         })

@@ -152,7 +152,7 @@ async fn transient_failure_is_retried_from_the_failed_sequence_number() {
     // failed shared request is resent per caller, which would absorb this
     // one-shot fault instead of reporting it.
     let mut config = Config::for_table(&t.name);
-    config.stream_concurrency = 1;
+    config.common.stream_concurrency = 1;
     let app = App::new(
         faulty.clone(),
         config,

@@ -143,14 +143,14 @@ fn every_function_sets_the_variables_its_code_reads() {
             None => assert!(!env.contains_key("WORKER_JOB")),
         }
         // A configuration the code accepts.
-        let config = Config::from_lookup(|name| {
+        let config = Config::from_lookup(&|name| {
             env.get(name).map(|v| match v {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             })
         })
         .unwrap_or_else(|e| panic!("{}: {e}", f.logical_id));
-        assert_eq!(config.job, f.job);
+        assert_eq!(config.common.job, f.job);
 
         let raw = &stack.t["Resources"][f.logical_id];
         assert_eq!(raw["Metadata"]["BuildMethod"], "rust-cargolambda");
@@ -182,7 +182,7 @@ async fn a_pinned_schedule_function_refuses_other_jobs() {
         "nowhere",
     ));
     let mut config = Config::for_table("nowhere");
-    config.job = Some(Job::SweepInvitations);
+    config.common.job = Some(Job::SweepInvitations);
     let app = App::new(store, config, Arc::new(ManualClock::new(Utc::now())));
     let err = app
         .handle_schedule(&json!({"job": "audit"}), None)
@@ -807,7 +807,7 @@ fn function_app(
     if let Some(job) = job {
         vars.insert("WORKER_JOB".into(), job.as_str().into());
     }
-    let config = Config::from_lookup(|n| vars.get(n).cloned()).expect("fixture configuration");
+    let config = Config::from_lookup(&|n| vars.get(n).cloned()).expect("fixture configuration");
     assert!(config.expiry.notify_event_bus.is_none());
     let app = App::new(store.clone(), config, Arc::new(ManualClock::new(now)));
     (app, store)

@@ -297,7 +297,7 @@ impl Fixture {
         let deps = JobDeps {
             store: Arc::new(DynamoStore::new(
                 store::local_client("http://127.0.0.1:9"),
-                &config.table_name,
+                &config.common.table_name,
             )),
             config,
             clock: Arc::new(ManualClock::new(now())),

@@ -25,7 +25,7 @@ pub const KEYS: (&str, &str) = (nishiki_worker::keys::PK, nishiki_worker::keys::
 /// notifications off (a local run never publishes).
 pub fn worker_config(table: &str, env: &[String]) -> Result<Config, CliError> {
     let lookup = replay::worker_env(table, env)?;
-    let mut config = Config::from_lookup(lookup)
+    let mut config = Config::from_lookup(&lookup)
         .map_err(|e| CliError::Usage(format!("worker configuration: {e}")))?;
     config.expiry.notify_event_bus = None;
     Ok(config)
