@@ -171,6 +171,8 @@ mod tests {
         let e = from(&[("TABLE_NAME", "t"), ("WORKER_JOB", "dance")]).unwrap_err();
         assert_eq!(e.name, "WORKER_JOB");
         assert!(e.to_string().contains("sweep-invitations"));
+        let e = from(&[("TABLE_NAME", "t"), ("WORKER_JOB", "")]).unwrap_err();
+        assert_eq!(e.name, "WORKER_JOB", "an empty pin is a broken environment");
     }
 
     /// Every variable `Config::from_lookup` asks for is declared in
