@@ -86,10 +86,7 @@ pub mod keys {
 
     /// The note id of an item's key; `None` when the item is not a note.
     pub fn note_id(item: &Item) -> Option<&str> {
-        let s = |name| match item.get(name) {
-            Some(AttributeValue::S(s)) => Some(s.as_str()),
-            _ => None,
-        };
+        let s = |name| worker_engine::keys::string(item, name).ok();
         if s(SK)? != NOTE_SK {
             return None;
         }
