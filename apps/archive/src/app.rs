@@ -4,18 +4,16 @@
 use std::sync::Arc;
 
 use lambda_runtime::Error;
+use worker_engine::app::{Sharing, TableDeps};
 use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
-use worker_engine::lambda::Deployment;
-use worker_engine::metrics::WriteCounter;
+use worker_engine::notify::EventPublisher;
 use worker_engine::runtime::Worker;
 use worker_engine::store::Store;
-use worker_engine::store::coalesce::Coalescing;
 use worker_engine::stream::engine::RecordProcessor;
 
 use crate::config::{self, Settings};
 use crate::keys::{self, Job};
-use crate::notify::{EventBridgePublisher, EventPublisher};
 use crate::{lookup, unzip};
 
 /// A job of the archive worker, described once.
@@ -30,18 +28,12 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     jobs: &[&lookup::SPEC, &unzip::SPEC],
 };
 
-/// What the handlers and jobs are built from.
-pub struct Deps {
-    /// The table, for the scheduled jobs.
-    pub store: Arc<dyn Store>,
-    /// The same table for the stream handlers: concurrent point reads of a
-    /// batch share BatchGetItem requests.
-    pub stream_store: Arc<dyn Store>,
-    pub settings: Settings,
-    pub publisher: Arc<dyn EventPublisher>,
-    /// The stream handlers' writes, by metric.
-    pub writes: Arc<WriteCounter>,
-}
+/// What the handlers and jobs are built from: the table, the settings,
+/// the publisher and the write counter (`worker_engine::app`).
+pub type Deps = TableDeps<Settings>;
+
+/// The stream handlers' concurrent point reads of a batch share BatchGetItem requests.
+const SHARING: Sharing = Sharing::Coalesced((keys::PK, keys::SK));
 
 /// The worker over `store`: every job registered.
 pub fn worker(
@@ -50,26 +42,11 @@ pub fn worker(
     publisher: Arc<dyn EventPublisher>,
     clock: Arc<dyn Clock>,
 ) -> Worker<Job> {
-    let coalescing = Arc::new(Coalescing::new(store.clone(), (keys::PK, keys::SK)));
-    let deps = Deps {
-        store,
-        stream_store: coalescing.clone(),
-        settings,
-        publisher,
-        writes: Arc::default(),
-    };
-    APP.worker(&deps, clock, &deps.settings.common)
-        .with_coalescing(coalescing)
-        .with_write_counter(deps.writes)
+    APP.table_worker(store, settings, publisher, clock, SHARING)
 }
 
 /// The worker as Lambda runs it (`lambda::Deployment`), its events to
 /// EventBridge.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
-    let settings = Settings::from_env()?;
-    let deployed = Deployment::of(&settings.common)?;
-    let publisher = Arc::new(EventBridgePublisher::default());
-    let store = Arc::new(deployed.store.clone());
-    let clock = deployed.clock.clone();
-    Ok(deployed.finish(worker(store, settings, publisher, clock)))
+    Ok(APP.table_worker_from_env(SHARING)?)
 }

@@ -4,11 +4,10 @@
 use std::sync::Arc;
 
 use lambda_runtime::Error;
+use worker_engine::app::{Sharing, TableDeps};
 use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
-use worker_engine::lambda::Deployment;
-use worker_engine::metrics::WriteCounter;
-use worker_engine::notify::{EventBridgePublisher, EventPublisher};
+use worker_engine::notify::EventPublisher;
 use worker_engine::runtime::Worker;
 use worker_engine::store::Store;
 use worker_engine::stream::engine::RecordProcessor;
@@ -29,15 +28,12 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     jobs: &[&derive::SPEC, &refs::SPEC, &stuck::SPEC],
 };
 
-/// What the handlers and jobs are built from.
-pub struct Deps {
-    /// The table.
-    pub store: Arc<dyn Store>,
-    pub settings: Settings,
-    pub publisher: Arc<dyn EventPublisher>,
-    /// The stream handlers' writes, by metric.
-    pub writes: Arc<WriteCounter>,
-}
+/// What the handlers and jobs are built from: the table, the settings,
+/// the publisher and the write counter (`worker_engine::app`).
+pub type Deps = TableDeps<Settings>;
+
+/// Each stream handler makes its own requests.
+const SHARING: Sharing = Sharing::Separate;
 
 /// The worker over `store`: every job registered.
 pub fn worker(
@@ -46,23 +42,11 @@ pub fn worker(
     publisher: Arc<dyn EventPublisher>,
     clock: Arc<dyn Clock>,
 ) -> Worker<Job> {
-    let deps = Deps {
-        store,
-        settings,
-        publisher,
-        writes: Arc::default(),
-    };
-    APP.worker(&deps, clock, &deps.settings.common)
-        .with_write_counter(deps.writes)
+    APP.table_worker(store, settings, publisher, clock, SHARING)
 }
 
 /// The worker as Lambda runs it (`lambda::Deployment`), its events to
 /// EventBridge.
 pub async fn worker_from_env() -> Result<Worker<Job>, Error> {
-    let settings = Settings::from_env()?;
-    let deployed = Deployment::of(&settings.common)?;
-    let publisher = Arc::new(EventBridgePublisher::default());
-    let store = Arc::new(deployed.store.clone());
-    let clock = deployed.clock.clone();
-    Ok(deployed.finish(worker(store, settings, publisher, clock)))
+    Ok(APP.table_worker_from_env(SHARING)?)
 }

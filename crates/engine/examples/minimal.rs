@@ -17,17 +17,18 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use lambda_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use worker_engine::clock::Clock;
-use worker_engine::env::{ConfigError, Env};
+use worker_engine::app::{Sharing, TableDeps};
+use worker_engine::env::ConfigError;
 use worker_engine::error::HandlerError;
 use worker_engine::item::{Item, redact_quoted};
 use worker_engine::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec, StreamSpec};
-use worker_engine::lambda::{self, Deployment, bootstrap};
+use worker_engine::lambda::{self, bootstrap};
 use worker_engine::metrics::{Metric, WriteCounter};
+use worker_engine::notify::RecordingPublisher;
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
-use worker_engine::settings::CommonSettings;
+use worker_engine::settings::{JobSettings, Settings};
 use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
 use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
@@ -249,16 +250,20 @@ impl ScheduledJob<Job> for PurgeExpired {
     }
 }
 
-/// What the handler and the job are built from.
-pub struct Deps {
-    pub store: Arc<dyn Store>,
-    pub writes: Arc<WriteCounter>,
+/// The app's own settings: none (the common ones name the table, ...).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct NoteSettings;
+
+impl JobSettings for NoteSettings {
+    const TABLE: &'static str = "the notes table";
 }
+
+/// What the handler and the job are built from: the table, the settings,
+/// a publisher (unused here) and the write counter.
+pub type Deps = TableDeps<Settings<Job, NoteSettings>>;
 
 pub const TITLE_KEY_WRITES: &str = "TitleKeyWrites";
 pub const NOTES_PURGED: &str = "NotesPurged";
-/// What `TABLE_NAME` names.
-pub const TABLE: &str = "the notes table";
 
 /// The notes job: its stream side, its scheduled job, what each needs.
 pub const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
@@ -303,35 +308,18 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     name: "notes-worker",
     namespace: "NotesWorker",
     // TABLE_NAME, a local endpoint, WORKER_JOB, the parking table, ...
-    env: worker_engine::common_env!(Job, TABLE),
+    env: worker_engine::common_env!(Job, NoteSettings::TABLE),
     jobs: &[&NOTES],
 };
 
 // ---------------------------------------------------------------------------
 // (e) The app assembled on the engine's `Worker`, and the two Lambda mains.
 
-/// The app over a store: every job registered. Lambda, the command line
-/// and the tests all run it.
-pub fn worker(
-    store: Arc<dyn Store>,
-    clock: Arc<dyn Clock>,
-    settings: &CommonSettings<Job>,
-) -> Worker<Job> {
-    let deps = Deps {
-        store,
-        writes: Arc::default(),
-    };
-    APP.worker(&deps, clock, settings)
-        .with_write_counter(deps.writes)
-}
-
 /// The app as Lambda runs it: settings, clock, table and parking table
-/// from the environment.
+/// from the environment (`AppSpec::table_worker` is the same over any
+/// store: the command line's and the tests').
 pub async fn worker_from_env() -> Result<Worker<Job>, ConfigError> {
-    let settings = CommonSettings::from_env(&Env::new(&|n| std::env::var(n).ok()), TABLE)?;
-    let deployed = Deployment::of(&settings)?;
-    let (store, clock) = (Arc::new(deployed.store.clone()), deployed.clock.clone());
-    Ok(deployed.finish(worker(store, clock, &settings)))
+    APP.table_worker_from_env(Sharing::Separate)
 }
 
 // ---------------------------------------------------------------------------
@@ -357,8 +345,9 @@ impl CliApp for Minimal {
     }
 
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
-        let settings = CommonSettings::from_env(&Env::new(p.lookup), TABLE)?;
-        Ok(worker(p.store, p.clock, &settings))
+        let settings = Settings::from_lookup(p.lookup)?;
+        let publisher = Arc::new(RecordingPublisher::default());
+        Ok(APP.table_worker(p.store, settings, publisher, p.clock, Sharing::Separate))
     }
 }
 

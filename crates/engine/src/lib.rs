@@ -14,6 +14,7 @@
 //!
 //! See `docs/ENGINE.md` for how to serve a new table.
 
+pub mod app;
 pub mod aws;
 pub mod checkpoint;
 pub mod clock;

@@ -172,8 +172,12 @@ impl<J: JobName> CommonSettings<J> {
 pub trait JobSettings: Sized + Default {
     /// What `TABLE_NAME` names, in the error when it is missing.
     const TABLE: &'static str;
-    /// Read them; errors name the variable and what a valid value is.
-    fn from_env(env: &Env) -> Result<Self, ConfigError>;
+    /// Read them; errors name the variable and what a valid value is. By
+    /// default none are read (an app whose jobs have no settings).
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let _ = env;
+        Ok(Self::default())
+    }
     /// The table the worker's own store is opened on: `TABLE_NAME`,
     /// required, by default. An app of several tables
     /// ([`crate::tables`]) reads its home table's variable instead.

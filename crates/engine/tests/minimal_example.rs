@@ -13,7 +13,9 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use minimal::{APP, Job, Minimal, Note, keys, schema};
-use worker_engine::settings::{CommonSettings, TABLE_NAME, WORKER_JOB};
+use worker_engine::app::Sharing;
+use worker_engine::notify::RecordingPublisher;
+use worker_engine::settings::{Settings, TABLE_NAME, WORKER_JOB};
 use worker_toolkit::cli::{AppCommand, CliApp, command};
 
 const LOCAL_TABLE: &str = Minimal::DEFAULT_TABLE;
@@ -50,10 +52,12 @@ fn note(id: &str, title: &str, title_key: Option<&str>, expires_at: Option<i64>)
 }
 
 fn app(store: Arc<dyn Store>) -> Worker<Job> {
-    minimal::worker(
+    APP.table_worker(
         store,
+        Settings::for_table("notes"),
+        Arc::new(RecordingPublisher::default()),
         Arc::new(ManualClock::new(now())),
-        &CommonSettings::for_table("notes"),
+        Sharing::Separate,
     )
 }
 

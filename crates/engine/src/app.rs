@@ -1,0 +1,99 @@
+//! An app on one table, assembled: what its handlers and jobs are built
+//! from ([`TableDeps`]) and its worker over a store, in a test or a local
+//! run ([`AppSpec::table_worker`]) or as Lambda runs it
+//! ([`AppSpec::table_worker_from_env`]).
+//!
+//! An app whose jobs need more (a clock of their own, other tables:
+//! [`crate::tables`]) builds its own deps and calls [`AppSpec::worker`].
+
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::env::ConfigError;
+use crate::job::AppSpec;
+use crate::lambda::Deployment;
+use crate::metrics::WriteCounter;
+use crate::notify::{EventBridgePublisher, EventPublisher};
+use crate::runtime::Worker;
+use crate::schedule::JobName;
+use crate::settings::{JobSettings, Settings};
+use crate::store::Store;
+use crate::store::coalesce::Coalescing;
+use crate::stream::engine::RecordProcessor;
+
+/// What the handlers and jobs of an app on one table are built from.
+pub struct TableDeps<S> {
+    /// The table, for the scheduled jobs.
+    pub store: Arc<dyn Store>,
+    /// The same table for the stream handlers: with [`Sharing::Coalesced`],
+    /// the concurrent reads and writes of a batch share requests; else
+    /// `store` itself.
+    pub stream_store: Arc<dyn Store>,
+    pub settings: S,
+    /// Where the jobs' events go (EventBridge on Lambda; recorded and
+    /// dropped in a local run).
+    pub publisher: Arc<dyn EventPublisher>,
+    /// The stream handlers' writes, by metric.
+    pub writes: Arc<WriteCounter>,
+}
+
+/// Whether the stream handlers' requests are shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sharing {
+    /// Each handler's own requests.
+    Separate,
+    /// Concurrent point reads, partition reads and bulk writes of a batch
+    /// share requests (`store::coalesce`), on a table of these key
+    /// attributes.
+    Coalesced((&'static str, &'static str)),
+}
+
+impl<J: JobName, S: JobSettings> AppSpec<J, TableDeps<Settings<J, S>>, dyn RecordProcessor> {
+    /// The worker over `store`: every job registered
+    /// ([`AppSpec::worker`]), the handlers' writes counted.
+    pub fn table_worker(
+        &self,
+        store: Arc<dyn Store>,
+        settings: Settings<J, S>,
+        publisher: Arc<dyn EventPublisher>,
+        clock: Arc<dyn Clock>,
+        sharing: Sharing,
+    ) -> Worker<J> {
+        let coalescing = match sharing {
+            Sharing::Separate => None,
+            Sharing::Coalesced(keys) => Some(Arc::new(Coalescing::new(store.clone(), keys))),
+        };
+        let stream_store = match &coalescing {
+            Some(c) => c.clone() as Arc<dyn Store>,
+            None => store.clone(),
+        };
+        let deps = TableDeps {
+            store,
+            stream_store,
+            settings,
+            publisher,
+            writes: Arc::default(),
+        };
+        let worker = self
+            .worker(&deps, clock, &deps.settings.common)
+            .with_write_counter(deps.writes);
+        match coalescing {
+            Some(c) => worker.with_coalescing(c),
+            None => worker,
+        }
+    }
+
+    /// The worker as Lambda runs it: settings from the environment, the
+    /// table, clock and parking table of the deployment
+    /// ([`Deployment`]: its requests in the metrics), events to
+    /// EventBridge.
+    pub fn table_worker_from_env(&self, sharing: Sharing) -> Result<Worker<J>, ConfigError> {
+        let settings = Settings::<J, S>::from_env()?;
+        let deployed = Deployment::of(&settings.common)?;
+        let store = Arc::new(deployed.store.clone());
+        let publisher = Arc::new(EventBridgePublisher::default());
+        let clock = deployed.clock.clone();
+        let worker = self.table_worker(store, settings, publisher, clock, sharing);
+        Ok(deployed.finish(worker))
+    }
+}
