@@ -25,13 +25,11 @@ use worker_engine::settings::JobSettings;
 use worker_engine::tables::TableNames;
 
 use crate::keys::Job;
+use crate::requests::RequestSettings;
 use crate::schema::Table;
 
 pub type EnvVar = worker_engine::job::EnvVar<Job>;
 pub type ReadBy = worker_engine::job::ReadBy<Job>;
-
-pub const REQUEST_EXPIRY_DAYS: &str = "REQUEST_EXPIRY_DAYS";
-pub const TWIN_GRACE_MINUTES: &str = "TWIN_GRACE_MINUTES";
 
 const fn table_var(t: Table, meaning: &'static str) -> EnvVar {
     EnvVar {
@@ -58,21 +56,10 @@ pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job;
 pub type Settings = worker_engine::settings::Settings<Job, ChatSettings>;
 
 /// The chat worker's own settings: the tables' names and its jobs'.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatSettings {
     pub tables: TableNames<Table>,
-    pub expiry_days: u64,
-    pub twin_grace_minutes: u64,
-}
-
-impl Default for ChatSettings {
-    fn default() -> Self {
-        ChatSettings {
-            tables: TableNames::default(),
-            expiry_days: 30,
-            twin_grace_minutes: 60,
-        }
-    }
+    pub requests: RequestSettings,
 }
 
 impl JobSettings for ChatSettings {
@@ -83,13 +70,9 @@ impl JobSettings for ChatSettings {
     }
 
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let d = ChatSettings::default();
         Ok(ChatSettings {
             tables: TableNames::from_env(env)?,
-            expiry_days: env.number(REQUEST_EXPIRY_DAYS)?.unwrap_or(d.expiry_days),
-            twin_grace_minutes: env
-                .number(TWIN_GRACE_MINUTES)?
-                .unwrap_or(d.twin_grace_minutes),
+            requests: RequestSettings::from_env(env)?,
         })
     }
 }
@@ -120,13 +103,16 @@ mod tests {
         assert_eq!(s, for_tables(TableNames::new(prod)));
         assert_eq!(s.tables.name(Table::Users), "Users-prod");
         assert_eq!(s.common.table_name, "ChatRequests-prod", "the home table");
-        assert_eq!((s.expiry_days, s.twin_grace_minutes), (30, 60));
-        vars.push((REQUEST_EXPIRY_DAYS, "7".into()));
-        vars.push((TWIN_GRACE_MINUTES, "5".into()));
+        assert_eq!(s.requests, RequestSettings::default());
+        vars.push(("REQUEST_EXPIRY_DAYS", "7".into()));
+        vars.push(("TWIN_GRACE_MINUTES", "5".into()));
         let s = settings(&vars).unwrap();
-        assert_eq!((s.expiry_days, s.twin_grace_minutes), (7, 5));
-        vars.push((REQUEST_EXPIRY_DAYS, "a month".into()));
-        assert_eq!(settings(&vars).unwrap_err().name, REQUEST_EXPIRY_DAYS);
+        assert_eq!(
+            (s.requests.expiry_days, s.requests.twin_grace_minutes),
+            (7, 5)
+        );
+        vars.push(("REQUEST_EXPIRY_DAYS", "a month".into()));
+        assert_eq!(settings(&vars).unwrap_err().name, "REQUEST_EXPIRY_DAYS");
         let e = settings(&vars[1..]).unwrap_err();
         assert_eq!(e.name, "USERS_TABLE");
     }

@@ -86,7 +86,7 @@ async fn old_pending_requests_expire_on_both_copies_from_the_index_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pass_cut_by_the_deadline_resumes_to_the_same_result() {
-    let chat = Chat::with(|s| s.expiry_days = 7).await;
+    let chat = Chat::with(|s| s.requests.expiry_days = 7).await;
     let due: Vec<_> = (0..4)
         .map(|i| Request::new(&format!("r{i}"), "u1", "g1", YOUNG))
         .collect();
@@ -123,7 +123,7 @@ async fn a_pass_cut_by_the_deadline_resumes_to_the_same_result() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_twin_is_recreated_while_pending_and_reported_otherwise() {
-    let chat = Chat::with(|s| s.twin_grace_minutes = 30).await;
+    let chat = Chat::with(|s| s.requests.twin_grace_minutes = 30).await;
     let orphans: Vec<_> = (0..120)
         .map(|i| Request::new(&format!("p{i}"), &format!("u{i}"), "g1", OLD))
         .collect();

@@ -67,7 +67,7 @@ impl AuditRequests {
             store: d.stores.get(Table::ChatRequests).clone(),
             tx: d.tx.clone(),
             table: d.settings.tables.name(Table::ChatRequests).to_owned(),
-            grace_minutes: d.settings.twin_grace_minutes,
+            grace_minutes: d.settings.requests.twin_grace_minutes,
         }
     }
 

@@ -53,7 +53,7 @@ impl ExpireRequests {
     pub fn new(d: &Deps) -> Self {
         ExpireRequests {
             store: d.stores.get(Table::ChatRequests).clone(),
-            expiry_days: d.settings.expiry_days,
+            expiry_days: d.settings.requests.expiry_days,
         }
     }
 }

@@ -90,11 +90,12 @@ use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
 use crate::app::{Deps, JobSpec, Stores, TableAccess, TableHandler};
-use crate::config::{EnvVar, REQUEST_EXPIRY_DAYS, ReadBy, Settings, TWIN_GRACE_MINUTES};
+use crate::config::{EnvVar, ReadBy, Settings};
 use crate::items::{GroupChat, Notification, RequestCopy, Status};
 use crate::keys::{self, ChatItem, ChatKind, Job, JoinMark, Owner, RequestKey, RequestsItem};
 use crate::schema::Table;
 use rules::Plan;
+use worker_engine::env::{ConfigError, Env};
 
 /// Write requests of the stream handler.
 pub const REQUEST_WRITES: &str = "RequestWrites";
@@ -166,6 +167,38 @@ pub const AUDIT_TABLES: &[TableAccess] = &[TableAccess {
     ],
     indexes: &[],
 }];
+
+pub const REQUEST_EXPIRY_DAYS: &str = "REQUEST_EXPIRY_DAYS";
+pub const TWIN_GRACE_MINUTES: &str = "TWIN_GRACE_MINUTES";
+
+/// The settings of the expiry and the twin audit (the variables of
+/// [`SPEC`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestSettings {
+    pub expiry_days: u64,
+    pub twin_grace_minutes: u64,
+}
+
+impl Default for RequestSettings {
+    fn default() -> Self {
+        RequestSettings {
+            expiry_days: 30,
+            twin_grace_minutes: 60,
+        }
+    }
+}
+
+impl RequestSettings {
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let d = RequestSettings::default();
+        Ok(RequestSettings {
+            expiry_days: env.number(REQUEST_EXPIRY_DAYS)?.unwrap_or(d.expiry_days),
+            twin_grace_minutes: env
+                .number(TWIN_GRACE_MINUTES)?
+                .unwrap_or(d.twin_grace_minutes),
+        })
+    }
+}
 
 /// The requests job: its stream handler, the expiry and the twin audit.
 pub const SPEC: JobSpec = JobSpec {
