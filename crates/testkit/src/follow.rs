@@ -100,19 +100,10 @@ pub struct Tail {
 impl Tail {
     /// The stream of `table` (a table with a stream), from its beginning.
     pub async fn new(table: &TestTable) -> Self {
-        let arn = table
-            .store
-            .stream_arn()
-            .await
-            .expect("describe table")
-            .expect("the test table has a stream");
+        let (arn, tail) = table.stream_tail().await;
         Tail {
             endpoint: table.endpoint.clone(),
-            tail: StreamTail::new(
-                local_client(&table.endpoint),
-                arn.clone(),
-                StartAt::TrimHorizon,
-            ),
+            tail,
             arn,
             positions: HashMap::new(),
             failed_reads: 0,

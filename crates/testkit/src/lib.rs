@@ -176,17 +176,27 @@ impl TestTable {
         String,
         Vec<(String, worker_engine::stream::decode::StreamChange)>,
     ) {
-        use worker_toolkit::stream_reader::{self, StartAt, StreamTail};
+        let (arn, mut tail) = self.stream_tail().await;
+        let records = tail.poll().await.expect("read the stream");
+        (arn, records)
+    }
+
+    /// The table's stream ARN, and a reader of its stream from the
+    /// beginning.
+    pub async fn stream_tail(&self) -> (String, worker_toolkit::stream_reader::StreamTail) {
+        use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
         let arn = self
             .store
             .stream_arn()
             .await
             .expect("describe table")
             .expect("the table has a stream");
-        let client = stream_reader::local_client(&self.endpoint);
-        let mut tail = StreamTail::new(client, arn.clone(), StartAt::TrimHorizon);
-        let records = tail.poll().await.expect("read the stream");
-        (arn, records)
+        let tail = StreamTail::new(
+            local_client(&self.endpoint),
+            arn.clone(),
+            StartAt::TrimHorizon,
+        );
+        (arn, tail)
     }
 }
 
@@ -266,19 +276,9 @@ pub struct Drain {
 impl Drain {
     /// Start following the table's stream from its beginning.
     pub async fn new(table: &TestTable) -> Self {
-        let arn = table
-            .store
-            .stream_arn()
-            .await
-            .expect("describe table")
-            .expect("the test table has a stream");
-        let client = worker_toolkit::stream_reader::local_client(&table.endpoint);
+        let (_, tail) = table.stream_tail().await;
         Drain {
-            tail: worker_toolkit::stream_reader::StreamTail::new(
-                client,
-                arn,
-                worker_toolkit::stream_reader::StartAt::TrimHorizon,
-            ),
+            tail,
             batches: Vec::new(),
             parallelization: 1,
             partition_key: table.store.key_attributes().0.to_owned(),
