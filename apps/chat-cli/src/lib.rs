@@ -57,12 +57,8 @@ impl CliApp for Chat {
 
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(&p.table_lookup::<Table>())?;
-        Ok(chat_worker::app::worker(
-            p.stores::<Table>(),
-            p.tx.clone(),
-            settings,
-            p.clock.clone(),
-        ))
+        let stores = p.stores::<Table>();
+        Ok(chat_worker::app::worker(stores, p.tx, settings, p.clock))
     }
 }
 
