@@ -43,6 +43,8 @@ pub const APP: worker_engine::job::AppSpec<Job, JobDeps, dyn ChangeHandler> =
         env: crate::config::COMMON_ENV,
         // In the order their stream handlers see a change.
         jobs: &[&invitations::SPEC, &relationships::SPEC, &expiry::SPEC],
+        schema: crate::schema::nishiki,
+        checkpoint: |job| Some(crate::keys::ItemKey::Checkpoint(job).to_attributes()),
     };
 
 /// Every stream handler, in the order they see a change.

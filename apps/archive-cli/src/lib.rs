@@ -1,15 +1,10 @@
 //! `archive-worker`: the toolkit's command line, with what only the archive
 //! worker knows.
 
-use std::sync::Arc;
-
-use archive_worker::app::{APP, Deps};
-use archive_worker::config::Settings;
+use archive_worker::app::{APP, Deps, SHARING};
 use archive_worker::keys::Job;
-use archive_worker::notify::RecordingPublisher;
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
-use worker_engine::schema::TableSchema;
 use worker_engine::stream::engine::RecordProcessor;
 use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, NoExtra};
@@ -34,21 +29,8 @@ ticks through the handlers the Lambda functions run, run a job, manage a table, 
     const TEMPLATE: Option<&'static str> = Some("infra/archive.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
-    fn schema() -> TableSchema {
-        archive_worker::schema::schema()
-    }
-
-    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
-        Some(archive_worker::keys::checkpoint(job))
-    }
-
-    /// A local run never publishes (events are recorded and dropped).
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
-        let settings = Settings::from_lookup(p.lookup)?;
-        let publisher = Arc::new(RecordingPublisher::default());
-        Ok(archive_worker::app::worker(
-            p.store, settings, publisher, p.clock,
-        ))
+        p.table_worker(&APP, SHARING)
     }
 }
 

@@ -154,13 +154,14 @@ async fn measure(files: usize) -> Measured {
     eprintln!("seeded {total} items ({files} files) in {seed_s:.1} s");
 
     let mut settings = Settings::for_table(&table.name);
-    settings.unzip.event_bus = Some(BUS.into());
+    settings.event_bus = Some(BUS.into());
     let publisher = Arc::new(RecordingPublisher::default());
-    let worker = archive_worker::app::worker(
+    let worker = archive_worker::app::APP.table_worker(
         table.store.clone(),
         settings,
         publisher.clone(),
         Arc::new(ManualClock::new(now())),
+        archive_worker::app::SHARING,
     );
     let run = bench::metered(&table.store, worker.run_job(Job::ExpireUnzipped, None)).await;
     let report = run.value.expect("expire-unzipped runs");

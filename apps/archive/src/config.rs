@@ -14,9 +14,6 @@
 //! [`COMMON_ENV`] (`worker_engine::settings`) and each job's `SPEC`
 //! declare the same list with who reads each variable.
 
-use worker_engine::env::{ConfigError, Env};
-use worker_engine::settings::JobSettings;
-
 use crate::keys::Job;
 use crate::unzip::UnzipSettings;
 
@@ -29,23 +26,8 @@ const TABLE: &str = "the archive table";
 pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, TABLE);
 
 /// Everything the worker is configured with: the common settings and
-/// [`ArchiveSettings`].
-pub type Settings = worker_engine::settings::Settings<Job, ArchiveSettings>;
-
-/// The archive worker's own settings: its jobs'.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ArchiveSettings {
-    pub unzip: UnzipSettings,
-}
-
-impl JobSettings for ArchiveSettings {
-    const TABLE: &'static str = TABLE;
-    fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Ok(ArchiveSettings {
-            unzip: UnzipSettings::from_env(env)?,
-        })
-    }
-}
+/// its one job's, [`UnzipSettings`] (dereferenced: `settings.event_bus`).
+pub type Settings = worker_engine::settings::Settings<Job, UnzipSettings>;
 
 #[cfg(test)]
 mod tests {
@@ -57,15 +39,15 @@ mod tests {
         let settings = |vars| Settings::from_lookup(&worker_testkit::env::lookup(vars));
         let s = settings(&[("TABLE_NAME", "archive")]).unwrap();
         assert_eq!(s, Settings::for_table("archive"));
-        assert_eq!((s.unzip.retention_hours, s.unzip.stuck_hours), (24, 48));
+        assert_eq!((s.retention_hours, s.stuck_hours), (24, 48));
         let s = settings(&[
             ("TABLE_NAME", "archive"),
             ("UNZIPPED_RETENTION_HOURS", "6"),
             ("NOTIFY_EVENT_BUS", "bus"),
         ])
         .unwrap();
-        assert_eq!(s.unzip.retention_hours, 6);
-        assert_eq!(s.unzip.event_bus.as_deref(), Some("bus"));
+        assert_eq!(s.retention_hours, 6);
+        assert_eq!(s.event_bus.as_deref(), Some("bus"));
         assert_eq!(settings(&[]).unwrap_err().name, "TABLE_NAME");
         let e = settings(&[("TABLE_NAME", "t"), ("UNZIP_STUCK_HOURS", "2d")]).unwrap_err();
         assert_eq!(e.name, "UNZIP_STUCK_HOURS");

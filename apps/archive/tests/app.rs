@@ -76,7 +76,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
     let store = table.store.as_ref();
     let lines = CapturedLines::default();
     let mut settings = Settings::for_table("test");
-    settings.unzip.event_bus = Some("bus".into());
+    settings.event_bus = Some("bus".into());
     let app = app_with(
         table.store.clone(),
         settings,

@@ -1169,10 +1169,10 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     let log = Arc::new(WorkerLog::default());
     let publisher = Arc::new(RecordingPublisher::default());
     let mut settings = Settings::for_table(&table.name);
-    settings.unzip.retention_hours = RETENTION_HOURS;
-    settings.unzip.stuck_hours = STUCK_HOURS;
-    settings.unzip.event_bus = Some(BUS.into());
-    let worker = Arc::new(archive_worker::app::worker(
+    settings.retention_hours = RETENTION_HOURS;
+    settings.stuck_hours = STUCK_HOURS;
+    settings.event_bus = Some(BUS.into());
+    let worker = Arc::new(archive_worker::app::APP.table_worker(
         Arc::new(Logged {
             inner: table.store.clone(),
             log: log.clone(),
@@ -1181,6 +1181,7 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
         settings,
         publisher.clone(),
         Arc::new(clock.clone()),
+        archive_worker::app::SHARING,
     ));
     let mapping = Mapping::new(factor).idle(Duration::from_millis(20));
     let followers = Followers::start(

@@ -26,7 +26,7 @@ const BUS: &str = "archive-bus";
 
 fn settings() -> Settings {
     let mut s = Settings::for_table("test");
-    s.unzip.event_bus = Some(BUS.into());
+    s.event_bus = Some(BUS.into());
     s
 }
 

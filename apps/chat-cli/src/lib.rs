@@ -5,7 +5,6 @@
 
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
-use worker_engine::schema::TableSchema;
 use worker_toolkit::cli::tables::{OtherTable, WorkerParts, others_of};
 use worker_toolkit::cli::{CliApp, NoExtra};
 use worker_toolkit::replay::redact::Placeholder;
@@ -32,10 +31,6 @@ impl CliApp for Chat {
     const TEMPLATE: Option<&'static str> = Some("infra/chat.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
-    fn schema() -> TableSchema {
-        Table::ChatRequests.schema()
-    }
-
     /// The Users table's personal attributes (the worker never logs them).
     fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
         vec![
@@ -43,12 +38,6 @@ impl CliApp for Chat {
             ("Username", Placeholder::Name),
             ("Name", Placeholder::Name),
         ]
-    }
-
-    /// Where a job's resume checkpoint is (`checkpoints list|reset`): the
-    /// key its job writes.
-    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
-        Some(chat_worker::keys::checkpoint(job))
     }
 
     fn other_tables() -> Vec<OtherTable> {

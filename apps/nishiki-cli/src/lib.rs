@@ -9,7 +9,6 @@ use nishiki_worker::keys::Job;
 use nishiki_worker::worker::ChangeHandler;
 use worker_engine::job::AppSpec;
 use worker_engine::runtime::Worker;
-use worker_engine::schema::TableSchema;
 use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, CliError, NoExtra, replay};
 use worker_toolkit::replay::redact::Placeholder;
@@ -46,10 +45,6 @@ impl CliApp for Nishiki {
     const TEMPLATE: Option<&'static str> = Some("infra/template.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
-    fn schema() -> TableSchema {
-        nishiki_worker::schema::nishiki()
-    }
-
     fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
         vec![
             (
@@ -76,10 +71,6 @@ impl CliApp for Nishiki {
                 Placeholder::Label("invitation"),
             ),
         ]
-    }
-
-    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
-        Some(nishiki_worker::keys::ItemKey::Checkpoint(job).to_attributes())
     }
 
     fn examples() -> Vec<(String, String)> {

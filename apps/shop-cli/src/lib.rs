@@ -4,21 +4,16 @@
 
 pub mod backfill;
 
-use std::sync::Arc;
-
 use clap::Subcommand;
 use worker_engine::env::ConfigError;
 use worker_engine::job::AppSpec;
-use worker_engine::notify::RecordingPublisher;
 use worker_engine::runtime::Worker;
-use worker_engine::schema::TableSchema;
 use worker_engine::stream::engine::RecordProcessor;
 use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, CliError, ExtraCommand};
 use worker_toolkit::replay::redact::Placeholder;
 
-use shop_worker::app::{APP, Deps};
-use shop_worker::config::Settings;
+use shop_worker::app::{APP, Deps, SHARING};
 use shop_worker::keys::{self, Job};
 
 /// The table every `--table` falls back to.
@@ -38,10 +33,6 @@ impl CliApp for Shop {
     const TEMPLATE: Option<&'static str> = Some("infra/shop.yaml");
     const EXAMPLES: &'static str = EXAMPLES;
 
-    fn schema() -> TableSchema {
-        shop_worker::schema::schema()
-    }
-
     /// A user's `email`, its `SKU` (`EMAIL#<email>`) and `name` (a user's
     /// name; products', brands' and categories' names go with it: the
     /// attribute is the same).
@@ -53,19 +44,8 @@ impl CliApp for Shop {
         ]
     }
 
-    /// Where a job's resume checkpoint is (`checkpoints list|reset`): the
-    /// key its job writes.
-    fn checkpoint_key(job: Job) -> Option<worker_engine::store::Key> {
-        Some(shop_worker::keys::checkpoint(job))
-    }
-
-    /// A local run never publishes (events are recorded and dropped).
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
-        let settings = Settings::from_lookup(p.lookup)?;
-        let publisher = Arc::new(RecordingPublisher::default());
-        Ok(shop_worker::app::worker(
-            p.store, settings, publisher, p.clock,
-        ))
+        p.table_worker(&APP, SHARING)
     }
 }
 

@@ -107,11 +107,12 @@ async fn measure(orders: usize) -> Measured {
     let (table, seed_s) = (&own.table, own.seed_s);
     eprintln!("seeded {orders} orders in {seed_s:.1} s");
 
-    let worker = shop_worker::app::worker(
+    let worker = shop_worker::app::APP.table_worker(
         table.store.clone(),
         Settings::for_table(&table.name),
         Arc::new(RecordingPublisher::default()),
         Arc::new(ManualClock::new(now())),
+        shop_worker::app::SHARING,
     );
     let run = bench::metered(&table.store, worker.run_job(Job::StuckOrders, None)).await;
     let report = run.value.expect("stuck-orders runs");

@@ -1,15 +1,11 @@
-//! The shop worker: [`APP`] describes it once, [`worker`] assembles it for
-//! Lambda ([`worker_from_env`]), the command line and the tests alike.
-
-use std::sync::Arc;
+//! The shop worker: [`APP`] describes it once; `APP.table_worker(..,
+//! SHARING)` assembles it over any store (the command line's, the
+//! tests'), [`worker_from_env`] as Lambda runs it.
 
 use lambda_runtime::Error;
 use worker_engine::app::{Sharing, TableDeps};
-use worker_engine::clock::Clock;
 use worker_engine::job::AppSpec;
-use worker_engine::notify::EventPublisher;
 use worker_engine::runtime::Worker;
-use worker_engine::store::Store;
 use worker_engine::stream::engine::RecordProcessor;
 
 use crate::config::{self, Settings};
@@ -26,6 +22,8 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     namespace: "ShopWorker",
     env: config::COMMON_ENV,
     jobs: &[&derive::SPEC, &refs::SPEC, &stuck::SPEC],
+    schema: crate::schema::schema,
+    checkpoint: |job| Some(crate::keys::checkpoint(job)),
 };
 
 /// What the handlers and jobs are built from: the table, the settings,
@@ -33,17 +31,7 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
 pub type Deps = TableDeps<Settings>;
 
 /// Each stream handler makes its own requests.
-const SHARING: Sharing = Sharing::Separate;
-
-/// The worker over `store`: every job registered.
-pub fn worker(
-    store: Arc<dyn Store>,
-    settings: Settings,
-    publisher: Arc<dyn EventPublisher>,
-    clock: Arc<dyn Clock>,
-) -> Worker<Job> {
-    APP.table_worker(store, settings, publisher, clock, SHARING)
-}
+pub const SHARING: Sharing = Sharing::Separate;
 
 /// The worker as Lambda runs it (`lambda::Deployment`), its events to
 /// EventBridge.

@@ -14,9 +14,6 @@
 //! [`COMMON_ENV`] (`worker_engine::settings`) and each job's `SPEC`
 //! declare the same list with who reads each variable.
 
-use worker_engine::env::{ConfigError, Env};
-use worker_engine::settings::JobSettings;
-
 use crate::keys::Job;
 use crate::stuck::StuckSettings;
 
@@ -29,23 +26,8 @@ const TABLE: &str = "the shop table";
 pub const COMMON_ENV: &[EnvVar] = worker_engine::common_env!(Job, TABLE);
 
 /// Everything the worker is configured with: the common settings and
-/// [`ShopSettings`].
-pub type Settings = worker_engine::settings::Settings<Job, ShopSettings>;
-
-/// The shop worker's own settings: its jobs'.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct ShopSettings {
-    pub stuck: StuckSettings,
-}
-
-impl JobSettings for ShopSettings {
-    const TABLE: &'static str = TABLE;
-    fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        Ok(ShopSettings {
-            stuck: StuckSettings::from_env(env)?,
-        })
-    }
-}
+/// its one job's, [`StuckSettings`] (dereferenced: `settings.event_bus`).
+pub type Settings = worker_engine::settings::Settings<Job, StuckSettings>;
 
 #[cfg(test)]
 mod tests {
@@ -57,8 +39,8 @@ mod tests {
         let settings = |vars| Settings::from_lookup(&worker_testkit::env::lookup(vars));
         let s = settings(&[("TABLE_NAME", "shop")]).unwrap();
         assert_eq!(s, Settings::for_table("shop"));
-        assert_eq!(s.stuck.statuses, ["PENDING", "PAID"]);
-        assert_eq!(s.stuck.after_hours, 48);
+        assert_eq!(s.statuses, ["PENDING", "PAID"]);
+        assert_eq!(s.after_hours, 48);
         let s = settings(&[
             ("TABLE_NAME", "shop"),
             ("STUCK_STATUSES", " SHIPPED , PAID ,"),
@@ -66,9 +48,9 @@ mod tests {
             ("NOTIFY_EVENT_BUS", "bus"),
         ])
         .unwrap();
-        assert_eq!(s.stuck.statuses, ["SHIPPED", "PAID"]);
-        assert_eq!(s.stuck.after_hours, 6);
-        assert_eq!(s.stuck.event_bus.as_deref(), Some("bus"));
+        assert_eq!(s.statuses, ["SHIPPED", "PAID"]);
+        assert_eq!(s.after_hours, 6);
+        assert_eq!(s.event_bus.as_deref(), Some("bus"));
         assert_eq!(settings(&[]).unwrap_err().name, "TABLE_NAME");
         let e = settings(&[("TABLE_NAME", "t"), ("STUCK_AFTER_HOURS", "2d")]).unwrap_err();
         assert_eq!(e.name, "STUCK_AFTER_HOURS");

@@ -1170,8 +1170,8 @@ async fn run(seed: u64, factor: usize) {
     let clock = ManualClock::new(now());
     let publisher = Arc::new(RecordingPublisher::default());
     let mut settings = Settings::for_table(&table.name);
-    settings.stuck.event_bus = Some(BUS.into());
-    let app = Arc::new(shop_worker::app::worker(
+    settings.event_bus = Some(BUS.into());
+    let app = Arc::new(shop_worker::app::APP.table_worker(
         Arc::new(Logged {
             inner: table.store.clone(),
             log: log.clone(),
@@ -1179,6 +1179,7 @@ async fn run(seed: u64, factor: usize) {
         settings,
         publisher.clone(),
         Arc::new(clock.clone()),
+        shop_worker::app::SHARING,
     ));
     let mut rng = StdRng::seed_from_u64(seed);
     let service = Arc::new(Service::new(table.store.clone(), log.clone(), &mut rng));

@@ -82,7 +82,7 @@ async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
     let stuck = orders(&table).await;
 
     let mut settings = Settings::for_table(&table.name);
-    settings.stuck.event_bus = Some(routed.bus.clone());
+    settings.event_bus = Some(routed.bus.clone());
     let publisher = Arc::new(EventBridgePublisher::with_client(moto.eventbridge()));
     let app = app_with(table.store.clone(), settings, publisher);
 

@@ -35,7 +35,7 @@ fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
                 .map(|s| SettingsView {
                     job: s.common.job,
                     table_name: s.common.table_name,
-                    event_bus: s.own.stuck.event_bus,
+                    event_bus: s.own.event_bus,
                 })
                 .map_err(|e| e.to_string())
         },

@@ -104,8 +104,8 @@ async fn stuck_orders_are_found_by_status_and_age_and_reported() {
 
     // With a bus: one OrderStuck event per stuck order.
     let mut settings = Settings::for_table("t");
-    settings.stuck.event_bus = Some("shop-bus".into());
-    settings.stuck.statuses = vec!["PENDING".into()];
+    settings.event_bus = Some("shop-bus".into());
+    settings.statuses = vec!["PENDING".into()];
     let app = app_with(table.store.clone(), settings, publisher.clone());
     let report = app.invoke_schedule(&tick()).await.unwrap();
     assert_eq!(report["details"]["published"], json!(2));

@@ -310,6 +310,8 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     // TABLE_NAME, a local endpoint, WORKER_JOB, the parking table, ...
     env: worker_engine::common_env!(Job, NoteSettings::TABLE),
     jobs: &[&NOTES],
+    schema,
+    checkpoint: |_| None,
 };
 
 // ---------------------------------------------------------------------------
@@ -339,10 +341,6 @@ impl CliApp for Minimal {
     const ABOUT: &'static str =
         "Run the notes worker locally: replay events, run a job, manage a table, live loop.";
     const EXAMPLES: &'static str = "Example:\n  minimal replay --apply-writes captured.json";
-
-    fn schema() -> TableSchema {
-        schema()
-    }
 
     fn worker(p: WorkerParts<'_>) -> Result<Worker<Job>, ConfigError> {
         let settings = Settings::from_lookup(p.lookup)?;

@@ -154,6 +154,13 @@ pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     /// Variables every app reads (table, endpoint, deadline margin, ...).
     pub env: &'static [EnvVar<J>],
     pub jobs: &'static [&'static JobSpec<J, D, H>],
+    /// Its table as it expects it (keys, attribute types, indexes,
+    /// stream): what tests, the command line and templates create. An app
+    /// of several tables ([`crate::tables`]): its home table.
+    pub schema: fn() -> crate::schema::TableSchema,
+    /// The key of a job's resume checkpoint, if the job keeps one (the
+    /// command line's `checkpoints list|reset`).
+    pub checkpoint: fn(J) -> Option<crate::store::Key>,
 }
 
 impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {

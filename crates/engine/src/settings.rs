@@ -168,10 +168,11 @@ impl<J: JobName> CommonSettings<J> {
 }
 
 /// The settings of an app's own jobs, read from the same variables as the
-/// [`CommonSettings`] (the second half of its [`Settings`]).
+/// [`CommonSettings`] (the second half of its [`Settings`]): a struct of
+/// each job's, the one job's settings themselves, or `()` for none.
 pub trait JobSettings: Sized + Default {
     /// What `TABLE_NAME` names, in the error when it is missing.
-    const TABLE: &'static str;
+    const TABLE: &'static str = "a table name";
     /// Read them; errors name the variable and what a valid value is. By
     /// default none are read (an app whose jobs have no settings).
     fn from_env(env: &Env) -> Result<Self, ConfigError> {
@@ -188,7 +189,7 @@ pub trait JobSettings: Sized + Default {
 
 /// Everything an app's worker is configured with: the variables every app
 /// reads (`settings.common`) and its jobs' own, `S` (dereferenced:
-/// `settings.unzip` is `S`'s `unzip`).
+/// `settings.event_bus` is `S`'s `event_bus`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings<J, S> {
     pub common: CommonSettings<J>,
@@ -220,6 +221,9 @@ impl<J: JobName, S: JobSettings> Settings<J, S> {
         Self::from_lookup(&|name| std::env::var(name).ok())
     }
 }
+
+/// No settings of the app's own.
+impl JobSettings for () {}
 
 impl<J, S> Deref for Settings<J, S> {
     type Target = S;

@@ -73,7 +73,7 @@ impl ExpireUnzipped {
     pub fn new(deps: &Deps) -> Self {
         ExpireUnzipped {
             store: deps.store.clone(),
-            settings: deps.settings.unzip.clone(),
+            settings: deps.settings.own.clone(),
             publisher: deps.publisher.clone(),
         }
     }

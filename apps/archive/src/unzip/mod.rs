@@ -69,6 +69,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::env::{ConfigError, Env};
 use worker_engine::job::{Access, EnvVar, Fallback, ReadBy, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
+use worker_engine::settings::JobSettings;
 use worker_engine::store::guarded::{Guard, GuardedOp};
 use worker_engine::store::{Expr, Key, QuerySpec, Store, StoreError, WriteOutcome};
 use worker_engine::stream::decode::{ChangeKind, StreamChange};
@@ -183,8 +184,8 @@ impl Default for UnzipSettings {
     }
 }
 
-impl UnzipSettings {
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+impl JobSettings for UnzipSettings {
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let d = UnzipSettings::default();
         Ok(UnzipSettings {
             retention_hours: env

@@ -9,6 +9,7 @@ pub mod template;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use archive_worker::app::{APP, SHARING};
 use archive_worker::config::Settings;
 use archive_worker::items::{ArchivedFile, Stage, UnzipItem};
 use archive_worker::keys::{self, FileTime, ItemKey, Job, LookupKey};
@@ -29,27 +30,21 @@ pub fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
-/// The worker over `store` with the default settings, a fixed clock and a
-/// recording publisher.
+/// The worker over `store` at [`NOW`]: the default settings, its events
+/// recorded.
 pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
-    app_with(
-        store,
-        Settings::for_table("test"),
-        Arc::new(RecordingPublisher::default()),
-    )
+    let settings = Settings::for_table("test");
+    app_with(store, settings, Arc::new(RecordingPublisher::default()))
 }
 
+/// The worker over `store` at [`NOW`], with `settings` and `publisher`.
 pub fn app_with(
     store: Arc<dyn Store>,
     settings: Settings,
     publisher: Arc<dyn EventPublisher>,
 ) -> Worker<Job> {
-    archive_worker::app::worker(
-        store,
-        settings,
-        publisher,
-        Arc::new(ManualClock::new(now())),
-    )
+    let clock = Arc::new(ManualClock::new(now()));
+    APP.table_worker(store, settings, publisher, clock, SHARING)
 }
 
 pub fn t(pk: &str) -> FileTime {

@@ -22,6 +22,7 @@ use worker_engine::job::{Access, EnvVar, ReadBy, Schedule, ScheduleSpec};
 use worker_engine::metrics::Metric;
 use worker_engine::notify::EventPublisher;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
+use worker_engine::settings::JobSettings;
 use worker_engine::store::{Expr, QuerySpec, Store};
 
 use crate::app::{Deps, JobSpec};
@@ -105,8 +106,8 @@ impl Default for StuckSettings {
     }
 }
 
-impl StuckSettings {
-    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+impl JobSettings for StuckSettings {
+    fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let d = StuckSettings::default();
         let statuses = env.parse(STUCK_STATUSES, |v| {
             let list: Vec<String> = v
@@ -138,7 +139,7 @@ impl StuckOrders {
     pub fn new(deps: &Deps) -> Self {
         StuckOrders {
             store: deps.store.clone(),
-            settings: deps.settings.stuck.clone(),
+            settings: deps.settings.own.clone(),
             publisher: deps.publisher.clone(),
         }
     }

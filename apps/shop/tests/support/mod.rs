@@ -14,6 +14,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use rand::Rng;
+use shop_worker::app::{APP, SHARING};
 use shop_worker::config::Settings;
 use shop_worker::items::{Named, Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey, Job};
@@ -32,27 +33,21 @@ pub fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
-/// The worker over `store` with the default settings, a fixed clock and a
-/// recording publisher.
+/// The worker over `store` at [`NOW`]: the default settings, its events
+/// recorded.
 pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
-    app_with(
-        store,
-        Settings::for_table("test"),
-        Arc::new(RecordingPublisher::default()),
-    )
+    let settings = Settings::for_table("test");
+    app_with(store, settings, Arc::new(RecordingPublisher::default()))
 }
 
+/// The worker over `store` at [`NOW`], with `settings` and `publisher`.
 pub fn app_with(
     store: Arc<dyn Store>,
     settings: Settings,
     publisher: Arc<dyn EventPublisher>,
 ) -> Worker<Job> {
-    shop_worker::app::worker(
-        store,
-        settings,
-        publisher,
-        Arc::new(ManualClock::new(now())),
-    )
+    let clock = Arc::new(ManualClock::new(now()));
+    APP.table_worker(store, settings, publisher, clock, SHARING)
 }
 
 pub const STATUSES: &[&str] = &["PENDING", "PAID", "SHIPPED", "DELIVERED"];

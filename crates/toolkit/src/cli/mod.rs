@@ -104,8 +104,10 @@ pub trait CliApp: Send + Sync + 'static {
     /// The examples after `--help`'s options.
     const EXAMPLES: &'static str;
     /// The table as the app expects it (created on the embedded DynamoDB
-    /// Local and by `table create`).
-    fn schema() -> TableSchema;
+    /// Local and by `table create`): by default, its [`AppSpec`]'s.
+    fn schema() -> TableSchema {
+        (Self::APP.schema)()
+    }
     /// Attributes holding personal data, replaced by `capture --redact`
     /// (`Placeholder::Email`, `Placeholder::Name`, ...); none by default.
     fn personal_attributes() -> Vec<(&'static str, Placeholder)> {
@@ -128,10 +130,9 @@ pub trait CliApp: Send + Sync + 'static {
     /// is not given and the file exists. `None`: no template.
     const TEMPLATE: Option<&'static str> = None;
     /// The key of a job's resume checkpoint, if the job keeps one
-    /// (`checkpoints list|reset`).
+    /// (`checkpoints list|reset`): by default, its [`AppSpec`]'s.
     fn checkpoint_key(job: Self::Job) -> Option<worker_engine::store::Key> {
-        let _ = job;
-        None
+        (Self::APP.checkpoint)(job)
     }
     /// The worker of a command ([`tables::WorkerParts`]: the target
     /// table's store, the other tables', transactions, the variables and

@@ -32,13 +32,21 @@ use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
 use crate::replay::snapshot::{
     SnapshotError, SnapshotTable, TableItems, load_items, read_tables, scan_table, write_tables,
 };
+use worker_engine::app::{Sharing, TableDeps};
 use worker_engine::clock::Clock;
+use worker_engine::env::ConfigError;
 use worker_engine::item::Item;
+use worker_engine::job::AppSpec;
+use worker_engine::notify::RecordingPublisher;
+use worker_engine::runtime::Worker;
+use worker_engine::schedule::JobName;
 use worker_engine::schema::TableSchema;
+use worker_engine::settings::{JobSettings, Settings};
 use worker_engine::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
 use worker_engine::stream::decode::{RecordError, StreamChange};
+use worker_engine::stream::engine::RecordProcessor;
 use worker_engine::stream::source::table_name;
 use worker_engine::tables::{Stores, TableSet};
 
@@ -136,6 +144,19 @@ pub struct WorkerParts<'a> {
 }
 
 impl WorkerParts<'_> {
+    /// The worker of an app on one table (`worker_engine::app`): its
+    /// settings from [`WorkerParts::lookup`], its events recorded and
+    /// dropped (a local run never publishes).
+    pub fn table_worker<J: JobName, S: JobSettings>(
+        self,
+        app: &AppSpec<J, TableDeps<Settings<J, S>>, dyn RecordProcessor>,
+        sharing: Sharing,
+    ) -> Result<Worker<J>, ConfigError> {
+        let settings = Settings::from_lookup(self.lookup)?;
+        let publisher = Arc::new(RecordingPublisher::default());
+        Ok(app.table_worker(self.store, settings, publisher, self.clock, sharing))
+    }
+
     /// The variables of an app of several tables: [`WorkerParts::lookup`]
     /// with every table's name, its variable, else the target's
     /// (`TABLE_NAME`) for the home table, else the name the command opened
