@@ -745,12 +745,8 @@ impl InvitationTtl {
         if stamped_ttl(&stored) == Some(value) {
             return Ok(HandlerOutcome::Nothing("TTL already stamped".into()));
         }
-        let update = Expr::new("SET #ttl = :ttl")
-            .name("#ttl", TTL_ATTRIBUTE)
-            .value(":ttl", AttributeValue::N(value.to_string()));
-        let condition = Expr::new("#exp = :seen")
-            .name("#exp", attr::LINK_EXPIRY_DATETIME)
-            .string(":seen", seen);
+        let update = Expr::set(TTL_ATTRIBUTE, AttributeValue::N(value.to_string()));
+        let condition = Expr::equals(attr::LINK_EXPIRY_DATETIME, AttributeValue::S(seen));
         Ok(
             match self.store.update(&key, update, Some(condition)).await? {
                 WriteOutcome::Applied => HandlerOutcome::Wrote {

@@ -1,27 +1,12 @@
 //! Typed items of the chat tables over the engine's `Item`, with
-//! `serde_dynamo`; decoding errors go through `redact_quoted`, so no
-//! attribute value reaches a log line.
+//! `serde_dynamo` (`worker_engine::item::decode`, `encode`): no attribute
+//! value reaches a decoding error, nor a log line.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use worker_engine::item::{Item, redact_quoted};
+use worker_engine::item::{Item, decode, encode};
 
 use crate::keys::{self, RequestKey};
-
-/// A serde message without its quoted values: `redact_quoted`, and the
-/// backquoted spans serde uses for an unknown enum value (`unknown variant
-/// `x``), which may be anything a client wrote.
-pub fn redact(msg: &str) -> String {
-    let mut out = String::new();
-    for (i, part) in redact_quoted(msg).split('`').enumerate() {
-        if i % 2 == 0 {
-            out.push_str(part);
-        } else {
-            out.push_str("`…`");
-        }
-    }
-    out
-}
 
 /// A request's status. `pending` first, then one terminal status that never
 /// goes back to `pending`.
@@ -76,8 +61,7 @@ impl RequestCopy {
     /// A request copy, or why it is not one (no attribute value in the text).
     pub fn from_item(item: &Item) -> Result<RequestCopy, String> {
         let key = RequestKey::parse(item).map_err(|e| e.to_string())?;
-        let mut copy: RequestCopy = serde_dynamo::from_item(item.clone())
-            .map_err(|e| format!("chat request does not decode: {}", redact(&e.to_string())))?;
+        let mut copy: RequestCopy = decode(item, "chat request")?;
         if copy.id != key.request {
             return Err("chat request: Id differs from the request id of its key".into());
         }
@@ -98,9 +82,7 @@ impl RequestCopy {
 
     /// The item, keys included.
     pub fn to_item(&self) -> Item {
-        let mut item: Item = serde_dynamo::to_item(self).expect("a request copy serializes");
-        item.extend(self.key().key());
-        item
+        encode(self, self.key().key())
     }
 
     /// The other copy's key (`None`: the ids disagree with the key, which
@@ -128,8 +110,7 @@ pub struct GroupChat {
 
 impl GroupChat {
     pub fn from_item(item: &Item) -> Result<GroupChat, String> {
-        serde_dynamo::from_item(item.clone())
-            .map_err(|e| format!("group chat does not decode: {}", redact(&e.to_string())))
+        decode(item, "group chat")
     }
 }
 
@@ -165,8 +146,7 @@ impl Notification {
             read: false,
             seen: false,
         };
-        let mut item: Item = serde_dynamo::to_item(&n).expect("a notification serializes");
-        item.extend(key.key());
+        let item = encode(&n, key.key());
         (key, item)
     }
 }

@@ -19,10 +19,9 @@
 //! Errors ([`KeyError`]) carry key values only: the keys hold ids and
 //! times, never a name or an e-mail address.
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, SecondsFormat, Utc};
 use worker_engine::item::Item;
-use worker_engine::keys::{AttributeError, string};
+use worker_engine::keys::{AttributeError, string, strings};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
 
@@ -122,10 +121,6 @@ pub enum KeyError {
     },
 }
 
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.to_owned())
-}
-
 fn foreign(table: &'static str, attribute: &'static str, value: &str) -> KeyError {
     KeyError::Foreign {
         table,
@@ -192,7 +187,7 @@ pub fn user_of(v: &str) -> Result<&str, KeyError> {
 
 /// The key of a user (Users table: partition key only).
 pub fn user(user: &str) -> Key {
-    Key::from([(PK.to_owned(), s(&user_pk(user)))])
+    strings([(PK, user_pk(user))])
 }
 
 /// The user id of a Users item.
@@ -224,7 +219,7 @@ impl CommunityItem {
             CommunityItem::Member { user, .. } => user_pk(user),
             CommunityItem::GroupChat { chat, .. } => format!("{GROUPCHAT}{chat}"),
         };
-        Key::from([(PK.to_owned(), s(&pk)), (SK.to_owned(), s(&sk))])
+        strings([(PK, pk), (SK, sk)])
     }
 
     pub fn parse(item: &Item) -> Result<Self, KeyError> {
@@ -326,7 +321,7 @@ impl ChatItem {
             ChatItem::Member { user, .. } => user_pk(user),
             ChatItem::Message { time, id, .. } => format!("{MESSAGE}{}#{id}", format_time(*time)),
         };
-        Key::from([(PK.to_owned(), s(&pk)), (SK.to_owned(), s(&sk))])
+        strings([(PK, pk), (SK, sk)])
     }
 
     /// An item of the `kind` table.
@@ -382,10 +377,7 @@ impl NotificationKey {
     pub fn key(&self) -> Key {
         let prefix = if self.read { READ_PREFIX } else { UNREAD };
         let sk = format!("{prefix}{}#{}", format_time(self.time), self.id);
-        Key::from([
-            (PK.to_owned(), s(&user_pk(&self.user))),
-            (SK.to_owned(), s(&sk)),
-        ])
+        strings([(PK, user_pk(&self.user)), (SK, sk)])
     }
 
     pub fn parse(item: &Item) -> Result<Self, KeyError> {
@@ -474,10 +466,7 @@ impl RequestKey {
     }
 
     pub fn key(&self) -> Key {
-        Key::from([
-            (PK.to_owned(), s(&self.owner.pk())),
-            (SK.to_owned(), s(&self.sk())),
-        ])
+        strings([(PK, self.owner.pk()), (SK, self.sk())])
     }
 
     /// The other copy's key, given the other owner.
@@ -532,10 +521,7 @@ impl JoinMark {
             created: self.created,
             request: self.request.clone(),
         };
-        Key::from([
-            (PK.to_owned(), s(&format!("{JOINED}{}", self.chat))),
-            (SK.to_owned(), s(&copy.sk())),
-        ])
+        strings([(PK, format!("{JOINED}{}", self.chat)), (SK, copy.sk())])
     }
 }
 
@@ -573,17 +559,19 @@ impl RequestsItem {
 
 /// The checkpoint of `job` (in the ChatRequests table).
 pub fn checkpoint(job: Job) -> Key {
-    Key::from([
-        (PK.to_owned(), s(&format!("{WORKER}{job}"))),
-        (SK.to_owned(), s(CHECKPOINT)),
-    ])
+    strings([(PK, format!("{WORKER}{job}")), (SK, CHECKPOINT.into())])
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_sdk_dynamodb::types::AttributeValue;
     use chrono::TimeZone;
     use proptest::prelude::*;
+
+    fn s(v: &str) -> AttributeValue {
+        AttributeValue::S(v.to_owned())
+    }
 
     fn t() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2024, 5, 1, 10, 0, 0).unwrap()

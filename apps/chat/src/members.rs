@@ -149,16 +149,10 @@ impl MemberCount {
         if seen == Some(counted) {
             return Ok(RecordOutcome::skipped("count right"));
         }
-        let update = Expr::new("SET #n = :n")
-            .name("#n", keys::NUM_MEMBERS)
-            .value(":n", AttributeValue::N(counted.to_string()));
-        let unchanged = match seen {
-            Some(n) => Expr::new("#n = :seen")
-                .name("#n", keys::NUM_MEMBERS)
-                .value(":seen", AttributeValue::N(n.to_string())),
-            None => Expr::new("attribute_not_exists(#n)").name("#n", keys::NUM_MEMBERS),
-        }
-        .and(Expr::exists(keys::PK));
+        let update = Expr::set(keys::NUM_MEMBERS, AttributeValue::N(counted.to_string()));
+        let seen = seen.map(|n| AttributeValue::N(n.to_string()));
+        let unchanged =
+            Expr::unchanged(keys::NUM_MEMBERS, seen.as_ref()).and(Expr::exists(keys::PK));
         let outcome = self.store.update(&key, update, Some(unchanged)).await?;
         self.writes.add(MEMBER_COUNT_WRITES, 1);
         Ok(match outcome {

@@ -267,7 +267,7 @@ fn a_snapshot_of_the_six_tables_loads_each_table() {
     let text = stdout(&o);
     assert!(
         text.contains(
-            "  planned writes (dry run, nothing written): 1\n    GroupChats (1):\n      UPDATE GROUPCHAT#g1/GROUPCHAT#g1 SET #n = :n if "
+            "  planned writes (dry run, nothing written): 1\n    GroupChats (1):\n      UPDATE GROUPCHAT#g1/GROUPCHAT#g1 SET #NumMembers = :NumMembers if "
         ),
         "{text}"
     );
@@ -384,7 +384,7 @@ async fn table_load_and_snapshot_cover_the_six_tables() {
     let text = stdout(&o);
     assert!(
         text.contains(
-            "  writes made by the worker: 1\n    GroupChats (1):\n      UPDATE GROUPCHAT#g1/GROUPCHAT#g1 SET #n = :n if "
+            "  writes made by the worker: 1\n    GroupChats (1):\n      UPDATE GROUPCHAT#g1/GROUPCHAT#g1 SET #NumMembers = :NumMembers if "
         ),
         "{text}"
     );

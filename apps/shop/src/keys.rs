@@ -16,7 +16,6 @@
 //! never the malformed value: a `SKU = EMAIL#...` is personal data, and a
 //! malformed key may hold anything a writer put there.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -532,10 +531,7 @@ pub fn checkpoint(job: Job) -> Key {
 
 /// A `PK`/`SK` key.
 pub fn key_of(pk: impl Into<String>, sk: impl Into<String>) -> Key {
-    HashMap::from([
-        (PK.to_owned(), AttributeValue::S(pk.into())),
-        (SK.to_owned(), AttributeValue::S(sk.into())),
-    ])
+    worker_engine::keys::strings([(PK, pk.into()), (SK, sk.into())])
 }
 
 /// A number attribute.

@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 pub mod borrowed;
 
@@ -47,6 +49,34 @@ pub fn redact_quoted(msg: &str) -> String {
     out
 }
 
+/// A serde error's text without the values it quotes: [`redact_quoted`],
+/// and the backquoted spans serde uses for an unknown enum value (`unknown
+/// variant `x``), which may be anything a client wrote.
+pub fn redact_serde(msg: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in redact_quoted(msg).split('`').enumerate() {
+        out.push_str(if i % 2 == 0 { part } else { "`…`" });
+    }
+    out
+}
+
+/// `T` from an item's attributes (`serde_dynamo`); the error says `what`
+/// does not decode and why, no value in it ([`redact_serde`]).
+pub fn decode<T: DeserializeOwned>(item: &Item, what: &str) -> Result<T, String> {
+    serde_dynamo::from_item(item.clone())
+        .map_err(|e| format!("{what} does not decode: {}", redact_serde(&e.to_string())))
+}
+
+/// The item of a typed value: its attributes (`serde_dynamo`) and `key`'s.
+///
+/// # Panics
+/// If `T` does not serialize as a map (a struct of plain fields does).
+pub fn encode<T: Serialize>(typed: &T, key: Item) -> Item {
+    let mut item: Item = serde_dynamo::to_item(typed).expect("a typed item serializes as a map");
+    item.extend(key);
+    item
+}
+
 /// The byte offset of the last `'` in `s` that ends a word (followed by the
 /// end, whitespace or punctuation).
 fn closing_single_quote(s: &str) -> Option<usize> {
@@ -65,6 +95,39 @@ fn closing_single_quote(s: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    enum Kind {
+        Note,
+    }
+
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "Kind")]
+        kind: Kind,
+        #[serde(rename = "Size")]
+        size: i64,
+    }
+
+    #[test]
+    fn typed_items_decode_without_values_in_errors() {
+        let key = Item::from([("PK".into(), AttributeValue::S("T#1".into()))]);
+        let typed = Typed {
+            kind: Kind::Note,
+            size: 3,
+        };
+        let item = encode(&typed, key);
+        assert_eq!(item["PK"], AttributeValue::S("T#1".into()));
+        assert_eq!(decode::<Typed>(&item, "typed"), Ok(typed));
+        let mut bad = item.clone();
+        bad.insert("Kind".into(), AttributeValue::S("alice@example.com".into()));
+        let err = decode::<Typed>(&bad, "typed").unwrap_err();
+        assert!(err.starts_with("typed does not decode: "), "{err}");
+        assert!(!err.contains("alice"), "{err}");
+        bad.insert("Size".into(), AttributeValue::S("bob".into()));
+        bad.insert("Kind".into(), AttributeValue::S("Note".into()));
+        assert!(!decode::<Typed>(&bad, "typed").unwrap_err().contains("bob"));
+    }
 
     #[test]
     fn single_quoted_values_are_redacted_too() {

@@ -1,4 +1,4 @@
-//! Reading an item's key attributes: the part of an app's key parsing that
+//! Building a key of strings and reading an item's key attributes: the part of an app's key parsing that
 //! is the same whatever the table. What a key's strings mean (its
 //! partitions, prefixes and ids) and how they are malformed stay the app's:
 //! its own key error wraps [`AttributeError`].
@@ -6,6 +6,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 
 use crate::item::Item;
+use crate::store::Key;
 
 /// A key attribute an item lacks, or holds as another type than a string.
 /// Texts name the attribute, never a value.
@@ -26,6 +27,15 @@ pub fn string<'a>(item: &'a Item, name: &'static str) -> Result<&'a str, Attribu
     }
 }
 
+/// A key of string attributes, from `(name, value)` pairs: what an app's
+/// key module builds its keys with.
+pub fn strings<const N: usize>(parts: [(&str, String); N]) -> Key {
+    parts
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), AttributeValue::S(value)))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,6 +47,9 @@ mod tests {
             ("S".to_owned(), AttributeValue::N("1".into())),
         ]);
         assert_eq!(string(&item, "P"), Ok("a#1"));
+        let key = strings([("P", "a#1".into()), ("S", "b".into())]);
+        assert_eq!(string(&key, "P"), Ok("a#1"));
+        assert_eq!(key["S"], AttributeValue::S("b".into()));
         let not_string = string(&item, "S").unwrap_err();
         assert_eq!(not_string, AttributeError::NotString("S"));
         assert_eq!(not_string.to_string(), "S is not a string");

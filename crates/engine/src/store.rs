@@ -318,6 +318,34 @@ impl Expr {
     pub fn not_exists(key_attribute: &str) -> Self {
         Expr::new("attribute_not_exists(#cond_k)").name("#cond_k", key_attribute)
     }
+    /// `SET #A = :A`: one attribute set to `value` (placeholders named
+    /// after the attribute: a dry run's line reads as the request).
+    pub fn set(attribute: &str, value: AttributeValue) -> Self {
+        let p = placeholder(attribute);
+        Expr::new(format!("SET #{p} = :{p}"))
+            .name(&format!("#{p}"), attribute)
+            .value(&format!(":{p}"), value)
+    }
+    /// `#A = :A_eq`: the attribute holds `value` (false when the item is
+    /// gone). Its value placeholder is not [`Expr::set`]'s: an update may
+    /// set the attribute it is conditioned on.
+    pub fn equals(attribute: &str, value: AttributeValue) -> Self {
+        let p = placeholder(attribute);
+        Expr::new(format!("#{p} = :{p}_eq"))
+            .name(&format!("#{p}"), attribute)
+            .value(&format!(":{p}_eq"), value)
+    }
+    /// The attribute is as a decision read it: [`Expr::equals`] the value
+    /// `seen`, or `attribute_not_exists` when it had none.
+    pub fn unchanged(attribute: &str, seen: Option<&AttributeValue>) -> Self {
+        match seen {
+            Some(v) => Expr::equals(attribute, v.clone()),
+            None => {
+                let p = placeholder(attribute);
+                Expr::new(format!("attribute_not_exists(#{p})")).name(&format!("#{p}"), attribute)
+            }
+        }
+    }
     /// Join two expressions with AND (placeholders must not clash).
     pub fn and(mut self, other: Expr) -> Self {
         self.text = format!("({}) AND ({})", self.text, other.text);
@@ -325,6 +353,15 @@ impl Expr {
         self.values.extend(other.values);
         self
     }
+}
+
+/// A placeholder named after `attribute`: its letters, digits and `_`,
+/// anything else `_`.
+fn placeholder(attribute: &str) -> String {
+    attribute
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
 }
 
 /// A Query request (one page at a time).
@@ -358,6 +395,22 @@ impl QuerySpec {
             ..Default::default()
         }
     }
+    /// The items of one partition whose sort key is below `upper`
+    /// (`#pk = :pk AND #sk < :upper`), in sort-key order: what is due by a
+    /// time kept in the sort key.
+    pub fn below(partition: (&str, AttributeValue), sort_key: &str, upper: AttributeValue) -> Self {
+        let (key_attribute, value) = partition;
+        QuerySpec {
+            key_condition: Expr::new("#pk = :pk AND #sk < :upper")
+                .name("#pk", key_attribute)
+                .name("#sk", sort_key)
+                .value(":pk", value)
+                .value(":upper", upper),
+            forward: true,
+            ..Default::default()
+        }
+    }
+
     pub fn on_index(mut self, index: &str) -> Self {
         self.index = Some(index.to_owned());
         self
@@ -1757,6 +1810,25 @@ mod tests {
         assert_eq!(e.text, "(attribute_exists(#cond_k)) AND (#e = :e)");
         assert_eq!(e.names.len(), 2);
         assert_eq!(e.values.len(), 1);
+    }
+
+    #[test]
+    fn one_attribute_expressions_name_their_placeholders_after_it() {
+        let set = Expr::set("Title-Key", AttributeValue::S("a".into()));
+        assert_eq!(set.text, "SET #Title_Key = :Title_Key");
+        assert_eq!(set.names["#Title_Key"], "Title-Key");
+        assert_eq!(set.values[":Title_Key"], AttributeValue::S("a".into()));
+        let n = AttributeValue::N("3".into());
+        let seen = Expr::unchanged("Count", Some(&n));
+        assert_eq!(seen.text, "#Count = :Count_eq");
+        assert_eq!(seen.values[":Count_eq"], n);
+        let none = Expr::unchanged("Count", None);
+        assert_eq!(none.text, "attribute_not_exists(#Count)");
+        assert!(none.values.is_empty());
+        // An update conditioned on the attribute it sets keeps both values.
+        let mut both = Expr::set("Count", AttributeValue::N("4".into())).values;
+        both.extend(seen.values);
+        assert_eq!(both.len(), 2);
     }
 
     /// A store over fixed items keyed by `PK`: point reads, and whole

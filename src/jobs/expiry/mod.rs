@@ -449,12 +449,7 @@ pub(crate) fn container_as_read(id: ContainerId, item: Option<&Item>) -> Guard {
     let Some(item) = item else {
         return Guard::absent(key, PK);
     };
-    let foods = match item.get(attr::FOODS) {
-        Some(v) => Expr::new("#foods = :foods")
-            .name("#foods", attr::FOODS)
-            .value(":foods", v.clone()),
-        None => Expr::new("attribute_not_exists(#foods)").name("#foods", attr::FOODS),
-    };
+    let foods = Expr::unchanged(attr::FOODS, item.get(attr::FOODS));
     Guard::new(key, Expr::exists(PK).and(foods))
 }
 

@@ -754,11 +754,7 @@ impl ScheduledJob<Job> for BackfillJob {
         }
         let (_, container_sk) = ItemKey::Container(ContainerId::default()).encode();
         let spec = ScanSpec {
-            filter: Some(
-                Expr::new("#sk = :container")
-                    .name("#sk", SK)
-                    .string(":container", container_sk),
-            ),
+            filter: Some(Expr::equals(SK, AttributeValue::S(container_sk))),
             consistent: true,
             limit: Some(self.page_size),
             ..Default::default()

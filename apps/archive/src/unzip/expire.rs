@@ -121,16 +121,8 @@ impl ExpireUnzipped {
         limit: i32,
         start: Option<worker_engine::store::Key>,
     ) -> Result<Page, StoreError> {
-        let spec = QuerySpec {
-            key_condition: Expr::new("#pk = :pk AND #sk < :cutoff")
-                .name("#pk", keys::PK)
-                .name("#sk", keys::SK)
-                .value(":pk", partition)
-                .value(":cutoff", keys::n(cutoff)),
-            limit: Some(limit),
-            forward: true,
-            ..Default::default()
-        };
+        let mut spec = QuerySpec::below((keys::PK, partition), keys::SK, keys::n(cutoff));
+        spec.limit = Some(limit);
         self.store.query_page(&spec, start).await
     }
 

@@ -359,9 +359,7 @@ impl UnzipLifecycle {
         if file.is_unzipped.unwrap_or(false) == wanted {
             return Ok(Flag::Right);
         }
-        let update = Expr::new("SET #u = :u")
-            .name("#u", keys::IS_UNZIPPED)
-            .value(":u", AttributeValue::Bool(wanted));
+        let update = Expr::set(keys::IS_UNZIPPED, AttributeValue::Bool(wanted));
         let condition = Some(Self::same_key_name(key_name));
         let guards = state.flag_guards(key_name);
         let outcome = if guards.is_empty() {

@@ -20,6 +20,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Duration;
 use serde_json::json;
 use worker_engine::error::HandlerError;
@@ -49,16 +50,12 @@ pub struct AuditRequests {
 /// The condition that `copy` is as the audit read it: pending, with the
 /// same `PendingId` (or still none).
 fn unchanged_pending(copy: &RequestCopy) -> Expr {
-    let pending = Expr::new("#st = :p")
-        .name("#st", keys::STATUS)
-        .string(":p", Status::Pending.as_str());
-    let pid = match &copy.pending_id {
-        Some(p) => Expr::new("#pid = :pid")
-            .name("#pid", keys::PENDING_ID)
-            .string(":pid", p),
-        None => Expr::new("attribute_not_exists(#pid)").name("#pid", keys::PENDING_ID),
-    };
-    pending.and(pid)
+    let pending = Expr::equals(
+        keys::STATUS,
+        AttributeValue::S(Status::Pending.as_str().into()),
+    );
+    let pid = copy.pending_id.clone().map(AttributeValue::S);
+    pending.and(Expr::unchanged(keys::PENDING_ID, pid.as_ref()))
 }
 
 impl AuditRequests {

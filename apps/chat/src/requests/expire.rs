@@ -23,6 +23,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
 use worker_engine::error::HandlerError;
@@ -92,9 +93,8 @@ impl ScheduledJob<Job> for ExpireRequests {
                     break 'pages;
                 }
                 due += 1;
-                let still_pending = Expr::new("#st = :p")
-                    .name("#st", keys::STATUS)
-                    .string(":p", Status::Pending.as_str());
+                let pending = AttributeValue::S(Status::Pending.as_str().into());
+                let still_pending = Expr::equals(keys::STATUS, pending);
                 match self
                     .store
                     .update(

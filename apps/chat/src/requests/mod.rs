@@ -403,9 +403,7 @@ impl RequestSync {
             }
         }
         if let Some(key) = &plan.add_pending_id {
-            let update = Expr::new("SET #pid = :pid")
-                .name("#pid", keys::PENDING_ID)
-                .string(":pid", &key.request);
+            let update = Expr::set(keys::PENDING_ID, AttributeValue::S(key.request.clone()));
             let cond = status_is(":pending", Status::Pending)
                 .and(Expr::new("attribute_not_exists(#pid)").name("#pid", keys::PENDING_ID));
             if self.write(key, update, cond).await? {
@@ -476,9 +474,7 @@ impl RequestSync {
         let mark_joined = TransactOp::Update {
             table: self.table(Table::ChatRequests),
             key: copy.key().key(),
-            update: Expr::new("SET #ja = :ja")
-                .name("#ja", keys::JOINED_AT)
-                .string(":ja", &joined_at),
+            update: Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone())),
             condition: Some(
                 status_is(":acc", Status::Accepted)
                     .and(Expr::new("attribute_not_exists(#ja)").name("#ja", keys::JOINED_AT)),
@@ -619,9 +615,7 @@ impl RequestSync {
                 reason: "the join mark has no JoinedAt".into(),
             });
         };
-        let update = Expr::new("SET #ja = :ja")
-            .name("#ja", keys::JOINED_AT)
-            .string(":ja", joined_at);
+        let update = Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone()));
         let cond = status_is(":acc", Status::Accepted)
             .and(Expr::new("attribute_not_exists(#ja)").name("#ja", keys::JOINED_AT));
         Ok(if self.write(copy.key(), update, cond).await? {

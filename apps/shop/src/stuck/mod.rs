@@ -15,6 +15,7 @@ pub mod rules;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
 use worker_engine::env::{ConfigError, Env};
 use worker_engine::error::HandlerError;
@@ -23,7 +24,7 @@ use worker_engine::metrics::Metric;
 use worker_engine::notify::EventPublisher;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::settings::JobSettings;
-use worker_engine::store::{Expr, QuerySpec, Store};
+use worker_engine::store::{QuerySpec, Store};
 
 use crate::app::{Deps, JobSpec};
 use crate::keys::{self, Job};
@@ -159,16 +160,12 @@ impl ScheduledJob<Job> for StuckOrders {
         let mut by_status = serde_json::Map::new();
         let mut complete = true;
         'statuses: for status in &self.settings.statuses {
-            let mut spec = QuerySpec {
-                key_condition: Expr::new("#pk = :pk AND #sk < :cut")
-                    .name("#pk", keys::GSI1PK)
-                    .name("#sk", keys::GSI1SK)
-                    .string(":pk", keys::status_partition(status))
-                    .string(":cut", bound.clone()),
-                forward: true,
-                ..Default::default()
-            }
-            .on_index(keys::GSI1);
+            let partition = (
+                keys::GSI1PK,
+                AttributeValue::S(keys::status_partition(status)),
+            );
+            let upper = AttributeValue::S(bound.clone());
+            let mut spec = QuerySpec::below(partition, keys::GSI1SK, upper).on_index(keys::GSI1);
             spec.limit = Some(PAGE_SIZE);
             let mut start = None;
             let mut n = 0u64;
