@@ -37,6 +37,27 @@ pub mod stream;
 pub mod tables;
 pub mod telemetry;
 
+/// What an app's tables, handlers, jobs and descriptions are written with,
+/// in one import (`use worker_engine::prelude::*;`); the rest of the
+/// engine is imported by path.
+pub mod prelude {
+    pub use crate::app::{Sharing, TableDeps};
+    pub use crate::env::ConfigError;
+    pub use crate::error::HandlerError;
+    pub use crate::item::Item;
+    pub use crate::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec, StreamSpec};
+    pub use crate::metrics::{Metric, WriteCounter};
+    pub use crate::runtime::Worker;
+    pub use crate::schedule::{JobReport, JobRun, ScheduledJob};
+    pub use crate::schema::{IndexSpec, KeySchema, TableSchema};
+    pub use crate::settings::Settings;
+    pub use crate::store::{Expr, Key, QuerySpec, Store, WriteOutcome};
+    pub use crate::stream::decode::StreamChange;
+    pub use crate::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+    pub use async_trait::async_trait;
+    pub use aws_sdk_dynamodb::types::AttributeValue;
+}
+
 /// What the engine's macros name (`job_names!`), not an API.
 #[doc(hidden)]
 pub mod __private {
