@@ -77,12 +77,13 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
     let lines = CapturedLines::default();
     let mut settings = Settings::for_table("test");
     settings.event_bus = Some("bus".into());
-    let app = app_with(
-        table.store.clone(),
-        settings,
-        Arc::new(RecordingPublisher::default()),
-    )
-    .with_metrics(Emitter::new(APP.namespace, "test", Arc::new(lines.clone())));
+    let app = ARCHIVE
+        .worker_with(
+            table.store.clone(),
+            settings,
+            Arc::new(RecordingPublisher::default()),
+        )
+        .with_metrics(Emitter::new(APP.namespace, "test", Arc::new(lines.clone())));
     let mut drain = Drain::new(&table).await;
     let now = now().timestamp();
     let files = [

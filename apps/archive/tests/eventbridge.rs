@@ -104,7 +104,7 @@ async fn expired_unzips_reach_the_bus_and_the_queue_its_rule_feeds() {
     let mut settings = Settings::for_table(&table.name);
     settings.event_bus = Some(routed.bus.clone());
     let publisher = Arc::new(EventBridgePublisher::with_client(moto.eventbridge()));
-    let app = app_with(table.store.clone(), settings, publisher);
+    let app = ARCHIVE.worker_with(table.store.clone(), settings, publisher);
     let report = app
         .handle_schedule(&tick(), None)
         .await

@@ -93,7 +93,7 @@ async fn expire_unzipped_deletes_exactly_the_due_items_and_announces_each() {
         ServiceWrite::Put(replaced.clone()),
     ));
     let publisher = Arc::new(RecordingPublisher::default());
-    let app = app_with(racing.clone(), settings(), publisher.clone());
+    let app = ARCHIVE.worker_with(racing.clone(), settings(), publisher.clone());
 
     let before = table.store.metrics().snapshot();
     let report = app
@@ -164,7 +164,7 @@ async fn a_pass_cut_by_the_deadline_resumes_to_the_same_result() {
     let whole = TestTable::with_schema(&schema()).await;
     put(whole.store.as_ref(), &items).await;
     let whole_events = Arc::new(RecordingPublisher::default());
-    let app = app_with(whole.store.clone(), settings(), whole_events.clone());
+    let app = ARCHIVE.worker_with(whole.store.clone(), settings(), whole_events.clone());
     let report = app
         .handle_schedule(&tick(), None)
         .await
@@ -176,7 +176,7 @@ async fn a_pass_cut_by_the_deadline_resumes_to_the_same_result() {
     let cut = TestTable::with_schema(&schema()).await;
     put(cut.store.as_ref(), &items).await;
     let cut_events = Arc::new(RecordingPublisher::default());
-    let app: Worker<Job> = app_with(cut.store.clone(), settings(), cut_events.clone());
+    let app: Worker<Job> = ARCHIVE.worker_with(cut.store.clone(), settings(), cut_events.clone());
     let mut ticks = 0;
     let last = loop {
         ticks += 1;
@@ -224,7 +224,7 @@ async fn a_failed_publish_deletes_nothing_and_the_next_tick_continues() {
     let publisher = Arc::new(RecordingPublisher::default());
     publisher.fail_next(1);
     publisher.reject_containing("due/7.zip");
-    let app = app_with(table.store.clone(), settings(), publisher.clone());
+    let app = ARCHIVE.worker_with(table.store.clone(), settings(), publisher.clone());
 
     let first = app
         .handle_schedule(&tick(), None)
@@ -252,7 +252,7 @@ async fn a_failed_publish_deletes_nothing_and_the_next_tick_continues() {
     assert_eq!(key_names(&publisher).len(), 22);
     assert_eq!(due.len(), 23);
     // Without a bus nothing is published, and the item goes.
-    let quiet = app_with(
+    let quiet = ARCHIVE.worker_with(
         table.store.clone(),
         Settings::for_table("test"),
         publisher.clone(),

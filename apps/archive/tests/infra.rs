@@ -13,7 +13,6 @@ mod support;
 use archive_worker::app::{APP, Deps};
 use archive_worker::config::Settings;
 use archive_worker::keys::Job;
-use archive_worker::schema::schema;
 use support::template::{STREAM_ARN, archive_stack, template_path};
 use worker_engine::stream::engine::RecordProcessor;
 use worker_testkit::infra::{AppTemplate, SettingsView};
@@ -21,7 +20,6 @@ use worker_testkit::infra::{AppTemplate, SettingsView};
 fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
     AppTemplate {
         app: &APP,
-        schema: schema(),
         table: "archive-table-dev",
         table_prefix: "archive-table-",
         sandbox_table: "ArchiveTable",
@@ -31,13 +29,8 @@ fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
         stream_arn: STREAM_ARN,
         stack: archive_stack,
         settings: |lookup| {
-            Settings::from_lookup(lookup)
-                .map(|s| SettingsView {
-                    job: s.common.job,
-                    table_name: s.common.table_name,
-                    event_bus: s.own.event_bus,
-                })
-                .map_err(|e| e.to_string())
+            let s = Settings::from_lookup(lookup).map_err(|e| e.to_string())?;
+            Ok(SettingsView::of(&s.common, s.event_bus.clone()))
         },
     }
 }

@@ -84,7 +84,7 @@ async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
     let mut settings = Settings::for_table(&table.name);
     settings.event_bus = Some(routed.bus.clone());
     let publisher = Arc::new(EventBridgePublisher::with_client(moto.eventbridge()));
-    let app = app_with(table.store.clone(), settings, publisher);
+    let app = SHOP.worker_with(table.store.clone(), settings, publisher);
 
     // Before the stream is handled no order has its index keys: the job
     // finds nothing, nothing is published.

@@ -13,7 +13,6 @@ mod support;
 use shop_worker::app::{APP, Deps};
 use shop_worker::config::Settings;
 use shop_worker::keys::Job;
-use shop_worker::schema::schema;
 use support::template::{STREAM_ARN, shop_stack, template_path};
 use worker_engine::stream::engine::RecordProcessor;
 use worker_testkit::infra::{AppTemplate, SettingsView};
@@ -21,7 +20,6 @@ use worker_testkit::infra::{AppTemplate, SettingsView};
 fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
     AppTemplate {
         app: &APP,
-        schema: schema(),
         table: "shop-table-dev",
         table_prefix: "shop-table-",
         sandbox_table: "ShopTable",
@@ -31,13 +29,8 @@ fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {
         stream_arn: STREAM_ARN,
         stack: shop_stack,
         settings: |lookup| {
-            Settings::from_lookup(lookup)
-                .map(|s| SettingsView {
-                    job: s.common.job,
-                    table_name: s.common.table_name,
-                    event_bus: s.own.event_bus,
-                })
-                .map_err(|e| e.to_string())
+            let s = Settings::from_lookup(lookup).map_err(|e| e.to_string())?;
+            Ok(SettingsView::of(&s.common, s.event_bus.clone()))
         },
     }
 }

@@ -76,16 +76,17 @@ async fn stuck_orders_are_found_by_status_and_age_and_reported() {
     // No bus: reported (details, metrics), nothing published.
     let publisher = Arc::new(RecordingPublisher::default());
     let lines = CapturedLines::default();
-    let app = app_with(
-        table.store.clone(),
-        Settings::for_table("t"),
-        publisher.clone(),
-    )
-    .with_metrics(Emitter::new(
-        "ShopWorker",
-        "schedule",
-        Arc::new(lines.clone()),
-    ));
+    let app = SHOP
+        .worker_with(
+            table.store.clone(),
+            Settings::for_table("t"),
+            publisher.clone(),
+        )
+        .with_metrics(Emitter::new(
+            "ShopWorker",
+            "schedule",
+            Arc::new(lines.clone()),
+        ));
     let before = table.store.metrics().snapshot();
     let report = app.invoke_schedule(&tick()).await.unwrap();
     let used = table.store.metrics().snapshot().since(&before);
@@ -106,7 +107,7 @@ async fn stuck_orders_are_found_by_status_and_age_and_reported() {
     let mut settings = Settings::for_table("t");
     settings.event_bus = Some("shop-bus".into());
     settings.statuses = vec!["PENDING".into()];
-    let app = app_with(table.store.clone(), settings, publisher.clone());
+    let app = SHOP.worker_with(table.store.clone(), settings, publisher.clone());
     let report = app.invoke_schedule(&tick()).await.unwrap();
     assert_eq!(report["details"]["published"], json!(2));
     let sent = publisher.sent();

@@ -1,6 +1,6 @@
 //! A SAM template checked against an app's description: the checks every
 //! app's `tests/infra.rs` runs on its template, given the app's
-//! [`AppSpec`], its table schema, names and settings reader
+//! [`AppSpec`] (its functions and table schema), names and settings reader
 //! ([`AppTemplate`]).
 //!
 //! - the sandbox table equals the schema in code;
@@ -36,7 +36,7 @@ use worker_engine::deploy::{
 use worker_engine::job::{AppSpec, Schedule};
 use worker_engine::metrics::CapturedLines;
 use worker_engine::schedule::{JobName, parse_tick};
-use worker_engine::schema::TableSchema;
+use worker_engine::settings::CommonSettings;
 use worker_engine::store::{MetricsSnapshot, Operation};
 
 use crate::template::{
@@ -53,10 +53,21 @@ pub struct SettingsView<J> {
     pub event_bus: Option<String>,
 }
 
-/// An app's template and what it is checked against.
+impl<J: Clone> SettingsView<J> {
+    /// The view of an app's common settings and its jobs' event bus.
+    pub fn of(common: &CommonSettings<J>, event_bus: Option<String>) -> Self {
+        SettingsView {
+            job: common.job.clone(),
+            table_name: common.table_name.clone(),
+            event_bus,
+        }
+    }
+}
+
+/// An app's template and what it is checked against: its `AppSpec`'s
+/// functions and table schema, and:
 pub struct AppTemplate<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     pub app: &'static AppSpec<J, D, H>,
-    pub schema: TableSchema,
     /// The table of the default stage (`<prefix>dev`).
     pub table: &'static str,
     /// The table name before the stage (`my-table-`).
@@ -126,7 +137,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
             stack.t["Resources"][self.sandbox_table]["Condition"], "CreateTable",
             "the table is created only on request"
         );
-        let want = self.schema.to_cloudformation(json!(self.table));
+        let want = (self.app.schema)().to_cloudformation(json!(self.table));
         assert_eq!(table["Type"], want["Type"]);
         assert_eq!(table["DeletionPolicy"], "Retain");
         assert_eq!(table["UpdateReplacePolicy"], "Retain");

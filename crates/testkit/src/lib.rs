@@ -1,6 +1,8 @@
 //! worker-testkit: what the tests and benchmarks of every app on the
 //! engine share. A dev-dependency only: no Lambda binary links it.
 //!
+//! - [`app::TestApp`]: an app on one table as its tests run it, at a fixed
+//!   time;
 //! - [`TestTable`]: a fresh table of any [`TableSchema`] on one DynamoDB
 //!   Local per test process (started on first use, installed if absent);
 //! - [`Drain`]: reads a table's stream and runs it through an app the way
@@ -39,6 +41,7 @@
 //!   (denied, table deleted, indexes missing) must stop with an
 //!   environment fault.
 
+pub mod app;
 pub mod bench;
 pub mod cargo_bin;
 pub use cargo_bin::cargo_bin;

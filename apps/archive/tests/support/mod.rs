@@ -10,19 +10,18 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use archive_worker::app::{APP, SHARING};
-use archive_worker::config::Settings;
 use archive_worker::items::{ArchivedFile, Stage, UnzipItem};
 use archive_worker::keys::{self, FileTime, ItemKey, Job, LookupKey};
 use archive_worker::lookup::rules;
-use archive_worker::notify::{EventPublisher, RecordingPublisher};
+use archive_worker::unzip::UnzipSettings;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::runtime::Worker;
 use worker_engine::store::{ScanSpec, Store};
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
 use worker_testkit::TestTable;
+use worker_testkit::app::TestApp;
 
 pub const NOW: &str = "2024-03-25T00:00:00Z";
 
@@ -30,21 +29,17 @@ pub fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
-/// The worker over `store` at [`NOW`]: the default settings, its events
-/// recorded.
-pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
-    let settings = Settings::for_table("test");
-    app_with(store, settings, Arc::new(RecordingPublisher::default()))
-}
+/// The archive worker as its tests run it, at [`NOW`]: `ARCHIVE.worker(store)`
+/// (the default settings, events recorded) or `ARCHIVE.worker_with(..)`.
+pub const ARCHIVE: TestApp<Job, UnzipSettings> = TestApp {
+    app: &APP,
+    sharing: SHARING,
+    now: NOW,
+};
 
-/// The worker over `store` at [`NOW`], with `settings` and `publisher`.
-pub fn app_with(
-    store: Arc<dyn Store>,
-    settings: Settings,
-    publisher: Arc<dyn EventPublisher>,
-) -> Worker<Job> {
-    let clock = Arc::new(ManualClock::new(now()));
-    APP.table_worker(store, settings, publisher, clock, SHARING)
+/// `ARCHIVE.worker(store)`.
+pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
+    ARCHIVE.worker(store)
 }
 
 pub fn t(pk: &str) -> FileTime {

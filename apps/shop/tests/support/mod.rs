@@ -15,14 +15,13 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use rand::Rng;
 use shop_worker::app::{APP, SHARING};
-use shop_worker::config::Settings;
 use shop_worker::items::{Named, Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey, Job};
-use worker_engine::clock::ManualClock;
+use shop_worker::stuck::StuckSettings;
 use worker_engine::item::Item;
-use worker_engine::notify::{EventPublisher, RecordingPublisher};
 use worker_engine::runtime::Worker;
 use worker_engine::store::{Expr, QuerySpec, Store};
+use worker_testkit::app::TestApp;
 use worker_testkit::workload::{Seeded, Write};
 
 pub const NOW: &str = "2024-07-01T00:00:00Z";
@@ -33,21 +32,17 @@ pub fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
-/// The worker over `store` at [`NOW`]: the default settings, its events
-/// recorded.
-pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
-    let settings = Settings::for_table("test");
-    app_with(store, settings, Arc::new(RecordingPublisher::default()))
-}
+/// The shop worker as its tests run it, at [`NOW`]: `SHOP.worker(store)`
+/// (the default settings, events recorded) or `SHOP.worker_with(..)`.
+pub const SHOP: TestApp<Job, StuckSettings> = TestApp {
+    app: &APP,
+    sharing: SHARING,
+    now: NOW,
+};
 
-/// The worker over `store` at [`NOW`], with `settings` and `publisher`.
-pub fn app_with(
-    store: Arc<dyn Store>,
-    settings: Settings,
-    publisher: Arc<dyn EventPublisher>,
-) -> Worker<Job> {
-    let clock = Arc::new(ManualClock::new(now()));
-    APP.table_worker(store, settings, publisher, clock, SHARING)
+/// `SHOP.worker(store)`.
+pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
+    SHOP.worker(store)
 }
 
 pub const STATUSES: &[&str] = &["PENDING", "PAID", "SHIPPED", "DELIVERED"];
