@@ -5,19 +5,16 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 
 use archive_worker::app::APP;
 use archive_worker::config::Settings;
 use archive_worker::items::Stage;
 use archive_worker::keys::{self, Job};
-use archive_worker::notify::RecordingPublisher;
 use archive_worker::schema::schema;
 use serde_json::json;
 use support::*;
-use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::store::ItemWriter;
-use worker_testkit::infra::{actions_used, emf, granted};
+use worker_testkit::infra::{actions_used, each_job_within_its_grants, emf, granted};
 use worker_testkit::{Drain, TestTable};
 
 #[test]
@@ -74,16 +71,9 @@ fn the_description_gives_the_deployed_functions() {
 async fn every_request_is_one_its_function_may_make_and_is_counted() {
     let table = TestTable::with_schema(&schema()).await;
     let store = table.store.as_ref();
-    let lines = CapturedLines::default();
     let mut settings = Settings::for_table("test");
     settings.event_bus = Some("bus".into());
-    let app = ARCHIVE
-        .worker_with(
-            table.store.clone(),
-            settings,
-            Arc::new(RecordingPublisher::default()),
-        )
-        .with_metrics(Emitter::new(APP.namespace, "test", Arc::new(lines.clone())));
+    let (app, lines) = ARCHIVE.worker_emitting(table.store.clone(), settings);
     let mut drain = Drain::new(&table).await;
     let now = now().timestamp();
     let files = [
@@ -129,18 +119,7 @@ async fn every_request_is_one_its_function_may_make_and_is_counted() {
     assert_eq!(unzip_writes, 2);
 
     // Each job, against its own function.
-    for job in Job::ALL {
-        let before = store.metrics().snapshot();
-        let tick = json!({"job": job.as_str(), "scheduledTime": NOW});
-        let report = app
-            .handle_schedule(&tick, None)
-            .await
-            .expect("the tick runs");
-        assert!(report.complete);
-        let used = actions_used(&store.metrics().snapshot().since(&before));
-        let function = APP.function_of(job);
-        assert!(used.is_subset(&granted(&function)), "{job}: {used:?}");
-    }
+    each_job_within_its_grants(&APP, &app, store, NOW).await;
     let ticks = emf(&lines);
     let expire = ticks
         .iter()

@@ -12,20 +12,17 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use archive_worker::config::Settings;
 use archive_worker::items::Stage;
 use archive_worker::keys::{self, ItemKey};
-use archive_worker::notify::EventBridgePublisher;
 use archive_worker::schema::schema;
 use archive_worker::unzip::expire::{EVENT_SOURCE, EVENT_TYPE};
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
 use support::*;
-use worker_testkit::eventbridge::{RoutedBus, details_by, pattern, run_schedule_function};
-use worker_testkit::moto;
+use worker_testkit::eventbridge::{RoutedBus, details_by, run_schedule_function};
 use worker_testkit::{Drain, TestTable};
 
 const H: i64 = 3600;
@@ -96,14 +93,13 @@ async fn is_unzipped(table: &TestTable, day: usize) -> Option<bool> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_unzips_reach_the_bus_and_the_queue_its_rule_feeds() {
-    let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "archive", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
+    let (moto, routed) = RoutedBus::of_events("archive", EVENT_SOURCE, EVENT_TYPE).await;
     let table = TestTable::with_schema(&schema()).await;
     let due = unzipped_files(&table).await;
 
     let mut settings = Settings::for_table(&table.name);
     settings.event_bus = Some(routed.bus.clone());
-    let publisher = Arc::new(EventBridgePublisher::with_client(moto.eventbridge()));
+    let publisher = RoutedBus::publisher(moto);
     let app = ARCHIVE.worker_with(table.store.clone(), settings, publisher);
     let report = app
         .handle_schedule(&tick(), None)
@@ -127,8 +123,7 @@ async fn expired_unzips_reach_the_bus_and_the_queue_its_rule_feeds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_function_publishes_to_the_bus_the_environment_names() {
-    let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "archive-fn", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
+    let (moto, routed) = RoutedBus::of_events("archive-fn", EVENT_SOURCE, EVENT_TYPE).await;
     let table = TestTable::with_schema(&schema()).await;
     let due = unzipped_files(&table).await;
 

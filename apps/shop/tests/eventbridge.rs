@@ -12,7 +12,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -21,11 +20,9 @@ use shop_worker::items::Order;
 use shop_worker::schema::schema;
 use shop_worker::stuck::rules::{EVENT_SOURCE, EVENT_TYPE};
 use support::*;
-use worker_engine::notify::EventBridgePublisher;
 use worker_engine::runtime::EventFunction;
 use worker_engine::store::ItemWriter;
-use worker_testkit::eventbridge::{RoutedBus, details_by, pattern, run_schedule_function};
-use worker_testkit::moto;
+use worker_testkit::eventbridge::{RoutedBus, details_by, run_schedule_function};
 use worker_testkit::workload::Seeded;
 use worker_testkit::{Drain, TestTable};
 
@@ -76,14 +73,13 @@ async fn orders(table: &TestTable) -> BTreeMap<String, Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
-    let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "shop", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
+    let (moto, routed) = RoutedBus::of_events("shop", EVENT_SOURCE, EVENT_TYPE).await;
     let table = TestTable::with_schema(&schema()).await;
     let stuck = orders(&table).await;
 
     let mut settings = Settings::for_table(&table.name);
     settings.event_bus = Some(routed.bus.clone());
-    let publisher = Arc::new(EventBridgePublisher::with_client(moto.eventbridge()));
+    let publisher = RoutedBus::publisher(moto);
     let app = SHOP.worker_with(table.store.clone(), settings, publisher);
 
     // Before the stream is handled no order has its index keys: the job
@@ -106,8 +102,7 @@ async fn stuck_orders_reach_the_bus_and_the_queue_its_rule_feeds() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_function_publishes_to_the_bus_the_environment_names() {
-    let moto = moto::moto().await;
-    let routed = RoutedBus::new(moto, "shop-fn", &pattern(EVENT_SOURCE, EVENT_TYPE)).await;
+    let (moto, routed) = RoutedBus::of_events("shop-fn", EVENT_SOURCE, EVENT_TYPE).await;
     let table = TestTable::with_schema(&schema()).await;
     let stuck = orders(&table).await;
     let mut drain = Drain::new(&table).await;

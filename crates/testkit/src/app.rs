@@ -6,6 +6,7 @@ use std::sync::Arc;
 use worker_engine::app::{Sharing, TableDeps};
 use worker_engine::clock::ManualClock;
 use worker_engine::job::AppSpec;
+use worker_engine::metrics::{CapturedLines, Emitter};
 use worker_engine::notify::{EventPublisher, RecordingPublisher};
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
@@ -28,6 +29,21 @@ impl<J: JobName, S: JobSettings> TestApp<J, S> {
     pub fn worker(&self, store: Arc<dyn Store>) -> Worker<J> {
         let publisher = Arc::new(RecordingPublisher::default());
         self.worker_with(store, Settings::for_table("test"), publisher)
+    }
+
+    /// The worker over `store` with `settings`, its events recorded, and
+    /// the EMF lines it writes (function `test`): what a test counts its
+    /// requests and metrics from.
+    pub fn worker_emitting(
+        &self,
+        store: Arc<dyn Store>,
+        settings: Settings<J, S>,
+    ) -> (Worker<J>, CapturedLines) {
+        let lines = CapturedLines::default();
+        let emitter = Emitter::new(self.app.namespace, "test", Arc::new(lines.clone()));
+        let publisher = Arc::new(RecordingPublisher::default());
+        let worker = self.worker_with(store, settings, publisher);
+        (worker.with_metrics(emitter), lines)
     }
 
     /// The worker over `store` with `settings` and `publisher`.

@@ -10,12 +10,14 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_eventbridge::types::Target;
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
+use worker_engine::notify::EventBridgePublisher;
 
 use crate::TestTable;
 use crate::moto::Moto;
@@ -31,6 +33,21 @@ pub struct RoutedBus {
 }
 
 impl RoutedBus {
+    /// A bus of its own on moto's server ([`crate::moto::moto`]) routing
+    /// `source`'s `detail_type` events to a queue ([`pattern`]), and moto.
+    pub async fn of_events(name: &str, source: &str, detail_type: &str) -> (&'static Moto, Self) {
+        let moto = crate::moto::moto().await;
+        (
+            moto,
+            RoutedBus::new(moto, name, &pattern(source, detail_type)).await,
+        )
+    }
+
+    /// A publisher to moto's EventBridge (the bus is the settings').
+    pub fn publisher(moto: &Moto) -> Arc<EventBridgePublisher> {
+        Arc::new(EventBridgePublisher::with_client(moto.eventbridge()))
+    }
+
     /// A new bus `<name>-<pid>-<n>` on `moto`, a rule on it with
     /// `pattern` (an EventBridge event pattern) and a queue as its target.
     pub async fn new(moto: &Moto, name: &str, pattern: &Value) -> RoutedBus {

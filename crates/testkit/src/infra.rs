@@ -35,9 +35,10 @@ use worker_engine::deploy::{
 };
 use worker_engine::job::{AppSpec, Schedule};
 use worker_engine::metrics::CapturedLines;
+use worker_engine::runtime::Worker;
 use worker_engine::schedule::{JobName, parse_tick};
 use worker_engine::settings::CommonSettings;
-use worker_engine::store::{MetricsSnapshot, Operation};
+use worker_engine::store::{DynamoStore, MetricsSnapshot, Operation};
 
 use crate::template::{
     ACCOUNT, ENVIRONMENT_FAULTS, REGION, Stack, is_operations_statement,
@@ -740,6 +741,27 @@ pub fn actions_used(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
     .filter(|(n, _)| *n > 0)
     .map(|(_, op)| worker_engine::deploy::action_of(op))
     .collect()
+}
+
+/// Runs each job of `app` once through `worker` (a tick at `now`, to
+/// completion) and checks that every request it made, as `store` counted
+/// them, is one its own function is granted.
+pub async fn each_job_within_its_grants<J: JobName, D: ?Sized, H: ?Sized>(
+    app: &AppSpec<J, D, H>,
+    worker: &Worker<J>,
+    store: &DynamoStore,
+    now: &str,
+) {
+    for job in J::ALL {
+        let before = store.metrics().snapshot();
+        let tick = json!({"job": job.as_str(), "scheduledTime": now});
+        let report = worker.handle_schedule(&tick, None).await;
+        let report = report.unwrap_or_else(|e| panic!("{job}: the tick runs: {e}"));
+        assert!(report.complete, "{job}: one tick completes: {report:?}");
+        let used = actions_used(&store.metrics().snapshot().since(&before));
+        let function = app.function_of(*job);
+        assert!(used.is_subset(&granted(&function)), "{job}: {used:?}");
+    }
 }
 
 /// The DynamoDB actions `f` is granted.
