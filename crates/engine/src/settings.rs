@@ -167,12 +167,16 @@ impl<J: JobName> CommonSettings<J> {
     }
 }
 
+/// What a required table variable names, in the error when it is missing
+/// (unless the app says more).
+pub(crate) const A_TABLE_NAME: &str = "a table name";
+
 /// The settings of an app's own jobs, read from the same variables as the
 /// [`CommonSettings`] (the second half of its [`Settings`]): a struct of
 /// each job's, the one job's settings themselves, or `()` for none.
 pub trait JobSettings: Sized + Default {
     /// What `TABLE_NAME` names, in the error when it is missing.
-    const TABLE: &'static str = "a table name";
+    const TABLE: &'static str = A_TABLE_NAME;
     /// Read them; errors name the variable and what a valid value is. By
     /// default none are read (an app whose jobs have no settings).
     fn from_env(env: &Env) -> Result<Self, ConfigError> {

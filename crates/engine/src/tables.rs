@@ -49,7 +49,10 @@ impl<T: TableSet> TableNames<T> {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let mut names = BTreeMap::new();
         for t in T::ALL {
-            names.insert(*t, env.required(t.env_var(), "a table name")?);
+            names.insert(
+                *t,
+                env.required(t.env_var(), crate::settings::A_TABLE_NAME)?,
+            );
         }
         Ok(TableNames(names))
     }

@@ -404,8 +404,8 @@ impl RequestSync {
         }
         if let Some(key) = &plan.add_pending_id {
             let update = Expr::set(keys::PENDING_ID, AttributeValue::S(key.request.clone()));
-            let cond = status_is(":pending", Status::Pending)
-                .and(Expr::new("attribute_not_exists(#pid)").name("#pid", keys::PENDING_ID));
+            let cond =
+                status_is(":pending", Status::Pending).and(Expr::unchanged(keys::PENDING_ID, None));
             if self.write(key, update, cond).await? {
                 done.push("PendingId added");
             }
@@ -476,8 +476,7 @@ impl RequestSync {
             key: copy.key().key(),
             update: Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone())),
             condition: Some(
-                status_is(":acc", Status::Accepted)
-                    .and(Expr::new("attribute_not_exists(#ja)").name("#ja", keys::JOINED_AT)),
+                status_is(":acc", Status::Accepted).and(Expr::unchanged(keys::JOINED_AT, None)),
             ),
         };
         let user_exists = TransactOp::Check {
@@ -616,8 +615,7 @@ impl RequestSync {
             });
         };
         let update = Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone()));
-        let cond = status_is(":acc", Status::Accepted)
-            .and(Expr::new("attribute_not_exists(#ja)").name("#ja", keys::JOINED_AT));
+        let cond = status_is(":acc", Status::Accepted).and(Expr::unchanged(keys::JOINED_AT, None));
         Ok(if self.write(copy.key(), update, cond).await? {
             "joined before: JoinedAt restored, nothing added"
         } else {
