@@ -12,9 +12,9 @@
 //! `cargo bench --bench audit` (sizes 10000 and 100000), or
 //! `cargo bench --bench audit -- 20000` for other sizes.
 
-#[path = "../tests/relationships/service.rs"]
+#[path = "../tests/it/service.rs"]
 mod service;
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;

@@ -24,7 +24,7 @@
 //! reminders) to `docs/plots/read-capacity-expiry.csv`, and redraws
 //! `docs/plots/read-capacity.svg` (with the sweep bench's points if present).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 #[path = "common/capacity.rs"]

@@ -52,7 +52,7 @@
 //!    local_tables`): on A's instance, B would be the second such table and
 //!    its writes 1.5x slower than A's;
 //! 7. **oracle**: the worker's store is wrapped in a recorder
-//!    (`tests/support/recorded.rs`) that notes every read and write the
+//!    (`worker_testkit::recorded`) that notes every read and write the
 //!    worker sent; on a DynamoDB Local of its own, seeded with *before* and
 //!    warmed up (scratch writes, one read of each kind), the recorded
 //!    reads (each distinct key and partition once, BatchGetItem of 100,
@@ -136,7 +136,7 @@
 //! `LOAD_TRACE=2` also every DynamoDB request's span (busy and idle time).
 //! The default run takes well under 2 minutes.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 #[path = "common/engine.rs"]

@@ -19,7 +19,7 @@
 
 #[path = "common/engine.rs"]
 mod engine;
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -18,7 +18,7 @@
 
 #[path = "common/engine.rs"]
 mod engine;
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use aws_sdk_dynamodb::types::WriteRequest;

@@ -5,7 +5,7 @@
 //!
 //! `cargo bench --bench replay` (ITEMS=100000 by default).
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 use std::path::Path;

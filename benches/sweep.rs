@@ -21,7 +21,7 @@
 //! if present). Each size runs on a DynamoDB Local of its own: a second large
 //! table in the same instance seeds far slower.
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../tests/it/support/mod.rs"]
 mod support;
 
 #[path = "common/capacity.rs"]

@@ -2,7 +2,7 @@
 //! descriptions ([`crate::jobs::APP`]): the DynamoDB actions it calls, the
 //! indexes it queries or scans, the environment variables it reads and its
 //! other permissions. `infra/template.yaml` is checked against this by
-//! `tests/infra.rs`, and this against the code by running every fixture and
+//! `tests/it/infra.rs`, and this against the code by running every fixture and
 //! job on DynamoDB Local and recording what the store was asked to do
 //! ([`worker_engine::store::StoreMetrics`]).
 //!

@@ -16,102 +16,33 @@
 //!   table;
 //! - an event that is not a DynamoDB Streams event is a whole-event error
 //!   naming what was expected; bytes that are not JSON are rejected by
-//!   `decode_event_bytes` and by `nishiki-worker replay` (one line naming
-//!   the file, exit status 1);
+//!   `decode_event_bytes` (and by `nishiki-worker replay`: its test is
+//!   `apps/nishiki-cli/tests/it/bad_input.rs`);
 //! - no error text, report field or log line contains a case's e-mail
 //!   address or user name.
 //!
 //! `BAD_INPUT_SHOW=1 cargo test --test bad_input -- --nocapture` prints
 //! each case's outcome.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::{GroupId, ItemKey, UserId};
-use nishiki_worker::schedule::is_schedule_event;
-use serde::Deserialize;
 use serde_json::{Value, json};
 use support::TestTable;
+use support::bad_input::*;
 use worker_engine::store::ItemReader;
 use worker_engine::stream::decode::{
     EnvelopeError, decode_event, decode_event_bytes, encode_event,
 };
 use worker_engine::stream::engine::{RecordReport, RecordStatus};
-
-/// How a case must fail (or not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Class {
-    /// The bytes are not JSON: `decode_event_bytes` rejects them (Lambda's
-    /// runtime never calls the handler with them).
-    NotJson,
-    /// JSON, but not a DynamoDB Streams event: `handle_stream` fails.
-    Envelope,
-    /// Every record of the file does not decode: `Malformed`, skipped.
-    Malformed,
-    /// Every record decodes but is unusable: `Rejected`, skipped.
-    Rejected,
-    /// Odd but valid: every record is handled.
-    Accepted,
-}
-
-/// One line of `tests/bad_input/manifest.json`.
-#[derive(Debug, Clone, Deserialize)]
-struct Case {
-    file: String,
-    what: String,
-    class: Class,
-    /// Part of the error text (or `handled` for accepted cases).
-    fragment: String,
-    /// The key the report must show for every bad record, when decodable.
-    #[serde(default)]
-    key: Option<String>,
-    /// Personal data in the case that no error text or log line may show.
-    #[serde(default)]
-    private: Vec<String>,
-}
-
-fn dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/bad_input")
-}
-
-fn corpus() -> Vec<Case> {
-    let text = std::fs::read_to_string(dir().join("manifest.json")).expect("manifest");
-    serde_json::from_str(&text).expect("manifest.json is a list of cases")
-}
-
-fn bytes(case: &Case) -> Vec<u8> {
-    std::fs::read(dir().join(&case.file)).expect("case file")
-}
-
-fn value(case: &Case) -> Value {
-    serde_json::from_slice(&bytes(case)).unwrap_or_else(|e| panic!("{}: {e}", case.file))
-}
-
-/// Every personal string of the corpus (checked against everything).
-fn all_private(cases: &[Case]) -> Vec<String> {
-    let mut all: Vec<String> = cases.iter().flat_map(|c| c.private.clone()).collect();
-    all.extend([GOOD_EMAIL.to_owned(), GOOD_NAME.to_owned()]);
-    all.sort();
-    all.dedup();
-    all
-}
-
-fn assert_private(text: &str, private: &[String], context: &str) {
-    for p in private {
-        assert!(
-            !text.contains(p.as_str()),
-            "{context}: shows personal data {p:?}: {text}"
-        );
-    }
-}
 
 #[test]
 fn manifest_lists_every_file_once() {
@@ -184,55 +115,11 @@ fn bytes_that_are_not_json_are_rejected_whole() {
     }
 }
 
-/// `nishiki-worker replay FILE` on a file that is not a stream event: a
-/// one-line error naming the file, exit status 1, before any table is
-/// touched. (A schedule event is not a stream event, but `replay` runs it
-/// as the tick it is: left out here.)
-#[test]
-fn replay_names_the_bad_file_and_exits_1() {
-    let cases = corpus();
-    let private = all_private(&cases);
-    for case in cases.iter().filter(|c| match c.class {
-        Class::NotJson => true,
-        Class::Envelope => !is_schedule_event(&value(c)),
-        _ => false,
-    }) {
-        let path = dir().join(&case.file);
-        let out = Command::new(worker_testkit::cargo_bin("nishiki-worker"))
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .arg("replay")
-            .arg(&path)
-            .output()
-            .expect("the binary runs");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{}: {stderr}", case.file);
-        assert!(out.stdout.is_empty(), "{}", case.file);
-        let lines: Vec<&str> = stderr.lines().collect();
-        assert_eq!(lines.len(), 1, "{}: {stderr}", case.file);
-        assert!(
-            lines[0].starts_with("error: ") && lines[0].contains(&path.display().to_string()),
-            "{}: {stderr}",
-            case.file
-        );
-        if case.class == Class::NotJson {
-            assert!(
-                lines[0].contains("not JSON") || lines[0].contains("UTF-8"),
-                "{}: {stderr}",
-                case.file
-            );
-        }
-        assert_private(&stderr, &private, &case.file);
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Through the Lambda path, on DynamoDB Local
 // ---------------------------------------------------------------------------
 
 const NOW: &str = "2024-03-25T09:00:00Z";
-const GOOD_EMAIL: &str = "good.user@example.org";
-const GOOD_NAME: &str = "Good User";
 const BEFORE_SEQ: &str = "000000000000000000100";
 const AFTER_SEQ: &str = "000000000000000000999";
 

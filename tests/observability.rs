@@ -19,6 +19,7 @@
 //! `cargo test --test observability` (`OBSERVABILITY_DUMP=DIR` writes the
 //! captured lines to `DIR/logs.jsonl` and `DIR/metrics.jsonl`)
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeSet;

@@ -1,6 +1,6 @@
 //! Shared by the benches that look at DynamoDB Local itself
 //! (`benches/load.rs`, `benches/local_tables.rs`, `benches/local_costs.rs`;
-//! included with `#[path]`, beside `tests/support` as `support`): the
+//! included with `#[path]`, beside `tests/it/support` as `support`): the
 //! engine process's CPU time, the items of a synthetic table (keys
 //! `PK`/`SK`, a 200-byte `Data` attribute; no Nishiki item, so no key
 //! encoding is involved) and the warm-up of a fresh instance's writes.

@@ -1,7 +1,7 @@
 //! A minimal app, a table of notes: the stream keeps `TitleKey` the lowercase
 //! `Title`; the job `purge-expired` deletes the notes whose `ExpiresAt` (epoch
 //! seconds) has passed, never one renewed meanwhile. `docs/ENGINE.md` walks
-//! through (a) to (e), `tests/minimal_example.rs` runs them on DynamoDB Local.
+//! through (a) to (e), `tests/it/minimal_example.rs` runs them on DynamoDB Local.
 
 use std::process::ExitCode;
 use std::sync::Arc;

@@ -10,7 +10,7 @@
 //! Everything here runs in the Lambda bootstraps; what runs on a
 //! developer's machine (the command line, replay, the dev loop, DynamoDB
 //! Local) is the `worker-toolkit` crate, on top of this one. No app's
-//! names, attributes or key strings appear here (`tests/no_app_names.rs`).
+//! names, attributes or key strings appear here (`tests/it/no_app_names.rs`).
 //!
 //! See `docs/ENGINE.md` for how to serve a new table.
 

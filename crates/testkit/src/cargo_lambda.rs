@@ -5,8 +5,9 @@
 //! fixtures of an app's manifest and checks the answer and the table
 //! against the fixture's golden.
 //!
-//! cargo-lambda is the one `scripts/package` installs (PyPI, into
-//! `.cache/infra-venv`); `scripts/test` installs it before the tests run.
+//! cargo-lambda is pinned ([`CARGO_LAMBDA_VERSION`]) and installed on
+//! first use, as DynamoDB Local and moto are: a plain `cargo test` on a
+//! fresh machine needs nothing installed beforehand.
 //! The functions reach the table through the SDK's own variable
 //! (`AWS_ENDPOINT_URL_DYNAMODB`) and run on the fixture's clock
 //! (`WORKER_NOW`).
@@ -29,26 +30,37 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// `cargo-lambda`: on `PATH`, else in the venv `scripts/package` and
-/// `scripts/test` install it into.
+/// The cargo-lambda release the tests run (bump on purpose; `scripts/package`
+/// builds the bundles with the same one).
+pub const CARGO_LAMBDA_VERSION: &str = "1.9.2";
+/// Variable naming the virtual environment cargo-lambda is installed into.
+pub const DIR_ENV: &str = "CARGO_LAMBDA_DIR";
+
+/// `cargo-lambda` [`CARGO_LAMBDA_VERSION`], installed on first use (PyPI,
+/// into `$CARGO_LAMBDA_DIR`, else the workspace's `.cache/cargo-lambda`,
+/// where `scripts/package` finds it too). Panics with what to install when
+/// it cannot be.
 pub fn cargo_lambda() -> PathBuf {
-    let venv = std::env::var_os("NISHIKI_INFRA_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join(".cache/infra-venv"));
-    let in_venv = venv.join("bin/cargo-lambda");
-    if in_venv.exists() {
-        return in_venv;
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("cargo-lambda"))
-            .find(|p| p.exists())
+    static INSTALLED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    let installed = INSTALLED.get_or_init(|| {
+        let dir = std::env::var_os(DIR_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::venv::cache_dir("cargo-lambda"));
+        crate::venv::ensure(&dir, &format!("cargo-lambda=={CARGO_LAMBDA_VERSION}"))
+            .map(|()| dir.join("bin").join("cargo-lambda"))
+            .map_err(|reason| {
+                format!(
+                    "cannot install cargo-lambda=={CARGO_LAMBDA_VERSION} into {}: {reason}; it needs \
+                     python3 with venv and pip (Debian: `apt-get install python3-venv`) and PyPI",
+                    dir.display()
+                )
+            })
     });
-    on_path.unwrap_or_else(|| {
-        panic!(
-            "cargo-lambda is not installed: run scripts/test (it installs it into .cache/infra-venv), or `pip install cargo-lambda`"
-        )
-    })
+    match installed {
+        Ok(path) => path.clone(),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 fn free_port() -> u16 {
@@ -158,8 +170,8 @@ fn entry(dir: &Path, name: &str) -> Entry {
     }
 }
 
-/// For each named fixture of `dir/manifest.json`: fresh tables on a
-/// DynamoDB Local of their own holding the fixture's snapshot, and
+/// For each named fixture of `dir/manifest.json`: fresh tables on the
+/// test process's lent DynamoDB Local ([`crate::lease_local`]) holding the fixture's snapshot, and
 /// `cargo lambda watch` with the app's variables (`table_var` names the
 /// target table, the other tables their own variables). Then each of the
 /// fixture's event files in order: the service's own writes of a stream
@@ -177,7 +189,11 @@ pub async fn invoke_fixtures<A: CliApp>(
     let mut problems = Vec::new();
     for name in names {
         let f = entry(dir, name);
-        let (_local, table) = crate::TestTable::on_own_local(A::DEFAULT_TABLE, &A::schema()).await;
+        // The app's tables by their default names, as the fixture's golden
+        // has them: on the lent instance, not the shared one.
+        let local = crate::lease_local().await;
+        let table =
+            crate::TestTable::create(&local.endpoint_url(), A::DEFAULT_TABLE, &A::schema()).await;
         let target = Target::connect(&table.endpoint, &table.name, &app).await;
         for o in &target.others {
             o.store

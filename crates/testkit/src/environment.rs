@@ -154,11 +154,12 @@ fn judge(
     }
     if must_fault && bad.environment_fault.is_none() && !reported {
         out.problems.push(format!(
-            "{name} ({broken:?}): {requests} requests, {} — but no environment fault (records: {:?}; job: {:?}; error: {:?})",
+            "{name} ({broken:?}): {requests} requests, {} — but no environment fault (records: {:?}; job: {:?}; error: {:?}; the working deployment's job: {:?})",
             if changed { "an outcome changed" } else { "same outcomes" },
             bad_records.iter().map(|r| &r.status).collect::<Vec<_>>(),
-            bad.job.as_ref().map(|j| &j.summary),
-            bad.error
+            bad.job.as_ref().map(|j| (&j.summary, j.complete)),
+            bad.error,
+            good.job.as_ref().map(|j| (&j.summary, j.complete)),
         ));
     }
 }

@@ -1,6 +1,6 @@
 //! The worker following table streams in real time while a test's service
 //! writes, as Lambda's event source mappings do: the soak tests of every
-//! app (`tests/concurrent.rs`) run their service model against it.
+//! app (`tests/it/concurrent.rs`) run their service model against it.
 //!
 //! - **Reading.** A [`Tail`] reads a table's stream from its beginning
 //!   like [`crate::Drain`], but survives a failed read (DynamoDB Local

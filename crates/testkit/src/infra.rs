@@ -1,5 +1,5 @@
 //! A SAM template checked against an app's description: the checks every
-//! app's `tests/infra.rs` runs on its template, given the app's
+//! app's `tests/it/infra.rs` runs on its template, given the app's
 //! [`AppSpec`] (its functions and table schema), names and settings reader
 //! ([`AppTemplate`]).
 //!
@@ -665,7 +665,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
 /// check, on the app's template (`$template`: an expression giving its
 /// [`AppTemplate`], evaluated by each test). With `, alarms >= n, "why"`
 /// the alarms on the worker's metrics are also at least `n`. An app's
-/// `tests/infra.rs` invokes it once and adds its own tests beside.
+/// `tests/it/infra.rs` invokes it once and adds its own tests beside.
 #[macro_export]
 macro_rules! template_tests {
     ($template:expr $(, alarms >= $n:expr, $why:literal)?) => {

