@@ -63,6 +63,35 @@ pub fn cargo_lambda() -> PathBuf {
     }
 }
 
+/// `cmd` without the variables `cargo test` sets for the running test
+/// (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `OUT_DIR`, ...): `cargo lambda
+/// watch` runs `cargo run`, whose build scripts would see them (ring's
+/// tracks `CARGO_MANIFEST_DIR`) and build again what `cargo test` built.
+/// The watch then sees the environment a developer's shell has.
+fn without_test_env(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let set_by_cargo_test = name == "OUT_DIR"
+            || name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_BIN_EXE_")
+            || matches!(
+                name,
+                "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_TARGET_TMPDIR"
+                    | "CARGO_RUSTC_CURRENT_DIR"
+            );
+        if set_by_cargo_test {
+            cmd.env_remove(name);
+        }
+    }
+}
+
 fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -93,6 +122,7 @@ impl Watch {
         for (k, v) in env {
             cmd.args(["--env-var", &format!("{k}={v}")]);
         }
+        without_test_env(&mut cmd);
         let child = cmd.spawn().expect("start cargo lambda watch");
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {

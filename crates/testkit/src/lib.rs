@@ -269,6 +269,25 @@ const TABLES_PER_INSTANCE: u32 = 24;
 /// `DYNAMODB_LOCAL_ENDPOINT` set, always that one. Keep the `Arc` as long
 /// as the tables made on it ([`TestTable`] does).
 pub async fn instance() -> Arc<Instance> {
+    // A test makes its tables on one instance: an app of several tables
+    // reaches them all through one client (and a parking table beside the
+    // app's), so the instance a thread got first serves its later tables.
+    // Each test runs on a thread of its own (and its runtime's workers).
+    thread_local! {
+        static AFFINITY: std::cell::RefCell<std::sync::Weak<Instance>> =
+            const { std::cell::RefCell::new(std::sync::Weak::new()) };
+    }
+    if let Some(instance) = AFFINITY.with(|a| a.borrow().upgrade()) {
+        instance.tables.fetch_add(1, Ordering::Relaxed);
+        return instance;
+    }
+    let instance = pool_instance().await;
+    AFFINITY.with(|a| *a.borrow_mut() = Arc::downgrade(&instance));
+    instance
+}
+
+/// The pool's next instance (see [`instance`]).
+async fn pool_instance() -> Arc<Instance> {
     static SLOTS: [tokio::sync::Mutex<Option<Arc<Instance>>>; POOL_SIZE] =
         [const { tokio::sync::Mutex::const_new(None) }; POOL_SIZE];
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
