@@ -100,16 +100,14 @@ impl TestTable {
         name: impl Into<String>,
         schema: &TableSchema,
     ) -> (worker_toolkit::local::DynamoDbLocal, Self) {
-        let local = worker_toolkit::local::start()
-            .await
-            .expect("DynamoDB Local must start (see the error for what to install)");
+        let local = start_local().await;
         let table = TestTable::create(&local.endpoint_url(), name, schema).await;
         (local, table)
     }
 
     /// A table named `name` of this schema, created at `endpoint` (a
-    /// [`LocalLease`]'s: the shared instance's tables get names of their
-    /// own, [`TestTable::with_schema`]), deleted on drop.
+    /// [`LocalLease`]'s, for a fixed name: the pool's tables get names of
+    /// their own, [`TestTable::with_schema`]), deleted on drop.
     pub async fn create(endpoint: &str, name: impl Into<String>, schema: &TableSchema) -> Self {
         let name = name.into();
         let store = DynamoStore::new(store::local_client(endpoint), &name).with_key(schema.key);
@@ -315,9 +313,7 @@ async fn pool_instance() -> Arc<Instance> {
             _local: None,
         }
     } else {
-        let local = worker_toolkit::local::start()
-            .await
-            .expect("DynamoDB Local must start (see the error for what to install)");
+        let local = start_local().await;
         Instance {
             endpoint: local.endpoint_url(),
             tables: AtomicU32::new(1),
@@ -327,6 +323,14 @@ async fn pool_instance() -> Arc<Instance> {
     let instance = Arc::new(instance);
     *current = Some(instance.clone());
     instance
+}
+
+/// A new DynamoDB Local of this process (installed if absent), or a test
+/// failure that says what to install.
+async fn start_local() -> worker_toolkit::local::DynamoDbLocal {
+    worker_toolkit::local::start()
+        .await
+        .expect("DynamoDB Local must start (see the error for what to install)")
 }
 
 /// A DynamoDB Local lent to one test at a time, for tests whose tables
@@ -357,11 +361,7 @@ pub async fn lease_local() -> LocalLease {
         tokio::sync::Mutex::const_new(None);
     let mut local = LENDABLE.lock().await;
     if local.is_none() {
-        *local = Some(
-            worker_toolkit::local::start()
-                .await
-                .expect("DynamoDB Local must start (see the error for what to install)"),
-        );
+        *local = Some(start_local().await);
     }
     let lease = LocalLease { local };
     let client = store::local_client(&lease.endpoint_url());
