@@ -748,7 +748,7 @@ struct WorkerRun {
 /// stream drained through the worker, *after* snapshotted.
 async fn worker_run(s: &Setup<'_>, factor: usize) -> WorkerRun {
     let (o, spec, w) = (s.o, s.spec, s.w);
-    let local = worker_toolkit::local::start()
+    let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let endpoint = local.endpoint_url();
@@ -1149,7 +1149,7 @@ async fn main() {
         // A DynamoDB Local of its own: there a write to the k-th table with
         // a stream slows down with k (see `benches/local_tables.rs`), and
         // A is the first table of the worker's instance.
-        let local = worker_toolkit::local::start()
+        let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
             .await
             .expect("DynamoDB Local for the baseline");
         let store = create(&local.endpoint_url(), "load-baseline").await;
@@ -1270,7 +1270,7 @@ async fn main() {
     // sent once with perfect batching, one request after the other, on a
     // table seeded with *before* on a DynamoDB Local of its own.
     let oracle = {
-        let local = worker_toolkit::local::start()
+        let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
             .await
             .expect("DynamoDB Local for the oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
@@ -1296,7 +1296,7 @@ async fn main() {
     // to the baseline is the order DynamoDB Local receives writes in. For
     // the time only (a key put then deleted ends otherwise).
     let sorted_writes = {
-        let local = worker_toolkit::local::start()
+        let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
             .await
             .expect("DynamoDB Local for the sorted oracle");
         let store = create(&local.endpoint_url(), "load-oracle").await;
@@ -1319,7 +1319,7 @@ async fn main() {
     let oracle_secs = (oracle_reads.time + oracle_writes.time).as_secs_f64();
 
     // 8. Bulk deletes of one group cascade, on a DynamoDB Local of its own.
-    let local = worker_toolkit::local::start()
+    let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
         .await
         .expect("DynamoDB Local for the group cascade");
     let endpoint = local.endpoint_url();

@@ -179,7 +179,7 @@ struct Cost {
 
 #[tokio::main]
 async fn main() {
-    let local = worker_toolkit::local::start()
+    let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let pid = local.pid();

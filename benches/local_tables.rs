@@ -48,7 +48,7 @@ async fn write(client: &aws_sdk_dynamodb::Client, table: &str, requests: Vec<Wri
 #[tokio::main]
 async fn main() {
     let stream = !std::env::args().any(|a| a == "--no-stream");
-    let local = worker_toolkit::local::start()
+    let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
         .await
         .expect("DynamoDB Local must start (see the error for what to install)");
     let client = store::local_client(&local.endpoint_url());

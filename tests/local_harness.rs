@@ -284,7 +284,7 @@ async fn failed_start_reports_the_log_tail() {
     };
 
     let started = Instant::now();
-    let err = local::start_with(&broken)
+    let err = local::start_with(&broken, local::Jit::Quick)
         .await
         .expect_err("a corrupt jar cannot start");
     let _ = std::fs::remove_dir_all(&dir);

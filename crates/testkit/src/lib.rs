@@ -95,12 +95,16 @@ pub struct TestTable {
 impl TestTable {
     /// A table on a DynamoDB Local of its own (benchmarks: a second large
     /// table in one instance seeds far slower, which would time the
-    /// database, not the worker). Keep the instance alive with the table.
+    /// database, not the worker), with the JVM's full compilers for a long
+    /// load ([`worker_toolkit::local::Jit::Full`]). Keep the instance alive
+    /// with the table.
     pub async fn on_own_local(
         name: impl Into<String>,
         schema: &TableSchema,
     ) -> (worker_toolkit::local::DynamoDbLocal, Self) {
-        let local = start_local().await;
+        let local = worker_toolkit::local::start_jit(worker_toolkit::local::Jit::Full)
+            .await
+            .expect("DynamoDB Local must start (see the error for what to install)");
         let table = TestTable::create(&local.endpoint_url(), name, schema).await;
         (local, table)
     }

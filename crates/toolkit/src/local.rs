@@ -278,6 +278,33 @@ impl Installation {
     pub fn jar_dir(&self) -> &Path {
         self.jar.parent().unwrap_or(Path::new("."))
     }
+
+    /// `java`'s arguments up to the jar (DynamoDB Local's own options follow).
+    fn java_args(&self, jit: Jit) -> Vec<OsString> {
+        let mut library_path = OsString::from("-Djava.library.path=");
+        library_path.push(&self.lib_dir);
+        let mut args = vec![library_path];
+        if jit == Jit::Quick {
+            args.extend(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"].map(OsString::from));
+        }
+        args.extend(["-jar".into(), self.jar.clone().into()]);
+        args
+    }
+}
+
+/// How DynamoDB Local's JVM compiles its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Jit {
+    /// The JVM's first compiler only (`-XX:TieredStopAtLevel=1`) and its
+    /// serial collector: half the CPU to start (about 1.5 s instead of 3 on
+    /// two cores) and about a quarter less CPU over a test run, for an
+    /// instance that lives seconds to minutes (tests, a command's own
+    /// instance). [`start`]'s.
+    #[default]
+    Quick,
+    /// The JVM's defaults (both compilers): the most requests per second
+    /// once warm, for long runs (the load benchmarks, `local start`).
+    Full,
 }
 
 /// Makes sure DynamoDB Local and Java are installed in `dir`, installing them if needed.
@@ -802,11 +829,17 @@ fn log_shows_port_in_use(log: &str) -> bool {
     log.contains("Address already in use") || log.contains("Failed to bind")
 }
 
-/// Starts a private DynamoDB Local from [`default_install_dir`], installing it on first use.
+/// Starts a private DynamoDB Local from [`default_install_dir`], installing it on first use,
+/// with [`Jit::Quick`].
 ///
 /// See [`start_in`].
 pub async fn start() -> Result<DynamoDbLocal, LocalError> {
-    start_in(&default_install_dir()).await
+    start_jit(Jit::Quick).await
+}
+
+/// [`start`], with the JVM compiling as `jit` says ([`Jit::Full`] for a long load run).
+pub async fn start_jit(jit: Jit) -> Result<DynamoDbLocal, LocalError> {
+    start_in(&default_install_dir(), jit).await
 }
 
 /// Installs DynamoDB Local into `dir` if needed (see [`ensure_installed`]) and starts it.
@@ -815,7 +848,7 @@ pub async fn start() -> Result<DynamoDbLocal, LocalError> {
 /// when the returned handle is dropped, or as soon as this process exits. Returns once it
 /// answers HTTP requests (up to 60 s). The JVM is a plain `std::process` child, so the
 /// handle does not depend on the calling tokio runtime.
-pub async fn start_in(dir: &Path) -> Result<DynamoDbLocal, LocalError> {
+pub async fn start_in(dir: &Path, jit: Jit) -> Result<DynamoDbLocal, LocalError> {
     let dir = dir.to_path_buf();
     let installation = tokio::task::spawn_blocking(move || ensure_installed(&dir))
         .await
@@ -823,18 +856,21 @@ pub async fn start_in(dir: &Path) -> Result<DynamoDbLocal, LocalError> {
             context: "the DynamoDB Local install task failed".to_owned(),
             source: io::Error::other(e),
         })??;
-    start_with(&installation).await
+    start_with(&installation, jit).await
 }
 
 /// Starts DynamoDB Local from an existing [`Installation`]; see [`start_in`].
 ///
 /// Retries with a new port (up to 3 attempts) if the chosen port was taken in the meantime.
-pub async fn start_with(installation: &Installation) -> Result<DynamoDbLocal, LocalError> {
+pub async fn start_with(
+    installation: &Installation,
+    jit: Jit,
+) -> Result<DynamoDbLocal, LocalError> {
     let mut attempt = 1;
     loop {
         let port = free_port()?;
         let started = Instant::now();
-        let handle = spawn_java(installation, port)?;
+        let handle = spawn_java(installation, port, jit)?;
         match wait_until_ready(handle).await {
             Ok(handle) => {
                 tracing::info!(
@@ -902,16 +938,17 @@ fn remove_stale_logs(dir: &Path) {
     }
 }
 
-fn spawn_java(installation: &Installation, port: u16) -> Result<DynamoDbLocal, LocalError> {
+fn spawn_java(
+    installation: &Installation,
+    port: u16,
+    jit: Jit,
+) -> Result<DynamoDbLocal, LocalError> {
     let log_path = new_log_path(port)?;
     let log = File::create(&log_path).map_err(io_err(format!(
         "cannot create log file {}",
         log_path.display()
     )))?;
-    let mut library_path = OsString::from("-Djava.library.path=");
-    library_path.push(&installation.lib_dir);
-
-    let mut args = vec![library_path, "-jar".into(), installation.jar.clone().into()];
+    let mut args = installation.java_args(jit);
     args.extend(
         ["-inMemory", "-sharedDb", "-disableTelemetry", "-port"]
             .into_iter()
@@ -1077,12 +1114,9 @@ impl Server {
         let log_err = log
             .try_clone()
             .map_err(io_err("cannot share the log file"))?;
-        let mut library_path = OsString::from("-Djava.library.path=");
-        library_path.push(&installation.lib_dir);
         let mut cmd = Command::new(&installation.java);
-        cmd.arg(library_path)
-            .arg("-jar")
-            .arg(&installation.jar)
+        // A server lives for a developer's session: the JVM's full compilers.
+        cmd.args(installation.java_args(Jit::Full))
             .args(["-sharedDb", "-disableTelemetry", "-port"])
             .arg(port.to_string());
         let data = match data {
