@@ -964,8 +964,9 @@ async fn randomized_scenarios_end_in_the_fault_free_table() {
             .map(|i| 0xfa17_0000 + i)
             .collect();
         lanes.push(tokio::spawn(run_lane(
-            // Each lane on an instance of the pool: its proxy's.
-            worker_testkit::instance().await,
+            // The lanes spread over the pool's instances (each lane's
+            // proxy in front of its own).
+            worker_testkit::next_instance().await,
             lane,
             seeds,
             done.clone(),

@@ -288,6 +288,13 @@ pub async fn instance() -> Arc<Instance> {
     instance
 }
 
+/// The pool's next instance in turn, whichever this thread used before:
+/// for a test that spreads its own load over the pool (each of its lanes
+/// on the next instance), where [`instance`] would keep them all on one.
+pub async fn next_instance() -> Arc<Instance> {
+    pool_instance().await
+}
+
 /// The pool's next instance (see [`instance`]).
 async fn pool_instance() -> Arc<Instance> {
     static SLOTS: [tokio::sync::Mutex<Option<Arc<Instance>>>; POOL_SIZE] =
