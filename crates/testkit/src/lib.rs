@@ -283,7 +283,7 @@ pub async fn instance() -> Arc<Instance> {
         instance.tables.fetch_add(1, Ordering::Relaxed);
         return instance;
     }
-    let instance = pool_instance().await;
+    let instance = next_instance().await;
     AFFINITY.with(|a| *a.borrow_mut() = Arc::downgrade(&instance));
     instance
 }
@@ -292,11 +292,6 @@ pub async fn instance() -> Arc<Instance> {
 /// for a test that spreads its own load over the pool (each of its lanes
 /// on the next instance), where [`instance`] would keep them all on one.
 pub async fn next_instance() -> Arc<Instance> {
-    pool_instance().await
-}
-
-/// The pool's next instance (see [`instance`]).
-async fn pool_instance() -> Arc<Instance> {
     static SLOTS: [tokio::sync::Mutex<Option<Arc<Instance>>>; POOL_SIZE] =
         [const { tokio::sync::Mutex::const_new(None) }; POOL_SIZE];
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);

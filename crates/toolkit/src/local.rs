@@ -294,14 +294,13 @@ impl Installation {
 }
 
 /// How DynamoDB Local's JVM compiles its code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Jit {
     /// The JVM's first compiler only (`-XX:TieredStopAtLevel=1`) and its
     /// serial collector: half the CPU to start (about 1.5 s instead of 3 on
     /// two cores) and about a quarter less CPU over a test run, for an
     /// instance that lives seconds to minutes (tests, a command's own
     /// instance). [`start`]'s.
-    #[default]
     Quick,
     /// The JVM's defaults (both compilers): the most requests per second
     /// once warm, for long runs (the load benchmarks, `local start`).
@@ -1399,6 +1398,41 @@ mod tests {
         assert!(
             java.to_string()
                 .contains("apt-get install -y default-jre-headless")
+        );
+    }
+
+    #[test]
+    fn a_quick_jvm_stops_at_the_first_compiler_and_a_full_one_keeps_the_defaults() {
+        let installation = Installation {
+            dir: PathBuf::from("/i"),
+            jar: PathBuf::from("/i/DynamoDBLocal.jar"),
+            lib_dir: PathBuf::from("/i/DynamoDBLocal_lib"),
+            java: PathBuf::from("java"),
+        };
+        let args = |jit| {
+            installation
+                .java_args(jit)
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            args(Jit::Quick),
+            [
+                "-Djava.library.path=/i/DynamoDBLocal_lib",
+                "-XX:TieredStopAtLevel=1",
+                "-XX:+UseSerialGC",
+                "-jar",
+                "/i/DynamoDBLocal.jar"
+            ]
+        );
+        assert_eq!(
+            args(Jit::Full),
+            [
+                "-Djava.library.path=/i/DynamoDBLocal_lib",
+                "-jar",
+                "/i/DynamoDBLocal.jar"
+            ]
         );
     }
 }
