@@ -963,23 +963,18 @@ struct GuardedPlan {
     batch: Vec<WriteRequest>,
 }
 
-fn guarded_plan(
-    before: &Table,
-    after: &Table,
-    guarded: &[(Vec<Guard>, Vec<GuardedOp>)],
-) -> GuardedPlan {
-    // The minimal set: `None` deletes the key, `Some` puts the item.
-    let net: BTreeMap<(String, String), Option<&Item>> = before
-        .keys()
-        .filter(|k| !after.contains_key(*k))
-        .map(|k| (k.clone(), None))
-        .chain(
-            after
-                .iter()
-                .filter(|(k, v)| before.get(*k) != Some(*v))
-                .map(|(k, v)| (k.clone(), Some(v))),
-        )
-        .collect();
+/// The guarded baseline's plan for `minimal`, the plain baseline's writes.
+fn guarded_plan(minimal: &[WriteRequest], guarded: &[(Vec<Guard>, Vec<GuardedOp>)]) -> GuardedPlan {
+    // Each write of the minimal set by key: `Some` puts the item, `None`
+    // deletes the key.
+    fn effect(w: &WriteRequest) -> ((String, String), Option<&Item>) {
+        match (w.put_request(), w.delete_request()) {
+            (Some(put), _) => (key_of(put.item()), Some(put.item())),
+            (None, Some(delete)) => (key_of(delete.key()), None),
+            (None, None) => unreachable!("a WriteRequest puts or deletes"),
+        }
+    }
+    let net: BTreeMap<(String, String), Option<&Item>> = minimal.iter().map(effect).collect();
     let mut last = BTreeMap::new();
     for (i, (_, ops)) in guarded.iter().enumerate() {
         for op in ops {
@@ -1007,30 +1002,10 @@ fn guarded_plan(
             (!ops.is_empty()).then(|| (guards.clone(), ops))
         })
         .collect();
-    let batch = net
-        .into_iter()
-        .filter(|(k, _)| !last.contains_key(k))
-        .map(|((pk, sk), put)| match put {
-            Some(item) => WriteRequest::builder()
-                .put_request(
-                    PutRequest::builder()
-                        .set_item(Some(item.clone()))
-                        .build()
-                        .unwrap(),
-                )
-                .build(),
-            None => WriteRequest::builder()
-                .delete_request(
-                    DeleteRequest::builder()
-                        .set_key(Some(Item::from([
-                            (PK.to_owned(), AttributeValue::S(pk)),
-                            (SK.to_owned(), AttributeValue::S(sk)),
-                        ])))
-                        .build()
-                        .unwrap(),
-                )
-                .build(),
-        })
+    let batch = minimal
+        .iter()
+        .filter(|w| !last.contains_key(&effect(w).0))
+        .cloned()
         .collect();
     GuardedPlan {
         transactions,
@@ -1040,11 +1015,17 @@ fn guarded_plan(
 
 /// What a guarded baseline run sent and what it took.
 struct GuardedSent {
-    requests: usize,
     transactions: usize,
     transacted_items: usize,
+    batch_requests: usize,
     withheld: usize,
     time: Duration,
+}
+
+impl GuardedSent {
+    fn requests(&self) -> usize {
+        self.transactions + self.batch_requests
+    }
 }
 
 /// The guarded baseline: its transactions (as the worker's store sends
@@ -1052,9 +1033,9 @@ struct GuardedSent {
 async fn send_guarded(store: &DynamoStore, table: &str, plan: &GuardedPlan) -> GuardedSent {
     let started = Instant::now();
     let mut sent = GuardedSent {
-        requests: 0,
         transactions: 0,
         transacted_items: 0,
+        batch_requests: 0,
         withheld: 0,
         time: Duration::ZERO,
     };
@@ -1063,7 +1044,6 @@ async fn send_guarded(store: &DynamoStore, table: &str, plan: &GuardedPlan) -> G
             .write_guarded(guards, ops.clone())
             .await
             .expect("TransactWriteItems");
-        sent.requests += report.requests as usize;
         sent.transactions += report.requests as usize;
         sent.transacted_items += ops.len();
         sent.withheld += report.withheld + report.refused;
@@ -1075,7 +1055,7 @@ async fn send_guarded(store: &DynamoStore, table: &str, plan: &GuardedPlan) -> G
         Some(ReturnConsumedCapacity::Total),
     )
     .await;
-    sent.requests += batch.requests;
+    sent.batch_requests = batch.requests;
     sent.time = started.elapsed();
     sent
 }
@@ -1250,7 +1230,7 @@ async fn main() {
     let mut base_requests = 0;
     let mut base_wcu = 0.0;
     let mut identical = true;
-    let plan = guarded_plan(&before, &after, &worker_runs[0].asked.guarded);
+    let plan = guarded_plan(&ops, &worker_runs[0].asked.guarded);
     for run in 0..3 * BASELINE_RUNS {
         // Like-for-like, plain and guarded runs in turn.
         let like_worker = run % 3 == 0;
@@ -1668,7 +1648,7 @@ async fn main() {
                 "{guarded_secs:.3} s (runs: {}), {} requests ({} TransactWriteItems of {} items, \
                  {} withheld), engine CPU {guarded_engine_cpu:.3} s",
                 secs_text(&guarded_runs),
-                guarded_sent.requests,
+                guarded_sent.requests(),
                 guarded_sent.transactions,
                 guarded_sent.transacted_items,
                 guarded_sent.withheld
@@ -1804,7 +1784,7 @@ async fn main() {
             "secs": guarded_secs,
             "runs_secs": guarded_runs,
             "engine_cpu_secs": guarded_engine_cpu,
-            "requests": guarded_sent.requests,
+            "requests": guarded_sent.requests(),
             "transactions": guarded_sent.transactions,
             "transacted_items": guarded_sent.transacted_items,
             "withheld": guarded_sent.withheld,
