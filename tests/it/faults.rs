@@ -949,7 +949,14 @@ async fn run_lane(
 /// At least 200 randomized scenarios with 20% of the worker's requests
 /// faulted (every kind) end in exactly the fault-free table, and every
 /// partial-batch response names the right record.
+///
+/// A soak (about 70 s and 130 CPU-s alone, a fifth of the root package's
+/// test time), so it runs in the long run, not in `scripts/test`, which
+/// runs this file's other fault tests (each fault kind, the fault rate, a
+/// cascade whose responses are lost after the write). The long run's
+/// command is the reason below (the README's "Tests and benchmarks" too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak: cargo test --test it faults:: -- --include-ignored"]
 async fn randomized_scenarios_end_in_the_fault_free_table() {
     let scenarios: u64 = std::env::var("FAULT_SCENARIOS")
         .ok()
