@@ -22,7 +22,8 @@
 //!   [`quiet`] then handles every stream until a round finds nothing new
 //!   (the worker's own writes come back as records).
 //!
-//! [`soak_seeds`] is the seeds such a test runs (`SOAK_SEEDS=<n>`: 1 to n),
+//! [`CI_SEED`] is the seed such a test runs in `scripts/test`, [`soak_seeds`]
+//! the further seeds of its soak (`SOAK_SEEDS=<n>`: 2 to n),
 //! [`service_tasks`] its service's concurrent tasks, [`assert_no_problems`]
 //! its verdict.
 
@@ -41,12 +42,17 @@ use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
 
 use crate::TestTable;
 
-/// The seeds of a soak run: 1, 2 and 3, or 1 to n with `SOAK_SEEDS=<n>`.
+/// The seed `scripts/test` runs at each factor.
+pub const CI_SEED: u64 = 1;
+
+/// The seeds of the long run, after [`CI_SEED`]: 2 and 3, or 2 to n with
+/// `SOAK_SEEDS=<n>`.
 pub fn soak_seeds() -> Vec<u64> {
-    match std::env::var("SOAK_SEEDS") {
-        Ok(n) => (1..=n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>")).collect(),
-        Err(_) => vec![1, 2, 3],
-    }
+    let last = match std::env::var("SOAK_SEEDS") {
+        Ok(n) => n.parse::<u64>().expect("SOAK_SEEDS=<number of seeds>"),
+        Err(_) => 3,
+    };
+    (CI_SEED + 1..=last).collect()
 }
 
 /// `tasks` service tasks at once, task `t` with a generator of its own
@@ -318,21 +324,35 @@ pub async fn quiet(tails: &mut [Tail], app: &dyn EventFunction, mapping: &Mappin
     panic!("the streams did not quiet down");
 }
 
-/// The two soak tests of an app, one at a `ParallelizationFactor` of 1
+/// The concurrent tests of an app, one at a `ParallelizationFactor` of 1
 /// and one of 10, each running `$run(seed, factor)` (an async function
-/// that panics on a problem) for every seed of [`soak_seeds`].
+/// that panics on a problem) for [`CI_SEED`]; and their soaks, ignored by
+/// `scripts/test` (the long run: `-- --include-ignored`), for every seed
+/// of [`soak_seeds`].
 #[macro_export]
 macro_rules! soak_tests {
     ($run:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn the_service_and_the_worker_at_once_one_batch_per_shard() {
+            $run($crate::follow::CI_SEED, 1).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn the_service_and_the_worker_at_once_ten_batches_per_shard() {
+            $run($crate::follow::CI_SEED, 10).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        #[ignore = "soak: SOAK_SEEDS=N cargo test -p PACKAGE --test it concurrent:: -- --include-ignored"]
+        async fn soak_one_batch_per_shard() {
             for seed in $crate::follow::soak_seeds() {
                 $run(seed, 1).await;
             }
         }
 
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn the_service_and_the_worker_at_once_ten_batches_per_shard() {
+        #[ignore = "soak: SOAK_SEEDS=N cargo test -p PACKAGE --test it concurrent:: -- --include-ignored"]
+        async fn soak_ten_batches_per_shard() {
             for seed in $crate::follow::soak_seeds() {
                 $run(seed, 10).await;
             }

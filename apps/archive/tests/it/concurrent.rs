@@ -57,13 +57,13 @@
 //! A problem is reported with the timeline of the writes on the keys
 //! involved (service and worker, in milliseconds from the run's start).
 //!
-//! Seeds 1, 2 and 3 in the normal run, at factor 1 and at factor 10 (one
-//! test each, run side by side; every seed runs, the problems of all are
-//! reported together). Their length is DynamoDB Local's: [`TASKS`] and
-//! [`OPS_PER_TASK`] set it.
-//! `SOAK_SEEDS=<n> cargo test -p archive-worker --test it concurrent::` runs
-//! seeds 1 to n instead (per factor); each run prints its counts and
-//! timings (`-- --nocapture`).
+//! Seed 1 in `scripts/test`, at factor 1 and at factor 10 (one test each,
+//! run side by side). Their length is DynamoDB Local's: [`TASKS`] and
+//! [`OPS_PER_TASK`] set it. The soak, in the long run, runs seeds 2 and 3
+//! (`SOAK_SEEDS=<n>`: 2 to n) at each factor (every seed runs, the problems
+//! of all are reported together): `SOAK_SEEDS=<n> cargo test -p
+//! archive-worker --test it concurrent:: -- --include-ignored`; each run
+//! prints its counts and timings (`--nocapture`).
 
 use crate::support;
 
@@ -91,7 +91,7 @@ use worker_engine::schedule::JobReport;
 use worker_engine::store::guarded::GuardedOp;
 use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOutcome};
 use worker_testkit::TestTable;
-use worker_testkit::follow::{Followers, Mapping, Tail, quiet, service_tasks, soak_seeds};
+use worker_testkit::follow::{CI_SEED, Followers, Mapping, Tail, quiet, service_tasks, soak_seeds};
 use worker_testkit::written::{Kind, Landed, definitely_absent, definitely_live, ops_of};
 
 /// Service tasks in flight.
@@ -1309,10 +1309,10 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     ))
 }
 
-/// Every seed at `factor`; the runs with problems reported together.
-async fn all_seeds(factor: usize) {
+/// Each of `seeds` at `factor`; the runs with problems reported together.
+async fn all_seeds(seeds: Vec<u64>, factor: usize) {
     let mut failed = Vec::new();
-    for seed in soak_seeds() {
+    for seed in seeds {
         if let Err(problems) = run(seed, factor).await {
             eprintln!("{problems}");
             failed.push(problems);
@@ -1328,10 +1328,22 @@ async fn all_seeds(factor: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_service_and_the_worker_at_once_one_batch_per_shard() {
-    all_seeds(1).await;
+    all_seeds(vec![CI_SEED], 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_service_and_the_worker_at_once_ten_batches_per_shard() {
-    all_seeds(10).await;
+    all_seeds(vec![CI_SEED], 10).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak: SOAK_SEEDS=N cargo test -p archive-worker --test it concurrent:: -- --include-ignored"]
+async fn soak_one_batch_per_shard() {
+    all_seeds(soak_seeds(), 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak: SOAK_SEEDS=N cargo test -p archive-worker --test it concurrent:: -- --include-ignored"]
+async fn soak_ten_batches_per_shard() {
+    all_seeds(soak_seeds(), 10).await;
 }

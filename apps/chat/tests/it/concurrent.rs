@@ -26,10 +26,11 @@
 //! conditional on the copy being `pending`, a rewrite one conditional on
 //! it being `accepted`.
 //!
-//! Seeds: 1, 2 and 3 in the normal run (about 20 s for both factors).
-//! `SOAK_SEEDS=<n> cargo test -p chat-worker --test it concurrent::` runs
-//! seeds 1 to n instead (per factor); each seed prints its counts and
-//! timings (`-- --nocapture`).
+//! Seed 1 in `scripts/test`, at factor 1 and at factor 10. The soak, in
+//! the long run, runs seeds 2 and 3 (`SOAK_SEEDS=<n>`: 2 to n) at each
+//! factor: `SOAK_SEEDS=<n> cargo test -p chat-worker --test it concurrent::
+//! -- --include-ignored`; each seed prints its counts and timings
+//! (`--nocapture`).
 
 use crate::support;
 
