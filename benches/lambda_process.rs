@@ -17,7 +17,9 @@
 //! All three are built first with the `bootstrap` profile: the release
 //! settings (those of `scripts/package`) in `target/bootstrap/`, because
 //! `cargo bench` itself builds the package's bins with the bench profile
-//! and puts them in `target/release/`, over the release ones.
+//! and puts them in `target/release/`, over the release ones
+//! (`worker_testkit::lambda_process`, which each app's `lambda_process`
+//! benchmark uses too).
 //!
 //! Run: `cargo bench --bench lambda_process` (`-- --runs N` cold starts;
 //! `-- --skip-memory`, `-- --skip-cold`).
@@ -26,69 +28,15 @@
 mod decide_event;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use worker_testkit::runtime_api::{Outcome, RuntimeApi};
-
-const MIB: f64 = 1024.0 * 1024.0;
-/// Lambda's payload limit for a synchronous invocation (the stream's too).
-const PAYLOAD_LIMIT: usize = 6 * 1024 * 1024;
-
-fn target_dir() -> PathBuf {
-    std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"))
-}
+use worker_testkit::lambda_process::{self as process, MIB, PAYLOAD_LIMIT};
+use worker_testkit::runtime_api::RuntimeApi;
 
 /// Build the `bootstrap`s and the floor with the `bootstrap` profile.
 fn build() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    for args in [
-        &[
-            "-p",
-            "nishiki-worker",
-            "--bin",
-            "stream",
-            "--bin",
-            "schedule",
-        ][..],
-        &["-p", "worker-testkit", "--example", "hello_lambda"][..],
-    ] {
-        let status = Command::new(&cargo)
-            .args(["build", "--profile", "bootstrap"])
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .expect("run cargo");
-        assert!(status.success(), "cargo build --profile bootstrap {args:?}");
-    }
-    target_dir().join("bootstrap")
-}
-
-/// `VmHWM` and `VmRSS` of a process, in bytes.
-fn memory(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or_else(|| panic!("{name} in /proc/{pid}/status"))
-    };
-    (field("VmHWM:"), field("VmRSS:"))
-}
-
-/// A `bootstrap` started against `api` with a Lambda-like environment.
-fn spawn(binary: &Path, api: &RuntimeApi, env: &[(&str, String)]) -> std::process::Child {
-    worker_testkit::runtime_api::function_command(binary, api)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_ACCESS_KEY_ID", "local")
-        .env("AWS_SECRET_ACCESS_KEY", "local")
-        .envs(env.iter().map(|(k, v)| (*k, v)))
-        .spawn()
-        .expect("start the bootstrap")
+    process::build("nishiki-worker", &["stream", "schedule"], &[]);
+    process::build("worker-testkit", &[], &["hello_lambda"])
 }
 
 fn stats(mut xs: Vec<f64>) -> (f64, f64, f64) {
@@ -102,59 +50,38 @@ async fn memory_case(stream: &Path, what: &str, payload: Vec<u8>, records: usize
         &nishiki_worker::schema::nishiki(),
     )
     .await;
-    let api = RuntimeApi::start().await.expect("runtime API");
     let env = [
         ("TABLE_NAME", table.name.clone()),
         ("DYNAMODB_ENDPOINT_URL", table.endpoint.clone()),
     ];
-    let mut child = spawn(stream, &api, &env);
-    let pid = child.id();
-    api.first_next().await;
-    let (init_hwm, _) = memory(pid);
-    let mut line = format!(
-        "memory {what}: {records} records, {:.2} MiB payload{}; VmHWM after init {:.1} MiB",
+    let peak = process::peak(stream, &env, &payload, 2).await;
+    let failures: Vec<usize> = peak
+        .deliveries
+        .iter()
+        .map(|d| {
+            d.response["batchItemFailures"]
+                .as_array()
+                .map_or(0, Vec::len)
+        })
+        .collect();
+    println!(
+        "memory {what}: {records} records, {:.2} MiB payload{}; batch item failures {failures:?}; {}",
         payload.len() as f64 / MIB,
         if payload.len() > PAYLOAD_LIMIT {
             " (over Lambda's 6 MiB)"
         } else {
             ""
         },
-        init_hwm as f64 / MIB
+        peak.describe()
     );
-    let mut peak = 0;
-    for delivery in 1..=2 {
-        let started = Instant::now();
-        let outcome = api.invoke(payload.clone(), Duration::from_secs(900)).await;
-        let took = started.elapsed();
-        let failures = match &outcome {
-            Outcome::Response(_) => outcome.json()["batchItemFailures"]
-                .as_array()
-                .map_or(0, Vec::len),
-            Outcome::Error { error_type, body } => panic!(
-                "{what}: the invocation failed: {error_type}: {}",
-                String::from_utf8_lossy(body)
-            ),
-        };
-        let (hwm, rss) = memory(pid);
-        peak = hwm;
-        line += &format!(
-            "; delivery {delivery}: {:.1} s, {failures} batch item failures, VmHWM {:.1} MiB (VmRSS {:.1})",
-            took.as_secs_f64(),
-            hwm as f64 / MIB,
-            rss as f64 / MIB
-        );
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    println!("{line}");
-    peak as f64 / MIB
+    peak.mib()
 }
 
 /// Seconds from exec to the first `GET …/next`.
 async fn cold_start(binary: &Path, env: &[(&str, String)]) -> f64 {
     let api = RuntimeApi::start().await.expect("runtime API");
     let started = Instant::now();
-    let mut child = spawn(binary, &api, env);
+    let mut child = process::spawn(binary, &api, env);
     let first = tokio::time::timeout(Duration::from_secs(30), api.first_next())
         .await
         .unwrap_or_else(|_| panic!("{} never asked for an invocation", binary.display()));

@@ -30,6 +30,9 @@
 //!   the code;
 //! - [`runtime_api`]: a local Lambda Runtime API, to run a real `bootstrap`
 //!   process;
+//! - [`lambda_process`]: an app's `bootstrap`s built as they ship and run as
+//!   processes, their peak memory measured (each package's
+//!   `lambda_process` benchmark);
 //! - [`moto`]: moto's server, the real local SQS, S3, EventBridge and STS;
 //! - [`venv`]: the Python tools the tests run (moto, cargo-lambda), pinned
 //!   and installed on first use under `.cache/`;
@@ -58,6 +61,7 @@ pub mod fault_proxy;
 pub mod fixtures;
 pub mod follow;
 pub mod infra;
+pub mod lambda_process;
 pub mod layers;
 mod modules;
 pub use modules::assert_every_file_is_a_module;
