@@ -139,6 +139,16 @@ fn is_derived(item: &Item) -> bool {
         .is_some_and(|d| d.satisfied_by(item))
 }
 
+/// How many items of the table have their index keys derived.
+async fn derived_count(table: &TestTable) -> usize {
+    table
+        .snapshot()
+        .await
+        .iter()
+        .filter(|i| is_derived(i))
+        .count()
+}
+
 /// How an image is padded with attributes the worker ignores: the most
 /// decoded values per byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -414,12 +424,7 @@ async fn stream_padded_products(
     let decoded = values(&items[0]);
     let (_local, table) = seeded(items).await;
     let peak = deliver_twice(stream, &stream_env(&table), &payload).await;
-    let derived_count = table
-        .snapshot()
-        .await
-        .iter()
-        .filter(|i| is_derived(i))
-        .count();
+    let derived_count = derived_count(&table).await;
     assert_eq!(derived_count, BATCH_SIZE, "every product's keys derived");
     let path = if binary {
         ", a binary attribute in each new image (the decoder's Value path)"
@@ -468,12 +473,7 @@ async fn stream_largest_images(stream: &Path) -> f64 {
     let payload = event_bytes(&make(records));
     let (_local, table) = seeded((0..records).map(|n| sized(n, 'n')).collect()).await;
     let peak = deliver_twice(stream, &stream_env(&table), &payload).await;
-    let derived_count = table
-        .snapshot()
-        .await
-        .iter()
-        .filter(|i| is_derived(i))
-        .count();
+    let derived_count = derived_count(&table).await;
     assert_eq!(derived_count, records, "every product's keys derived");
     print_case(
         "StreamFunction",
@@ -790,12 +790,7 @@ async fn backfill(schedule: &Path, case: &str, shape: Shape) -> f64 {
     let d = &report["details"];
     assert_eq!(d["scanned"], json!(ITEMS), "{report}");
     assert_eq!(d["written"], json!(ITEMS), "{report}");
-    let derived_count = table
-        .snapshot()
-        .await
-        .iter()
-        .filter(|i| is_derived(i))
-        .count();
+    let derived_count = derived_count(&table).await;
     assert_eq!(derived_count, ITEMS, "every item's keys derived");
     print_case(
         "BackfillFunction",
