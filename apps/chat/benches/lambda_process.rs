@@ -586,7 +586,7 @@ async fn requests_accepted(stream: &Path, template: &Template, records: usize) -
     let groups = chat.all(Table::GroupChats).await;
     let members = groups
         .iter()
-        .filter(|i| i[keys::SK].as_s().is_ok_and(|sk| sk.starts_with("USER#")))
+        .filter(|i| i[keys::SK].as_s().is_ok_and(|sk| keys::user_of(sk).is_ok()))
         .count();
     let counted = groups
         .iter()
