@@ -110,7 +110,7 @@ async fn main() {
         env: vec![],
         table: TableOpts {
             endpoint_url: Some(table.endpoint.clone()),
-            table: table.name.clone(),
+            table: vec![table.name.clone()],
             ..Default::default()
         },
         ..Default::default()

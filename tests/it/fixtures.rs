@@ -77,7 +77,7 @@ fn args_for(f: &Fixture, table: &TestTable, with_snapshot: bool) -> ReplayArgs {
         env: f.env.clone(),
         table: TableOpts {
             endpoint_url: Some(table.endpoint.clone()),
-            table: table.name.clone(),
+            table: vec![table.name.clone()],
             ..Default::default()
         },
         ..Default::default()
@@ -566,7 +566,7 @@ where
         redact,
         endpoint: EndpointOpts {
             endpoint_url: table.endpoint.clone(),
-            table: table.name.clone(),
+            table: vec![table.name.clone()],
             ..Default::default()
         },
         ..Default::default()

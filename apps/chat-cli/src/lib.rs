@@ -1,7 +1,9 @@
 //! `chat-worker`: the toolkit's command line, with what only the chat
-//! worker knows. The target table (`--table`) is ChatRequests; the five
-//! others are named by their variables (the seed's names by default), and
-//! diffs and snapshots cover all six (`worker_toolkit::cli::tables`).
+//! worker knows. The target table is ChatRequests; each of the six tables
+//! is named by its variable (`USERS_TABLE`, ..., `CHAT_REQUESTS_TABLE`, the
+//! seed's names by default) or by `--table ROLE=NAME` (`--table
+//! Users=dev-users`), and diffs and snapshots cover all six
+//! (`worker_toolkit::cli::tables`).
 
 use worker_engine::env::ConfigError;
 use worker_engine::runtime::Worker;
@@ -14,7 +16,7 @@ use chat_worker::config::Settings;
 use chat_worker::keys::Job;
 use chat_worker::schema::Table;
 
-/// The table every `--table` falls back to: the ChatRequests table.
+/// The target table's default name and role: the ChatRequests table.
 pub const LOCAL_TABLE: &str = Table::ChatRequests.name();
 
 /// The chat worker, as the toolkit's command line sees it.
@@ -27,6 +29,7 @@ impl CliApp for Chat {
     type Extra = NoExtra;
     const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn TableHandler<Table>> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
+    const TABLE_VAR: &'static str = Table::ChatRequests.env_var();
     const ABOUT: &'static str = ABOUT;
     const TEMPLATE: Option<&'static str> = Some("infra/chat.yaml");
     const EXAMPLES: &'static str = EXAMPLES;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use worker_engine::error::HandlerError;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
-use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
+use worker_toolkit::cli::target::{AppTable, Scope, TableOpts, Target};
 use worker_toolkit::cli::{CliError, output};
 
 use crate::Shop;
@@ -25,8 +25,8 @@ pub struct BackfillArgs {
 
 /// `shop-worker backfill`.
 pub async fn run(args: BackfillArgs) -> Result<ExitCode, CliError> {
-    let app = AppTable::of::<Shop>();
-    let target = Target::open(&args.table, &app).await?;
+    let (app, table) = AppTable::of::<Shop>().named(&args.table.table, Scope::Every)?;
+    let target = Target::open(&args.table, &app, &table).await?;
     target.require_table().await?;
     let items = target
         .store

@@ -95,7 +95,7 @@ mod tests {
         let AppCommand::App(ShopCommand::Backfill(b)) = cli.command else {
             panic!("backfill");
         };
-        assert_eq!(b.table.table, LOCAL_TABLE);
+        assert_eq!(b.table.table, [LOCAL_TABLE]);
         assert_eq!(
             local_crons::<Shop>(),
             [

@@ -4,6 +4,7 @@
 
 use worker_engine::schedule::JobName;
 use worker_toolkit::cli::table::TableCommand;
+use worker_toolkit::cli::target::{AppTable, Scope};
 use worker_toolkit::cli::{AppCommand, CliApp, Command, command, dev, parse_from};
 
 /// The app's command as clap checks it (`debug_assert`), every `--table`
@@ -18,7 +19,11 @@ pub fn check_command_line<A: CliApp>() {
     let AppCommand::Toolkit(Command::Run(run)) = cli.command else {
         panic!("`{} run {job}` is the toolkit's run", A::NAME);
     };
-    assert_eq!(run.table.table, A::DEFAULT_TABLE, "run's --table");
+    assert_eq!(
+        target_table::<A>(&run.table.table),
+        A::DEFAULT_TABLE,
+        "run's --table"
+    );
     let create = [
         A::NAME,
         "table",
@@ -33,7 +38,11 @@ pub fn check_command_line<A: CliApp>() {
     let TableCommand::Create(create) = table.command else {
         panic!("table create");
     };
-    assert_eq!(create.endpoint.table, A::DEFAULT_TABLE, "a nested --table");
+    assert_eq!(
+        target_table::<A>(&create.endpoint.table),
+        A::DEFAULT_TABLE,
+        "a nested --table"
+    );
     let e = parse_from::<A, _, _>([A::NAME, "run", "vacuum"])
         .expect_err("an unknown job is refused")
         .to_string();
@@ -55,6 +64,14 @@ pub fn check_command_line<A: CliApp>() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         assert!(root.join(path).is_file(), "{path}: the app's template");
     }
+}
+
+/// The target table a command of `A` names with these `--table` values.
+fn target_table<A: CliApp>(values: &[String]) -> String {
+    AppTable::of::<A>()
+        .named(values, Scope::Every)
+        .expect("the default --table names the tables")
+        .1
 }
 
 /// Each job with its schedule in `dev` when no `--cron` overrides it.

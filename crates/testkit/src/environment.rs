@@ -79,7 +79,7 @@ fn args(files: Vec<std::path::PathBuf>, f: &Fixture, endpoint: &str, table: &str
         env: f.env.clone(),
         table: TableOpts {
             endpoint_url: Some(endpoint.to_owned()),
-            table: table.to_owned(),
+            table: vec![table.to_owned()],
             ..Default::default()
         },
         ..Default::default()

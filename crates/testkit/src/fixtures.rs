@@ -80,7 +80,7 @@ fn args_for(dir: &Path, f: &Fixture, table: &TestTable, with_snapshot: bool) -> 
         env: Vec::new(),
         table: TableOpts {
             endpoint_url: Some(table.endpoint.clone()),
-            table: table.name.clone(),
+            table: vec![table.name.clone()],
             ..Default::default()
         },
         ..Default::default()

@@ -163,9 +163,13 @@ async fn run_rebuilds_the_lookup_and_expires_unzipped_files_on_the_table_given()
     let worker_toolkit::cli::table::TableCommand::Create(create) = t.command else {
         panic!("table create");
     };
-    assert_eq!(create.endpoint.table, LOCAL_TABLE, "nested subcommands too");
+    assert_eq!(
+        create.endpoint.table,
+        [LOCAL_TABLE],
+        "nested subcommands too"
+    );
     let Command::Dev(dev) = command(&["archive-worker", "dev"]) else {
         panic!("dev");
     };
-    assert_eq!(dev.table.table, LOCAL_TABLE);
+    assert_eq!(dev.table.table, [LOCAL_TABLE]);
 }

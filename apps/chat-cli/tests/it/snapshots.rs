@@ -12,7 +12,11 @@
 //! - the writes a dry run plans, or a run on a table it did not start
 //!   makes, are listed by table;
 //! - a snapshot naming a table the app does not have is refused with its
-//!   name and the names expected, before anything starts.
+//!   name and the names expected, before anything starts;
+//! - `--table ROLE=NAME` names each table for a command, `table snapshot
+//!   --table ROLE` writes that table alone, and a bare role where a
+//!   command works on every table, or a role the app does not have, is
+//!   refused with the roles and their variables.
 //!
 //! `cargo test -p chat-cli --test it snapshots::`
 
@@ -323,7 +327,7 @@ async fn table_load_and_snapshot_cover_the_six_tables() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
         stderr(&o).contains(&format!(
-            "table \"Users\" (USERS_TABLE) does not exist at {endpoint}: run `chat-worker table create --endpoint-url {endpoint} --table ChatRequests`"
+            "table \"Users\" (USERS_TABLE) does not exist at {endpoint}: run `chat-worker table create --endpoint-url {endpoint}` with the same table names (it creates every table of the app), or check USERS_TABLE and --table"
         )),
         "{}",
         stderr(&o)
@@ -429,5 +433,121 @@ fn a_table_the_app_does_not_have_is_refused_with_its_name() {
             "{args:?}: refused before anything starts: {e}"
         );
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Each table named for the command by its role, `ROLE=p-ROLE`.
+fn prefixed(p: &str) -> Vec<String> {
+    Table::ALL
+        .iter()
+        .flat_map(|t| {
+            [
+                "--table".to_owned(),
+                format!("{}={p}{}", t.name(), t.name()),
+            ]
+        })
+        .collect()
+}
+
+/// `--table ROLE=NAME` names each table, `table snapshot --table ROLE`
+/// writes that table alone (named in the file, so that `table load` puts
+/// it back there), and a command that works on every table refuses a
+/// bare role, or a name that is no role, with the roles and variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_are_named_by_role_and_a_snapshot_of_one_writes_that_table() {
+    let local = worker_testkit::lease_local().await;
+    let endpoint = local.endpoint_url();
+    let dir = scratch("roles");
+    let p = format!("roles{}-", std::process::id());
+    let named = prefixed(&p);
+    let with = |args: &[&str]| -> Output {
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend(["--endpoint-url", &endpoint]);
+        all.extend(named.iter().map(String::as_str));
+        chat_worker(&all)
+    };
+    let o = with(&["table", "create"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("created table {p}Users (USERS_TABLE)")),
+        "{}",
+        stdout(&o)
+    );
+    // The golden, its tables renamed as this command names them.
+    let golden: serde_json::Map<String, Value> = serde_json::from_str(&golden()).unwrap();
+    let renamed: serde_json::Map<String, Value> = golden
+        .into_iter()
+        .map(|(name, items)| (format!("{p}{name}"), items))
+        .collect();
+    let file = dir.join("renamed.json");
+    std::fs::write(&file, Value::Object(renamed).to_string()).unwrap();
+    let o = with(&["table", "load", &file.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("into 6 tables at"), "{}", stdout(&o));
+
+    // The Users table alone, picked by its role and named by it too.
+    let users = dir.join("users.json");
+    let o = with(&[
+        "table",
+        "snapshot",
+        "--table",
+        "Users",
+        &users.display().to_string(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with(&format!("wrote 2 items of table {p}Users at {endpoint}")),
+        "{}",
+        stdout(&o)
+    );
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&users).unwrap()).unwrap();
+    let tables: Vec<&String> = v
+        .as_object()
+        .expect("an object by table name")
+        .keys()
+        .collect();
+    assert_eq!(tables, [&format!("{p}Users")], "that table alone, named");
+    assert_eq!(v[format!("{p}Users")].as_array().map(Vec::len), Some(2));
+    let o = with(&["table", "load", &users.display().to_string()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("into 1 table at {endpoint} ({p}Users 2)")),
+        "{}",
+        stdout(&o)
+    );
+
+    let roles = "roles (variables): ChatRequests (CHAT_REQUESTS_TABLE), Users (USERS_TABLE), \
+                 Communities (COMMUNITIES_TABLE), Notifications (NOTIFICATIONS_TABLE), \
+                 GroupChats (GROUP_CHATS_TABLE), PrivateChats (PRIVATE_CHATS_TABLE)";
+    let chat_created = events("stream/chat-created.json");
+    for (args, problem) in [
+        (
+            vec!["replay", "--table", "Users", &chat_created],
+            "--table Users: this command works on every table; name one as ROLE=NAME",
+        ),
+        (
+            vec![
+                "table",
+                "snapshot",
+                "--table",
+                "Rooms",
+                "x.json",
+                "--endpoint-url",
+                "http://127.0.0.1:9",
+            ],
+            "--table Rooms: chat-worker has no table \"Rooms\"",
+        ),
+        (
+            vec!["run", "audit-requests", "--table", "Rooms=r"],
+            "--table Rooms=r: chat-worker has no table \"Rooms\"",
+        ),
+    ] {
+        let o = chat_worker(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains(problem) && e.contains(roles), "{args:?}: {e}");
+        assert!(!e.contains("starting DynamoDB Local"), "{args:?}: {e}");
+    }
+    drop(local);
     let _ = std::fs::remove_dir_all(dir);
 }

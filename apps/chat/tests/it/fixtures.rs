@@ -70,7 +70,7 @@ fn args_for(f: &Fixture, target: &Target) -> ReplayArgs {
         env: Vec::new(),
         table: TableOpts {
             endpoint_url: Some(target.endpoint.clone()),
-            table: target.table.clone(),
+            table: vec![format!("ChatRequests={}", target.table)],
             ..Default::default()
         },
         ..Default::default()

@@ -55,7 +55,7 @@ fn capture_args(t: &TestTable, out: &Path) -> CaptureArgs {
         redact: false,
         endpoint: EndpointOpts {
             endpoint_url: t.endpoint.clone(),
-            table: t.name.clone(),
+            table: vec![t.name.clone()],
             ..Default::default()
         },
         ..Default::default()

@@ -313,7 +313,7 @@ fn the_command_line_gives_the_app_defaults() {
     let Command::Replay(replay) = parse(&["minimal", "replay", "events.json"]) else {
         panic!("replay");
     };
-    assert_eq!(replay.table.table, LOCAL_TABLE);
+    assert_eq!(replay.table.table, [LOCAL_TABLE]);
     assert_eq!(
         replay.table.endpoint_url, None,
         "the embedded DynamoDB Local"
@@ -321,7 +321,7 @@ fn the_command_line_gives_the_app_defaults() {
     let Command::Dev(dev) = parse(&["minimal", "dev"]) else {
         panic!("dev");
     };
-    assert_eq!(dev.table.table, LOCAL_TABLE);
+    assert_eq!(dev.table.table, [LOCAL_TABLE]);
     let Command::Table(t) = parse(&[
         "minimal",
         "table",
@@ -334,12 +334,16 @@ fn the_command_line_gives_the_app_defaults() {
     let TableCommand::Create(create) = t.command else {
         panic!("table create");
     };
-    assert_eq!(create.endpoint.table, LOCAL_TABLE, "nested subcommands too");
+    assert_eq!(
+        create.endpoint.table,
+        [LOCAL_TABLE],
+        "nested subcommands too"
+    );
     let Command::Run(run) = parse(&["minimal", "run", "purge-expired", "--table", "other"]) else {
         panic!("run");
     };
     assert_eq!(
-        (run.job.as_str(), run.table.table.as_str()),
+        (run.job.as_str(), run.table.table[0].as_str()),
         ("purge-expired", "other")
     );
 
@@ -363,10 +367,16 @@ fn the_command_line_gives_the_app_defaults() {
     );
     // The worker is configured from the lookup, as on Lambda.
     assert_eq!(
-        check_config::<Minimal>(LOCAL_TABLE, &[]).expect("no configuration needed"),
+        check_config::<Minimal>(&AppTable::of::<Minimal>(), LOCAL_TABLE, &[])
+            .expect("no configuration needed"),
         [Job::PurgeExpired]
     );
-    let e = check_config::<Minimal>(LOCAL_TABLE, &["WORKER_JOB=vacuum".into()]).unwrap_err();
+    let e = check_config::<Minimal>(
+        &AppTable::of::<Minimal>(),
+        LOCAL_TABLE,
+        &["WORKER_JOB=vacuum".into()],
+    )
+    .unwrap_err();
     assert!(
         e.to_string().contains("expected one of purge-expired"),
         "{e}"

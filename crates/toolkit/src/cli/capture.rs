@@ -18,7 +18,7 @@ use std::process::ExitCode;
 use chrono::{DateTime, Utc};
 use clap::Args;
 
-use super::target::{AppTable, EndpointOpts, Target};
+use super::target::{AppTable, EndpointOpts, Scope, Target};
 use super::{CliApp, CliError, parse_now};
 use crate::replay::redact::{Placeholder, Redactor};
 use crate::stream_reader::{StartAt, StreamTail};
@@ -192,7 +192,8 @@ pub async fn capture(target: &Target, args: &CaptureArgs) -> Result<Captured, Cl
 
 /// `<app> capture`.
 pub async fn run<A: CliApp>(args: CaptureArgs) -> Result<ExitCode, CliError> {
-    let target = Target::open_endpoint(&args.endpoint, &AppTable::of::<A>()).await?;
+    let (app, table) = AppTable::of::<A>().named(&args.endpoint.table, Scope::OneOrEvery)?;
+    let target = Target::open_endpoint(&args.endpoint, &app, &table).await?;
     let c = capture(&target, &args).await?;
     if args.json {
         super::output::print_json(&serde_json::json!({

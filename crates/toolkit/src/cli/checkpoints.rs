@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::output::print_json;
-use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Target, refuse_remote_writes};
+use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Scope, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
 use worker_engine::schedule::JobName;
@@ -67,7 +67,8 @@ pub async fn run<A: CliApp>(args: CheckpointsArgs) -> Result<ExitCode, CliError>
 }
 
 async fn list<A: CliApp>(args: ListArgs, app: &AppTable) -> Result<ExitCode, CliError> {
-    let target = Target::open_endpoint(&args.endpoint, app).await?;
+    let (app, table) = app.named(&args.endpoint.table, Scope::Every)?;
+    let target = Target::open_endpoint(&args.endpoint, &app, &table).await?;
     let keys = target.keys();
     let mut rows = Vec::new();
     for job in A::Job::ALL {
@@ -122,7 +123,8 @@ async fn reset<A: CliApp>(args: ResetArgs, app: &AppTable) -> Result<ExitCode, C
         args.remote,
         "checkpoints reset",
     )?;
-    let target = Target::open_endpoint(&args.endpoint, app).await?;
+    let (app, table) = app.named(&args.endpoint.table, Scope::Every)?;
+    let target = Target::open_endpoint(&args.endpoint, &app, &table).await?;
     target.announce_writes().await;
     let before = target.store.get(&key, true).await?;
     let deleted = match &before {

@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 
 use super::deployment::{DeployOpts, deadline, describe_timeout};
 use super::replay::{check_config, load_snapshot, worker};
-use super::target::{AppTable, RemoteWriteOpts, TableOpts, Target, refuse_remote_writes};
+use super::target::{AppTable, RemoteWriteOpts, Scope, TableOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
 use crate::replay::dev::{
     Action, BatchLog, EnvironmentFault, EventFunction, EventSourceLoop, InvokeError, LoopError,
@@ -800,11 +800,11 @@ fn not_all_handled(logs: &[BatchLog], ticks: &[Value], gave_up: &[Value]) -> boo
 pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
     let deployment = args.deploy.deployment::<A>()?;
     let plan = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
-    let app = AppTable::of::<A>();
-    check_config::<A>(&args.table.table, &args.env)?;
+    let (app, table) = AppTable::of::<A>().named(&args.table.table, Scope::Every)?;
+    check_config::<A>(&app, &table, &args.env)?;
     refuse_remote_writes(args.table.endpoint_url.as_deref(), args.remote, "dev")?;
     if let Some(p) = &args.snapshot {
-        super::tables::read_app_snapshot(p, &app, &args.table.table)?;
+        super::tables::read_app_snapshot(p, &app, &table)?;
     }
     let saved = match &args.state_file {
         Some(p) => DevState::read(p)?,
@@ -818,7 +818,7 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
             println!("{line}");
         }
     };
-    let target = Target::open(&args.table, &app).await?;
+    let target = Target::open(&args.table, &app, &table).await?;
     target.announce_writes().await;
     let arn = target.stream_arn().await?;
     // A stream that lacks what the handlers read is refused before

@@ -95,8 +95,13 @@ pub trait CliApp: Send + Sync + 'static {
     /// The command's name, in messages that say what to run next: the
     /// app's name.
     const NAME: &'static str = Self::APP.name;
-    /// The table every `--table` falls back to.
+    /// The table every `--table` falls back to: for an app of several
+    /// tables, the target (home) table's default name, which is also its
+    /// role in `--table ROLE=NAME`.
     const DEFAULT_TABLE: &'static str;
+    /// The variable naming the target table, in the Lambda functions and
+    /// on the command line.
+    const TABLE_VAR: &'static str = worker_engine::settings::TABLE_NAME;
     /// One line of `--help`.
     const ABOUT: &'static str;
     /// What `--help` adds after [`CliApp::ABOUT`], if anything.
@@ -302,16 +307,16 @@ pub fn job_names<A: CliApp>() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(A::Job::ALL.iter().map(|j| j.as_str()))
 }
 
-/// An app's command with its defaults: [`CliApp::DEFAULT_TABLE`] for every
-/// `--table` (at any depth: `table create` too), the app's job names for
+/// An app's command with its defaults: every `--table` (at any depth:
+/// `table create` too) as the app's tables are named ([`table_arg`]:
+/// [`CliApp::DEFAULT_TABLE`], or roles), the app's job names for
 /// `run`'s `JOB`, and its examples ([`CliApp::examples`]). Parse with this command, not the derived one, or the
 /// defaults are lost.
 pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
     fn with_table<A: CliApp>(cmd: clap::Command) -> clap::Command {
         let cmd = if cmd.get_arguments().any(|a| a.get_id() == "table") {
-            cmd.mut_arg("table", |a| {
-                a.default_value(A::DEFAULT_TABLE).required(false)
-            })
+            let picks = matches!(cmd.get_name(), "snapshot" | "capture");
+            cmd.mut_arg("table", |a| table_arg::<A>(a, picks))
         } else {
             cmd
         };
@@ -343,6 +348,39 @@ pub fn with_app_defaults<A: CliApp>(cmd: clap::Command) -> clap::Command {
             cmd
         }
     })
+}
+
+/// `--table` for app `A`: one name, defaulting to [`CliApp::DEFAULT_TABLE`]
+/// and its variable, for an app of one table; `ROLE=NAME` (repeatable)
+/// for an app of several, each table's variable being read when the
+/// command names its tables ([`tables::name_tables`]). `picks`: the
+/// command also takes a bare `ROLE`, the one table it works on.
+fn table_arg<A: CliApp>(arg: clap::Arg, picks: bool) -> clap::Arg {
+    let others = A::other_tables();
+    if others.is_empty() {
+        return arg
+            .env(A::TABLE_VAR)
+            .default_value(A::DEFAULT_TABLE)
+            .required(false)
+            .action(clap::ArgAction::Set);
+    }
+    let roles: Vec<String> = std::iter::once((A::DEFAULT_TABLE, A::TABLE_VAR))
+        .chain(others.iter().map(|o| (o.default_name, o.var)))
+        .map(|(role, var)| format!("{role} ({var})"))
+        .collect();
+    let pick = if picks {
+        "; ROLE alone: only that table"
+    } else {
+        ""
+    };
+    arg.env(None)
+        .required(false)
+        .action(clap::ArgAction::Append)
+        .value_name("ROLE=NAME")
+        .help(format!(
+            "A table by its role (repeatable){pick}. Default: each role's variable, else the role; roles (variables): {}",
+            roles.join(", ")
+        ))
 }
 
 /// Each subcommand's examples in `examples`, the text after an app's
@@ -398,14 +436,13 @@ pub enum CliError {
     },
     /// One of the app's other tables ([`CliApp::other_tables`]) is missing.
     #[error(
-        "table {table:?} ({var}) does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint} --table {target}` (it creates every table of the app), or check {var}"
+        "table {table:?} ({var}) does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint}` with the same table names (it creates every table of the app), or check {var} and --table"
     )]
     NoOtherTable {
         app: &'static str,
         endpoint: String,
         table: String,
         var: &'static str,
-        target: String,
     },
     #[error(
         "table {table:?} at {endpoint} has no stream: enable a NEW_AND_OLD_IMAGES stream on it (`{app} table create` makes tables with one)"

@@ -50,7 +50,7 @@ use serde_json::{Value, json};
 
 use super::replay::worker;
 use super::target::{
-    AppTable, EndpointOpts, RemoteWriteOpts, Target, is_local, refuse_remote_writes,
+    AppTable, EndpointOpts, RemoteWriteOpts, Scope, Target, is_local, refuse_remote_writes,
 };
 use super::{CliApp, CliError, EXIT_FAILURES};
 use crate::failure_message::{self, FailureRange};
@@ -692,8 +692,8 @@ pub async fn read_failure_range(
 
 /// The parking table of the command: `--parking-table`, else
 /// `PARKING_TABLE` (through `--env` or the environment).
-fn parking_settings(args: &RedriveArgs) -> Result<Option<ParkingSettings>, CliError> {
-    let lookup = super::replay::worker_env(&args.endpoint.table, &args.env)?;
+fn parking_settings(args: &RedriveArgs, table: &str) -> Result<Option<ParkingSettings>, CliError> {
+    let lookup = super::replay::worker_env(table, &args.env)?;
     let mut settings = ParkingSettings::from_env(&worker_engine::env::Env::new(&lookup))
         .map_err(|e| CliError::Usage(e.to_string()))?;
     if let Some(table) = &args.parking_table {
@@ -1073,7 +1073,8 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
             "redrive --apply",
         )?;
     }
-    let target = Target::open_endpoint(&args.endpoint, &AppTable::of::<A>()).await?;
+    let (app, table) = AppTable::of::<A>().named(&args.endpoint.table, Scope::Every)?;
+    let target = Target::open_endpoint(&args.endpoint, &app, &table).await?;
     if args.apply {
         target.announce_writes().await;
     }
@@ -1084,7 +1085,7 @@ pub async fn run<A: CliApp>(args: RedriveArgs) -> Result<ExitCode, CliError> {
     } else {
         worker_engine::store::client(Some(&target.endpoint)).await
     };
-    let settings = parking_settings(&args)?;
+    let settings = parking_settings(&args, &table)?;
     let parking_there = match &settings {
         Some(s) => prepare_parking_table(&client, s, &target.endpoint, args.apply).await?,
         None => false,

@@ -32,7 +32,7 @@ use super::tables::{
     recorded_worker_tables, scan_all, take_made, take_planned, write_all,
 };
 use super::target::{
-    AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
+    AppTable, RemoteWriteOpts, Scope, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
 use crate::replay::apply::{self, NotApplied};
@@ -335,15 +335,20 @@ pub fn worker_env(
 
 /// Check the worker's configuration before anything starts (assembling a
 /// worker touches no table); the jobs it runs.
-pub fn check_config<A: CliApp>(table: &str, env: &[String]) -> Result<Vec<A::Job>, CliError> {
+pub fn check_config<A: CliApp>(
+    app: &AppTable,
+    table: &str,
+    env: &[String],
+) -> Result<Vec<A::Job>, CliError> {
     let lookup = worker_env(table, env)?;
     let store: Arc<dyn Store> = Arc::new(worker_engine::store::DynamoStore::new(
         worker_engine::store::local_client("http://127.0.0.1:9"),
         table,
     ));
-    let others = A::other_tables()
-        .into_iter()
-        .map(|o| (o.var, o.name(), store.clone()))
+    let others = app
+        .others
+        .iter()
+        .map(|o| (o.var, o.name.clone(), store.clone()))
         .collect();
     let parts = super::tables::WorkerParts {
         store,
@@ -602,14 +607,14 @@ fn remote_dry_run(target: &Target, args: &ReplayArgs) -> bool {
 
 /// `<app> replay`.
 pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
-    let app = AppTable::of::<A>();
+    let (app, table) = AppTable::of::<A>().named(&args.table.table, Scope::Every)?;
     // Check the input before starting anything.
-    check_config::<A>(&args.table.table, &args.env)?;
+    check_config::<A>(&app, &table, &args.env)?;
     for p in &args.files {
         load_event_file::<A::Job>(p)?;
     }
     if let Some(p) = &args.snapshot {
-        read_app_snapshot(p, &app, &args.table.table)?;
+        read_app_snapshot(p, &app, &table)?;
     }
     if args.apply_writes || args.snapshot.is_some() {
         refuse_remote_writes(
@@ -622,7 +627,7 @@ pub async fn run<A: CliApp>(args: ReplayArgs) -> Result<ExitCode, CliError> {
             },
         )?;
     }
-    let target = Target::open(&args.table, &app).await?;
+    let target = Target::open(&args.table, &app, &table).await?;
     if args.diff && !target.is_embedded() {
         let (items, bytes, units) = super::run::scan_cost(&target).await?;
         eprintln!(

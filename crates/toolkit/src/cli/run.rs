@@ -19,7 +19,7 @@ use super::tables::{
     SnapshotWritten, diff_all, read_app_snapshot, scan_all, take_made, take_planned, write_all,
 };
 use super::target::{
-    AppTable, RemoteWriteOpts, TableOpts, Target, is_loopback, refuse_remote_writes,
+    AppTable, RemoteWriteOpts, Scope, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
 use worker_engine::schedule::JobName;
@@ -84,8 +84,8 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             A::Job::known()
         ))
     })?;
-    let app = AppTable::of::<A>();
-    let available = check_config::<A>(&args.table.table, &args.env)?;
+    let (app, table) = AppTable::of::<A>().named(&args.table.table, Scope::Every)?;
+    let available = check_config::<A>(&app, &table, &args.env)?;
     if !available.contains(&job) {
         return Err(CliError::Usage(format!(
             "job {job} is not available in this build (available: {})",
@@ -101,7 +101,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         )));
     }
     if let Some(p) = &args.snapshot {
-        read_app_snapshot(p, &app, &args.table.table)?;
+        read_app_snapshot(p, &app, &table)?;
         // Loading a snapshot writes.
         refuse_remote_writes(
             args.table.endpoint_url.as_deref(),
@@ -115,7 +115,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             .as_ref()
             .and_then(|d| d.job_timeout(job.as_str())),
     );
-    let target = Target::open(&args.table, &app).await?;
+    let target = Target::open(&args.table, &app, &table).await?;
     // A table elsewhere is only read unless remote writes are allowed.
     let remote = !target.is_embedded() && !is_loopback(&target.endpoint);
     let dry_run = args.dry_run || (remote && !args.remote.allow_remote_writes);

@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::output::{bar, counter, print_json};
 use super::tables::{counts_json, load_all, read_app_snapshot, scan_all, table_counts, write_all};
-use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Target, refuse_remote_writes};
+use super::target::{AppTable, EndpointOpts, RemoteWriteOpts, Scope, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
 use worker_engine::store::{BatchWriteReport, StoreError};
 
@@ -96,7 +96,8 @@ pub async fn run<A: CliApp>(args: TableArgs) -> Result<ExitCode, CliError> {
 async fn create(args: CreateArgs, app: &AppTable) -> Result<ExitCode, CliError> {
     let e = &args.endpoint;
     refuse_remote_writes(Some(&e.endpoint_url), args.remote, "table create")?;
-    let target = Target::connect_with(&e.endpoint_url, &e.table, app, &e.aws).await;
+    let (app, table) = app.named(&e.table, Scope::Every)?;
+    let target = Target::connect_with(&e.endpoint_url, &table, &app, &e.aws).await;
     target.announce_writes().await;
     let (created, arn) = match target.store.create_table(&app.schema).await {
         Ok(()) => (true, target.stream_arn().await?),
@@ -132,7 +133,8 @@ async fn create(args: CreateArgs, app: &AppTable) -> Result<ExitCode, CliError> 
 }
 
 async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliError> {
-    let target = Target::open_endpoint(&args.endpoint, app).await?;
+    let (app, table) = app.named(&args.endpoint.table, Scope::OneOrEvery)?;
+    let target = Target::open_endpoint(&args.endpoint, &app, &table).await?;
     target.require_others(|_| true).await?;
     let pb = counter("scanning");
     let scans = scan_all(&target, Some(&pb)).await?;
@@ -174,9 +176,10 @@ async fn snapshot(args: SnapshotArgs, app: &AppTable) -> Result<ExitCode, CliErr
 }
 
 async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
-    let snapshot = read_app_snapshot(&args.file, app, &args.endpoint.table)?;
+    let (app, table) = app.named(&args.endpoint.table, Scope::Every)?;
+    let snapshot = read_app_snapshot(&args.file, &app, &table)?;
     refuse_remote_writes(Some(&args.endpoint.endpoint_url), args.remote, "table load")?;
-    let target = Target::open_endpoint(&args.endpoint, app).await?;
+    let target = Target::open_endpoint(&args.endpoint, &app, &table).await?;
     target
         .require_others(|name| snapshot.iter().any(|(n, _)| n == name))
         .await?;
@@ -196,7 +199,7 @@ async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
             acc
         });
     // A snapshot of several tables names each; a plain array is the target.
-    let several = !app.others.is_empty() && loaded.iter().any(|(name, _)| *name != target.table);
+    let several = app.several && loaded.iter().any(|(name, _)| *name != target.table);
     let counts: Vec<(String, usize)> = loaded
         .iter()
         .map(|(name, r)| (name.clone(), r.items))
@@ -217,8 +220,9 @@ async fn load(args: LoadArgs, app: &AppTable) -> Result<ExitCode, CliError> {
     }
     let into = if several {
         format!(
-            "{} tables at {} ({})",
+            "{} table{} at {} ({})",
             counts.len(),
+            if counts.len() == 1 { "" } else { "s" },
             target.endpoint,
             table_counts(&counts)
         )

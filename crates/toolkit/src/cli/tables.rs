@@ -26,7 +26,7 @@ use indicatif::ProgressBar;
 use serde_json::{Value, json};
 
 use super::CliError;
-use super::target::{AppTable, Target};
+use super::target::{AppTable, Scope, Target};
 use crate::replay::apply::WritePlan;
 use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
 use crate::replay::snapshot::{
@@ -55,19 +55,34 @@ use worker_engine::tables::{Stores, TableSet};
 pub struct OtherTable {
     /// The variable naming it (`ORDERS_TABLE`).
     pub var: &'static str,
-    /// Its name when the variable is not set.
+    /// Its name when nothing else names it, and its role in `--table
+    /// ROLE=NAME`.
     pub default_name: &'static str,
+    /// Its name for a command: the variable's value, else the default
+    /// ([`OtherTable::of`]), else what `--table` says ([`name_tables`]).
+    pub name: String,
     pub schema: TableSchema,
 }
 
 impl OtherTable {
-    /// Its name for a command: the variable's value, else the default.
-    pub fn name(&self) -> String {
-        std::env::var(self.var)
-            .ok()
-            .filter(|v| !v.trim().is_empty())
-            .unwrap_or_else(|| self.default_name.to_owned())
+    /// The table its variable names in the process environment (else its
+    /// default name).
+    pub fn of(var: &'static str, default_name: &'static str, schema: TableSchema) -> Self {
+        OtherTable {
+            var,
+            default_name,
+            name: var_or(var, default_name),
+            schema,
+        }
     }
+}
+
+/// The value of variable `var` in the process environment, else `default`.
+fn var_or(var: &str, default: &str) -> String {
+    std::env::var(var)
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| default.to_owned())
 }
 
 /// The tables of `T` but its home table: the target of a command is the
@@ -76,12 +91,111 @@ pub fn others_of<T: TableSet>() -> Vec<OtherTable> {
     T::ALL
         .iter()
         .filter(|t| **t != T::HOME)
-        .map(|t| OtherTable {
-            var: t.env_var(),
-            default_name: t.default_name(),
-            schema: t.schema(),
-        })
+        .map(|t| OtherTable::of(t.env_var(), t.default_name(), t.schema()))
         .collect()
+}
+
+/// `app` with its tables named by a command's `--table` values, and the
+/// target table's name ([`AppTable::named`]).
+///
+/// - An app of one table: the last `NAME` (clap gives the default and
+///   `TABLE_NAME`).
+/// - An app of several: each table is named by its variable, else its
+///   role (its default name); `ROLE=NAME` names the table of that role
+///   for this command. A bare `ROLE` picks that table alone where `scope`
+///   allows it (the app comes back narrowed to that table, still
+///   [`AppTable::several`]); elsewhere it is refused with the roles and
+///   their variables, as is a role the app does not have.
+pub fn name_tables(
+    app: &AppTable,
+    values: &[String],
+    scope: Scope,
+) -> Result<(AppTable, String), CliError> {
+    if !app.several {
+        let name = values.last().map_or(app.role, String::as_str);
+        return Ok((app.clone(), name.to_owned()));
+    }
+    let mut named = app.clone();
+    let mut home = var_or(app.var, app.role);
+    // 0 is the target table, i + 1 the other table i.
+    let mut picked: Option<usize> = None;
+    for value in values {
+        let (role, name) = match value.split_once('=') {
+            Some((role, name)) => (role.trim(), Some(name.trim())),
+            None => (value.trim(), None),
+        };
+        let Some(index) = role_index(app, role) else {
+            return Err(role_error(
+                app,
+                value,
+                &format!("{} has no table {role:?}", app.app),
+            ));
+        };
+        match name {
+            Some("") => return Err(role_error(app, value, "the name after `=` is empty")),
+            Some(name) if index == 0 => home = name.to_owned(),
+            Some(name) => named.others[index - 1].name = name.to_owned(),
+            None if scope == Scope::Every => {
+                return Err(role_error(
+                    app,
+                    value,
+                    "this command works on every table; name one as ROLE=NAME",
+                ));
+            }
+            None if picked.is_some_and(|p| p != index) => {
+                return Err(role_error(app, value, "one table at a time"));
+            }
+            None => picked = Some(index),
+        }
+    }
+    Ok(match picked {
+        None => (named, home),
+        Some(0) => (
+            AppTable {
+                others: Vec::new(),
+                ..named
+            },
+            home,
+        ),
+        Some(i) => {
+            let o = named.others.swap_remove(i - 1);
+            let narrowed = AppTable {
+                schema: o.schema,
+                role: o.default_name,
+                var: o.var,
+                others: Vec::new(),
+                ..named
+            };
+            (narrowed, o.name)
+        }
+    })
+}
+
+/// The table of `role` (a role or its variable, in any case): 0 for the
+/// target table, i + 1 for the other table i.
+fn role_index(app: &AppTable, role: &str) -> Option<usize> {
+    let is = |default: &str, var: &str| role.eq_ignore_ascii_case(default) || role == var;
+    if is(app.role, app.var) {
+        return Some(0);
+    }
+    app.others
+        .iter()
+        .position(|o| is(o.default_name, o.var))
+        .map(|i| i + 1)
+}
+
+/// `--table VALUE: PROBLEM`, then how the app's tables are named.
+fn role_error(app: &AppTable, value: &str, problem: &str) -> CliError {
+    let roles: Vec<String> = std::iter::once((app.role, app.var))
+        .chain(app.others.iter().map(|o| (o.default_name, o.var)))
+        .map(|(role, var)| format!("{role} ({var})"))
+        .collect();
+    CliError::Usage(format!(
+        "--table {value}: {problem}. Each table of {} is named by `--table ROLE=NAME`, \
+         else by its variable, else by its role; roles (variables): {}",
+        app.app,
+        roles.join(", ")
+    ))
 }
 
 /// Another table of a command, open.
@@ -98,7 +212,7 @@ pub fn open_others(target: &DynamoStore, others: &[OtherTable]) -> Vec<OpenTable
         .iter()
         .cloned()
         .map(|t| {
-            let name = t.name();
+            let name = t.name.clone();
             let store = Arc::new(target.on_table(&name, t.schema.key));
             OpenTable {
                 table: t,
@@ -158,21 +272,20 @@ impl WorkerParts<'_> {
     }
 
     /// The variables of an app of several tables: [`WorkerParts::lookup`]
-    /// with every table's name, its variable, else the target's
-    /// (`TABLE_NAME`) for the home table, else the name the command opened
-    /// it under.
+    /// with each table's variable set to the name the command opened it
+    /// under ([`name_tables`]; the home table's is the target's,
+    /// `TABLE_NAME`), so that the worker tells the tables apart by the
+    /// names the command uses.
     pub fn table_lookup<T: TableSet>(&self) -> impl Fn(&str) -> Option<String> + '_ {
         move |name: &str| {
-            (self.lookup)(name).or_else(|| {
-                if name == T::HOME.env_var() {
-                    (self.lookup)(worker_engine::settings::TABLE_NAME)
-                } else {
-                    self.others
-                        .iter()
-                        .find(|(v, _, _)| *v == name)
-                        .map(|(_, n, _)| n.clone())
-                }
-            })
+            if name == T::HOME.env_var() {
+                return (self.lookup)(worker_engine::settings::TABLE_NAME);
+            }
+            self.others
+                .iter()
+                .find(|(v, _, _)| *v == name)
+                .map(|(_, n, _)| n.clone())
+                .or_else(|| (self.lookup)(name))
         }
     }
 
@@ -458,7 +571,9 @@ pub fn counts_json(counts: &[(String, usize)]) -> Value {
 }
 
 /// Write a [`scan_all`] of every table to `path`: one table as the plain
-/// array, several as one object ([`crate::replay::snapshot::tables_text`]).
+/// array, several as one object ([`crate::replay::snapshot::tables_text`]);
+/// one table of an app of several ([`AppTable::several`]) as an object
+/// that names it.
 pub fn write_all(
     path: &Path,
     target: &Target,
@@ -470,7 +585,7 @@ pub fn write_all(
         .zip(scans)
         .map(|(t, items)| (t.snapshot(), items.as_slice()))
         .collect();
-    write_tables(path, &parts)?;
+    write_tables(path, &parts, target.app.several)?;
     Ok(SnapshotWritten {
         file: path.display().to_string(),
         tables: tables
@@ -540,7 +655,7 @@ mod tests {
     }
 
     #[test]
-    fn the_target_names_the_home_table_and_variables_the_others() {
+    fn the_worker_sees_the_names_the_command_opened() {
         let others: Vec<_> = others_of::<T>().iter().map(|o| o.var).collect();
         assert_eq!(others, ["PEOPLE_TABLE", "CHATS_TABLE"]);
         let lookup = |name: &str| match name {
@@ -572,13 +687,112 @@ mod tests {
         assert_eq!(l("REQUESTS_TABLE").as_deref(), Some("requests-copy"));
         assert_eq!(
             l("PEOPLE_TABLE").as_deref(),
-            Some("people"),
-            "its variable first"
+            Some("People"),
+            "the name the command opened it under (its variable was read then)"
         );
         assert_eq!(l("CHATS_TABLE").as_deref(), Some("Chats-local"));
         let stores = parts.stores::<T>();
         assert!(Arc::ptr_eq(stores.get(T::Requests), &parts.store));
         assert!(Arc::ptr_eq(stores.get(T::Chats), &parts.others[1].2));
+    }
+
+    /// An app of `T`'s tables, as a command sees it before `--table`.
+    fn app() -> AppTable {
+        AppTable {
+            others: others_of::<T>(),
+            role: T::HOME.default_name(),
+            var: T::HOME.env_var(),
+            several: true,
+            ..AppTable::single("t-worker", T::HOME.schema())
+        }
+    }
+
+    fn names(app: &AppTable, target: &str) -> Vec<String> {
+        app.table_names(target)
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    fn values(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn each_table_is_named_by_its_role() {
+        let app = app();
+        let (named, target) = app.named(&[], Scope::Every).unwrap();
+        assert_eq!(target, "Requests", "the role, where no variable names it");
+        assert_eq!(names(&named, &target), ["Requests", "People", "Chats"]);
+        let v = values(&[
+            "People=dev-people",
+            "requests=dev-requests",
+            "CHATS_TABLE=c",
+        ]);
+        let (named, target) = app.named(&v, Scope::Every).unwrap();
+        assert_eq!(target, "dev-requests");
+        assert_eq!(names(&named, &target), ["dev-requests", "dev-people", "c"]);
+        assert!(named.several);
+    }
+
+    #[test]
+    fn a_role_alone_picks_one_table_where_the_command_reads_one() {
+        let app = app();
+        let (one, target) = app.named(&values(&["People"]), Scope::OneOrEvery).unwrap();
+        assert_eq!(target, "People");
+        assert_eq!(names(&one, &target), ["People"], "that table alone");
+        assert!(one.several, "its snapshot still names the table");
+        let v = values(&["People", "People=dev-people"]);
+        let (_, target) = app.named(&v, Scope::OneOrEvery).unwrap();
+        assert_eq!(target, "dev-people", "picked and named");
+        let (one, target) = app
+            .named(&values(&["Requests"]), Scope::OneOrEvery)
+            .unwrap();
+        assert_eq!(names(&one, &target), ["Requests"]);
+    }
+
+    #[test]
+    fn a_value_that_names_no_table_is_refused_with_the_roles() {
+        let app = app();
+        let roles = "roles (variables): Requests (REQUESTS_TABLE), People (PEOPLE_TABLE), \
+                     Chats (CHATS_TABLE)";
+        for (v, scope, problem) in [
+            (
+                "People",
+                Scope::Every,
+                "--table People: this command works on every table",
+            ),
+            (
+                "Users=u",
+                Scope::Every,
+                "--table Users=u: t-worker has no table \"Users\"",
+            ),
+            (
+                "Users",
+                Scope::OneOrEvery,
+                "t-worker has no table \"Users\"",
+            ),
+            ("People=", Scope::Every, "the name after `=` is empty"),
+        ] {
+            let e = app.named(&values(&[v]), scope).unwrap_err().to_string();
+            assert!(e.contains(problem) && e.contains(roles), "{v}: {e}");
+        }
+        let e = app
+            .named(&values(&["People", "Chats"]), Scope::OneOrEvery)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--table Chats: one table at a time"), "{e}");
+    }
+
+    #[test]
+    fn an_app_of_one_table_takes_its_name() {
+        let app = AppTable {
+            role: "t-local",
+            ..AppTable::single("t-worker", T::HOME.schema())
+        };
+        let (named, target) = app.named(&values(&["People"]), Scope::Every).unwrap();
+        assert_eq!((target.as_str(), named.several), ("People", false));
+        assert_eq!(app.named(&[], Scope::Every).unwrap().1, "t-local");
     }
 
     #[test]

@@ -12,24 +12,53 @@ use crate::replay::redact::Placeholder;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::{self, DynamoStore, StoreError};
 
-/// The app a command works for: its name (in messages), its table, and
+/// The app a command works for: its name (in messages), its tables, and
 /// the attributes that hold personal data.
+///
+/// [`AppTable::of`] names each table as the app's variables do;
+/// [`AppTable::named`] then applies a command's `--table` values.
 #[derive(Debug, Clone)]
 pub struct AppTable {
     pub app: &'static str,
+    /// The target (home) table's keys, indexes and stream.
     pub schema: TableSchema,
     pub personal: Vec<(&'static str, Placeholder)>,
     /// The tables its worker serves besides this one ([`CliApp::other_tables`]).
     pub others: Vec<super::tables::OtherTable>,
+    /// The target table's role: its default name ([`CliApp::DEFAULT_TABLE`]).
+    pub role: &'static str,
+    /// The variable naming the target table ([`CliApp::TABLE_VAR`]).
+    pub var: &'static str,
+    /// The app has several tables, even where a command works on one of
+    /// them (`table snapshot --table ROLE`): its snapshot file then names
+    /// the table.
+    pub several: bool,
 }
 
 impl AppTable {
     pub fn of<A: CliApp>() -> Self {
+        let others = A::other_tables();
         AppTable {
             app: A::NAME,
             schema: A::schema(),
             personal: A::personal_attributes(),
-            others: A::other_tables(),
+            several: !others.is_empty(),
+            others,
+            role: A::DEFAULT_TABLE,
+            var: A::TABLE_VAR,
+        }
+    }
+
+    /// An app of one table, with the given schema (tests and tools).
+    pub fn single(app: &'static str, schema: TableSchema) -> Self {
+        AppTable {
+            app,
+            schema,
+            personal: Vec::new(),
+            others: Vec::new(),
+            role: "",
+            var: worker_engine::settings::TABLE_NAME,
+            several: false,
         }
     }
 
@@ -43,9 +72,32 @@ impl AppTable {
     /// their names ([`super::tables::OtherTable::name`]).
     pub fn table_names(&self, target: &str) -> Vec<(String, (&'static str, &'static str))> {
         std::iter::once((target.to_owned(), self.keys()))
-            .chain(self.others.iter().map(|o| (o.name(), o.schema.key.names())))
+            .chain(
+                self.others
+                    .iter()
+                    .map(|o| (o.name.clone(), o.schema.key.names())),
+            )
             .collect()
     }
+
+    /// The app's tables as a command names them, and the target table's
+    /// name ([`super::tables::name_tables`]): for an app of one table,
+    /// `--table NAME`; for an app of several, `--table ROLE=NAME` names a
+    /// table by its role and, where `scope` allows, `--table ROLE` picks
+    /// the one table the command works on.
+    pub fn named(&self, table: &[String], scope: Scope) -> Result<(AppTable, String), CliError> {
+        super::tables::name_tables(self, table, scope)
+    }
+}
+
+/// The tables a command works on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every table of the app: the worker runs over all of them.
+    Every,
+    /// Every table, or the one a bare `--table ROLE` picks (`table
+    /// snapshot`, `capture`).
+    OneOrEvery,
 }
 
 /// Credentials and region of a command that may reach AWS.
@@ -81,7 +133,7 @@ pub struct TableOpts {
     pub endpoint_url: Option<String>,
     /// The table (the app gives the default).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
-    pub table: String,
+    pub table: Vec<String>,
     #[command(flatten)]
     pub aws: AwsOpts,
 }
@@ -99,7 +151,7 @@ pub struct EndpointOpts {
     pub endpoint_url: String,
     /// The table (the app gives the default).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
-    pub table: String,
+    pub table: Vec<String>,
     #[command(flatten)]
     pub aws: AwsOpts,
 }
@@ -191,13 +243,14 @@ pub async fn sdk_config(endpoint: Option<&str>, aws: &AwsOpts) -> aws_config::Sd
 }
 
 impl Target {
-    /// Open the table of `opts`: start an embedded DynamoDB Local and create
-    /// the table, or check that the table exists at the endpoint.
-    pub async fn open(opts: &TableOpts, app: &AppTable) -> Result<Target, CliError> {
+    /// Open `table` (its name, [`AppTable::named`]) where `opts` says:
+    /// start an embedded DynamoDB Local and create the app's tables, or
+    /// check that they exist at the endpoint.
+    pub async fn open(opts: &TableOpts, app: &AppTable, table: &str) -> Result<Target, CliError> {
         match &opts.endpoint_url {
-            None => Target::embedded(&opts.table, app).await,
+            None => Target::embedded(table, app).await,
             Some(url) => {
-                let t = Target::connect_with(url, &opts.table, app, &opts.aws).await;
+                let t = Target::connect_with(url, table, app, &opts.aws).await;
                 t.require_table().await?;
                 t.require_others(|_| true).await?;
                 Ok(t)
@@ -205,9 +258,13 @@ impl Target {
         }
     }
 
-    /// Open an existing table at an explicit endpoint.
-    pub async fn open_endpoint(opts: &EndpointOpts, app: &AppTable) -> Result<Target, CliError> {
-        let t = Target::connect_with(&opts.endpoint_url, &opts.table, app, &opts.aws).await;
+    /// Open `table`, existing, at an explicit endpoint.
+    pub async fn open_endpoint(
+        opts: &EndpointOpts,
+        app: &AppTable,
+        table: &str,
+    ) -> Result<Target, CliError> {
+        let t = Target::connect_with(&opts.endpoint_url, table, app, &opts.aws).await;
         t.require_table().await?;
         Ok(t)
     }
@@ -383,7 +440,6 @@ impl Target {
                         endpoint: self.endpoint.clone(),
                         table: o.name.clone(),
                         var: o.table.var,
-                        target: self.table.clone(),
                     });
                 }
                 Err(e) => return Err(self.no_table(e)),

@@ -176,6 +176,13 @@ pub fn tables_text(tables: &[(SnapshotTable<'_>, &[Item])]) -> String {
     if let [(t, items)] = tables {
         return snapshot_text(items, t.keys);
     }
+    named_tables_text(tables)
+}
+
+/// The snapshot text of tables that are each named, however many: one
+/// JSON object of arrays by table name, the names sorted (a snapshot of
+/// one table of an app of several: loaded back into that table).
+pub fn named_tables_text(tables: &[(SnapshotTable<'_>, &[Item])]) -> String {
     let mut sorted: Vec<&(SnapshotTable<'_>, &[Item])> = tables.iter().collect();
     sorted.sort_by(|a, b| a.0.name.cmp(b.0.name));
     let parts: Vec<String> = sorted
@@ -191,12 +198,19 @@ pub fn tables_text(tables: &[(SnapshotTable<'_>, &[Item])]) -> String {
     format!("{{\n{}\n}}\n", parts.join(",\n"))
 }
 
-/// Write the snapshot file of an app's tables ([`tables_text`]).
+/// Write the snapshot file of an app's tables ([`tables_text`]; with
+/// `named`, [`named_tables_text`]).
 pub fn write_tables(
     path: &Path,
     tables: &[(SnapshotTable<'_>, &[Item])],
+    named: bool,
 ) -> Result<(), SnapshotError> {
-    write_text(path, &tables_text(tables))
+    let text = if named {
+        named_tables_text(tables)
+    } else {
+        tables_text(tables)
+    };
+    write_text(path, &text)
 }
 
 /// Parse snapshot text. `file` names the source in errors. Every item must
@@ -510,6 +524,17 @@ mod tests {
         // An object is a Scan output, as before.
         let e = parse_tables("t.json", r#"{"Requests": []}"#, &TABLES[..1]).unwrap_err();
         assert!(e.to_string().contains("not a snapshot"), "{e}");
+    }
+
+    #[test]
+    fn one_table_of_several_is_named() {
+        let items =
+            parse_snapshot("t.json", r#"[{"PK": {"S": "a"}, "SK": {"S": "b"}}]"#, KEYS).unwrap();
+        let out = named_tables_text(&[(TABLES[1], &items)]);
+        assert!(out.starts_with("{\n\"Users\": ["), "{out}");
+        let back = parse_tables("t.json", &out, &TABLES).unwrap();
+        let names: Vec<&str> = back.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["Users"], "loaded back into that table alone");
     }
 
     #[test]

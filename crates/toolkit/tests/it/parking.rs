@@ -452,12 +452,7 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
     let target = Target::connect(
         &table.endpoint,
         &table.name,
-        &AppTable {
-            app: "test",
-            schema: TableSchema::new(DEFAULT_KEY),
-            personal: vec![],
-            others: vec![],
-        },
+        &AppTable::single("test", TableSchema::new(DEFAULT_KEY)),
     )
     .await;
     let args = CaptureArgs {
@@ -470,7 +465,7 @@ async fn an_on_failure_message_is_turned_into_exactly_its_records() {
         redact: false,
         endpoint: EndpointOpts {
             endpoint_url: table.endpoint.clone(),
-            table: table.name.clone(),
+            table: vec![table.name.clone()],
             ..Default::default()
         },
         ..Default::default()

@@ -29,12 +29,7 @@ const AWS_ENDPOINT: &str = "https://dynamodb.us-east-1.amazonaws.com";
 const TABLE: &str = "live-table";
 
 fn app() -> AppTable {
-    AppTable {
-        app: "test-worker",
-        schema: TableSchema::new(DEFAULT_KEY),
-        personal: Vec::new(),
-        others: Vec::new(),
-    }
+    AppTable::single("test-worker", TableSchema::new(DEFAULT_KEY))
 }
 
 /// In the child: what a writing command does before its first write.
