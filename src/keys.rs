@@ -2,8 +2,8 @@
 //! strings.
 //!
 //! Every item of the Nishiki table (as the live service writes it, see
-//! `nishiki-table.md`) and every item the worker owns has a typed key here.
-//! [`ItemKey::encode`] turns a key into its `(PK, SK)` strings and
+//! `docs/NISHIKI-TABLE.md`) and every item the worker owns has a typed key
+//! here. [`ItemKey::encode`] turns a key into its `(PK, SK)` strings and
 //! [`ItemKey::decode`] parses them back, with a typed [`KeyError`] for every
 //! malformed case. Literals are exactly the service's: `User`, `Group`,
 //! `Container`, `InvitationLinkHash`, `Group#<uuid>`, `Container#<uuid>`.

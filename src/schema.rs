@@ -52,7 +52,7 @@ pub const SERVICE_INDEXES: [IndexSpec; 4] = [
 ];
 
 /// The worker's invitation-expiry index (added to the live table by a
-/// migration; see the README).
+/// migration; see docs/DEPLOY.md).
 pub const INVITATION_EXPIRY: IndexSpec = IndexSpec {
     name: INVITATION_EXPIRY_INDEX,
     partition_key: SK,

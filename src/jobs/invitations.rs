@@ -556,7 +556,7 @@ impl SweepInvitations {
                 index = INVITATION_EXPIRY_INDEX,
                 consumed_read_capacity = report.consumed_read_capacity,
                 pages = report.pages,
-                "index {INVITATION_EXPIRY_INDEX} is missing: the invitation sweep scanned the table instead, consuming {:.1} read capacity units over {} page(s); add the index (see the README) to make the sweep cost independent of the table size",
+                "index {INVITATION_EXPIRY_INDEX} is missing: the invitation sweep scanned the table instead, consuming {:.1} read capacity units over {} page(s); add the index (see docs/DEPLOY.md) to make the sweep cost independent of the table size",
                 report.consumed_read_capacity,
                 report.pages,
             );

@@ -111,7 +111,7 @@ fn total(r: &AuditReport, f: impl Fn(KindCounts) -> u64) -> u64 {
     Violation::ALL.into_iter().map(|v| f(counts(r, v))).sum()
 }
 
-/// Every leftover pattern of `nishiki-table.md`, plus the live data around it.
+/// Every leftover pattern of `docs/NISHIKI-TABLE.md`, plus the live data around it.
 struct Leftovers {
     /// Keys that must survive everything.
     live: Vec<ItemKey>,

@@ -954,7 +954,7 @@ async fn run_lane(
 /// test time), so it runs in the long run, not in `scripts/test`, which
 /// runs this file's other fault tests (each fault kind, the fault rate, a
 /// cascade whose responses are lost after the write). The long run's
-/// command is the reason below (the README's "Tests and benchmarks" too).
+/// command is the reason below (docs/TESTING.md's too).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 #[ignore = "soak: cargo test --test it faults:: -- --include-ignored"]
 async fn randomized_scenarios_end_in_the_fault_free_table() {

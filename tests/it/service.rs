@@ -1,5 +1,5 @@
 //! What the live Nishiki service does to the table, call by call (see
-//! `nishiki-table.md`): single Puts and Deletes, parallel and unordered, no
+//! `docs/NISHIKI-TABLE.md`): single Puts and Deletes, parallel and unordered, no
 //! conditions, and the leftovers that come with it. Shared by
 //! `tests/it/relationships.rs` and `tests/it/audit.rs`.
 #![allow(dead_code)]

@@ -1,7 +1,7 @@
 //! A seeded, pure workload generator: a consistent Nishiki table (the
 //! *population*) and a sequence of the live service's write calls against
 //! it, including the leftovers the service is known to produce (see
-//! `nishiki-table.md`, "How the service leaves the table inconsistent").
+//! `docs/NISHIKI-TABLE.md`, "How the service leaves the table inconsistent").
 //!
 //! No I/O here. The same [`WorkloadSpec`] (same seed) always gives the same
 //! [`Workload`]: every id, hash, name and choice comes from one

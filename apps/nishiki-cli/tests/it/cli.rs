@@ -539,7 +539,7 @@ fn write_commands_refuse_a_remote_endpoint_touching_nothing() {
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
         other => panic!("the remote endpoint was contacted: {other:?}"),
     }
-    // The variables the README names are read as the flags.
+    // The variables docs/CONFIGURATION.md names are read as the flags.
     let o = bin()
         .args(["table", "load", &snapshot])
         .env("DYNAMODB_ENDPOINT_URL", &url)

@@ -12,6 +12,11 @@
 //!   as written (`? N` on the line after it; 0 otherwise) and print what
 //!   follows it (stdout and stderr together; `...` on a line of its own
 //!   stands for any lines, `[..]` for any text within a line).
+//! - **Every relative link** (`[text](path)`, `[text](path#anchor)`, images
+//!   too) of every Markdown file of the repository leads to a file of the
+//!   repository, and an anchor into a Markdown file to one of its headings
+//!   (GitHub's anchors). A clone has nothing outside the repository, so no
+//!   link leaves it (`../` above the root).
 //!
 //! Commands of other tools (`aws`, `sam`, `cargo`, `scripts/...`) are not
 //! run: they need an AWS account or are the test suite itself.
@@ -349,7 +354,228 @@ fn every_console_block_of_the_documents_runs_as_written() {
         .args(["local", "stop"])
         .output();
     assert!(problems.is_empty(), "{}", problems.join("\n\n"));
-    assert!(ran >= 2, "the README's console blocks ({ran} found)");
+    assert!(ran >= 2, "the documents' console blocks ({ran} found)");
+}
+
+/// Every Markdown file of the repository, hidden folders and `target`
+/// left out.
+fn markdown_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if name.starts_with('.') || name == "target" {
+                continue;
+            }
+            if kind.is_dir() {
+                walk(&entry.path(), out);
+            } else if name.ends_with(".md") {
+                out.push(entry.path());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&root(), &mut out);
+    out.sort();
+    out
+}
+
+/// The lines of `text` outside fenced code blocks, with their numbers, and
+/// inline code (which may run on to the next line of its paragraph)
+/// blanked out.
+fn prose(text: &str) -> Vec<(usize, String)> {
+    let (mut fenced, mut code) = (false, false);
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        if line.trim().is_empty() {
+            code = false;
+        }
+        let mut kept = String::with_capacity(line.len());
+        for c in line.chars() {
+            if c == '`' {
+                code = !code;
+            }
+            kept.push(if code || c == '`' { ' ' } else { c });
+        }
+        out.push((i + 1, kept));
+    }
+    out
+}
+
+/// The targets of a document's links (`[text](target)`, `![alt](target)`),
+/// with the line each is on.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (line, prose) in prose(text) {
+        let mut rest = prose.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let end = rest
+                .find(|c: char| c == ')' || c.is_whitespace())
+                .unwrap_or(rest.len());
+            let target = rest[..end].trim_start_matches('<').trim_end_matches('>');
+            out.push((line, target.to_owned()));
+            rest = &rest[end..];
+        }
+    }
+    out
+}
+
+/// A heading's text, if `line` is one (`## Text`).
+fn heading(line: &str) -> Option<&str> {
+    let level = line.len() - line.trim_start_matches('#').len();
+    let rest = &line[level..];
+    ((1..=6).contains(&level) && (rest.is_empty() || rest.starts_with(' ')))
+        .then(|| rest.trim().trim_end_matches('#').trim_end())
+}
+
+/// GitHub's anchor of a heading: lower case, spaces as `-`, punctuation
+/// dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            '-' | '_' => Some(c),
+            c if c.is_alphanumeric() => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a document's headings, a repeated one numbered as
+/// GitHub does (`-1`, `-2`, ...).
+fn anchors(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+        }
+        let Some(text) = heading(line).filter(|_| !fenced) else {
+            continue;
+        };
+        let base = slug(text);
+        let mut anchor = base.clone();
+        let mut n = 0;
+        while out.contains(&anchor) {
+            n += 1;
+            anchor = format!("{base}-{n}");
+        }
+        out.push(anchor);
+    }
+    out
+}
+
+/// Where `path`, a link of `doc` (both relative to the root), leads,
+/// relative to the root; `None` when it leaves the repository.
+fn resolve(doc: &Path, path: &str) -> Option<PathBuf> {
+    if path.is_empty() {
+        return Some(doc.to_owned());
+    }
+    // `/path` starts from the root, as GitHub reads it.
+    let from = if path.starts_with('/') {
+        None
+    } else {
+        doc.parent()
+    };
+    let mut parts: Vec<String> = from
+        .into_iter()
+        .flat_map(Path::components)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part.to_owned()),
+        }
+    }
+    Some(parts.iter().collect())
+}
+
+/// Whether a relative link of `doc` leads to a file of the repository
+/// and, with an anchor into a Markdown file, to one of its headings.
+fn check_link(doc: &Path, target: &str) -> Result<(), String> {
+    let (path, anchor) = match target.split_once('#') {
+        Some((path, anchor)) => (path, Some(anchor)),
+        None => (target, None),
+    };
+    let file = resolve(doc, path).ok_or("it leaves the repository")?;
+    let full = root().join(&file);
+    if !full.exists() {
+        return Err(format!("{} does not exist", file.display()));
+    }
+    let markdown = file.extension().is_some_and(|e| e == "md");
+    if let Some(anchor) = anchor.filter(|_| markdown) {
+        let text = std::fs::read_to_string(&full).map_err(|e| e.to_string())?;
+        if !anchors(&text).iter().any(|a| a == anchor) {
+            return Err(format!("{} has no heading #{anchor}", file.display()));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_link_of_the_documents_resolves_inside_the_repository() {
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for doc in markdown_files() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        let name = doc.strip_prefix(root()).unwrap();
+        for (line, target) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            if let Err(problem) = check_link(name, &target) {
+                let name = name.display();
+                problems.push(format!("{name}:{line}: ({target}): {problem}"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(
+        checked >= 50,
+        "the documents link each other ({checked} links found)"
+    );
+}
+
+#[test]
+fn the_link_reader_sees_targets_and_anchors() {
+    let text = "# A title\n\nSee [x](docs/A.md#b-c), ![p](<p.svg>) and `[no](link)`\n`[no](link\nacross)` lines.\n```sh\n[no](link)\n# not a heading\n```\n## B: c\n## B: c\n";
+    assert_eq!(
+        links(text),
+        [(3, "docs/A.md#b-c".to_owned()), (3, "p.svg".to_owned())]
+    );
+    assert_eq!(anchors(text), ["a-title", "b-c", "b-c-1"]);
+    assert_eq!(
+        slug("Migrating the live table (the service's CDK stack)"),
+        "migrating-the-live-table-the-services-cdk-stack"
+    );
+    assert_eq!(heading("#3 REMOVE"), None);
+    let doc = Path::new("apps/chat/README.md");
+    assert_eq!(
+        resolve(doc, "../../docs/A.md"),
+        Some(PathBuf::from("docs/A.md"))
+    );
+    assert_eq!(resolve(doc, ""), Some(doc.to_owned()));
+    assert_eq!(resolve(doc, "../../../shared/seeds/x.txt"), None);
 }
 
 #[test]
