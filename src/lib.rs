@@ -16,7 +16,6 @@ pub mod items;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;
-pub mod notify;
 pub mod schedule;
 pub mod schema;
 pub mod worker;

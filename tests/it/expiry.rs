@@ -20,10 +20,10 @@ use nishiki_worker::jobs::expiry::{
     BackfillJob, BackfillProgress, FlagExpiringJob, TTL_ATTRIBUTE, flag_attr,
 };
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId};
-use nishiki_worker::notify::RecordingPublisher;
 use nishiki_worker::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use support::{Drain, TestTable};
+use worker_engine::notify::RecordingPublisher;
 use worker_engine::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
 use worker_engine::stream::engine::RecordStatus;
 
@@ -912,7 +912,7 @@ async fn the_tick_notifies_each_group_once_with_its_newly_flagged_foods() {
         "the tofu is flagged by the stream"
     );
 
-    let recorder = Arc::new(RecordingPublisher::new());
+    let recorder = Arc::new(RecordingPublisher::default());
     let job = FlagExpiringJob::new(&fx.deps()).with_publisher(recorder.clone());
     let run_at = |now: &str| JobRun {
         now: t(now),

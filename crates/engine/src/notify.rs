@@ -20,8 +20,11 @@ use aws_sdk_eventbridge::types::PutEventsRequestEntry;
 /// `PutEvents` accepts at most this many entries per call.
 pub const MAX_ENTRIES_PER_CALL: usize = 10;
 
-/// One event to put on a bus.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One event to put on a bus. Serialized with EventBridge's field names
+/// (`Source`, `DetailType`, ...), so a job can keep entries not yet sent
+/// in its checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
 pub struct EventEntry {
     pub source: String,
     pub detail_type: String,

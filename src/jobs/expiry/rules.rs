@@ -15,8 +15,8 @@ use crate::config::Config;
 use crate::datetime;
 use crate::items::{Container, Entity, Food, Item};
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey};
-use crate::notify::EventEntry;
 use crate::worker::{BatchFacts, Change};
+use worker_engine::notify::EventEntry;
 use worker_engine::store::WriteOp;
 use worker_engine::stream::decode::ChangeKind;
 

@@ -20,10 +20,10 @@ use crate::datetime;
 use crate::items::{Entity, Item};
 use crate::jobs::JobDeps;
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, PK, SK};
-use crate::notify::{EventBridgePublisher, EventEntry, EventPublisher};
 use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
+use worker_engine::notify::{EventBridgePublisher, EventEntry, EventPublisher};
 use worker_engine::store::{
     Expr, Guard, GuardedOp, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp,
 };
@@ -160,7 +160,7 @@ impl FlagExpiringJob {
             store: deps.store.clone(),
             rules: ExpiryRules::from_config(&deps.config),
             bus: deps.config.expiry.notify_event_bus.clone(),
-            publisher: Arc::new(EventBridgePublisher::from_env()),
+            publisher: Arc::new(EventBridgePublisher::default()),
         }
     }
 
@@ -390,10 +390,13 @@ impl FlagExpiringJob {
         let pending = match self.publisher.publish(&entries).await {
             Ok(r) => {
                 report.events_sent += r.sent as u64;
-                for f in &r.failed {
-                    tracing::warn!(code = %f.code, "expiry notification rejected; kept for the next tick");
-                }
-                r.failed.into_iter().map(|f| f.entry).collect()
+                r.rejected
+                    .into_iter()
+                    .map(|(i, code)| {
+                        tracing::warn!(%code, "expiry notification rejected; kept for the next tick");
+                        entries[i].clone()
+                    })
+                    .collect()
             }
             Err(e) => {
                 tracing::warn!(error = %e, events = entries.len(), "expiry notifications not sent; kept for the next tick");
