@@ -28,9 +28,9 @@ use nishiki_worker::items::Item;
 use nishiki_worker::jobs::JobDeps;
 use nishiki_worker::jobs::relationships::{AuditJob, AuditReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
-use nishiki_worker::schedule::{JobRun, Tick, TickSource};
 use service::*;
 use support::TestTable;
+use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::{BatchWriter, Store, WriteOp};
 
 /// One family in this many carries a drift case (cycling through 7 kinds).
@@ -137,7 +137,7 @@ async fn seed(table: &TestTable, target: usize) -> (usize, BTreeMap<&'static str
     (n, expected)
 }
 
-fn run_at(now: DateTime<Utc>) -> JobRun {
+fn run_at(now: DateTime<Utc>) -> JobRun<Job> {
     JobRun {
         now,
         tick: Tick {

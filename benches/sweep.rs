@@ -36,10 +36,10 @@ use nishiki_worker::datetime;
 use nishiki_worker::items::{Item, attr};
 use nishiki_worker::jobs::invitations::{SweepInvitations, SweepReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
-use nishiki_worker::schedule::{JobRun, Tick, TickSource};
 use nishiki_worker::schema::INVITATION_EXPIRY_INDEX;
 use support::TestTable;
 use uuid::Uuid;
+use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::DynamoStore;
 
 const LINKS: usize = 1_000;

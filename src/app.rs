@@ -13,12 +13,12 @@ use crate::jobs::{self, APP, JobDeps};
 use crate::keys::Job;
 use crate::keys::{PK, SK};
 use crate::metrics::{CountedHandler, Emitter, WriteCounter};
-use crate::schedule::{JobReport, Scheduler};
 use crate::worker::Router;
 use worker_engine::error::HandlerError;
 use worker_engine::lambda::Deployment;
 use worker_engine::runtime::InvokeError;
 use worker_engine::runtime::Worker;
+use worker_engine::schedule::{JobReport, Scheduler};
 use worker_engine::store::coalesce::Coalescing;
 use worker_engine::store::{DynamoStore, Store};
 use worker_engine::stream::engine::BatchReport;
@@ -61,7 +61,7 @@ impl App {
             .fold(Router::new(clock.clone()), Router::with);
         let scheduler = jobs::scheduled(&deps)
             .into_iter()
-            .fold(Scheduler::default(), Scheduler::with);
+            .fold(Scheduler::<Job>::default(), Scheduler::with);
         let settings = APP.worker_settings(&deps.config.common);
         let worker = Worker::new(Box::new(router), scheduler, clock, settings)
             .with_coalescing(coalescing)
@@ -130,7 +130,7 @@ impl App {
         &self,
         event: &Value,
         deadline: Option<Instant>,
-    ) -> Result<JobReport, EventError> {
+    ) -> Result<JobReport<Job>, EventError> {
         self.worker.handle_schedule(event, deadline).await
     }
 
@@ -139,7 +139,7 @@ impl App {
         &self,
         job: Job,
         deadline: Option<Instant>,
-    ) -> Result<JobReport, HandlerError> {
+    ) -> Result<JobReport<Job>, HandlerError> {
         self.worker.run_job(job, deadline).await
     }
 

@@ -24,8 +24,8 @@
 //!
 //! [`env_vars`] declares the same list with which function reads each
 //! variable: [`COMMON_ENV`] here, and each job's in its description
-//! ([`crate::jobs::JobSpec`]); `src/deploy.rs` and `infra/template.yaml`
-//! are checked against it.
+//! ([`crate::jobs::JobSpec`]); the deployed functions
+//! (`APP.functions()`) and `infra/template.yaml` are checked against it.
 
 use crate::keys::Job;
 

@@ -11,11 +11,9 @@
 pub mod app;
 pub mod config;
 pub mod datetime;
-pub mod deploy;
 pub mod items;
 pub mod jobs;
 pub mod keys;
 pub mod metrics;
-pub mod schedule;
 pub mod schema;
 pub mod worker;

@@ -19,10 +19,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::jobs::APP;
-use crate::keys::ItemKind;
-use crate::schedule::JobReport;
+use crate::keys::{ItemKind, Job};
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 use worker_engine::error::HandlerError;
+use worker_engine::schedule::JobReport;
 use worker_engine::store::MetricsSnapshot;
 use worker_engine::stream::engine::BatchReport;
 
@@ -63,7 +63,7 @@ pub fn stream_metrics(
 
 /// The metrics of one schedule invocation (`Err`: the job failed).
 pub fn job_metrics(
-    result: Result<&JobReport, &HandlerError>,
+    result: Result<&JobReport<Job>, &HandlerError>,
     store: Option<&MetricsSnapshot>,
 ) -> Vec<Metric> {
     let mut m = worker_engine::metrics::job_run_metrics(result);

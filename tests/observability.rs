@@ -34,10 +34,10 @@ use nishiki_worker::app::App;
 use nishiki_worker::config::ManualClock;
 use nishiki_worker::keys::Job;
 use nishiki_worker::metrics::{CapturedLines, Emitter, MAX_VALUES, NAMESPACE};
-use nishiki_worker::schedule::JobReport;
 use serde_json::Value;
 use support::TestTable;
 use tracing_subscriber::EnvFilter;
+use worker_engine::schedule::JobReport;
 use worker_engine::stream::decode::decode_event;
 use worker_engine::stream::engine::BatchReport;
 use worker_engine::telemetry;
@@ -328,7 +328,7 @@ fn check_stream_line(
     assert!(num(v, "DynamoDBRequests") >= 0.0);
 }
 
-fn check_job_line(v: &Value, report: &JobReport, what: &str) {
+fn check_job_line(v: &Value, report: &JobReport<Job>, what: &str) {
     assert_eq!(v["Job"], report.job.as_str(), "{what}");
     assert_eq!(num(v, "JobRuns"), 1.0, "{what}");
     assert_eq!(

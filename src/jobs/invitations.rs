@@ -80,10 +80,10 @@ use serde::{Deserialize, Serialize};
 use crate::datetime;
 use crate::items::{Entity, InvitationLink, Item, attr};
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, SK};
-use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use crate::schema::INVITATION_EXPIRY_INDEX;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
 use worker_engine::error::HandlerError;
+use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, Key, Page, QuerySpec, ScanSpec, Store, StoreError, WriteOutcome};
 use worker_engine::stream::decode::ChangeKind;
 
@@ -482,7 +482,7 @@ impl SweepInvitations {
 
     /// Run one sweep: read expired links page by page and delete each one
     /// conditionally, until done or out of time.
-    pub async fn sweep(&self, run: &JobRun) -> Result<SweepReport, StoreError> {
+    pub async fn sweep(&self, run: &JobRun<Job>) -> Result<SweepReport, StoreError> {
         let now = run.now;
         let upper = query_upper_bound(now);
         let mut report = SweepReport {
@@ -589,7 +589,7 @@ impl SweepInvitations {
     async fn delete_links(
         &self,
         links: &[ExpiredLink],
-        run: &JobRun,
+        run: &JobRun<Job>,
         report: &mut SweepReport,
     ) -> Result<bool, StoreError> {
         let mut pending = links.iter();
@@ -680,7 +680,7 @@ impl ScheduledJob<Job> for SweepInvitations {
         Job::SweepInvitations
     }
 
-    async fn run(&self, run: &JobRun) -> Result<JobReport, HandlerError> {
+    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
         let report = self.sweep(run).await?;
         Ok(JobReport {
             job: Job::SweepInvitations,

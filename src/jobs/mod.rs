@@ -18,8 +18,8 @@ use std::sync::Arc;
 
 use crate::config::{Clock, Config};
 use crate::keys::{GroupId, ItemKey, Job};
-use crate::schedule::ScheduledJob;
 use crate::worker::ChangeHandler;
+use worker_engine::schedule::ScheduledJob;
 use worker_engine::store::{Store, StoreError};
 
 /// What every job is built from.
@@ -74,4 +74,57 @@ pub(crate) async fn existing_groups(
         .into_iter()
         .flatten()
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    //! The deployed functions derived from [`APP`] (`APP.functions()`):
+    //! one per job, actions sorted and specific, variables as declared.
+    use super::*;
+    use worker_engine::deploy::STREAM_FUNCTION;
+
+    #[test]
+    fn the_description_is_consistent() {
+        APP.check().unwrap();
+    }
+
+    #[test]
+    fn every_job_has_exactly_one_function() {
+        let functions = APP.functions();
+        for job in Job::ALL {
+            assert_eq!(functions.iter().filter(|f| f.job == Some(job)).count(), 1);
+            assert_eq!(APP.function_of(job).binary, "schedule");
+        }
+        assert_eq!(functions.iter().filter(|f| f.reads_stream).count(), 1);
+        assert_eq!(APP.stream_function().logical_id, STREAM_FUNCTION);
+    }
+
+    #[test]
+    fn actions_are_sorted_specific_and_cover_fallbacks() {
+        for f in &APP.functions() {
+            let mut sorted = f.dynamodb_actions.to_vec();
+            sorted.sort();
+            sorted.dedup();
+            assert_eq!(sorted, f.dynamodb_actions, "{}", f.logical_id);
+            assert!(f.dynamodb_actions.iter().all(|a| !a.contains('*')));
+            for fb in &f.fallbacks {
+                assert!(f.dynamodb_actions.contains(&fb.action), "{}", fb.action);
+            }
+        }
+    }
+
+    #[test]
+    fn env_vars_follow_the_config_declaration() {
+        let stream = APP.stream_function().env_vars;
+        assert!(stream.contains(&"TABLE_NAME") && stream.contains(&"INVITATION_TTL"));
+        assert!(!stream.contains(&"WORKER_JOB") && !stream.contains(&"DYNAMODB_ENDPOINT_URL"));
+        let audit = APP.function_of(Job::Audit).env_vars;
+        assert!(audit.contains(&"WORKER_JOB") && audit.contains(&"AUDIT_GRACE_SECS"));
+        assert!(!audit.contains(&"NOTIFY_EVENT_BUS"));
+        assert!(
+            APP.function_of(Job::FlagExpiring)
+                .env_vars
+                .contains(&"NOTIFY_EVENT_BUS")
+        );
+    }
 }

@@ -19,9 +19,9 @@ use nishiki_worker::jobs::relationships::{
     AuditJob, AuditOptions, AuditReport, Checkpoint, KindCounts,
 };
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Job, UserId, Violation};
-use nishiki_worker::schedule::{JobRun, Tick, TickSource};
 use service::*;
 use support::{Drain, TestTable};
+use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::Store;
 use worker_engine::store::layers::{DryRunStore, PlannedWrite};
 use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};
@@ -410,7 +410,7 @@ async fn dry_run_reports_what_it_would_repair_and_writes_nothing() {
     assert!(r.repair_writes > 12, "{r:?}");
 }
 
-fn job_run(now: DateTime<Utc>, deadline: Option<Instant>) -> JobRun {
+fn job_run(now: DateTime<Utc>, deadline: Option<Instant>) -> JobRun<Job> {
     JobRun {
         now,
         tick: Tick {

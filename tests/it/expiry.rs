@@ -20,10 +20,10 @@ use nishiki_worker::jobs::expiry::{
     BackfillJob, BackfillProgress, FlagExpiringJob, TTL_ATTRIBUTE, flag_attr,
 };
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId};
-use nishiki_worker::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use support::{Drain, TestTable};
 use worker_engine::notify::RecordingPublisher;
+use worker_engine::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use worker_engine::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
 use worker_engine::stream::engine::RecordStatus;
 
@@ -126,7 +126,7 @@ impl Fx {
         self.drain.run(&self.app).await
     }
 
-    async fn tick_at(&self, now: &str) -> JobReport {
+    async fn tick_at(&self, now: &str) -> JobReport<Job> {
         self.clock.set(t(now));
         self.app
             .run_job(Job::FlagExpiring, None)

@@ -211,7 +211,7 @@ fn fixtures_are_shaped_as_lambda_delivers() {
     for entry in std::fs::read_dir(dir.join("schedule")).unwrap() {
         let path = entry.unwrap().path();
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        let tick = nishiki_worker::schedule::parse_tick(&v)
+        let tick = worker_engine::schedule::parse_tick::<Job>(&v)
             .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let file = path.file_name().unwrap().to_string_lossy().to_string();
         assert!(file.starts_with(tick.job.as_str()), "{file}");

@@ -3,16 +3,16 @@
 //! - the sandbox table equals `src/schema.rs` (keys, indexes, stream) plus
 //!   TTL on the worker's attribute;
 //! - every function sets exactly the environment variables
-//!   `src/config.rs` says it reads (`src/deploy.rs`), runs the right binary,
+//!   `src/config.rs` says it reads (`APP.functions()`), runs the right binary,
 //!   and a schedule function is pinned to its job;
 //! - every stream filter pattern, evaluated by a small evaluator of the
 //!   Lambda event-filtering subset used, rejects every worker-owned key kind
 //!   (built with `src/keys.rs`) and accepts every service key kind;
-//! - every role grants exactly the DynamoDB actions of `src/deploy.rs`, on
+//! - every role grants exactly the DynamoDB actions of `APP.functions()`, on
 //!   the table ARN and only the index ARNs that function queries;
 //! - the event source mapping, schedules, queues, log groups, alarms and
 //!   outputs are there, with the settings the issue asks for;
-//! - and `src/deploy.rs` itself is honest: every stream fixture and every
+//! - and `APP.functions()` itself is honest: every stream fixture and every
 //!   scheduled job is run on DynamoDB Local and the DynamoDB actions and
 //!   indexes actually requested are compared with the declaration.
 //!
@@ -29,19 +29,17 @@ use chrono::{DateTime, Duration, NaiveDate, Utc};
 use nishiki_cli::KEYS;
 use nishiki_worker::app::{App, EventError};
 use nishiki_worker::config::{Config, ManualClock, env_vars};
-use nishiki_worker::deploy::{
-    self, FunctionSpec, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
-};
 use nishiki_worker::jobs::APP;
 use nishiki_worker::jobs::expiry::TTL_ATTRIBUTE;
 use nishiki_worker::keys::{
     ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId, Violation,
 };
-use nishiki_worker::schedule::parse_tick;
 use serde_json::{Value, json};
 use support::template::{STREAM_ARN, delivered, filter_patterns, matches, nishiki_stack};
 use support::{Drain, TestTable};
-use worker_engine::deploy::PARKING_TABLE;
+use worker_engine::deploy::{
+    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS, action_of,
+};
 use worker_engine::job::Schedule;
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
@@ -116,13 +114,13 @@ fn every_function_sets_the_variables_its_code_reads() {
     let stack = nishiki_stack(&[]);
     let functions = stack.resources_of("AWS::Serverless::Function");
     let ids: BTreeSet<&str> = functions.keys().map(String::as_str).collect();
-    let want: BTreeSet<&str> = deploy::functions().iter().map(|f| f.logical_id).collect();
+    let want: BTreeSet<&str> = APP.functions().iter().map(|f| f.logical_id).collect();
     assert_eq!(
         ids, want,
-        "one template function per src/deploy.rs function"
+        "one template function per function of APP.functions()"
     );
 
-    for f in &deploy::functions() {
+    for f in &APP.functions() {
         let env = stack.env(f.logical_id);
         let have: BTreeSet<&str> = env.keys().map(String::as_str).collect();
         let want: BTreeSet<&str> = f.env_vars.iter().copied().collect();
@@ -344,7 +342,7 @@ fn every_role_grants_exactly_what_its_function_calls() {
             nishiki_stack(&[("NotifyEventBus", "nishiki-events")]),
         ),
     ] {
-        for f in &deploy::functions() {
+        for f in &APP.functions() {
             let mut data_actions = BTreeSet::new();
             let mut data_resources = BTreeSet::new();
             let mut stream_read = false;
@@ -439,7 +437,7 @@ fn every_role_grants_exactly_what_its_function_calls() {
 fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
     let schedule_of = |job: Job| APP.schedule(job).expect("scheduled").schedule;
     let stack = nishiki_stack(&[]);
-    let problems = operations_problems(&stack, APP.namespace, &deploy::functions(), &schedule_of);
+    let problems = operations_problems(&stack, APP.namespace, &APP.functions(), &schedule_of);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     // The check sees a missing alarm, a parking table without SSE or
     // point-in-time recovery, a queue not encrypted, a skipped check that
@@ -461,7 +459,7 @@ fn the_template_parks_traces_and_alarms_on_the_workers_metrics() {
         .push(json!({"id": "CKV_AWS_28", "comment": "no backups"}));
     t["Resources"]["AuditDlq"]["Properties"]["SqsManagedSseEnabled"] = json!(false);
     let broken = Stack::new(t, "nishiki-worker-dev", STREAM_ARN, &[]);
-    let problems = operations_problems(&broken, APP.namespace, &deploy::functions(), &schedule_of);
+    let problems = operations_problems(&broken, APP.namespace, &APP.functions(), &schedule_of);
     assert_eq!(problems.len(), 6, "{problems:?}");
     assert!(problems[0].contains("SSE"), "{problems:?}");
     assert!(problems[1].contains("point-in-time"), "{problems:?}");
@@ -566,7 +564,7 @@ fn the_stream_event_source_is_safe() {
 /// (worker_testkit::template::on_failure_destination_problems).
 #[test]
 fn stream_failures_go_to_the_queue_or_an_encrypted_bucket() {
-    let ids: Vec<&str> = deploy::functions().iter().map(|f| f.logical_id).collect();
+    let ids: Vec<&str> = APP.functions().iter().map(|f| f.logical_id).collect();
     let problems = on_failure_destination_problems(&nishiki_stack, &ids);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     // The check sees a bucket without encryption or expiry, and a role that
@@ -611,7 +609,7 @@ fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
     assert_eq!(schedules.len(), Job::ALL.len());
     let queues = stack.resources_of("AWS::SQS::Queue");
     for job in Job::ALL {
-        let f = deploy::for_job(job);
+        let f = APP.function_of(job);
         let target_arn = format!("getatt:{}.Arn", f.logical_id);
         let (id, s) = schedules
             .iter()
@@ -624,7 +622,7 @@ fn every_job_has_a_schedule_with_retries_and_a_dead_letter_queue() {
             &input.replace("<aws.scheduler.scheduled-time>", "2024-03-25T00:05:00Z"),
         )
         .unwrap();
-        let tick = parse_tick(&tick).unwrap();
+        let tick = worker_engine::schedule::parse_tick::<Job>(&tick).unwrap();
         assert_eq!(tick.job, job, "{id}");
         assert!(tick.scheduled_time.is_some(), "{id}");
         let retry = &p["Target"]["RetryPolicy"];
@@ -689,7 +687,7 @@ fn logs_alarms_and_outputs_cover_every_function_and_queue() {
         .map(|o| o["Value"].as_str().unwrap().to_owned())
         .collect();
     let logs = stack.resources_of("AWS::Logs::LogGroup");
-    for f in &deploy::functions() {
+    for f in &APP.functions() {
         let name = format!("ref:{}", f.logical_id);
         assert!(
             alarm_on("Errors", "FunctionName", &name),
@@ -754,7 +752,7 @@ struct Used {
     indexes: BTreeSet<String>,
 }
 
-fn record_use(used: &mut BTreeMap<&'static str, Used>, f: &FunctionSpec, store: &DynamoStore) {
+fn record_use(used: &mut BTreeMap<&'static str, Used>, f: &FunctionSpec<Job>, store: &DynamoStore) {
     let u = used.entry(f.logical_id).or_default();
     let m = store.metrics().snapshot();
     for (n, op) in [
@@ -769,19 +767,18 @@ fn record_use(used: &mut BTreeMap<&'static str, Used>, f: &FunctionSpec, store: 
         (m.execute_statement, Operation::ExecuteStatement),
     ] {
         if n > 0 {
-            u.actions.insert(deploy::action_of(op));
+            u.actions.insert(action_of(op));
         }
     }
     // Guarded writes (TransactWriteItems): the checks, and the deletes
     // beside them (Nishiki's guarded writes are all deletes).
     if m.transact_write_items > 0 {
-        u.actions
-            .insert(deploy::action_of(Operation::TransactWriteItems));
-        u.actions.insert(deploy::action_of(Operation::DeleteItem));
+        u.actions.insert(action_of(Operation::TransactWriteItems));
+        u.actions.insert(action_of(Operation::DeleteItem));
     }
     for (op, index) in store.metrics().indexes() {
         // A request on a missing index is still a request IAM checks.
-        u.actions.insert(deploy::action_of(op));
+        u.actions.insert(action_of(op));
         u.indexes.insert(index);
     }
 }
@@ -824,7 +821,7 @@ async fn load(table: &TestTable, snapshot: &Path) {
 /// `replay --apply-writes` does) and every scheduled job on every fixture
 /// table (with and without the invitation-expiry index, before and after
 /// the audit's grace period), recording what each function asked DynamoDB
-/// for; the declaration in `src/deploy.rs` must cover it, and everything
+/// for; the declaration in the jobs' `SPEC`s must cover it, and everything
 /// declared must be used (or be a documented fallback).
 #[tokio::test]
 async fn declared_actions_are_the_ones_the_code_uses() {
@@ -853,13 +850,13 @@ async fn declared_actions_are_the_ones_the_code_uses() {
                 }
                 let (app, store) = function_app(&table, None, &f.env, now);
                 let _ = app.handle_stream(&v, None).await;
-                record_use(&mut used, &deploy::stream(), &store);
-            } else if let Ok(tick) = parse_tick(&v) {
+                record_use(&mut used, &APP.stream_function(), &store);
+            } else if let Ok(tick) = worker_engine::schedule::parse_tick::<Job>(&v) {
                 let (app, store) = function_app(&table, Some(tick.job), &f.env, now);
                 app.handle_schedule(&v, None)
                     .await
                     .unwrap_or_else(|e| panic!("{}: {file}: {e}", f.name));
-                record_use(&mut used, &deploy::for_job(tick.job), &store);
+                record_use(&mut used, &APP.function_of(tick.job), &store);
             }
         }
     }
@@ -883,7 +880,7 @@ async fn declared_actions_are_the_ones_the_code_uses() {
                     app.run_job(job, None)
                         .await
                         .unwrap_or_else(|e| panic!("{}: {job}: {e}", path.display()));
-                    record_use(&mut used, &deploy::for_job(job), &store);
+                    record_use(&mut used, &APP.function_of(job), &store);
                 }
             }
         }
@@ -913,11 +910,11 @@ async fn declared_actions_are_the_ones_the_code_uses() {
             "{}: the deletes reach the stream",
             path.display()
         );
-        record_use(&mut used, &deploy::stream(), &store);
+        record_use(&mut used, &APP.stream_function(), &store);
     }
 
     let mut problems = Vec::new();
-    for f in &deploy::functions() {
+    for f in &APP.functions() {
         let u = used
             .get(f.logical_id)
             .unwrap_or_else(|| panic!("{} never ran", f.logical_id));

@@ -20,11 +20,11 @@ use nishiki_worker::jobs::invitations::{
     InvitationTtl, RESUME_ATTRIBUTE, SweepInvitations, SweepReport, TTL_ATTRIBUTE, ttl_seconds,
 };
 use nishiki_worker::keys::{GroupId, ItemKey, Job, UserId};
-use nishiki_worker::schedule::{JobReport, JobRun, Tick, TickSource};
 use nishiki_worker::worker::{Change, ChangeHandler, HandlerOutcome};
 use serde_json::json;
 use support::{Drain, TestTable, key_of};
 use uuid::Uuid;
+use worker_engine::schedule::{JobReport, JobRun, Tick, TickSource};
 use worker_engine::store::{BatchWriter, ItemReader, ItemWriter, QueryStore, Store, WriteOp};
 use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
 use worker_testkit::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
@@ -144,7 +144,7 @@ fn app(table: &TestTable) -> App {
 }
 
 /// A schedule tick exactly as EventBridge Scheduler sends it.
-async fn tick(app: &App, deadline: Option<Instant>) -> (JobReport, SweepReport) {
+async fn tick(app: &App, deadline: Option<Instant>) -> (JobReport<Job>, SweepReport) {
     let event = json!({"job": "sweep-invitations", "scheduledTime": "2024-03-25T00:00:00Z"});
     let report = app.handle_schedule(&event, deadline).await.expect("tick");
     assert_eq!(report.job, Job::SweepInvitations);
@@ -156,7 +156,7 @@ fn parse_details(v: &serde_json::Value) -> SweepReport {
     serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("report details {v}: {e}"))
 }
 
-fn job_run(deadline: Option<Instant>, margin: Duration) -> JobRun {
+fn job_run(deadline: Option<Instant>, margin: Duration) -> JobRun<Job> {
     JobRun {
         now: now(),
         tick: Tick {
@@ -381,7 +381,7 @@ async fn a_tick_out_of_time_leaves_no_half_state_and_the_next_finishes() {
     let job = SweepInvitations::with_store(slow)
         .with_page_size(5)
         .with_concurrency(1);
-    use nishiki_worker::schedule::ScheduledJob;
+    use worker_engine::schedule::ScheduledJob;
 
     // A deadline already passed: nothing is read or written.
     let past = job
@@ -439,7 +439,7 @@ async fn the_fallback_scan_resumes_where_a_tick_ran_out_of_time() {
     let job = SweepInvitations::with_store(slow)
         .with_page_size(4)
         .with_concurrency(1);
-    use nishiki_worker::schedule::ScheduledJob;
+    use worker_engine::schedule::ScheduledJob;
 
     let first = job
         .run(&job_run(

@@ -20,10 +20,10 @@ use crate::datetime;
 use crate::items::{Entity, Item};
 use crate::jobs::JobDeps;
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, PK, SK};
-use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::notify::{EventBridgePublisher, EventEntry, EventPublisher};
+use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{
     Expr, Guard, GuardedOp, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp,
 };
@@ -187,7 +187,7 @@ impl FlagExpiringJob {
         date: NaiveDate,
         container: ContainerId,
         foods: Vec<FoodId>,
-        run: &JobRun,
+        run: &JobRun<Job>,
         newly: &std::sync::Mutex<BTreeMap<GroupId, Vec<FlagData>>>,
     ) -> Result<(TickReport, Vec<WriteOp>), StoreError> {
         let mut total = TickReport::default();
@@ -218,7 +218,7 @@ impl FlagExpiringJob {
         date: NaiveDate,
         container: ContainerId,
         foods: &[FoodId],
-        run: &JobRun,
+        run: &JobRun<Job>,
         newly: &std::sync::Mutex<BTreeMap<GroupId, Vec<FlagData>>>,
     ) -> Result<(TickReport, Vec<WriteOp>), StoreError> {
         let mut r = TickReport::default();
@@ -326,7 +326,7 @@ impl FlagExpiringJob {
         &self,
         date: NaiveDate,
         items: Vec<Item>,
-        run: &JobRun,
+        run: &JobRun<Job>,
         report: &mut TickReport,
         newly: &std::sync::Mutex<BTreeMap<GroupId, Vec<FlagData>>>,
     ) -> Result<(), StoreError> {
@@ -421,7 +421,7 @@ impl ScheduledJob<Job> for FlagExpiringJob {
         Job::FlagExpiring
     }
 
-    async fn run(&self, run: &JobRun) -> Result<JobReport, HandlerError> {
+    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
         let store = self.store.as_ref();
         let today = self.rules.today(run.now);
         let mut checkpoint: TickCheckpoint = load_checkpoint(store, Job::FlagExpiring).await?;
@@ -737,7 +737,7 @@ impl ScheduledJob<Job> for BackfillJob {
         Job::Backfill
     }
 
-    async fn run(&self, run: &JobRun) -> Result<JobReport, HandlerError> {
+    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
         let store = self.store.as_ref();
         let mut cp: BackfillCheckpoint = load_checkpoint(store, Job::Backfill).await?;
         if cp.complete {

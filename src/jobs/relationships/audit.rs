@@ -16,9 +16,9 @@ use crate::datetime;
 use crate::items::{Item, attr};
 use crate::jobs::JobDeps;
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, PK, SK, Violation};
-use crate::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
+use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, GuardedOp, ScanSpec, Store, StoreError, WriteOutcome};
 
 /// Repaired keys listed in the report (the counts are always complete).
@@ -176,7 +176,7 @@ impl AuditJob {
     }
 
     /// Run one tick and return its report.
-    pub async fn audit(&self, run: &JobRun) -> Result<AuditReport, HandlerError> {
+    pub async fn audit(&self, run: &JobRun<Job>) -> Result<AuditReport, HandlerError> {
         let started = Instant::now();
         let io = Io::new(self.store.as_ref());
         let mut report = AuditReport {
@@ -200,7 +200,7 @@ impl AuditJob {
     async fn tick(
         &self,
         io: &Io<'_>,
-        run: &JobRun,
+        run: &JobRun<Job>,
         report: &mut AuditReport,
         started: Instant,
     ) -> Result<(), StoreError> {
@@ -431,7 +431,7 @@ impl AuditJob {
     /// out of page budget.
     async fn scan(
         &self,
-        run: &JobRun,
+        run: &JobRun<Job>,
         checkpoint: &Checkpoint,
         scan_until: Option<Instant>,
     ) -> Result<Vec<SegmentRead>, StoreError> {
@@ -501,7 +501,7 @@ impl AuditJob {
     async fn look_up(
         &self,
         io: &Io<'_>,
-        run: &JobRun,
+        run: &JobRun<Job>,
         needed: &Needed,
     ) -> Result<Option<Lookups>, StoreError> {
         let mut l = Lookups::default();
@@ -591,7 +591,7 @@ impl ScheduledJob<Job> for AuditJob {
         Job::Audit
     }
 
-    async fn run(&self, run: &JobRun) -> Result<JobReport, HandlerError> {
+    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
         let report = self.audit(run).await?;
         Ok(JobReport {
             job: Job::Audit,

@@ -3,7 +3,7 @@
 //! in one line naming the file, exit status 1, with no personal data.
 
 use crate::bad_input_corpus::*;
-use nishiki_worker::schedule::is_schedule_event;
+use worker_engine::schedule::is_schedule_event;
 
 /// `nishiki-worker replay FILE` on a file that is not a stream event: a
 /// one-line error naming the file, exit status 1, before any table is
