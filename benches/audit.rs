@@ -23,13 +23,14 @@ use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use nishiki_worker::config::{Config, ManualClock};
+use nishiki_worker::config::Config;
 use nishiki_worker::items::Item;
 use nishiki_worker::jobs::JobDeps;
 use nishiki_worker::jobs::relationships::{AuditJob, AuditReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use service::*;
 use support::TestTable;
+use worker_engine::notify::RecordingPublisher;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::{BatchWriter, Store, WriteOp};
 
@@ -201,11 +202,11 @@ async fn bench(target: usize) {
         started.elapsed().as_secs_f64()
     );
     let store: Arc<dyn Store> = table.store.clone();
-    let deps = JobDeps {
+    let deps = JobDeps::new(
         store,
-        config: Config::for_table(&table.name),
-        clock: Arc::new(ManualClock::new(t0())),
-    };
+        Config::for_table(&table.name),
+        Arc::new(RecordingPublisher::default()),
+    );
     let job = AuditJob::new(&deps);
     let r1 = audit(&table, &job, "audit 1 (detect)", t0()).await;
     for (kind, n) in &expected {

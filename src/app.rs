@@ -9,17 +9,17 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::config::{Clock, Config};
-use crate::jobs::{self, APP, JobDeps};
+use crate::jobs::APP;
 use crate::keys::Job;
 use crate::keys::{PK, SK};
-use crate::metrics::{CountedHandler, Emitter, WriteCounter};
-use crate::worker::Router;
+use crate::metrics::Emitter;
+use worker_engine::app::Sharing;
 use worker_engine::error::HandlerError;
 use worker_engine::lambda::Deployment;
+use worker_engine::notify::EventBridgePublisher;
 use worker_engine::runtime::InvokeError;
 use worker_engine::runtime::Worker;
-use worker_engine::schedule::{JobReport, Scheduler};
-use worker_engine::store::coalesce::Coalescing;
+use worker_engine::schedule::JobReport;
 use worker_engine::store::{DynamoStore, Store};
 use worker_engine::stream::engine::BatchReport;
 
@@ -28,45 +28,43 @@ pub type EventError = worker_engine::runtime::EventError<Job>;
 /// What running one event did.
 pub type EventOutcome = worker_engine::runtime::EventOutcome<Job>;
 
+/// The stream handlers run for many items at once (see the engine): their
+/// point reads and bulk writes share requests.
+pub const SHARING: Sharing = Sharing::Coalesced((PK, SK));
+
 /// The worker, assembled.
 pub struct App {
-    deps: JobDeps,
+    store: Arc<dyn Store>,
+    config: Config,
+    clock: Arc<dyn Clock>,
     worker: Worker<Job>,
 }
 
-/// The worker as Lambda runs it ([`App::from_env`]).
+/// The worker as Lambda runs it (`lambda::Deployment`), its events to
+/// EventBridge.
 pub async fn worker_from_env() -> Result<Worker<Job>, crate::config::ConfigError> {
-    Ok(App::from_env().await?.into_worker())
+    APP.table_worker_from_env(SHARING)
 }
 
 impl App {
-    /// Assemble the worker over a store, with every job registered.
+    /// Assemble the worker over a store, with every job registered
+    /// (`APP.table_worker`), its events to EventBridge when
+    /// `NOTIFY_EVENT_BUS` names a bus.
     pub fn new(store: Arc<dyn Store>, config: Config, clock: Arc<dyn Clock>) -> Self {
-        let deps = JobDeps {
+        let publisher = Arc::new(EventBridgePublisher::default());
+        let worker = APP.table_worker(
+            store.clone(),
+            config.clone(),
+            publisher,
+            clock.clone(),
+            SHARING,
+        );
+        App {
             store,
             config,
-            clock: clock.clone(),
-        };
-        let coalescing = Arc::new(Coalescing::new(deps.store.clone(), (PK, SK)));
-        // Stream handlers run for many items at once (see the engine): their
-        // point reads and bulk writes share requests.
-        let stream_deps = JobDeps {
-            store: coalescing.clone(),
-            ..deps.clone()
-        };
-        let writes = Arc::new(WriteCounter::default());
-        let router = jobs::handlers(&stream_deps)
-            .into_iter()
-            .map(|h| CountedHandler::wrap(h, writes.clone()))
-            .fold(Router::new(clock.clone()), Router::with);
-        let scheduler = jobs::scheduled(&deps)
-            .into_iter()
-            .fold(Scheduler::<Job>::default(), Scheduler::with);
-        let settings = APP.worker_settings(&deps.config.common);
-        let worker = Worker::new(Box::new(router), scheduler, clock, settings)
-            .with_coalescing(coalescing)
-            .with_write_counter(writes);
-        App { deps, worker }
+            clock,
+            worker,
+        }
     }
 
     /// Write one CloudWatch EMF line per stream batch and per job run (the
@@ -98,13 +96,13 @@ impl App {
     }
 
     pub fn config(&self) -> &Config {
-        &self.deps.config
+        &self.config
     }
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.deps.store
+        &self.store
     }
     pub fn clock(&self) -> &Arc<dyn Clock> {
-        &self.deps.clock
+        &self.clock
     }
     /// The engine's worker this app runs on.
     pub fn worker(&self) -> &Worker<Job> {

@@ -10,17 +10,12 @@
 //! | `FoodsFlagged` | Count | `flag-expiring`: flags written (new and refreshed) |
 //!
 //! Each stream handler's writes count under the metric its job declares
-//! ([`CountedHandler`]); each scheduled job's report carries its metrics,
+//! (the engine's router counts them: `APP.table_worker`); each scheduled
+//! job's report carries its metrics,
 //! typed ([`worker_engine::schedule::JobReport::metrics`]).
 
-use std::sync::Arc;
-
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-
 use crate::jobs::APP;
-use crate::keys::{ItemKind, Job};
-use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
+use crate::keys::Job;
 use worker_engine::error::HandlerError;
 use worker_engine::schedule::JobReport;
 use worker_engine::store::MetricsSnapshot;
@@ -73,55 +68,6 @@ pub fn job_metrics(
             .unwrap_or_default(),
     );
     m
-}
-
-/// A stream handler whose write counts go to a [`WriteCounter`], under the
-/// metric its job declares; otherwise the handler itself.
-pub struct CountedHandler {
-    inner: Arc<dyn ChangeHandler>,
-    metric: &'static str,
-    counter: Arc<WriteCounter>,
-}
-
-impl CountedHandler {
-    pub fn wrap(
-        inner: Arc<dyn ChangeHandler>,
-        counter: Arc<WriteCounter>,
-    ) -> Arc<dyn ChangeHandler> {
-        let metric = APP
-            .stream_specs()
-            .find(|s| s.handler == inner.name())
-            .map_or(inner.name(), |s| s.writes_metric);
-        Arc::new(CountedHandler {
-            inner,
-            metric,
-            counter,
-        })
-    }
-}
-
-#[async_trait]
-impl ChangeHandler for CountedHandler {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn wants(&self, kind: ItemKind) -> bool {
-        self.inner.wants(kind)
-    }
-
-    async fn handle_in_batch(
-        &self,
-        change: &Change,
-        now: DateTime<Utc>,
-        batch: &BatchFacts,
-    ) -> Result<HandlerOutcome, HandlerError> {
-        let outcome = self.inner.handle_in_batch(change, now, batch).await?;
-        if let HandlerOutcome::Wrote { writes, .. } = &outcome {
-            self.counter.add(self.metric, *writes);
-        }
-        Ok(outcome)
-    }
 }
 
 #[cfg(test)]

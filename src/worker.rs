@@ -1,6 +1,7 @@
 //! Nishiki's side of the stream engine: a raw stream change becomes a typed
-//! [`Change`] (decoded key, typed old/new images), worker-owned items are
-//! ignored (loop guard), and the change goes to every [`ChangeHandler`]
+//! [`Change`] (decoded key, typed old/new images), and the engine's
+//! [`Router`] ([`worker_engine::stream::routed`]) ignores worker-owned
+//! items (loop guard) and gives the change to every [`ChangeHandler`]
 //! registered for its item kind, with the [`BatchFacts`] of its batch. The
 //! handlers of a record run at once (a Container REMOVE concerns both the
 //! relationship and the expiry job, and both check the same container and
@@ -8,18 +9,14 @@
 //! failure of any of them has the record retried.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-
-use crate::config::Clock;
 use crate::items::{Entity, ItemError, redact_quoted};
 use crate::keys::{ContainerId, ItemKey, ItemKind, PK, SK};
-use worker_engine::error::FailureKind;
 pub use worker_engine::error::HandlerError;
 use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+pub use worker_engine::stream::routed::{
+    ChangeHandler, HandlerOutcome, InBatch, Router, TypedChange,
+};
 
 /// A stream record of the Nishiki table, typed.
 #[derive(Debug, Clone, PartialEq)]
@@ -125,170 +122,36 @@ impl BatchFacts {
     }
 }
 
-/// What a handler did with a change.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum HandlerOutcome {
-    /// Wrote to the table (`writes` write requests).
-    Wrote { writes: usize, detail: String },
-    /// Nothing to do, and why.
-    Nothing(String),
-}
+/// Nishiki's changes on the engine's router
+/// ([`worker_engine::stream::routed`]): decoded by [`Change::from_stream`]
+/// (a reason naming a key that holds an e-mail address has its quoted
+/// values hidden), routed by [`ItemKind`], worker-owned kinds ignored (the
+/// loop guard), each batch's [`BatchFacts`] given to the handlers.
+impl TypedChange for Change {
+    type Kind = ItemKind;
+    type Facts = BatchFacts;
 
-/// One job's reaction to stream changes. Must be idempotent: the same change
-/// may arrive twice, and changes of different items arrive in any order.
-/// The handlers of one record run at once, so none may count on another
-/// having run first.
-#[async_trait]
-pub trait ChangeHandler: Send + Sync {
-    /// Short name for reports (`relationships`, `invitations`, `expiry`).
-    fn name(&self) -> &'static str;
-    /// Whether this handler wants changes of this kind of item.
-    fn wants(&self, kind: ItemKind) -> bool;
-    /// React to one change of a batch whose [`BatchFacts`] are `batch`;
-    /// `now` comes from the injected clock. (A decorator forwards this, so
-    /// the facts reach the handler it wraps.)
-    async fn handle_in_batch(
-        &self,
-        change: &Change,
-        now: DateTime<Utc>,
-        batch: &BatchFacts,
-    ) -> Result<HandlerOutcome, HandlerError>;
-    /// React to one change as if it were alone in its batch.
-    async fn handle(
-        &self,
-        change: &Change,
-        now: DateTime<Utc>,
-    ) -> Result<HandlerOutcome, HandlerError> {
-        self.handle_in_batch(change, now, &BatchFacts::default())
-            .await
-    }
-}
-
-/// Routes typed changes to the handlers registered for their item kind.
-pub struct Router {
-    handlers: Vec<Arc<dyn ChangeHandler>>,
-    clock: Arc<dyn Clock>,
-}
-
-impl Router {
-    pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Router {
-            handlers: Vec::new(),
-            clock,
-        }
-    }
-
-    /// Register a handler.
-    pub fn with(mut self, handler: Arc<dyn ChangeHandler>) -> Self {
-        self.handlers.push(handler);
-        self
-    }
-
-    /// This router for the records of one batch: its handlers get the
-    /// batch's [`BatchFacts`]. (The router itself processes each record as
-    /// if it were alone in its batch.)
-    pub fn for_batch(&self, records: &[Result<StreamChange, RecordError>]) -> InBatch<'_> {
-        InBatch {
-            router: self,
-            facts: BatchFacts::of(records),
-        }
-    }
-
-    async fn process_in(
-        &self,
-        raw: &StreamChange,
-        batch: &BatchFacts,
-    ) -> Result<RecordOutcome, ProcessError> {
-        let change = Change::from_stream(raw).map_err(|e| {
+    fn decode(raw: &StreamChange) -> Result<Self, String> {
+        Change::from_stream(raw).map_err(|e| {
             let reason = e.to_string();
-            ProcessError::Permanent {
-                // A key holding an e-mail address is quoted in the message:
-                // hide the quoted values then.
-                reason: if reason.contains('@') {
-                    redact_quoted(&reason)
-                } else {
-                    reason
-                },
+            if reason.contains('@') {
+                redact_quoted(&reason)
+            } else {
+                reason
             }
-        })?;
-        let kind = change.key.kind();
-        if kind.is_worker_owned() {
-            return Ok(RecordOutcome::Skipped {
-                reason: "worker-owned item (loop guard)".into(),
-            });
-        }
-        let now = self.clock.now();
-        // The handlers of one record run at once: they are separate jobs,
-        // each idempotent and correct whatever the other has done, so their
-        // order does not matter; at once, their reads of the same item go
-        // out in the same round and a sharing store reads it once.
-        let wanted: Vec<&Arc<dyn ChangeHandler>> =
-            self.handlers.iter().filter(|h| h.wants(kind)).collect();
-        let outcomes = futures::future::join_all(
-            wanted
-                .iter()
-                .map(|h| h.handle_in_batch(&change, now, batch)),
-        )
-        .await;
-        let mut done = Vec::new();
-        let mut failures = Vec::new();
-        for (h, outcome) in wanted.iter().zip(outcomes) {
-            match outcome {
-                Ok(HandlerOutcome::Wrote { writes, detail }) => {
-                    done.push(format!("{}: {detail} ({writes} writes)", h.name()))
-                }
-                Ok(HandlerOutcome::Nothing(why)) => done.push(format!("{}: {why}", h.name())),
-                Err(e) => failures.push((e.kind(), format!("{}: {e}", h.name()))),
-            }
-        }
-        // The worst failure decides for the record (FailureKind::worst): an
-        // environment fault stops the invocation; one handler failing
-        // transiently makes the whole record retried (the others' work is
-        // idempotent), even when another one failed for good: the retry
-        // lets the transient one finish.
-        if let Some(kind) = FailureKind::worst(failures.iter().map(|(k, _)| *k)) {
-            failures.sort_by_key(|(k, _)| (*k != kind, *k));
-            let reasons: Vec<String> = failures.into_iter().map(|(_, r)| r).collect();
-            return Err(ProcessError::of_kind(kind, reasons.join("; ")));
-        }
-        if done.is_empty() {
-            return Ok(RecordOutcome::Skipped {
-                reason: format!("no handler for {kind:?} changes"),
-            });
-        }
-        Ok(RecordOutcome::Handled {
-            detail: done.join("; "),
         })
     }
-}
 
-/// The engine runs each batch through the router bound to it.
-impl worker_engine::runtime::StreamSide for Router {
-    fn for_batch<'a>(
-        &'a self,
-        records: &[Result<StreamChange, RecordError>],
-    ) -> Box<dyn RecordProcessor + 'a> {
-        Box::new(Router::for_batch(self, records))
+    fn kind(&self) -> ItemKind {
+        self.key.kind()
     }
-}
 
-#[async_trait]
-impl RecordProcessor for Router {
-    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
-        self.process_in(raw, &BatchFacts::default()).await
+    fn is_worker_owned(kind: ItemKind) -> bool {
+        kind.is_worker_owned()
     }
-}
 
-/// A [`Router`] bound to the [`BatchFacts`] of one batch ([`Router::for_batch`]).
-pub struct InBatch<'a> {
-    router: &'a Router,
-    facts: BatchFacts,
-}
-
-#[async_trait]
-impl RecordProcessor for InBatch<'_> {
-    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
-        self.router.process_in(raw, &self.facts).await
+    fn facts(records: &[Result<StreamChange, RecordError>]) -> BatchFacts {
+        BatchFacts::of(records)
     }
 }
 
@@ -297,6 +160,10 @@ mod tests {
     use super::*;
     use crate::items::{ContainerLink, Item};
     use crate::keys::GroupId;
+    use async_trait::async_trait;
+    use chrono::{DateTime, Utc};
+    use std::sync::Arc;
+    use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
     fn record(kind: ChangeKind, key: &ItemKey, image: Option<Item>) -> StreamChange {
         let (old_image, new_image) = if kind.is_removal() {
@@ -335,7 +202,7 @@ mod tests {
     }
 
     #[async_trait]
-    impl ChangeHandler for Meeting {
+    impl ChangeHandler<Change> for Meeting {
         fn name(&self) -> &'static str {
             self.name
         }

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeDelta, Utc};
-use nishiki_worker::config::{Config, ManualClock};
+use nishiki_worker::config::Config;
 use nishiki_worker::datetime;
 use nishiki_worker::items::{
     Container, ContainerLink, Entity, Food, Group, InvitationLink, Item, Membership, User,
@@ -23,6 +23,7 @@ use nishiki_worker::jobs::{self, JobDeps};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, UserId};
 use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler};
 use uuid::Uuid;
+use worker_engine::notify::RecordingPublisher;
 use worker_engine::store::{self, DynamoStore};
 use worker_engine::stream::decode::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
 
@@ -76,7 +77,7 @@ pub struct Fixture {
     counts: HashMap<&'static str, usize>,
     /// The group each container is linked to (what the handler would read).
     groups: HashMap<ContainerId, Vec<GroupId>>,
-    handlers: Vec<Arc<dyn ChangeHandler>>,
+    handlers: Vec<Arc<dyn ChangeHandler<Change>>>,
     rules: ExpiryRules,
     now: DateTime<Utc>,
 }
@@ -294,19 +295,19 @@ impl Fixture {
         let rules = ExpiryRules::from_config(&config);
         // Handlers exist only for their routing (`wants`, `name`); nothing
         // here sends a request.
-        let deps = JobDeps {
-            store: Arc::new(DynamoStore::new(
+        let deps = JobDeps::new(
+            Arc::new(DynamoStore::new(
                 store::local_client("http://127.0.0.1:9"),
                 &config.common.table_name,
             )),
             config,
-            clock: Arc::new(ManualClock::new(now())),
-        };
+            Arc::new(RecordingPublisher::default()),
+        );
         Fixture {
             changes,
             counts,
             groups,
-            handlers: jobs::handlers(&deps),
+            handlers: jobs::APP.handlers(&deps),
             rules,
             now: now(),
         }

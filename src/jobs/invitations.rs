@@ -714,7 +714,7 @@ pub struct InvitationTtl {
 
 impl InvitationTtl {
     pub fn new(deps: &JobDeps) -> Self {
-        InvitationTtl::with_store(deps.store.clone(), deps.config.invitations.ttl)
+        InvitationTtl::with_store(deps.stream_store.clone(), deps.settings.invitations.ttl)
     }
 
     pub fn with_store(store: Arc<dyn Store>, enabled: bool) -> Self {
@@ -762,7 +762,7 @@ impl InvitationTtl {
 }
 
 #[async_trait]
-impl ChangeHandler for InvitationTtl {
+impl ChangeHandler<Change> for InvitationTtl {
     fn name(&self) -> &'static str {
         "invitations"
     }

@@ -14,29 +14,24 @@ pub mod expiry;
 pub mod invitations;
 pub mod relationships;
 
-use std::sync::Arc;
-
-use crate::config::{Clock, Config};
+use crate::config::Config;
 use crate::keys::{GroupId, ItemKey, Job};
-use crate::worker::ChangeHandler;
-use worker_engine::schedule::ScheduledJob;
+use crate::worker::{Change, ChangeHandler};
 use worker_engine::store::{Store, StoreError};
 
-/// What every job is built from.
-#[derive(Clone)]
-pub struct JobDeps {
-    pub store: Arc<dyn Store>,
-    pub config: Config,
-    pub clock: Arc<dyn Clock>,
-}
+/// What every job is built from: the table (`stream_store` for the
+/// stream handlers, sharing a batch's requests), the configuration
+/// (`settings`), the publisher of the expiry notifications and the
+/// handlers' write counter (`worker_engine::app`).
+pub type JobDeps = worker_engine::app::TableDeps<Config>;
 
 /// A job of the Nishiki worker, described once (see [`worker_engine::job`]):
 /// each job's module holds its `SPEC`.
-pub type JobSpec = worker_engine::job::JobSpec<Job, JobDeps, dyn ChangeHandler>;
+pub type JobSpec = worker_engine::job::JobSpec<Job, JobDeps, dyn ChangeHandler<Change>>;
 
 /// The Nishiki worker: its common variables and its jobs. Registering a
 /// job is one line here; everything else about it is in its `SPEC`.
-pub const APP: worker_engine::job::AppSpec<Job, JobDeps, dyn ChangeHandler> =
+pub const APP: worker_engine::job::AppSpec<Job, JobDeps, dyn ChangeHandler<Change>> =
     worker_engine::job::AppSpec {
         name: "nishiki-worker",
         namespace: "NishikiWorker",
@@ -46,16 +41,6 @@ pub const APP: worker_engine::job::AppSpec<Job, JobDeps, dyn ChangeHandler> =
         schema: crate::schema::nishiki,
         checkpoint: |job| Some(crate::keys::ItemKey::Checkpoint(job).to_attributes()),
     };
-
-/// Every stream handler, in the order they see a change.
-pub fn handlers(deps: &JobDeps) -> Vec<Arc<dyn ChangeHandler>> {
-    APP.handlers(deps)
-}
-
-/// Every scheduled job.
-pub fn scheduled(deps: &JobDeps) -> Vec<Arc<dyn ScheduledJob<Job>>> {
-    APP.scheduled(deps)
-}
 
 /// Of `groups`, those whose Group item exists (strongly consistent reads,
 /// all at once so that a coalescing store sends them in one request). The

@@ -21,6 +21,7 @@ use nishiki_worker::jobs::relationships::{
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Job, UserId, Violation};
 use service::*;
 use support::{Drain, TestTable};
+use worker_engine::notify::RecordingPublisher;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::Store;
 use worker_engine::store::layers::{DryRunStore, PlannedWrite};
@@ -437,11 +438,11 @@ async fn the_scan_resumes_across_ticks_and_finds_the_same() {
 
     let mut config = Config::for_table(&h.table.name);
     config.relationships.audit_segments = 3;
-    let deps = JobDeps {
-        store: h.store.clone(),
+    let deps = JobDeps::new(
+        h.store.clone(),
         config,
-        clock: Arc::new(h.clock.clone()),
-    };
+        Arc::new(RecordingPublisher::default()),
+    );
     let job = AuditJob::new(&deps).with_options(AuditOptions {
         page_limit: Some(10),
         max_pages_per_tick: Some(4),

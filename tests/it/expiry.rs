@@ -64,11 +64,11 @@ impl Fx {
     }
 
     fn deps(&self) -> JobDeps {
-        JobDeps {
-            store: self.table.store.clone(),
-            config: self.app.config().clone(),
-            clock: self.app.clock().clone(),
-        }
+        JobDeps::new(
+            self.table.store.clone(),
+            self.app.config().clone(),
+            Arc::new(RecordingPublisher::default()),
+        )
     }
 
     /// A service write (PutItem of the whole item, like the service).

@@ -237,7 +237,7 @@ struct Touch {
 }
 
 #[async_trait]
-impl ChangeHandler for Touch {
+impl ChangeHandler<Change> for Touch {
     fn name(&self) -> &'static str {
         "touch"
     }

@@ -6,7 +6,7 @@
 use nishiki_worker::config::{Config, ConfigError};
 use nishiki_worker::jobs::{APP, JobDeps};
 use nishiki_worker::keys::Job;
-use nishiki_worker::worker::ChangeHandler;
+use nishiki_worker::worker::{Change, ChangeHandler};
 use worker_engine::job::AppSpec;
 use worker_engine::runtime::Worker;
 use worker_toolkit::cli::tables::WorkerParts;
@@ -36,9 +36,9 @@ pub struct Nishiki;
 impl CliApp for Nishiki {
     type Job = Job;
     type Deps = JobDeps;
-    type Handler = dyn ChangeHandler;
+    type Handler = dyn ChangeHandler<Change>;
     type Extra = NoExtra;
-    const APP: &'static AppSpec<Job, JobDeps, dyn ChangeHandler> = &APP;
+    const APP: &'static AppSpec<Job, JobDeps, dyn ChangeHandler<Change>> = &APP;
     const DEFAULT_TABLE: &'static str = DEFAULT_TABLE;
     const ABOUT: &'static str = ABOUT;
     const DETAILS: Option<&'static str> = Some(DETAILS);

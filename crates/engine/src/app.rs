@@ -3,8 +3,11 @@
 //! run ([`AppSpec::table_worker`]) or as Lambda runs it
 //! ([`AppSpec::table_worker_from_env`]).
 //!
-//! An app whose jobs need more (a clock of their own, other tables:
-//! [`crate::tables`]) builds its own deps and calls [`AppSpec::worker`].
+//! The handlers are the engine's record processors, or an app's handlers
+//! of typed changes ([`crate::stream::routed`]): `table_worker` assembles
+//! either. An app whose jobs need more (a clock of their own, other
+//! tables: [`crate::tables`]) builds its own deps and calls
+//! [`AppSpec::worker`].
 
 use std::sync::Arc;
 
@@ -20,6 +23,7 @@ use crate::settings::{JobSettings, Settings};
 use crate::store::Store;
 use crate::store::coalesce::Coalescing;
 use crate::stream::engine::RecordProcessor;
+use crate::stream::routed::{ChangeHandler, TypedChange};
 
 /// What the handlers and jobs of an app on one table are built from.
 pub struct TableDeps<S> {
@@ -48,6 +52,47 @@ pub enum Sharing {
     Coalesced((&'static str, &'static str)),
 }
 
+impl<S> TableDeps<S> {
+    /// The deps of `store` with `settings`: the stream handlers on the same
+    /// store ([`Sharing::Separate`]), their writes counted afresh.
+    pub fn new(store: Arc<dyn Store>, settings: S, publisher: Arc<dyn EventPublisher>) -> Self {
+        TableDeps {
+            stream_store: store.clone(),
+            store,
+            settings,
+            publisher,
+            writes: Arc::default(),
+        }
+    }
+
+    /// The deps over `store` shared as `sharing` says, and the coalescing
+    /// layer of the stream handlers' requests when there is one.
+    fn shared(
+        store: Arc<dyn Store>,
+        settings: S,
+        publisher: Arc<dyn EventPublisher>,
+        sharing: Sharing,
+    ) -> (Self, Option<Arc<Coalescing>>) {
+        let coalescing = match sharing {
+            Sharing::Separate => None,
+            Sharing::Coalesced(keys) => Some(Arc::new(Coalescing::new(store.clone(), keys))),
+        };
+        let mut deps = TableDeps::new(store, settings, publisher);
+        if let Some(c) = &coalescing {
+            deps.stream_store = c.clone();
+        }
+        (deps, coalescing)
+    }
+}
+
+/// `worker` with the stream handlers' requests shared through `coalescing`.
+fn coalesced<J: JobName>(worker: Worker<J>, coalescing: Option<Arc<Coalescing>>) -> Worker<J> {
+    match coalescing {
+        Some(c) => worker.with_coalescing(c),
+        None => worker,
+    }
+}
+
 impl<J: JobName, S: JobSettings> AppSpec<J, TableDeps<Settings<J, S>>, dyn RecordProcessor> {
     /// The worker over `store`: every job registered
     /// ([`AppSpec::worker`]), the handlers' writes counted.
@@ -59,28 +104,11 @@ impl<J: JobName, S: JobSettings> AppSpec<J, TableDeps<Settings<J, S>>, dyn Recor
         clock: Arc<dyn Clock>,
         sharing: Sharing,
     ) -> Worker<J> {
-        let coalescing = match sharing {
-            Sharing::Separate => None,
-            Sharing::Coalesced(keys) => Some(Arc::new(Coalescing::new(store.clone(), keys))),
-        };
-        let stream_store = match &coalescing {
-            Some(c) => c.clone() as Arc<dyn Store>,
-            None => store.clone(),
-        };
-        let deps = TableDeps {
-            store,
-            stream_store,
-            settings,
-            publisher,
-            writes: Arc::default(),
-        };
+        let (deps, coalescing) = TableDeps::shared(store, settings, publisher, sharing);
         let worker = self
             .worker(&deps, clock, &deps.settings.common)
             .with_write_counter(deps.writes);
-        match coalescing {
-            Some(c) => worker.with_coalescing(c),
-            None => worker,
-        }
+        coalesced(worker, coalescing)
     }
 
     /// The worker as Lambda runs it: settings from the environment, the
@@ -88,12 +116,56 @@ impl<J: JobName, S: JobSettings> AppSpec<J, TableDeps<Settings<J, S>>, dyn Recor
     /// ([`Deployment`]: its requests in the metrics), events to
     /// EventBridge.
     pub fn table_worker_from_env(&self, sharing: Sharing) -> Result<Worker<J>, ConfigError> {
-        let settings = Settings::<J, S>::from_env()?;
-        let deployed = Deployment::of(&settings.common)?;
-        let store = Arc::new(deployed.store.clone());
-        let publisher = Arc::new(EventBridgePublisher::default());
-        let clock = deployed.clock.clone();
-        let worker = self.table_worker(store, settings, publisher, clock, sharing);
-        Ok(deployed.finish(worker))
+        from_env(|store, settings, publisher, clock| {
+            self.table_worker(store, settings, publisher, clock, sharing)
+        })
     }
+}
+
+impl<J: JobName, S: JobSettings, C: TypedChange>
+    AppSpec<J, TableDeps<Settings<J, S>>, dyn ChangeHandler<C>>
+{
+    /// The worker over `store` of an app of typed changes
+    /// ([`AppSpec::routed_worker`]), the handlers' writes counted.
+    pub fn table_worker(
+        &self,
+        store: Arc<dyn Store>,
+        settings: Settings<J, S>,
+        publisher: Arc<dyn EventPublisher>,
+        clock: Arc<dyn Clock>,
+        sharing: Sharing,
+    ) -> Worker<J> {
+        let (deps, coalescing) = TableDeps::shared(store, settings, publisher, sharing);
+        let worker = self.routed_worker(&deps, clock, &deps.settings.common, deps.writes.clone());
+        coalesced(worker, coalescing)
+    }
+
+    /// The worker as Lambda runs it (see the other apps'
+    /// `table_worker_from_env`).
+    pub fn table_worker_from_env(&self, sharing: Sharing) -> Result<Worker<J>, ConfigError> {
+        from_env(|store, settings, publisher, clock| {
+            self.table_worker(store, settings, publisher, clock, sharing)
+        })
+    }
+}
+
+/// The worker `build` makes from the deployment's store, settings read
+/// from the environment, an EventBridge publisher and the deployment's
+/// clock, finished as the deployment says (its requests in the metrics,
+/// its parking table).
+fn from_env<J: JobName, S: JobSettings>(
+    build: impl FnOnce(
+        Arc<dyn Store>,
+        Settings<J, S>,
+        Arc<dyn EventPublisher>,
+        Arc<dyn Clock>,
+    ) -> Worker<J>,
+) -> Result<Worker<J>, ConfigError> {
+    let settings = Settings::<J, S>::from_env()?;
+    let deployed = Deployment::of(&settings.common)?;
+    let store = Arc::new(deployed.store.clone());
+    let publisher = Arc::new(EventBridgePublisher::default());
+    let clock = deployed.clock.clone();
+    let worker = build(store, settings, publisher, clock);
+    Ok(deployed.finish(worker))
 }

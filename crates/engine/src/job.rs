@@ -264,6 +264,38 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
     }
 }
 
+impl<J: JobName, D: ?Sized, C: crate::stream::routed::TypedChange>
+    AppSpec<J, D, dyn crate::stream::routed::ChangeHandler<C>>
+{
+    /// The [`Worker`](crate::runtime::Worker) of an app of typed changes
+    /// ([`crate::stream::routed`]): every job's stream handler behind one
+    /// [`Router`](crate::stream::routed::Router), in the order of
+    /// [`AppSpec::jobs`], each handler's writes counted in `writes` under
+    /// its job's `writes_metric`; every job scheduled.
+    pub fn routed_worker(
+        &self,
+        deps: &D,
+        clock: std::sync::Arc<dyn crate::clock::Clock>,
+        common: &crate::settings::CommonSettings<J>,
+        writes: std::sync::Arc<crate::metrics::WriteCounter>,
+    ) -> crate::runtime::Worker<J> {
+        let router = self.jobs.iter().fold(
+            crate::stream::routed::Router::new(clock.clone()).counting(writes.clone()),
+            |router, job| {
+                let metric = job.stream.map(|s| s.writes_metric);
+                (job.handlers)(deps)
+                    .into_iter()
+                    .fold(router, |r, h| match metric {
+                        Some(m) => r.with_metric(h, m),
+                        None => r.with(h),
+                    })
+            },
+        );
+        self.assemble(Box::new(router), deps, clock, common)
+            .with_write_counter(writes)
+    }
+}
+
 impl<J: JobName, D: ?Sized> AppSpec<J, D, dyn crate::stream::engine::RecordProcessor> {
     /// The worker of every job over `deps`: every job's stream handler as
     /// one processor (in the order of [`AppSpec::jobs`]), every scheduled

@@ -539,8 +539,8 @@ pub struct ExpiryHandler {
 impl ExpiryHandler {
     pub fn new(deps: &JobDeps) -> Self {
         ExpiryHandler {
-            store: deps.store.clone(),
-            rules: ExpiryRules::from_config(&deps.config),
+            store: deps.stream_store.clone(),
+            rules: ExpiryRules::from_config(&deps.settings),
         }
     }
 
@@ -807,7 +807,7 @@ fn outcome(writes: usize, detail: String) -> HandlerOutcome {
 }
 
 #[async_trait]
-impl ChangeHandler for ExpiryHandler {
+impl ChangeHandler<Change> for ExpiryHandler {
     fn name(&self) -> &'static str {
         "expiry"
     }

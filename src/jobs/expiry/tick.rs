@@ -22,7 +22,7 @@ use crate::jobs::JobDeps;
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, PK, SK};
 use worker_engine::error::HandlerError;
 use worker_engine::metrics::Metric;
-use worker_engine::notify::{EventBridgePublisher, EventEntry, EventPublisher};
+use worker_engine::notify::{EventEntry, EventPublisher};
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{
     Expr, Guard, GuardedOp, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp,
@@ -154,13 +154,14 @@ pub struct FlagExpiringJob {
 }
 
 impl FlagExpiringJob {
-    /// The tick; notifies through EventBridge when `NOTIFY_EVENT_BUS` is set.
+    /// The tick; notifies through the deps' publisher (EventBridge in
+    /// Lambda) when `NOTIFY_EVENT_BUS` is set.
     pub fn new(deps: &JobDeps) -> Self {
         FlagExpiringJob {
             store: deps.store.clone(),
-            rules: ExpiryRules::from_config(&deps.config),
-            bus: deps.config.expiry.notify_event_bus.clone(),
-            publisher: Arc::new(EventBridgePublisher::default()),
+            rules: ExpiryRules::from_config(&deps.settings),
+            bus: deps.settings.expiry.notify_event_bus.clone(),
+            publisher: deps.publisher.clone(),
         }
     }
 
@@ -611,7 +612,7 @@ impl BackfillJob {
     pub fn new(deps: &JobDeps) -> Self {
         BackfillJob {
             store: deps.store.clone(),
-            rules: ExpiryRules::from_config(&deps.config),
+            rules: ExpiryRules::from_config(&deps.settings),
             page_size: DEFAULT_BACKFILL_PAGE,
             max_pages_per_run: None,
             progress: None,

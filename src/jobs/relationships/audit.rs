@@ -165,7 +165,7 @@ impl AuditJob {
     pub fn new(deps: &JobDeps) -> Self {
         AuditJob {
             store: deps.store.clone(),
-            config: deps.config.relationships.clone(),
+            config: deps.settings.relationships.clone(),
             options: AuditOptions::default(),
         }
     }

@@ -668,7 +668,7 @@ pub struct RelationshipHandler {
 impl RelationshipHandler {
     pub fn new(deps: &JobDeps) -> Self {
         RelationshipHandler {
-            store: deps.store.clone(),
+            store: deps.stream_store.clone(),
         }
     }
 
@@ -790,7 +790,7 @@ fn outcome(writes: usize, detail: String) -> HandlerOutcome {
 }
 
 #[async_trait]
-impl ChangeHandler for RelationshipHandler {
+impl ChangeHandler<Change> for RelationshipHandler {
     fn name(&self) -> &'static str {
         "relationships"
     }

@@ -4,7 +4,9 @@
 //!   inverse, for fixtures and captures): one malformed record never fails
 //!   the batch, it becomes an error in its own slot;
 //! - [`engine`]: runs a decoded batch through a [`RecordProcessor`] in order
-//!   and computes the partial-batch response (`ReportBatchItemFailures`).
+//!   and computes the partial-batch response (`ReportBatchItemFailures`);
+//! - [`routed`]: an app's typed changes, routed by item kind to the
+//!   handlers that want them (a [`RecordProcessor`] for the engine).
 //!
 //! Nothing here knows an app's key schema: changes carry raw items, and
 //! only the key attribute names (default `PK`/`SK`) are configurable, for
@@ -13,6 +15,7 @@
 
 pub mod decode;
 pub mod engine;
+pub mod routed;
 pub mod source;
 
 pub use decode::{
