@@ -1,12 +1,12 @@
 //! A SAM template as tests read it: the YAML in CloudFormation's JSON form
-//! ([`load`]), and [`Stack`], an evaluator of the intrinsic functions a
-//! template uses, for given parameter values. Every app checks its
-//! template against its code with it.
+//! ([`load`]), and [`Stack`], the template evaluated for given parameter
+//! values (by the toolkit's evaluator, the one local runs use). Every app
+//! checks its template against its code with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use worker_engine::deploy::{
     FunctionSpec, JOB_ALARM_METRICS, JOBS_INCOMPLETE_PERIODS, PARKING_TABLE, STREAM_ALARM_METRICS,
     STREAM_FUNCTION, TRACING_ACTIONS, alarm_period,
@@ -14,9 +14,8 @@ use worker_engine::deploy::{
 use worker_engine::job::Schedule;
 use worker_engine::park;
 use worker_engine::schedule::JobName;
+use worker_toolkit::template::{Evaluator, Pseudo};
 
-/// What `!Ref AWS::NoValue` evaluates to (dropped from lists and maps).
-pub const NO_VALUE: &str = "\u{0}AWS::NoValue";
 /// The account of every evaluated ARN.
 pub const ACCOUNT: &str = "123456789012";
 /// The region of every evaluated ARN.
@@ -30,184 +29,59 @@ pub fn load(path: &Path) -> Value {
     to_json(&yaml)
 }
 
-/// The YAML reader and the intrinsic's shape are the engine's (local runs
-/// read the same templates: [`worker_toolkit::template`]).
-pub use worker_toolkit::template::{single, to_json};
+/// The YAML reader, the intrinsic's shape and the evaluator are the
+/// toolkit's (local runs read the same templates:
+/// [`worker_toolkit::template`]); `!Ref AWS::NoValue` evaluates to
+/// [`NO_VALUE`].
+pub use worker_toolkit::template::{NO_VALUE, single, to_json};
 
 /// The template with its intrinsic functions evaluated for given parameter
-/// values (defaults otherwise): references to resources become
-/// `ref:<Id>`, attributes `getatt:<Id>.<Attr>`.
+/// values (defaults otherwise) by the toolkit's [`Evaluator`]: references
+/// to resources become `ref:<Id>`, attributes `getatt:<Id>.<Attr>`; what
+/// it cannot evaluate panics.
 pub struct Stack {
     pub t: Value,
-    params: BTreeMap<String, Value>,
-    stack_name: String,
+    evaluator: Evaluator,
 }
 
 impl Stack {
     /// The stack of template `t` named `stack_name`, its table's stream at
     /// `stream_arn` (`TableStreamArn`), the parameters overridden.
     pub fn new(t: Value, stack_name: &str, stream_arn: &str, overrides: &[(&str, &str)]) -> Self {
-        let mut params = BTreeMap::new();
-        for (name, p) in t["Parameters"].as_object().expect("Parameters") {
-            if let Some(d) = p.get("Default") {
-                let d = match d {
-                    Value::Number(n) => Value::String(n.to_string()),
-                    other => other.clone(),
-                };
-                params.insert(name.clone(), d);
-            }
-        }
-        params.insert("TableStreamArn".into(), json!(stream_arn));
+        assert!(
+            t["Parameters"].is_object(),
+            "the template has no Parameters"
+        );
+        let pseudo = Pseudo {
+            account: ACCOUNT.into(),
+            region: REGION.into(),
+            stack_name: stack_name.into(),
+        };
+        let mut evaluator = Evaluator::new(&t, pseudo);
+        evaluator.set("TableStreamArn", json!(stream_arn));
         for (k, v) in overrides {
             assert!(
                 t["Parameters"].get(*k).is_some(),
                 "no parameter {k} in the template"
             );
-            params.insert((*k).into(), json!(v));
+            evaluator.set(k, json!(v));
         }
-        Stack {
-            t,
-            params,
-            stack_name: stack_name.to_owned(),
-        }
+        Stack { t, evaluator }
     }
 
+    /// Whether the template's condition `name` holds.
     pub fn condition(&self, name: &str) -> bool {
-        let c = self.t["Conditions"]
-            .get(name)
-            .unwrap_or_else(|| panic!("no condition {name}"));
-        self.truth(c)
-    }
-
-    fn truth(&self, v: &Value) -> bool {
-        let (f, arg) = single(v).unwrap_or_else(|| panic!("not a condition: {v}"));
-        let args = arg.as_array();
-        match f {
-            "Fn::Equals" => {
-                let a = args.expect("Equals takes two values");
-                self.resolve(&a[0]) == self.resolve(&a[1])
-            }
-            "Fn::Not" => !self.truth(&args.expect("Not takes a list")[0]),
-            "Fn::And" => args.expect("And").iter().all(|c| self.truth(c)),
-            "Fn::Or" => args.expect("Or").iter().any(|c| self.truth(c)),
-            "Condition" => self.condition(arg.as_str().expect("condition name")),
-            other => panic!("unsupported condition function {other}"),
-        }
-    }
-
-    fn reference(&self, name: &str) -> Value {
-        match name {
-            "AWS::Partition" => json!("aws"),
-            "AWS::Region" => json!(REGION),
-            "AWS::AccountId" => json!(ACCOUNT),
-            "AWS::StackName" => json!(self.stack_name),
-            "AWS::NoValue" => json!(NO_VALUE),
-            _ => match self.params.get(name) {
-                Some(v) => v.clone(),
-                None if self.t["Parameters"].get(name).is_some() => {
-                    panic!("parameter {name} has no default and no value")
-                }
-                None => {
-                    assert!(
-                        self.t["Resources"].get(name).is_some(),
-                        "!Ref {name}: no such parameter or resource"
-                    );
-                    json!(format!("ref:{name}"))
-                }
-            },
-        }
-    }
-
-    fn sub(&self, text: &str, vars: &Map<String, Value>) -> String {
-        let mut out = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let end = rest[start..].find('}').expect("closing brace") + start;
-            let name = &rest[start + 2..end];
-            let value = if let Some(v) = vars.get(name) {
-                self.resolve(v)
-            } else if !name.starts_with("AWS::") && name.contains('.') {
-                let (res, attr) = name.split_once('.').unwrap();
-                assert!(self.t["Resources"].get(res).is_some(), "${{{name}}}");
-                json!(format!("getatt:{res}.{attr}"))
-            } else {
-                self.reference(name)
-            };
-            match value {
-                Value::String(s) => out.push_str(&s),
-                other => out.push_str(&other.to_string()),
-            }
-            rest = &rest[end + 1..];
-        }
-        out.push_str(rest);
-        out
+        self.evaluator
+            .condition(name)
+            .unwrap_or_else(|problem| panic!("{problem}"))
     }
 
     /// The value with every intrinsic function evaluated and `AWS::NoValue`
     /// removed.
     pub fn resolve(&self, v: &Value) -> Value {
-        if let Some((f, arg)) = single(v) {
-            match f {
-                "Ref" => return self.reference(arg.as_str().expect("!Ref name")),
-                "Fn::GetAtt" => {
-                    let a = arg.as_array().expect("GetAtt list");
-                    let res = a[0].as_str().unwrap();
-                    assert!(self.t["Resources"].get(res).is_some(), "!GetAtt {res}");
-                    return json!(format!("getatt:{res}.{}", a[1].as_str().unwrap()));
-                }
-                "Fn::Sub" => {
-                    return match arg {
-                        Value::String(s) => json!(self.sub(s, &Map::new())),
-                        Value::Array(a) => json!(self.sub(
-                            a[0].as_str().expect("Sub text"),
-                            a[1].as_object().expect("Sub variables")
-                        )),
-                        other => panic!("bad !Sub {other}"),
-                    };
-                }
-                "Fn::If" => {
-                    let a = arg.as_array().expect("If list");
-                    let branch = if self.condition(a[0].as_str().unwrap()) {
-                        &a[1]
-                    } else {
-                        &a[2]
-                    };
-                    return self.resolve(branch);
-                }
-                "Fn::Join" => {
-                    let a = arg.as_array().expect("Join list");
-                    let parts = self.resolve(&a[1]);
-                    let parts: Vec<String> = parts
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|p| p.as_str().unwrap().to_owned())
-                        .collect();
-                    return json!(parts.join(a[0].as_str().unwrap()));
-                }
-                "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
-                    return json!(self.truth(v));
-                }
-                _ => {}
-            }
-        }
-        match v {
-            Value::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .map(|i| self.resolve(i))
-                    .filter(|i| i != NO_VALUE)
-                    .collect(),
-            ),
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| (k.clone(), self.resolve(v)))
-                    .filter(|(_, v)| v != NO_VALUE)
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
+        self.evaluator
+            .checked(v)
+            .unwrap_or_else(|problem| panic!("{problem}"))
     }
 
     /// A resource, resolved (panics when absent or its condition is false).
