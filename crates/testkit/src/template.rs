@@ -521,221 +521,283 @@ pub fn operations_problems<J: JobName>(
     functions: &[FunctionSpec<J>],
     schedule_of: &dyn Fn(J) -> Schedule,
 ) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut check = |ok: bool, what: String| {
-        if !ok {
-            problems.push(what);
-        }
-    };
-    let param = |name: &str| text(&stack.resolve(&json!({"Ref": name})));
-
-    // The parking table.
-    if stack.t["Resources"].get(PARKING_TABLE).is_none() {
-        check(false, format!("no {PARKING_TABLE} resource"));
-    } else {
-        let t = stack.resource(PARKING_TABLE);
-        let mut props = t["Properties"].clone();
-        let obj = props.as_object_mut().expect("Properties");
-        let sse = obj.remove("SSESpecification");
-        let ttl = obj.remove("TimeToLiveSpecification");
-        let pitr = obj.remove("PointInTimeRecoverySpecification");
-        check(
-            sse == Some(json!({"SSEEnabled": true})),
-            format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
-        );
-        check(
-            ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
-            format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
-        );
-        check(
-            pitr == Some(json!({"PointInTimeRecoveryEnabled": true})),
-            format!("{PARKING_TABLE}: point-in-time recovery on (it may hold the only copy)"),
-        );
-        let want = park::schema().to_cloudformation(props["TableName"].clone());
-        check(
-            props == want["Properties"],
-            format!(
-                "{PARKING_TABLE}: {props} is not worker_engine::park::schema() {}",
-                want["Properties"]
-            ),
-        );
-        check(
-            t["DeletionPolicy"] == "Retain",
-            format!("{PARKING_TABLE}: DeletionPolicy Retain"),
-        );
-    }
-
+    let mut found = Findings::default();
+    parking_table_problems(stack, &mut found);
     // Queues encrypted at rest (the skip of checkov's CKV_AWS_27 says so).
     for (id, q) in stack.resources_of("AWS::SQS::Queue") {
         let p = &q["Properties"];
-        check(
+        found.check(
             p["SqsManagedSseEnabled"] == true || p.get("KmsMasterKeyId").is_some(),
             format!("{id}: encrypted at rest (SqsManagedSseEnabled or KmsMasterKeyId)"),
         );
     }
     for p in checkov_skip_problems(&stack.t) {
-        check(false, p);
+        found.check(false, p);
     }
-
     let globals = stack.resolve(&stack.t["Globals"]["Function"]);
     for f in functions {
-        let id = f.logical_id;
-        let func = stack.resource(id);
-        let p = &func["Properties"];
-        let tracing = p.get("Tracing").unwrap_or(&globals["Tracing"]);
-        check(tracing == "Active", format!("{id}: Tracing: Active"));
-        let logging = &p["LoggingConfig"];
-        check(
+        let function = Function::of(stack, namespace, f.logical_id);
+        function.tracing_and_logging_problems(&globals, &mut found);
+        function.environment_faults_problems(&mut found);
+        match f.job {
+            None => function.stream_problems(&mut found),
+            Some(job) => function.job_alarm_problems(alarm_period(schedule_of(job)), &mut found),
+        }
+    }
+    found.0
+}
+
+/// The problems a check finds, in the order found.
+#[derive(Default)]
+struct Findings(Vec<String>);
+
+impl Findings {
+    /// Note `what` unless `ok`.
+    fn check(&mut self, ok: bool, what: String) {
+        if !ok {
+            self.0.push(what);
+        }
+    }
+}
+
+/// A parameter's value, as text.
+fn param(stack: &Stack, name: &str) -> String {
+    text(&stack.resolve(&json!({ "Ref": name })))
+}
+
+/// The parking table: [`park::schema`], SSE, TTL and point-in-time
+/// recovery on, retained.
+fn parking_table_problems(stack: &Stack, found: &mut Findings) {
+    if stack.t["Resources"].get(PARKING_TABLE).is_none() {
+        return found.check(false, format!("no {PARKING_TABLE} resource"));
+    }
+    let t = stack.resource(PARKING_TABLE);
+    let mut props = t["Properties"].clone();
+    let obj = props.as_object_mut().expect("Properties");
+    let sse = obj.remove("SSESpecification");
+    let ttl = obj.remove("TimeToLiveSpecification");
+    let pitr = obj.remove("PointInTimeRecoverySpecification");
+    found.check(
+        sse == Some(json!({"SSEEnabled": true})),
+        format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
+    );
+    found.check(
+        ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
+        format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
+    );
+    found.check(
+        pitr == Some(json!({"PointInTimeRecoveryEnabled": true})),
+        format!("{PARKING_TABLE}: point-in-time recovery on (it may hold the only copy)"),
+    );
+    let want = park::schema().to_cloudformation(props["TableName"].clone());
+    found.check(
+        props == want["Properties"],
+        format!(
+            "{PARKING_TABLE}: {props} is not worker_engine::park::schema() {}",
+            want["Properties"]
+        ),
+    );
+    found.check(
+        t["DeletionPolicy"] == "Retain",
+        format!("{PARKING_TABLE}: DeletionPolicy Retain"),
+    );
+}
+
+/// A function of a stack, as [`operations_problems`] reads it.
+struct Function<'a> {
+    stack: &'a Stack,
+    /// The namespace of the worker's metrics.
+    namespace: &'a str,
+    /// Its logical id.
+    id: &'a str,
+    /// Its properties, evaluated.
+    props: Value,
+    /// Its environment variables (Globals merged).
+    env: BTreeMap<String, Value>,
+    /// The statements of its role.
+    statements: Vec<Value>,
+}
+
+impl<'a> Function<'a> {
+    /// Function `id` of `stack`, its alarms in `namespace`.
+    fn of(stack: &'a Stack, namespace: &'a str, id: &'a str) -> Self {
+        let props = stack.resource(id)["Properties"].clone();
+        let env = stack.env(id);
+        let statements = role_statements(stack, id);
+        Function {
+            stack,
+            namespace,
+            id,
+            props,
+            env,
+            statements,
+        }
+    }
+
+    /// Whether its role allows exactly `actions` on exactly `resource`.
+    fn granted(&self, actions: &[&str], resource: &str) -> bool {
+        let want: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
+        self.statements.iter().any(|s| {
+            s["Effect"] == "Allow"
+                && strings(&s["Action"]) == want
+                && strings(&s["Resource"]) == BTreeSet::from([resource.to_owned()])
+        })
+    }
+
+    /// The properties of its alarm on the worker's `metric`.
+    fn alarm(&self, metric: &str) -> Option<Value> {
+        let dimensions = json!([{"Name": "Function", "Value": format!("ref:{}", self.id)}]);
+        self.stack
+            .resources_of("AWS::CloudWatch::Alarm")
+            .into_values()
+            .map(|a| a["Properties"].clone())
+            .find(|a| {
+                a["Namespace"] == self.namespace
+                    && a["MetricName"] == metric
+                    && a["Dimensions"] == dimensions
+            })
+    }
+
+    /// Traced (`Tracing: Active`, the X-Ray grant), logging through
+    /// Lambda's controls.
+    fn tracing_and_logging_problems(&self, globals: &Value, found: &mut Findings) {
+        let id = self.id;
+        let tracing = self.props.get("Tracing").unwrap_or(&globals["Tracing"]);
+        found.check(tracing == "Active", format!("{id}: Tracing: Active"));
+        let logging = &self.props["LoggingConfig"];
+        found.check(
             logging["LogFormat"] == "JSON"
-                && text(&logging["ApplicationLogLevel"]) == param("LogLevel"),
+                && text(&logging["ApplicationLogLevel"]) == param(self.stack, "LogLevel"),
             format!("{id}: LoggingConfig JSON with ApplicationLogLevel = LogLevel ({logging})"),
         );
-        let env = stack.env(id);
-        check(
-            !env.contains_key("LOG_FORMAT") && !env.contains_key("RUST_LOG"),
+        found.check(
+            !self.env.contains_key("LOG_FORMAT") && !self.env.contains_key("RUST_LOG"),
             format!("{id}: logs are set by LoggingConfig, not LOG_FORMAT/RUST_LOG"),
         );
-        let statements = role_statements(stack, id);
-        let granted = |actions: &[&str], resource: &str| {
-            let want: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
-            statements.iter().any(|s| {
-                s["Effect"] == "Allow"
-                    && strings(&s["Action"]) == want
-                    && strings(&s["Resource"]) == BTreeSet::from([resource.to_owned()])
-            })
-        };
-        check(
-            granted(&TRACING_ACTIONS, "*"),
+        found.check(
+            self.granted(&TRACING_ACTIONS, "*"),
             format!("{id}: the role grants {TRACING_ACTIONS:?}"),
         );
-        let alarm = |metric: &str| -> Option<Value> {
-            stack
-                .resources_of("AWS::CloudWatch::Alarm")
-                .into_values()
-                .map(|a| a["Properties"].clone())
-                .find(|a| {
-                    a["Namespace"] == namespace
-                        && a["MetricName"] == metric
-                        && a["Dimensions"]
-                            == json!([{"Name": "Function", "Value": format!("ref:{id}")}])
-                })
+    }
+
+    /// Its [`ENVIRONMENT_FAULTS`] alarm: any one, within the minute, to
+    /// the topic.
+    fn environment_faults_problems(&self, found: &mut Findings) {
+        let id = self.id;
+        let Some(a) = self.alarm(ENVIRONMENT_FAULTS) else {
+            return found.check(false, format!("{id}: no {ENVIRONMENT_FAULTS} alarm"));
         };
-        // Environment faults: any one, within the minute, to the topic.
-        match alarm(ENVIRONMENT_FAULTS) {
-            None => check(false, format!("{id}: no {ENVIRONMENT_FAULTS} alarm")),
-            Some(a) => {
-                let topic = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
-                let raw = stack.t["Resources"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .find(|(_, r)| {
-                        r["Properties"]["MetricName"] == ENVIRONMENT_FAULTS
-                            && r["Properties"]["Dimensions"][0]["Value"] == json!({"Ref": id})
-                    })
-                    .map(|(_, r)| r["Properties"]["AlarmActions"].clone());
-                check(
-                    a["Statistic"] == "Sum"
-                        && text(&a["Period"]) == "60"
-                        && text(&a["EvaluationPeriods"]) == "1"
-                        && text(&a["Threshold"]) == "1"
-                        && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-                        && a["TreatMissingData"] == "notBreaching"
-                        && raw == Some(topic),
-                    format!(
-                        "{id}: {ENVIRONMENT_FAULTS} alarm: Sum >= 1 in one period of 60 s, notBreaching, AlarmActions on the topic"
-                    ),
-                );
-            }
+        let topic = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+        let raw = self.stack.t["Resources"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .find(|(_, r)| {
+                r["Properties"]["MetricName"] == ENVIRONMENT_FAULTS
+                    && r["Properties"]["Dimensions"][0]["Value"] == json!({"Ref": id})
+            })
+            .map(|(_, r)| r["Properties"]["AlarmActions"].clone());
+        found.check(
+            a["Statistic"] == "Sum"
+                && text(&a["Period"]) == "60"
+                && text(&a["EvaluationPeriods"]) == "1"
+                && text(&a["Threshold"]) == "1"
+                && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+                && a["TreatMissingData"] == "notBreaching"
+                && raw == Some(topic),
+            format!(
+                "{id}: {ENVIRONMENT_FAULTS} alarm: Sum >= 1 in one period of 60 s, notBreaching, AlarmActions on the topic"
+            ),
+        );
+    }
+
+    /// The stream function: parking (table, retention, grant), the event
+    /// source's metrics, [`STREAM_ALARM_METRICS`] alarms.
+    fn stream_problems(&self, found: &mut Findings) {
+        let (id, env) = (self.id, &self.env);
+        let retention = param(self.stack, "ParkingRetentionDays");
+        found.check(
+            env.get(park::PARKING_TABLE_ENV) == Some(&json!(format!("ref:{PARKING_TABLE}"))),
+            format!("{id}: {} = !Ref {PARKING_TABLE}", park::PARKING_TABLE_ENV),
+        );
+        found.check(
+            env.get(park::PARKING_RETENTION_DAYS_ENV).map(text) == Some(retention.clone())
+                && retention == park::DEFAULT_RETENTION_DAYS.to_string(),
+            format!(
+                "{id}: {} = !Ref ParkingRetentionDays (default {})",
+                park::PARKING_RETENTION_DAYS_ENV,
+                park::DEFAULT_RETENTION_DAYS
+            ),
+        );
+        found.check(
+            self.granted(&park::PARK_ACTIONS, &format!("getatt:{PARKING_TABLE}.Arn")),
+            format!(
+                "{id}: the role grants {:?} on {PARKING_TABLE}",
+                park::PARK_ACTIONS
+            ),
+        );
+        let sources: Vec<&Value> = self.props["Events"]
+            .as_object()
+            .into_iter()
+            .flat_map(|e| e.values())
+            .filter(|e| e["Type"] == "DynamoDB")
+            .collect();
+        found.check(
+            !sources.is_empty()
+                && sources.iter().all(|s| {
+                    s["Properties"]["MetricsConfig"] == json!({"Metrics": ["EventCount"]})
+                }),
+            format!("{id}: MetricsConfig {{Metrics: [EventCount]}} on its event source"),
+        );
+        for metric in STREAM_ALARM_METRICS {
+            let Some(a) = self.alarm(metric) else {
+                found.check(false, format!("{id}: no {metric} alarm"));
+                continue;
+            };
+            let want = if metric == "StreamLagMaxMs" {
+                param(self.stack, "StreamLagAlarmMs")
+            } else {
+                "0".to_owned()
+            };
+            found.check(
+                text(&a["Threshold"]) == want && a["ComparisonOperator"] == "GreaterThanThreshold",
+                format!("{id}: {metric} alarm > {want}"),
+            );
         }
-        match f.job {
-            None => {
-                check(
-                    env.get(park::PARKING_TABLE_ENV)
-                        == Some(&json!(format!("ref:{PARKING_TABLE}"))),
-                    format!("{id}: {} = !Ref {PARKING_TABLE}", park::PARKING_TABLE_ENV),
-                );
-                check(
-                    env.get(park::PARKING_RETENTION_DAYS_ENV).map(text)
-                        == Some(param("ParkingRetentionDays"))
-                        && param("ParkingRetentionDays")
-                            == park::DEFAULT_RETENTION_DAYS.to_string(),
+    }
+
+    /// A schedule function: [`JOB_ALARM_METRICS`] alarms over `period`
+    /// (its schedule's [`alarm_period`]).
+    fn job_alarm_problems(&self, period: u32, found: &mut Findings) {
+        let id = self.id;
+        for metric in JOB_ALARM_METRICS {
+            let Some(a) = self.alarm(metric) else {
+                found.check(false, format!("{id}: no {metric} alarm"));
+                continue;
+            };
+            found.check(
+                text(&a["Period"]) == period.to_string(),
+                format!("{id}: {metric} alarm period {period}"),
+            );
+            if metric == "JobsIncomplete" {
+                let n = JOBS_INCOMPLETE_PERIODS.to_string();
+                found.check(
+                    a["Statistic"] == "Minimum"
+                        && text(&a["EvaluationPeriods"]) == n
+                        && text(&a["DatapointsToAlarm"]) == n
+                        && text(&a["Threshold"]) == "1"
+                        && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold",
                     format!(
-                        "{id}: {} = !Ref ParkingRetentionDays (default {})",
-                        park::PARKING_RETENTION_DAYS_ENV,
-                        park::DEFAULT_RETENTION_DAYS
+                        "{id}: JobsIncomplete alarm: every run incomplete for {n} periods in a row"
                     ),
                 );
-                check(
-                    granted(&park::PARK_ACTIONS, &format!("getatt:{PARKING_TABLE}.Arn")),
-                    format!(
-                        "{id}: the role grants {:?} on {PARKING_TABLE}",
-                        park::PARK_ACTIONS
-                    ),
+            } else {
+                found.check(
+                    text(&a["Threshold"]) == "0"
+                        && a["ComparisonOperator"] == "GreaterThanThreshold",
+                    format!("{id}: {metric} alarm > 0"),
                 );
-                let sources: Vec<&Value> = p["Events"]
-                    .as_object()
-                    .into_iter()
-                    .flat_map(|e| e.values())
-                    .filter(|e| e["Type"] == "DynamoDB")
-                    .collect();
-                check(
-                    !sources.is_empty()
-                        && sources.iter().all(|s| {
-                            s["Properties"]["MetricsConfig"] == json!({"Metrics": ["EventCount"]})
-                        }),
-                    format!("{id}: MetricsConfig {{Metrics: [EventCount]}} on its event source"),
-                );
-                for metric in STREAM_ALARM_METRICS {
-                    let Some(a) = alarm(metric) else {
-                        check(false, format!("{id}: no {metric} alarm"));
-                        continue;
-                    };
-                    let want = if metric == "StreamLagMaxMs" {
-                        param("StreamLagAlarmMs")
-                    } else {
-                        "0".to_owned()
-                    };
-                    check(
-                        text(&a["Threshold"]) == want
-                            && a["ComparisonOperator"] == "GreaterThanThreshold",
-                        format!("{id}: {metric} alarm > {want}"),
-                    );
-                }
-            }
-            Some(job) => {
-                let period = alarm_period(schedule_of(job));
-                for metric in JOB_ALARM_METRICS {
-                    let Some(a) = alarm(metric) else {
-                        check(false, format!("{id}: no {metric} alarm"));
-                        continue;
-                    };
-                    check(
-                        text(&a["Period"]) == period.to_string(),
-                        format!("{id}: {metric} alarm period {period}"),
-                    );
-                    if metric == "JobsIncomplete" {
-                        let n = JOBS_INCOMPLETE_PERIODS.to_string();
-                        check(
-                            a["Statistic"] == "Minimum"
-                                && text(&a["EvaluationPeriods"]) == n
-                                && text(&a["DatapointsToAlarm"]) == n
-                                && text(&a["Threshold"]) == "1"
-                                && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold",
-                            format!(
-                                "{id}: JobsIncomplete alarm: every run incomplete for {n} periods in a row"
-                            ),
-                        );
-                    } else {
-                        check(
-                            text(&a["Threshold"]) == "0"
-                                && a["ComparisonOperator"] == "GreaterThanThreshold",
-                            format!("{id}: {metric} alarm > 0"),
-                        );
-                    }
-                }
             }
         }
     }
-    problems
 }
