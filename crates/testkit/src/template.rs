@@ -216,86 +216,104 @@ pub const STREAM_FAILURE_BUCKET: &str = "StreamFailureBucket";
 ///   Lambda asks of an S3 on-failure destination), no other role anything
 ///   on S3; an alarm on the bucket's `PutRequests` and an output name it.
 pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut check = |ok: bool, what: String| {
-        if !ok {
-            problems.push(what);
-        }
-    };
+    let mut found = Findings::default();
     let queue = stack(&[]);
-    let p = &queue.t["Parameters"];
-    check(
+    failure_parameter_problems(&queue.t["Parameters"], &mut found);
+    queue_destination_problems(&queue, &mut found);
+    let bucket = stack(&[
+        ("OnFailureDestination", "bucket"),
+        ("FailureRecordRetentionDays", "30"),
+    ]);
+    failure_bucket_problems(&bucket, &mut found);
+    bucket_access_problems(&bucket, functions, &mut found);
+    found.0
+}
+
+/// An action a role allows on a resource.
+type Grant = (String, String);
+
+/// The `OnFailureDestination` and `FailureRecordRetentionDays` parameters.
+fn failure_parameter_problems(p: &Value, found: &mut Findings) {
+    found.check(
         p["OnFailureDestination"]["AllowedValues"] == json!(["queue", "bucket"])
             && p["OnFailureDestination"]["Default"] == "queue",
         "OnFailureDestination: AllowedValues [queue, bucket], Default queue".into(),
     );
     let days = &p["FailureRecordRetentionDays"];
-    check(
+    found.check(
         days["Type"] == "Number" && days["Default"] == 14 && days["MinValue"] == 1,
         "FailureRecordRetentionDays: a Number, Default 14, MinValue 1".into(),
     );
-    let destinations = |stack: &Stack| -> Vec<Value> {
-        stack.resource(STREAM_FUNCTION)["Properties"]["Events"]
-            .as_object()
-            .into_iter()
-            .flat_map(|e| e.values())
-            .filter(|e| e["Type"] == "DynamoDB")
-            .map(|e| e["Properties"]["DestinationConfig"]["OnFailure"].clone())
-            .collect()
-    };
-    let grants = |stack: &Stack, function: &str| -> BTreeSet<(String, String)> {
-        role_statements(stack, function)
-            .iter()
-            .filter(|s| s["Effect"] == "Allow")
-            .flat_map(|s| {
-                let resources = strings(&s["Resource"]);
-                strings(&s["Action"])
-                    .into_iter()
-                    .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.clone(), r)))
-            })
-            .collect()
-    };
-    let on_s3 = |g: &BTreeSet<(String, String)>| -> BTreeSet<(String, String)> {
-        g.iter()
-            .filter(|(a, _)| a.starts_with("s3:"))
-            .cloned()
-            .collect()
-    };
-    let queue_arn = format!("getatt:{STREAM_FAILURE_QUEUE}.Arn");
-    let bucket_arn = format!("getatt:{STREAM_FAILURE_BUCKET}.Arn");
+}
 
-    // queue: as before.
-    let sources = destinations(&queue);
-    check(
+/// The `OnFailure` of each DynamoDB event source of the stream function.
+fn destinations(stack: &Stack) -> Vec<Value> {
+    stack.resource(STREAM_FUNCTION)["Properties"]["Events"]
+        .as_object()
+        .into_iter()
+        .flat_map(|e| e.values())
+        .filter(|e| e["Type"] == "DynamoDB")
+        .map(|e| e["Properties"]["DestinationConfig"]["OnFailure"].clone())
+        .collect()
+}
+
+/// Every action `function`'s role allows, on each of its resources.
+fn grants(stack: &Stack, function: &str) -> BTreeSet<Grant> {
+    role_statements(stack, function)
+        .iter()
+        .filter(|s| s["Effect"] == "Allow")
+        .flat_map(|s| {
+            let resources = strings(&s["Resource"]);
+            strings(&s["Action"])
+                .into_iter()
+                .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.clone(), r)))
+        })
+        .collect()
+}
+
+/// The grants of S3 actions.
+fn on_s3(g: &BTreeSet<Grant>) -> BTreeSet<Grant> {
+    g.iter()
+        .filter(|(a, _)| a.starts_with("s3:"))
+        .cloned()
+        .collect()
+}
+
+/// `queue` (the default): every event source sends to
+/// [`STREAM_FAILURE_QUEUE`], which the stream role may write to, nothing on
+/// S3, no bucket.
+fn queue_destination_problems(queue: &Stack, found: &mut Findings) {
+    let queue_arn = format!("getatt:{STREAM_FAILURE_QUEUE}.Arn");
+    let sources = destinations(queue);
+    found.check(
         !sources.is_empty(),
         "the stream function has no DynamoDB event source".into(),
     );
     for d in &sources {
-        check(
+        found.check(
             d["Destination"] == queue_arn.as_str() && d.get("Type").is_none_or(|t| t == "SQS"),
             format!("queue: an event source's OnFailure is {d}, not {queue_arn}"),
         );
     }
-    let g = grants(&queue, STREAM_FUNCTION);
-    check(
+    let g = grants(queue, STREAM_FUNCTION);
+    found.check(
         g.contains(&("sqs:SendMessage".to_owned(), queue_arn.clone())) && on_s3(&g).is_empty(),
         format!(
             "queue: the stream role may sqs:SendMessage to {STREAM_FAILURE_QUEUE}, nothing on S3"
         ),
     );
-    check(
+    found.check(
         queue.resources_of("AWS::S3::Bucket").is_empty()
             && queue.resources_of("AWS::S3::BucketPolicy").is_empty(),
         "queue: no bucket created".into(),
     );
+}
 
-    // bucket: an encrypted, private, TLS-only bucket whose objects expire.
-    let bucket = stack(&[
-        ("OnFailureDestination", "bucket"),
-        ("FailureRecordRetentionDays", "30"),
-    ]);
+/// `bucket`: the one bucket is [`STREAM_FAILURE_BUCKET`], retained,
+/// encrypted, private, its objects expiring, an alarm on its writes.
+fn failure_bucket_problems(bucket: &Stack, found: &mut Findings) {
     let buckets = bucket.resources_of("AWS::S3::Bucket");
-    check(
+    found.check(
         buckets
             .keys()
             .map(String::as_str)
@@ -305,73 +323,88 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
             buckets.keys()
         ),
     );
-    if let Some(b) = buckets.get(STREAM_FAILURE_BUCKET) {
-        let props = &b["Properties"];
-        check(
-            b["DeletionPolicy"] == "Retain",
-            format!("{STREAM_FAILURE_BUCKET}: DeletionPolicy Retain (it may hold the only copy)"),
-        );
-        let sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        check(
-            !sse.is_empty()
-                && sse.iter().all(|r| {
-                    ["AES256", "aws:kms", "aws:kms:dsse"].contains(
-                        &r["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
-                            .as_str()
-                            .unwrap_or(""),
-                    )
-                }),
-            format!("{STREAM_FAILURE_BUCKET}: encrypted (BucketEncryption SSE)"),
-        );
-        let block = &props["PublicAccessBlockConfiguration"];
-        check(
-            [
-                "BlockPublicAcls",
-                "BlockPublicPolicy",
-                "IgnorePublicAcls",
-                "RestrictPublicBuckets",
-            ]
-            .iter()
-            .all(|k| block[*k] == true),
-            format!("{STREAM_FAILURE_BUCKET}: every public access block on"),
-        );
-        let rules = props["LifecycleConfiguration"]["Rules"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        check(
-            rules.iter().any(|r| {
-                r["Status"] == "Enabled"
-                    && text(&r["ExpirationInDays"]) == "30"
-                    && r.get("Prefix").is_none()
-                    && r.get("Filter").is_none()
-                    && r.get("TagFilters").is_none()
+    let Some(b) = buckets.get(STREAM_FAILURE_BUCKET) else {
+        return;
+    };
+    let props = &b["Properties"];
+    found.check(
+        b["DeletionPolicy"] == "Retain",
+        format!("{STREAM_FAILURE_BUCKET}: DeletionPolicy Retain (it may hold the only copy)"),
+    );
+    let sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    found.check(
+        !sse.is_empty()
+            && sse.iter().all(|r| {
+                ["AES256", "aws:kms", "aws:kms:dsse"].contains(
+                    &r["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
+                        .as_str()
+                        .unwrap_or(""),
+                )
             }),
-            format!(
-                "{STREAM_FAILURE_BUCKET}: a lifecycle rule expires every object after FailureRecordRetentionDays"
-            ),
-        );
-        let filter = props["MetricsConfigurations"][0]["Id"].clone();
-        check(
-            bucket
-                .resources_of("AWS::CloudWatch::Alarm")
-                .values()
-                .any(|a| {
-                    let p = &a["Properties"];
-                    p["Namespace"] == "AWS/S3"
-                        && p["MetricName"] == "PutRequests"
-                        && p["Dimensions"]
-                            == json!([
-                                {"Name": "BucketName", "Value": format!("ref:{STREAM_FAILURE_BUCKET}")},
-                                {"Name": "FilterId", "Value": filter}
-                            ])
-                }),
-            format!("{STREAM_FAILURE_BUCKET}: an alarm on its PutRequests (request metrics {filter})"),
-        );
-    }
+        format!("{STREAM_FAILURE_BUCKET}: encrypted (BucketEncryption SSE)"),
+    );
+    let block = &props["PublicAccessBlockConfiguration"];
+    found.check(
+        [
+            "BlockPublicAcls",
+            "BlockPublicPolicy",
+            "IgnorePublicAcls",
+            "RestrictPublicBuckets",
+        ]
+        .iter()
+        .all(|k| block[*k] == true),
+        format!("{STREAM_FAILURE_BUCKET}: every public access block on"),
+    );
+    bucket_expiry_and_alarm_problems(bucket, props, found);
+}
+
+/// The failure bucket's (`props`) lifecycle rule expiring every object
+/// after `FailureRecordRetentionDays` (30 on `bucket`), and the alarm on
+/// its `PutRequests`.
+fn bucket_expiry_and_alarm_problems(bucket: &Stack, props: &Value, found: &mut Findings) {
+    let rules = props["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    found.check(
+        rules.iter().any(|r| {
+            r["Status"] == "Enabled"
+                && text(&r["ExpirationInDays"]) == "30"
+                && r.get("Prefix").is_none()
+                && r.get("Filter").is_none()
+                && r.get("TagFilters").is_none()
+        }),
+        format!(
+            "{STREAM_FAILURE_BUCKET}: a lifecycle rule expires every object after FailureRecordRetentionDays"
+        ),
+    );
+    let filter = props["MetricsConfigurations"][0]["Id"].clone();
+    let dimensions = json!([
+        {"Name": "BucketName", "Value": format!("ref:{STREAM_FAILURE_BUCKET}")},
+        {"Name": "FilterId", "Value": filter}
+    ]);
+    found.check(
+        bucket
+            .resources_of("AWS::CloudWatch::Alarm")
+            .values()
+            .any(|a| {
+                let p = &a["Properties"];
+                p["Namespace"] == "AWS/S3"
+                    && p["MetricName"] == "PutRequests"
+                    && p["Dimensions"] == dimensions
+            }),
+        format!("{STREAM_FAILURE_BUCKET}: an alarm on its PutRequests (request metrics {filter})"),
+    );
+}
+
+/// `bucket`: TLS only, every event source writes there, only the stream
+/// role may (`s3:PutObject` on its objects, `s3:ListBucket` on it), and an
+/// output names it.
+fn bucket_access_problems(bucket: &Stack, functions: &[&str], found: &mut Findings) {
+    let bucket_arn = format!("getatt:{STREAM_FAILURE_BUCKET}.Arn");
     let objects = format!("{bucket_arn}/*");
     let tls_only = bucket
         .resources_of("AWS::S3::BucketPolicy")
@@ -390,12 +423,12 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
                 && strings(&s["Resource"]) == BTreeSet::from([bucket_arn.clone(), objects.clone()])
                 && s["Condition"] == json!({"Bool": {"aws:SecureTransport": "false"}})
         });
-    check(
+    found.check(
         tls_only,
         format!("{STREAM_FAILURE_BUCKET}: a bucket policy denies every request without TLS"),
     );
-    for d in destinations(&bucket) {
-        check(
+    for d in destinations(bucket) {
+        found.check(
             d["Destination"] == bucket_arn.as_str() && d.get("Type").is_none_or(|t| t == "S3"),
             format!("bucket: an event source's OnFailure is {d}, not {bucket_arn}"),
         );
@@ -409,8 +442,8 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
         } else {
             BTreeSet::new()
         };
-        check(
-            on_s3(&grants(&bucket, f)) == want,
+        found.check(
+            on_s3(&grants(bucket, f)) == want,
             format!("bucket: {f} may on S3 exactly {want:?}"),
         );
     }
@@ -421,11 +454,10 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
                 && bucket.t["Outputs"][id]["Condition"] == "FailuresToBucket"
         })
     });
-    check(
+    found.check(
         named,
         format!("bucket: an output (Condition FailuresToBucket) names {STREAM_FAILURE_BUCKET}"),
     );
-    problems
 }
 
 /// checkov checks that guard data at rest or from the public, which no
