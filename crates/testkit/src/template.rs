@@ -40,7 +40,9 @@ pub use worker_toolkit::template::{NO_VALUE, single, to_json};
 /// to resources become `ref:<Id>`, attributes `getatt:<Id>.<Attr>`; what
 /// it cannot evaluate panics.
 pub struct Stack {
+    /// The template, in CloudFormation's JSON form.
     pub t: Value,
+    /// Its intrinsics' evaluator, the stack's parameters set.
     evaluator: Evaluator,
 }
 

@@ -137,6 +137,7 @@ impl Pseudo {
 /// reference rendered, the condition false, the `Fn::Sub` as written.
 #[derive(Debug, Clone)]
 pub struct Evaluator {
+    /// The pseudo parameters' values.
     pseudo: Pseudo,
     /// The parameters' values: defaults (numbers as text, as CloudFormation
     /// passes them), then those [`Evaluator::set`].
@@ -215,6 +216,7 @@ impl Evaluator {
         problems.or_first(holds)
     }
 
+    /// `v` evaluated, what could not be noted in `problems`.
     fn eval(&self, v: &Value, problems: &mut Problems) -> Value {
         if let Some((f, arg)) = single(v)
             && let Some(value) = self.intrinsic(f, arg, v, problems)
@@ -269,6 +271,8 @@ impl Evaluator {
         }
     }
 
+    /// `Ref name`: a pseudo parameter, a parameter's value, or a resource
+    /// as `ref:<Id>`.
     fn reference(&self, name: &str, problems: &mut Problems) -> Value {
         let pseudo = match name {
             "AWS::Partition" => Some("aws"),
