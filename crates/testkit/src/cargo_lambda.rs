@@ -215,92 +215,22 @@ pub async fn invoke_fixtures<A: CliApp>(
     names: &[&str],
 ) {
     let app = AppTable::of::<A>();
-    let keys = app.keys();
     let mut problems = Vec::new();
     for name in names {
         let f = entry(dir, name);
-        // The app's tables by their default names, as the fixture's golden
-        // has them: on the lent instance, not the shared one.
-        let local = crate::lease_local().await;
-        let table =
-            crate::TestTable::create(&local.endpoint_url(), A::DEFAULT_TABLE, &A::schema()).await;
-        let target = Target::connect(&table.endpoint, &table.name, &app).await;
-        for o in &target.others {
-            o.store
-                .create_table(&o.table.schema)
-                .await
-                .expect("create table");
-        }
-        if let Some(snapshot) = &f.snapshot {
-            let items = read_snapshot(&dir.join(snapshot), keys).expect("the snapshot");
-            load_items(target.store.clone(), items, 4, None)
-                .await
-                .expect("load the snapshot");
-        }
-        let mut env = vec![
-            (table_var.to_owned(), table.name.clone()),
-            (
-                "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
-                table.endpoint.clone(),
-            ),
-            ("WORKER_NOW".to_owned(), f.now.clone()),
-        ];
-        env.extend(
-            target
-                .others
-                .iter()
-                .map(|o| (o.table.var.to_owned(), o.name.clone())),
-        );
-        let watch = Watch::start(&env);
+        let tables = FixtureTables::create::<A>(&app, dir, &f).await;
+        let watch = Watch::start(&tables.env(table_var, &f.now));
         for file in &f.events {
-            let path = dir.join(file);
-            let event: Value =
-                serde_json::from_slice(&std::fs::read(&path).expect("the event")).expect("JSON");
-            let stream = event.get("Records").is_some();
-            if stream && f.apply_writes {
-                let decoded = decode_event(&event).expect("a stream event");
-                let plan = apply::plan(&decoded);
-                worker_toolkit::cli::tables::apply_by_table(
-                    target.store.as_ref(),
-                    &target.others,
-                    &decoded,
-                    &plan,
-                )
-                .await
-                .expect("the service's writes");
-            }
-            let function = if stream {
-                functions.stream
-            } else {
-                functions.schedule
+            let event = Invocation {
+                dir,
+                file,
+                fixture: name,
+                apply_writes: f.apply_writes,
             };
-            let out = watch.invoke(function, &path);
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            let what = format!("{name}: {file} via {function}");
-            if !out.status.success() {
-                problems.push(format!(
-                    "{what}: cargo lambda invoke failed ({}): {stdout}{}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr)
-                ));
-                continue;
-            }
-            match serde_json::from_str::<Value>(stdout.trim()) {
-                Err(e) => problems.push(format!("{what}: the answer is not JSON ({e}): {stdout}")),
-                Ok(answer) if stream => {
-                    if answer["batchItemFailures"] != Value::Array(Vec::new()) {
-                        problems.push(format!("{what}: records failed: {answer}"));
-                    }
-                }
-                Ok(answer) => {
-                    if answer["complete"] != Value::Bool(true) {
-                        problems.push(format!("{what}: the job did not complete: {answer}"));
-                    }
-                }
-            }
+            problems.extend(event.run(&tables.target, &watch, &functions).await);
         }
         drop(watch);
-        let after = crate::fixtures::tables_text(&target).await;
+        let after = crate::fixtures::tables_text(&tables.target).await;
         let golden = std::fs::read_to_string(dir.join(&f.golden)).expect("the golden");
         if after != golden {
             problems.push(format!(
@@ -310,4 +240,122 @@ pub async fn invoke_fixtures<A: CliApp>(
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// A fixture's tables: the app's, by their default names (as the
+/// fixture's golden has them), fresh on the lent DynamoDB Local (not the
+/// shared one), holding the fixture's snapshot. Dropped in this order: the
+/// target, the table, the lease.
+struct FixtureTables {
+    target: Target,
+    table: crate::TestTable,
+    _local: crate::LocalLease,
+}
+
+impl FixtureTables {
+    /// The tables of app `A` for fixture `f` of `dir`.
+    async fn create<A: CliApp>(app: &AppTable, dir: &Path, f: &Entry) -> Self {
+        let local = crate::lease_local().await;
+        let table =
+            crate::TestTable::create(&local.endpoint_url(), A::DEFAULT_TABLE, &A::schema()).await;
+        let target = Target::connect(&table.endpoint, &table.name, app).await;
+        for o in &target.others {
+            o.store
+                .create_table(&o.table.schema)
+                .await
+                .expect("create table");
+        }
+        if let Some(snapshot) = &f.snapshot {
+            let items = read_snapshot(&dir.join(snapshot), app.keys()).expect("the snapshot");
+            load_items(target.store.clone(), items, 4, None)
+                .await
+                .expect("load the snapshot");
+        }
+        FixtureTables {
+            target,
+            table,
+            _local: local,
+        }
+    }
+
+    /// The functions' variables: `table_var` the target table, the other
+    /// tables their own, the SDK's endpoint, the clock at `now`.
+    fn env(&self, table_var: &str, now: &str) -> Vec<(String, String)> {
+        let mut env = vec![
+            (table_var.to_owned(), self.table.name.clone()),
+            (
+                "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
+                self.table.endpoint.clone(),
+            ),
+            ("WORKER_NOW".to_owned(), now.to_owned()),
+        ];
+        env.extend(
+            self.target
+                .others
+                .iter()
+                .map(|o| (o.table.var.to_owned(), o.name.clone())),
+        );
+        env
+    }
+}
+
+/// One event file of a fixture, handed to the function that serves it.
+struct Invocation<'a> {
+    dir: &'a Path,
+    /// The event file, in `dir`.
+    file: &'a str,
+    /// The fixture's name.
+    fixture: &'a str,
+    /// Whether the service's own writes of a stream event are applied first.
+    apply_writes: bool,
+}
+
+impl Invocation<'_> {
+    /// The service's writes (a stream event, with `applyWrites`), then
+    /// `cargo lambda invoke`: what went wrong, if anything.
+    async fn run(
+        &self,
+        target: &Target,
+        watch: &Watch,
+        functions: &Functions<'_>,
+    ) -> Option<String> {
+        let path = self.dir.join(self.file);
+        let event: Value =
+            serde_json::from_slice(&std::fs::read(&path).expect("the event")).expect("JSON");
+        let stream = event.get("Records").is_some();
+        if stream && self.apply_writes {
+            let decoded = decode_event(&event).expect("a stream event");
+            let plan = apply::plan(&decoded);
+            worker_toolkit::cli::tables::apply_by_table(
+                target.store.as_ref(),
+                &target.others,
+                &decoded,
+                &plan,
+            )
+            .await
+            .expect("the service's writes");
+        }
+        let function = if stream {
+            functions.stream
+        } else {
+            functions.schedule
+        };
+        let out = watch.invoke(function, &path);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let what = format!("{}: {} via {function}", self.fixture, self.file);
+        if !out.status.success() {
+            return Some(format!(
+                "{what}: cargo lambda invoke failed ({}): {stdout}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        match serde_json::from_str::<Value>(stdout.trim()) {
+            Err(e) => Some(format!("{what}: the answer is not JSON ({e}): {stdout}")),
+            Ok(answer) if stream => (answer["batchItemFailures"] != Value::Array(Vec::new()))
+                .then(|| format!("{what}: records failed: {answer}")),
+            Ok(answer) => (answer["complete"] != Value::Bool(true))
+                .then(|| format!("{what}: the job did not complete: {answer}")),
+        }
+    }
 }

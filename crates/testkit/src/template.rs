@@ -1,12 +1,12 @@
 //! A SAM template as tests read it: the YAML in CloudFormation's JSON form
-//! ([`load`]), and [`Stack`], an evaluator of the intrinsic functions a
-//! template uses, for given parameter values. Every app checks its
-//! template against its code with it.
+//! ([`load`]), and [`Stack`], the template evaluated for given parameter
+//! values (by the toolkit's evaluator, the one local runs use). Every app
+//! checks its template against its code with it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use worker_engine::deploy::{
     FunctionSpec, JOB_ALARM_METRICS, JOBS_INCOMPLETE_PERIODS, PARKING_TABLE, STREAM_ALARM_METRICS,
     STREAM_FUNCTION, TRACING_ACTIONS, alarm_period,
@@ -14,9 +14,8 @@ use worker_engine::deploy::{
 use worker_engine::job::Schedule;
 use worker_engine::park;
 use worker_engine::schedule::JobName;
+use worker_toolkit::template::{Evaluator, Pseudo};
 
-/// What `!Ref AWS::NoValue` evaluates to (dropped from lists and maps).
-pub const NO_VALUE: &str = "\u{0}AWS::NoValue";
 /// The account of every evaluated ARN.
 pub const ACCOUNT: &str = "123456789012";
 /// The region of every evaluated ARN.
@@ -30,184 +29,61 @@ pub fn load(path: &Path) -> Value {
     to_json(&yaml)
 }
 
-/// The YAML reader and the intrinsic's shape are the engine's (local runs
-/// read the same templates: [`worker_toolkit::template`]).
-pub use worker_toolkit::template::{single, to_json};
+/// The YAML reader, the intrinsic's shape and the evaluator are the
+/// toolkit's (local runs read the same templates:
+/// [`worker_toolkit::template`]); `!Ref AWS::NoValue` evaluates to
+/// [`NO_VALUE`].
+pub use worker_toolkit::template::{NO_VALUE, single, to_json};
 
 /// The template with its intrinsic functions evaluated for given parameter
-/// values (defaults otherwise): references to resources become
-/// `ref:<Id>`, attributes `getatt:<Id>.<Attr>`.
+/// values (defaults otherwise) by the toolkit's [`Evaluator`]: references
+/// to resources become `ref:<Id>`, attributes `getatt:<Id>.<Attr>`; what
+/// it cannot evaluate panics.
 pub struct Stack {
+    /// The template, in CloudFormation's JSON form.
     pub t: Value,
-    params: BTreeMap<String, Value>,
-    stack_name: String,
+    /// Its intrinsics' evaluator, the stack's parameters set.
+    evaluator: Evaluator,
 }
 
 impl Stack {
     /// The stack of template `t` named `stack_name`, its table's stream at
     /// `stream_arn` (`TableStreamArn`), the parameters overridden.
     pub fn new(t: Value, stack_name: &str, stream_arn: &str, overrides: &[(&str, &str)]) -> Self {
-        let mut params = BTreeMap::new();
-        for (name, p) in t["Parameters"].as_object().expect("Parameters") {
-            if let Some(d) = p.get("Default") {
-                let d = match d {
-                    Value::Number(n) => Value::String(n.to_string()),
-                    other => other.clone(),
-                };
-                params.insert(name.clone(), d);
-            }
-        }
-        params.insert("TableStreamArn".into(), json!(stream_arn));
+        assert!(
+            t["Parameters"].is_object(),
+            "the template has no Parameters"
+        );
+        let pseudo = Pseudo {
+            account: ACCOUNT.into(),
+            region: REGION.into(),
+            stack_name: stack_name.into(),
+        };
+        let mut evaluator = Evaluator::new(&t, pseudo);
+        evaluator.set("TableStreamArn", json!(stream_arn));
         for (k, v) in overrides {
             assert!(
                 t["Parameters"].get(*k).is_some(),
                 "no parameter {k} in the template"
             );
-            params.insert((*k).into(), json!(v));
+            evaluator.set(k, json!(v));
         }
-        Stack {
-            t,
-            params,
-            stack_name: stack_name.to_owned(),
-        }
+        Stack { t, evaluator }
     }
 
+    /// Whether the template's condition `name` holds.
     pub fn condition(&self, name: &str) -> bool {
-        let c = self.t["Conditions"]
-            .get(name)
-            .unwrap_or_else(|| panic!("no condition {name}"));
-        self.truth(c)
-    }
-
-    fn truth(&self, v: &Value) -> bool {
-        let (f, arg) = single(v).unwrap_or_else(|| panic!("not a condition: {v}"));
-        let args = arg.as_array();
-        match f {
-            "Fn::Equals" => {
-                let a = args.expect("Equals takes two values");
-                self.resolve(&a[0]) == self.resolve(&a[1])
-            }
-            "Fn::Not" => !self.truth(&args.expect("Not takes a list")[0]),
-            "Fn::And" => args.expect("And").iter().all(|c| self.truth(c)),
-            "Fn::Or" => args.expect("Or").iter().any(|c| self.truth(c)),
-            "Condition" => self.condition(arg.as_str().expect("condition name")),
-            other => panic!("unsupported condition function {other}"),
-        }
-    }
-
-    fn reference(&self, name: &str) -> Value {
-        match name {
-            "AWS::Partition" => json!("aws"),
-            "AWS::Region" => json!(REGION),
-            "AWS::AccountId" => json!(ACCOUNT),
-            "AWS::StackName" => json!(self.stack_name),
-            "AWS::NoValue" => json!(NO_VALUE),
-            _ => match self.params.get(name) {
-                Some(v) => v.clone(),
-                None if self.t["Parameters"].get(name).is_some() => {
-                    panic!("parameter {name} has no default and no value")
-                }
-                None => {
-                    assert!(
-                        self.t["Resources"].get(name).is_some(),
-                        "!Ref {name}: no such parameter or resource"
-                    );
-                    json!(format!("ref:{name}"))
-                }
-            },
-        }
-    }
-
-    fn sub(&self, text: &str, vars: &Map<String, Value>) -> String {
-        let mut out = String::new();
-        let mut rest = text;
-        while let Some(start) = rest.find("${") {
-            out.push_str(&rest[..start]);
-            let end = rest[start..].find('}').expect("closing brace") + start;
-            let name = &rest[start + 2..end];
-            let value = if let Some(v) = vars.get(name) {
-                self.resolve(v)
-            } else if !name.starts_with("AWS::") && name.contains('.') {
-                let (res, attr) = name.split_once('.').unwrap();
-                assert!(self.t["Resources"].get(res).is_some(), "${{{name}}}");
-                json!(format!("getatt:{res}.{attr}"))
-            } else {
-                self.reference(name)
-            };
-            match value {
-                Value::String(s) => out.push_str(&s),
-                other => out.push_str(&other.to_string()),
-            }
-            rest = &rest[end + 1..];
-        }
-        out.push_str(rest);
-        out
+        self.evaluator
+            .condition(name)
+            .unwrap_or_else(|problem| panic!("{problem}"))
     }
 
     /// The value with every intrinsic function evaluated and `AWS::NoValue`
     /// removed.
     pub fn resolve(&self, v: &Value) -> Value {
-        if let Some((f, arg)) = single(v) {
-            match f {
-                "Ref" => return self.reference(arg.as_str().expect("!Ref name")),
-                "Fn::GetAtt" => {
-                    let a = arg.as_array().expect("GetAtt list");
-                    let res = a[0].as_str().unwrap();
-                    assert!(self.t["Resources"].get(res).is_some(), "!GetAtt {res}");
-                    return json!(format!("getatt:{res}.{}", a[1].as_str().unwrap()));
-                }
-                "Fn::Sub" => {
-                    return match arg {
-                        Value::String(s) => json!(self.sub(s, &Map::new())),
-                        Value::Array(a) => json!(self.sub(
-                            a[0].as_str().expect("Sub text"),
-                            a[1].as_object().expect("Sub variables")
-                        )),
-                        other => panic!("bad !Sub {other}"),
-                    };
-                }
-                "Fn::If" => {
-                    let a = arg.as_array().expect("If list");
-                    let branch = if self.condition(a[0].as_str().unwrap()) {
-                        &a[1]
-                    } else {
-                        &a[2]
-                    };
-                    return self.resolve(branch);
-                }
-                "Fn::Join" => {
-                    let a = arg.as_array().expect("Join list");
-                    let parts = self.resolve(&a[1]);
-                    let parts: Vec<String> = parts
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|p| p.as_str().unwrap().to_owned())
-                        .collect();
-                    return json!(parts.join(a[0].as_str().unwrap()));
-                }
-                "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
-                    return json!(self.truth(v));
-                }
-                _ => {}
-            }
-        }
-        match v {
-            Value::Array(items) => Value::Array(
-                items
-                    .iter()
-                    .map(|i| self.resolve(i))
-                    .filter(|i| i != NO_VALUE)
-                    .collect(),
-            ),
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| (k.clone(), self.resolve(v)))
-                    .filter(|(_, v)| v != NO_VALUE)
-                    .collect(),
-            ),
-            other => other.clone(),
-        }
+        self.evaluator
+            .checked(v)
+            .unwrap_or_else(|problem| panic!("{problem}"))
     }
 
     /// A resource, resolved (panics when absent or its condition is false).
@@ -342,86 +218,104 @@ pub const STREAM_FAILURE_BUCKET: &str = "StreamFailureBucket";
 ///   Lambda asks of an S3 on-failure destination), no other role anything
 ///   on S3; an alarm on the bucket's `PutRequests` and an output name it.
 pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut check = |ok: bool, what: String| {
-        if !ok {
-            problems.push(what);
-        }
-    };
+    let mut found = Findings::default();
     let queue = stack(&[]);
-    let p = &queue.t["Parameters"];
-    check(
+    failure_parameter_problems(&queue.t["Parameters"], &mut found);
+    queue_destination_problems(&queue, &mut found);
+    let bucket = stack(&[
+        ("OnFailureDestination", "bucket"),
+        ("FailureRecordRetentionDays", "30"),
+    ]);
+    failure_bucket_problems(&bucket, &mut found);
+    bucket_access_problems(&bucket, functions, &mut found);
+    found.0
+}
+
+/// An action a role allows on a resource.
+type Grant = (String, String);
+
+/// The `OnFailureDestination` and `FailureRecordRetentionDays` parameters.
+fn failure_parameter_problems(p: &Value, found: &mut Findings) {
+    found.check(
         p["OnFailureDestination"]["AllowedValues"] == json!(["queue", "bucket"])
             && p["OnFailureDestination"]["Default"] == "queue",
         "OnFailureDestination: AllowedValues [queue, bucket], Default queue".into(),
     );
     let days = &p["FailureRecordRetentionDays"];
-    check(
+    found.check(
         days["Type"] == "Number" && days["Default"] == 14 && days["MinValue"] == 1,
         "FailureRecordRetentionDays: a Number, Default 14, MinValue 1".into(),
     );
-    let destinations = |stack: &Stack| -> Vec<Value> {
-        stack.resource(STREAM_FUNCTION)["Properties"]["Events"]
-            .as_object()
-            .into_iter()
-            .flat_map(|e| e.values())
-            .filter(|e| e["Type"] == "DynamoDB")
-            .map(|e| e["Properties"]["DestinationConfig"]["OnFailure"].clone())
-            .collect()
-    };
-    let grants = |stack: &Stack, function: &str| -> BTreeSet<(String, String)> {
-        role_statements(stack, function)
-            .iter()
-            .filter(|s| s["Effect"] == "Allow")
-            .flat_map(|s| {
-                let resources = strings(&s["Resource"]);
-                strings(&s["Action"])
-                    .into_iter()
-                    .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.clone(), r)))
-            })
-            .collect()
-    };
-    let on_s3 = |g: &BTreeSet<(String, String)>| -> BTreeSet<(String, String)> {
-        g.iter()
-            .filter(|(a, _)| a.starts_with("s3:"))
-            .cloned()
-            .collect()
-    };
-    let queue_arn = format!("getatt:{STREAM_FAILURE_QUEUE}.Arn");
-    let bucket_arn = format!("getatt:{STREAM_FAILURE_BUCKET}.Arn");
+}
 
-    // queue: as before.
-    let sources = destinations(&queue);
-    check(
+/// The `OnFailure` of each DynamoDB event source of the stream function.
+fn destinations(stack: &Stack) -> Vec<Value> {
+    stack.resource(STREAM_FUNCTION)["Properties"]["Events"]
+        .as_object()
+        .into_iter()
+        .flat_map(|e| e.values())
+        .filter(|e| e["Type"] == "DynamoDB")
+        .map(|e| e["Properties"]["DestinationConfig"]["OnFailure"].clone())
+        .collect()
+}
+
+/// Every action `function`'s role allows, on each of its resources.
+fn grants(stack: &Stack, function: &str) -> BTreeSet<Grant> {
+    role_statements(stack, function)
+        .iter()
+        .filter(|s| s["Effect"] == "Allow")
+        .flat_map(|s| {
+            let resources = strings(&s["Resource"]);
+            strings(&s["Action"])
+                .into_iter()
+                .flat_map(move |a| resources.clone().into_iter().map(move |r| (a.clone(), r)))
+        })
+        .collect()
+}
+
+/// The grants of S3 actions.
+fn on_s3(g: &BTreeSet<Grant>) -> BTreeSet<Grant> {
+    g.iter()
+        .filter(|(a, _)| a.starts_with("s3:"))
+        .cloned()
+        .collect()
+}
+
+/// `queue` (the default): every event source sends to
+/// [`STREAM_FAILURE_QUEUE`], which the stream role may write to, nothing on
+/// S3, no bucket.
+fn queue_destination_problems(queue: &Stack, found: &mut Findings) {
+    let queue_arn = format!("getatt:{STREAM_FAILURE_QUEUE}.Arn");
+    let sources = destinations(queue);
+    found.check(
         !sources.is_empty(),
         "the stream function has no DynamoDB event source".into(),
     );
     for d in &sources {
-        check(
+        found.check(
             d["Destination"] == queue_arn.as_str() && d.get("Type").is_none_or(|t| t == "SQS"),
             format!("queue: an event source's OnFailure is {d}, not {queue_arn}"),
         );
     }
-    let g = grants(&queue, STREAM_FUNCTION);
-    check(
+    let g = grants(queue, STREAM_FUNCTION);
+    found.check(
         g.contains(&("sqs:SendMessage".to_owned(), queue_arn.clone())) && on_s3(&g).is_empty(),
         format!(
             "queue: the stream role may sqs:SendMessage to {STREAM_FAILURE_QUEUE}, nothing on S3"
         ),
     );
-    check(
+    found.check(
         queue.resources_of("AWS::S3::Bucket").is_empty()
             && queue.resources_of("AWS::S3::BucketPolicy").is_empty(),
         "queue: no bucket created".into(),
     );
+}
 
-    // bucket: an encrypted, private, TLS-only bucket whose objects expire.
-    let bucket = stack(&[
-        ("OnFailureDestination", "bucket"),
-        ("FailureRecordRetentionDays", "30"),
-    ]);
+/// `bucket`: the one bucket is [`STREAM_FAILURE_BUCKET`], retained,
+/// encrypted, private, its objects expiring, an alarm on its writes.
+fn failure_bucket_problems(bucket: &Stack, found: &mut Findings) {
     let buckets = bucket.resources_of("AWS::S3::Bucket");
-    check(
+    found.check(
         buckets
             .keys()
             .map(String::as_str)
@@ -431,73 +325,88 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
             buckets.keys()
         ),
     );
-    if let Some(b) = buckets.get(STREAM_FAILURE_BUCKET) {
-        let props = &b["Properties"];
-        check(
-            b["DeletionPolicy"] == "Retain",
-            format!("{STREAM_FAILURE_BUCKET}: DeletionPolicy Retain (it may hold the only copy)"),
-        );
-        let sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        check(
-            !sse.is_empty()
-                && sse.iter().all(|r| {
-                    ["AES256", "aws:kms", "aws:kms:dsse"].contains(
-                        &r["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
-                            .as_str()
-                            .unwrap_or(""),
-                    )
-                }),
-            format!("{STREAM_FAILURE_BUCKET}: encrypted (BucketEncryption SSE)"),
-        );
-        let block = &props["PublicAccessBlockConfiguration"];
-        check(
-            [
-                "BlockPublicAcls",
-                "BlockPublicPolicy",
-                "IgnorePublicAcls",
-                "RestrictPublicBuckets",
-            ]
-            .iter()
-            .all(|k| block[*k] == true),
-            format!("{STREAM_FAILURE_BUCKET}: every public access block on"),
-        );
-        let rules = props["LifecycleConfiguration"]["Rules"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        check(
-            rules.iter().any(|r| {
-                r["Status"] == "Enabled"
-                    && text(&r["ExpirationInDays"]) == "30"
-                    && r.get("Prefix").is_none()
-                    && r.get("Filter").is_none()
-                    && r.get("TagFilters").is_none()
+    let Some(b) = buckets.get(STREAM_FAILURE_BUCKET) else {
+        return;
+    };
+    let props = &b["Properties"];
+    found.check(
+        b["DeletionPolicy"] == "Retain",
+        format!("{STREAM_FAILURE_BUCKET}: DeletionPolicy Retain (it may hold the only copy)"),
+    );
+    let sse = props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    found.check(
+        !sse.is_empty()
+            && sse.iter().all(|r| {
+                ["AES256", "aws:kms", "aws:kms:dsse"].contains(
+                    &r["ServerSideEncryptionByDefault"]["SSEAlgorithm"]
+                        .as_str()
+                        .unwrap_or(""),
+                )
             }),
-            format!(
-                "{STREAM_FAILURE_BUCKET}: a lifecycle rule expires every object after FailureRecordRetentionDays"
-            ),
-        );
-        let filter = props["MetricsConfigurations"][0]["Id"].clone();
-        check(
-            bucket
-                .resources_of("AWS::CloudWatch::Alarm")
-                .values()
-                .any(|a| {
-                    let p = &a["Properties"];
-                    p["Namespace"] == "AWS/S3"
-                        && p["MetricName"] == "PutRequests"
-                        && p["Dimensions"]
-                            == json!([
-                                {"Name": "BucketName", "Value": format!("ref:{STREAM_FAILURE_BUCKET}")},
-                                {"Name": "FilterId", "Value": filter}
-                            ])
-                }),
-            format!("{STREAM_FAILURE_BUCKET}: an alarm on its PutRequests (request metrics {filter})"),
-        );
-    }
+        format!("{STREAM_FAILURE_BUCKET}: encrypted (BucketEncryption SSE)"),
+    );
+    let block = &props["PublicAccessBlockConfiguration"];
+    found.check(
+        [
+            "BlockPublicAcls",
+            "BlockPublicPolicy",
+            "IgnorePublicAcls",
+            "RestrictPublicBuckets",
+        ]
+        .iter()
+        .all(|k| block[*k] == true),
+        format!("{STREAM_FAILURE_BUCKET}: every public access block on"),
+    );
+    bucket_expiry_and_alarm_problems(bucket, props, found);
+}
+
+/// The failure bucket's (`props`) lifecycle rule expiring every object
+/// after `FailureRecordRetentionDays` (30 on `bucket`), and the alarm on
+/// its `PutRequests`.
+fn bucket_expiry_and_alarm_problems(bucket: &Stack, props: &Value, found: &mut Findings) {
+    let rules = props["LifecycleConfiguration"]["Rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    found.check(
+        rules.iter().any(|r| {
+            r["Status"] == "Enabled"
+                && text(&r["ExpirationInDays"]) == "30"
+                && r.get("Prefix").is_none()
+                && r.get("Filter").is_none()
+                && r.get("TagFilters").is_none()
+        }),
+        format!(
+            "{STREAM_FAILURE_BUCKET}: a lifecycle rule expires every object after FailureRecordRetentionDays"
+        ),
+    );
+    let filter = props["MetricsConfigurations"][0]["Id"].clone();
+    let dimensions = json!([
+        {"Name": "BucketName", "Value": format!("ref:{STREAM_FAILURE_BUCKET}")},
+        {"Name": "FilterId", "Value": filter}
+    ]);
+    found.check(
+        bucket
+            .resources_of("AWS::CloudWatch::Alarm")
+            .values()
+            .any(|a| {
+                let p = &a["Properties"];
+                p["Namespace"] == "AWS/S3"
+                    && p["MetricName"] == "PutRequests"
+                    && p["Dimensions"] == dimensions
+            }),
+        format!("{STREAM_FAILURE_BUCKET}: an alarm on its PutRequests (request metrics {filter})"),
+    );
+}
+
+/// `bucket`: TLS only, every event source writes there, only the stream
+/// role may (`s3:PutObject` on its objects, `s3:ListBucket` on it), and an
+/// output names it.
+fn bucket_access_problems(bucket: &Stack, functions: &[&str], found: &mut Findings) {
+    let bucket_arn = format!("getatt:{STREAM_FAILURE_BUCKET}.Arn");
     let objects = format!("{bucket_arn}/*");
     let tls_only = bucket
         .resources_of("AWS::S3::BucketPolicy")
@@ -516,12 +425,12 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
                 && strings(&s["Resource"]) == BTreeSet::from([bucket_arn.clone(), objects.clone()])
                 && s["Condition"] == json!({"Bool": {"aws:SecureTransport": "false"}})
         });
-    check(
+    found.check(
         tls_only,
         format!("{STREAM_FAILURE_BUCKET}: a bucket policy denies every request without TLS"),
     );
-    for d in destinations(&bucket) {
-        check(
+    for d in destinations(bucket) {
+        found.check(
             d["Destination"] == bucket_arn.as_str() && d.get("Type").is_none_or(|t| t == "S3"),
             format!("bucket: an event source's OnFailure is {d}, not {bucket_arn}"),
         );
@@ -535,8 +444,8 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
         } else {
             BTreeSet::new()
         };
-        check(
-            on_s3(&grants(&bucket, f)) == want,
+        found.check(
+            on_s3(&grants(bucket, f)) == want,
             format!("bucket: {f} may on S3 exactly {want:?}"),
         );
     }
@@ -547,11 +456,10 @@ pub fn on_failure_destination_problems(stack: &StackOf<'_>, functions: &[&str]) 
                 && bucket.t["Outputs"][id]["Condition"] == "FailuresToBucket"
         })
     });
-    check(
+    found.check(
         named,
         format!("bucket: an output (Condition FailuresToBucket) names {STREAM_FAILURE_BUCKET}"),
     );
-    problems
 }
 
 /// checkov checks that guard data at rest or from the public, which no
@@ -647,221 +555,283 @@ pub fn operations_problems<J: JobName>(
     functions: &[FunctionSpec<J>],
     schedule_of: &dyn Fn(J) -> Schedule,
 ) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut check = |ok: bool, what: String| {
-        if !ok {
-            problems.push(what);
-        }
-    };
-    let param = |name: &str| text(&stack.resolve(&json!({"Ref": name})));
-
-    // The parking table.
-    if stack.t["Resources"].get(PARKING_TABLE).is_none() {
-        check(false, format!("no {PARKING_TABLE} resource"));
-    } else {
-        let t = stack.resource(PARKING_TABLE);
-        let mut props = t["Properties"].clone();
-        let obj = props.as_object_mut().expect("Properties");
-        let sse = obj.remove("SSESpecification");
-        let ttl = obj.remove("TimeToLiveSpecification");
-        let pitr = obj.remove("PointInTimeRecoverySpecification");
-        check(
-            sse == Some(json!({"SSEEnabled": true})),
-            format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
-        );
-        check(
-            ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
-            format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
-        );
-        check(
-            pitr == Some(json!({"PointInTimeRecoveryEnabled": true})),
-            format!("{PARKING_TABLE}: point-in-time recovery on (it may hold the only copy)"),
-        );
-        let want = park::schema().to_cloudformation(props["TableName"].clone());
-        check(
-            props == want["Properties"],
-            format!(
-                "{PARKING_TABLE}: {props} is not worker_engine::park::schema() {}",
-                want["Properties"]
-            ),
-        );
-        check(
-            t["DeletionPolicy"] == "Retain",
-            format!("{PARKING_TABLE}: DeletionPolicy Retain"),
-        );
-    }
-
+    let mut found = Findings::default();
+    parking_table_problems(stack, &mut found);
     // Queues encrypted at rest (the skip of checkov's CKV_AWS_27 says so).
     for (id, q) in stack.resources_of("AWS::SQS::Queue") {
         let p = &q["Properties"];
-        check(
+        found.check(
             p["SqsManagedSseEnabled"] == true || p.get("KmsMasterKeyId").is_some(),
             format!("{id}: encrypted at rest (SqsManagedSseEnabled or KmsMasterKeyId)"),
         );
     }
     for p in checkov_skip_problems(&stack.t) {
-        check(false, p);
+        found.check(false, p);
     }
-
     let globals = stack.resolve(&stack.t["Globals"]["Function"]);
     for f in functions {
-        let id = f.logical_id;
-        let func = stack.resource(id);
-        let p = &func["Properties"];
-        let tracing = p.get("Tracing").unwrap_or(&globals["Tracing"]);
-        check(tracing == "Active", format!("{id}: Tracing: Active"));
-        let logging = &p["LoggingConfig"];
-        check(
+        let function = Function::of(stack, namespace, f.logical_id);
+        function.tracing_and_logging_problems(&globals, &mut found);
+        function.environment_faults_problems(&mut found);
+        match f.job {
+            None => function.stream_problems(&mut found),
+            Some(job) => function.job_alarm_problems(alarm_period(schedule_of(job)), &mut found),
+        }
+    }
+    found.0
+}
+
+/// The problems a check finds, in the order found.
+#[derive(Default)]
+struct Findings(Vec<String>);
+
+impl Findings {
+    /// Note `what` unless `ok`.
+    fn check(&mut self, ok: bool, what: String) {
+        if !ok {
+            self.0.push(what);
+        }
+    }
+}
+
+/// A parameter's value, as text.
+fn param(stack: &Stack, name: &str) -> String {
+    text(&stack.resolve(&json!({ "Ref": name })))
+}
+
+/// The parking table: [`park::schema`], SSE, TTL and point-in-time
+/// recovery on, retained.
+fn parking_table_problems(stack: &Stack, found: &mut Findings) {
+    if stack.t["Resources"].get(PARKING_TABLE).is_none() {
+        return found.check(false, format!("no {PARKING_TABLE} resource"));
+    }
+    let t = stack.resource(PARKING_TABLE);
+    let mut props = t["Properties"].clone();
+    let obj = props.as_object_mut().expect("Properties");
+    let sse = obj.remove("SSESpecification");
+    let ttl = obj.remove("TimeToLiveSpecification");
+    let pitr = obj.remove("PointInTimeRecoverySpecification");
+    found.check(
+        sse == Some(json!({"SSEEnabled": true})),
+        format!("{PARKING_TABLE}: SSESpecification.SSEEnabled true (encrypted at rest)"),
+    );
+    found.check(
+        ttl == Some(json!({"AttributeName": park::TTL_ATTRIBUTE, "Enabled": true})),
+        format!("{PARKING_TABLE}: TTL on {}", park::TTL_ATTRIBUTE),
+    );
+    found.check(
+        pitr == Some(json!({"PointInTimeRecoveryEnabled": true})),
+        format!("{PARKING_TABLE}: point-in-time recovery on (it may hold the only copy)"),
+    );
+    let want = park::schema().to_cloudformation(props["TableName"].clone());
+    found.check(
+        props == want["Properties"],
+        format!(
+            "{PARKING_TABLE}: {props} is not worker_engine::park::schema() {}",
+            want["Properties"]
+        ),
+    );
+    found.check(
+        t["DeletionPolicy"] == "Retain",
+        format!("{PARKING_TABLE}: DeletionPolicy Retain"),
+    );
+}
+
+/// A function of a stack, as [`operations_problems`] reads it.
+struct Function<'a> {
+    stack: &'a Stack,
+    /// The namespace of the worker's metrics.
+    namespace: &'a str,
+    /// Its logical id.
+    id: &'a str,
+    /// Its properties, evaluated.
+    props: Value,
+    /// Its environment variables (Globals merged).
+    env: BTreeMap<String, Value>,
+    /// The statements of its role.
+    statements: Vec<Value>,
+}
+
+impl<'a> Function<'a> {
+    /// Function `id` of `stack`, its alarms in `namespace`.
+    fn of(stack: &'a Stack, namespace: &'a str, id: &'a str) -> Self {
+        let props = stack.resource(id)["Properties"].clone();
+        let env = stack.env(id);
+        let statements = role_statements(stack, id);
+        Function {
+            stack,
+            namespace,
+            id,
+            props,
+            env,
+            statements,
+        }
+    }
+
+    /// Whether its role allows exactly `actions` on exactly `resource`.
+    fn granted(&self, actions: &[&str], resource: &str) -> bool {
+        let want: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
+        self.statements.iter().any(|s| {
+            s["Effect"] == "Allow"
+                && strings(&s["Action"]) == want
+                && strings(&s["Resource"]) == BTreeSet::from([resource.to_owned()])
+        })
+    }
+
+    /// The properties of its alarm on the worker's `metric`.
+    fn alarm(&self, metric: &str) -> Option<Value> {
+        let dimensions = json!([{"Name": "Function", "Value": format!("ref:{}", self.id)}]);
+        self.stack
+            .resources_of("AWS::CloudWatch::Alarm")
+            .into_values()
+            .map(|a| a["Properties"].clone())
+            .find(|a| {
+                a["Namespace"] == self.namespace
+                    && a["MetricName"] == metric
+                    && a["Dimensions"] == dimensions
+            })
+    }
+
+    /// Traced (`Tracing: Active`, the X-Ray grant), logging through
+    /// Lambda's controls.
+    fn tracing_and_logging_problems(&self, globals: &Value, found: &mut Findings) {
+        let id = self.id;
+        let tracing = self.props.get("Tracing").unwrap_or(&globals["Tracing"]);
+        found.check(tracing == "Active", format!("{id}: Tracing: Active"));
+        let logging = &self.props["LoggingConfig"];
+        found.check(
             logging["LogFormat"] == "JSON"
-                && text(&logging["ApplicationLogLevel"]) == param("LogLevel"),
+                && text(&logging["ApplicationLogLevel"]) == param(self.stack, "LogLevel"),
             format!("{id}: LoggingConfig JSON with ApplicationLogLevel = LogLevel ({logging})"),
         );
-        let env = stack.env(id);
-        check(
-            !env.contains_key("LOG_FORMAT") && !env.contains_key("RUST_LOG"),
+        found.check(
+            !self.env.contains_key("LOG_FORMAT") && !self.env.contains_key("RUST_LOG"),
             format!("{id}: logs are set by LoggingConfig, not LOG_FORMAT/RUST_LOG"),
         );
-        let statements = role_statements(stack, id);
-        let granted = |actions: &[&str], resource: &str| {
-            let want: BTreeSet<String> = actions.iter().map(|a| a.to_string()).collect();
-            statements.iter().any(|s| {
-                s["Effect"] == "Allow"
-                    && strings(&s["Action"]) == want
-                    && strings(&s["Resource"]) == BTreeSet::from([resource.to_owned()])
-            })
-        };
-        check(
-            granted(&TRACING_ACTIONS, "*"),
+        found.check(
+            self.granted(&TRACING_ACTIONS, "*"),
             format!("{id}: the role grants {TRACING_ACTIONS:?}"),
         );
-        let alarm = |metric: &str| -> Option<Value> {
-            stack
-                .resources_of("AWS::CloudWatch::Alarm")
-                .into_values()
-                .map(|a| a["Properties"].clone())
-                .find(|a| {
-                    a["Namespace"] == namespace
-                        && a["MetricName"] == metric
-                        && a["Dimensions"]
-                            == json!([{"Name": "Function", "Value": format!("ref:{id}")}])
-                })
+    }
+
+    /// Its [`ENVIRONMENT_FAULTS`] alarm: any one, within the minute, to
+    /// the topic.
+    fn environment_faults_problems(&self, found: &mut Findings) {
+        let id = self.id;
+        let Some(a) = self.alarm(ENVIRONMENT_FAULTS) else {
+            return found.check(false, format!("{id}: no {ENVIRONMENT_FAULTS} alarm"));
         };
-        // Environment faults: any one, within the minute, to the topic.
-        match alarm(ENVIRONMENT_FAULTS) {
-            None => check(false, format!("{id}: no {ENVIRONMENT_FAULTS} alarm")),
-            Some(a) => {
-                let topic = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
-                let raw = stack.t["Resources"]
-                    .as_object()
-                    .into_iter()
-                    .flatten()
-                    .find(|(_, r)| {
-                        r["Properties"]["MetricName"] == ENVIRONMENT_FAULTS
-                            && r["Properties"]["Dimensions"][0]["Value"] == json!({"Ref": id})
-                    })
-                    .map(|(_, r)| r["Properties"]["AlarmActions"].clone());
-                check(
-                    a["Statistic"] == "Sum"
-                        && text(&a["Period"]) == "60"
-                        && text(&a["EvaluationPeriods"]) == "1"
-                        && text(&a["Threshold"]) == "1"
-                        && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-                        && a["TreatMissingData"] == "notBreaching"
-                        && raw == Some(topic),
-                    format!(
-                        "{id}: {ENVIRONMENT_FAULTS} alarm: Sum >= 1 in one period of 60 s, notBreaching, AlarmActions on the topic"
-                    ),
-                );
-            }
+        let topic = json!({"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]});
+        let raw = self.stack.t["Resources"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .find(|(_, r)| {
+                r["Properties"]["MetricName"] == ENVIRONMENT_FAULTS
+                    && r["Properties"]["Dimensions"][0]["Value"] == json!({"Ref": id})
+            })
+            .map(|(_, r)| r["Properties"]["AlarmActions"].clone());
+        found.check(
+            a["Statistic"] == "Sum"
+                && text(&a["Period"]) == "60"
+                && text(&a["EvaluationPeriods"]) == "1"
+                && text(&a["Threshold"]) == "1"
+                && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+                && a["TreatMissingData"] == "notBreaching"
+                && raw == Some(topic),
+            format!(
+                "{id}: {ENVIRONMENT_FAULTS} alarm: Sum >= 1 in one period of 60 s, notBreaching, AlarmActions on the topic"
+            ),
+        );
+    }
+
+    /// The stream function: parking (table, retention, grant), the event
+    /// source's metrics, [`STREAM_ALARM_METRICS`] alarms.
+    fn stream_problems(&self, found: &mut Findings) {
+        let (id, env) = (self.id, &self.env);
+        let retention = param(self.stack, "ParkingRetentionDays");
+        found.check(
+            env.get(park::PARKING_TABLE_ENV) == Some(&json!(format!("ref:{PARKING_TABLE}"))),
+            format!("{id}: {} = !Ref {PARKING_TABLE}", park::PARKING_TABLE_ENV),
+        );
+        found.check(
+            env.get(park::PARKING_RETENTION_DAYS_ENV).map(text) == Some(retention.clone())
+                && retention == park::DEFAULT_RETENTION_DAYS.to_string(),
+            format!(
+                "{id}: {} = !Ref ParkingRetentionDays (default {})",
+                park::PARKING_RETENTION_DAYS_ENV,
+                park::DEFAULT_RETENTION_DAYS
+            ),
+        );
+        found.check(
+            self.granted(&park::PARK_ACTIONS, &format!("getatt:{PARKING_TABLE}.Arn")),
+            format!(
+                "{id}: the role grants {:?} on {PARKING_TABLE}",
+                park::PARK_ACTIONS
+            ),
+        );
+        let sources: Vec<&Value> = self.props["Events"]
+            .as_object()
+            .into_iter()
+            .flat_map(|e| e.values())
+            .filter(|e| e["Type"] == "DynamoDB")
+            .collect();
+        found.check(
+            !sources.is_empty()
+                && sources.iter().all(|s| {
+                    s["Properties"]["MetricsConfig"] == json!({"Metrics": ["EventCount"]})
+                }),
+            format!("{id}: MetricsConfig {{Metrics: [EventCount]}} on its event source"),
+        );
+        for metric in STREAM_ALARM_METRICS {
+            let Some(a) = self.alarm(metric) else {
+                found.check(false, format!("{id}: no {metric} alarm"));
+                continue;
+            };
+            let want = if metric == "StreamLagMaxMs" {
+                param(self.stack, "StreamLagAlarmMs")
+            } else {
+                "0".to_owned()
+            };
+            found.check(
+                text(&a["Threshold"]) == want && a["ComparisonOperator"] == "GreaterThanThreshold",
+                format!("{id}: {metric} alarm > {want}"),
+            );
         }
-        match f.job {
-            None => {
-                check(
-                    env.get(park::PARKING_TABLE_ENV)
-                        == Some(&json!(format!("ref:{PARKING_TABLE}"))),
-                    format!("{id}: {} = !Ref {PARKING_TABLE}", park::PARKING_TABLE_ENV),
-                );
-                check(
-                    env.get(park::PARKING_RETENTION_DAYS_ENV).map(text)
-                        == Some(param("ParkingRetentionDays"))
-                        && param("ParkingRetentionDays")
-                            == park::DEFAULT_RETENTION_DAYS.to_string(),
+    }
+
+    /// A schedule function: [`JOB_ALARM_METRICS`] alarms over `period`
+    /// (its schedule's [`alarm_period`]).
+    fn job_alarm_problems(&self, period: u32, found: &mut Findings) {
+        let id = self.id;
+        for metric in JOB_ALARM_METRICS {
+            let Some(a) = self.alarm(metric) else {
+                found.check(false, format!("{id}: no {metric} alarm"));
+                continue;
+            };
+            found.check(
+                text(&a["Period"]) == period.to_string(),
+                format!("{id}: {metric} alarm period {period}"),
+            );
+            if metric == "JobsIncomplete" {
+                let n = JOBS_INCOMPLETE_PERIODS.to_string();
+                found.check(
+                    a["Statistic"] == "Minimum"
+                        && text(&a["EvaluationPeriods"]) == n
+                        && text(&a["DatapointsToAlarm"]) == n
+                        && text(&a["Threshold"]) == "1"
+                        && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold",
                     format!(
-                        "{id}: {} = !Ref ParkingRetentionDays (default {})",
-                        park::PARKING_RETENTION_DAYS_ENV,
-                        park::DEFAULT_RETENTION_DAYS
+                        "{id}: JobsIncomplete alarm: every run incomplete for {n} periods in a row"
                     ),
                 );
-                check(
-                    granted(&park::PARK_ACTIONS, &format!("getatt:{PARKING_TABLE}.Arn")),
-                    format!(
-                        "{id}: the role grants {:?} on {PARKING_TABLE}",
-                        park::PARK_ACTIONS
-                    ),
+            } else {
+                found.check(
+                    text(&a["Threshold"]) == "0"
+                        && a["ComparisonOperator"] == "GreaterThanThreshold",
+                    format!("{id}: {metric} alarm > 0"),
                 );
-                let sources: Vec<&Value> = p["Events"]
-                    .as_object()
-                    .into_iter()
-                    .flat_map(|e| e.values())
-                    .filter(|e| e["Type"] == "DynamoDB")
-                    .collect();
-                check(
-                    !sources.is_empty()
-                        && sources.iter().all(|s| {
-                            s["Properties"]["MetricsConfig"] == json!({"Metrics": ["EventCount"]})
-                        }),
-                    format!("{id}: MetricsConfig {{Metrics: [EventCount]}} on its event source"),
-                );
-                for metric in STREAM_ALARM_METRICS {
-                    let Some(a) = alarm(metric) else {
-                        check(false, format!("{id}: no {metric} alarm"));
-                        continue;
-                    };
-                    let want = if metric == "StreamLagMaxMs" {
-                        param("StreamLagAlarmMs")
-                    } else {
-                        "0".to_owned()
-                    };
-                    check(
-                        text(&a["Threshold"]) == want
-                            && a["ComparisonOperator"] == "GreaterThanThreshold",
-                        format!("{id}: {metric} alarm > {want}"),
-                    );
-                }
-            }
-            Some(job) => {
-                let period = alarm_period(schedule_of(job));
-                for metric in JOB_ALARM_METRICS {
-                    let Some(a) = alarm(metric) else {
-                        check(false, format!("{id}: no {metric} alarm"));
-                        continue;
-                    };
-                    check(
-                        text(&a["Period"]) == period.to_string(),
-                        format!("{id}: {metric} alarm period {period}"),
-                    );
-                    if metric == "JobsIncomplete" {
-                        let n = JOBS_INCOMPLETE_PERIODS.to_string();
-                        check(
-                            a["Statistic"] == "Minimum"
-                                && text(&a["EvaluationPeriods"]) == n
-                                && text(&a["DatapointsToAlarm"]) == n
-                                && text(&a["Threshold"]) == "1"
-                                && a["ComparisonOperator"] == "GreaterThanOrEqualToThreshold",
-                            format!(
-                                "{id}: JobsIncomplete alarm: every run incomplete for {n} periods in a row"
-                            ),
-                        );
-                    } else {
-                        check(
-                            text(&a["Threshold"]) == "0"
-                                && a["ComparisonOperator"] == "GreaterThanThreshold",
-                            format!("{id}: {metric} alarm > 0"),
-                        );
-                    }
-                }
             }
         }
     }
-    problems
 }

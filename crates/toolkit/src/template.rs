@@ -7,11 +7,12 @@
 //! every function's timeout.
 //!
 //! [`to_json`] turns the YAML, short tags included (`!Ref`, `!GetAtt`,
-//! `!Sub`, `!If`, ...), into CloudFormation's JSON form; [`Params`]
-//! evaluates the intrinsics the settings use with the parameters' defaults;
+//! `!Sub`, `!If`, ...), into CloudFormation's JSON form; [`Evaluator`]
+//! evaluates the intrinsic functions, here with the parameters' defaults
+//! (the test kit's stacks evaluate with it too, for given parameters);
 //! [`filter`] is Lambda's event-filtering for the patterns of a mapping.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use serde::Serialize;
@@ -96,84 +97,270 @@ pub fn load(path: &Path) -> Result<Value, TemplateError> {
     Ok(t)
 }
 
-/// The intrinsics a local run needs, evaluated with the parameters'
-/// defaults: `Ref` (parameters; resources as `ref:<Id>`), `Fn::Sub`,
-/// `Fn::If` and the condition functions, `Fn::GetAtt` (as
-/// `getatt:<Id>.<Attr>`), `Fn::Join`. Anything else is left as written.
-pub struct Params<'a> {
-    t: &'a Value,
-    values: BTreeMap<String, Value>,
+/// What `!Ref AWS::NoValue` evaluates to; [`Evaluator`] drops it from the
+/// lists and maps it evaluates, as CloudFormation drops the property.
+pub const NO_VALUE: &str = "\u{0}AWS::NoValue";
+
+/// The pseudo parameters' values a template is evaluated with
+/// (`AWS::Partition` is always `aws`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pseudo {
+    /// `AWS::AccountId`.
+    pub account: String,
+    /// `AWS::Region`.
+    pub region: String,
+    /// `AWS::StackName`.
+    pub stack_name: String,
 }
 
-impl<'a> Params<'a> {
-    pub fn new(t: &'a Value) -> Self {
-        let values = t["Parameters"]
-            .as_object()
-            .map(|ps| {
-                ps.iter()
-                    .filter_map(|(name, p)| {
-                        let d = p.get("Default")?;
-                        Some((
-                            name.clone(),
-                            match d {
-                                Value::Number(n) => Value::String(n.to_string()),
-                                other => other.clone(),
-                            },
-                        ))
-                    })
-                    .collect()
+impl Pseudo {
+    /// A local run's: account `000000000000`, `us-east-1`, stack `local`.
+    pub fn local() -> Self {
+        Pseudo {
+            account: "000000000000".into(),
+            region: "us-east-1".into(),
+            stack_name: "local".into(),
+        }
+    }
+}
+
+/// The evaluator of a template's intrinsic functions, the one both local
+/// runs and the test kit use: `Ref` (parameters, pseudo parameters,
+/// `AWS::NoValue`; a resource as `ref:<Id>`), `Fn::GetAtt` and `${Id.Attr}`
+/// (as `getatt:<Id>.<Attr>`), `Fn::Sub`, `Fn::If`, `Fn::Join`, and the
+/// conditions (`Fn::Equals`, `Fn::Not`, `Fn::And`, `Fn::Or`, `Condition`).
+/// Any other function is kept, its arguments evaluated.
+///
+/// What it cannot evaluate (a parameter without a value, a reference to
+/// nothing, a malformed function) is a problem: [`Evaluator::checked`]
+/// reports the first; [`Evaluator::resolve`] goes on, leaving the
+/// reference rendered, the condition false, the `Fn::Sub` as written.
+#[derive(Debug, Clone)]
+pub struct Evaluator {
+    /// The pseudo parameters' values.
+    pseudo: Pseudo,
+    /// The parameters' values: defaults (numbers as text, as CloudFormation
+    /// passes them), then those [`Evaluator::set`].
+    values: BTreeMap<String, Value>,
+    /// The template's parameters, with a value or not.
+    declared: BTreeSet<String>,
+    /// The logical ids of the template's resources.
+    resources: BTreeSet<String>,
+    /// The template's `Conditions`.
+    conditions: Map<String, Value>,
+}
+
+/// What an evaluation could not evaluate, in the order met.
+#[derive(Default)]
+struct Problems(Vec<String>);
+
+impl Problems {
+    /// Note `problem`; the evaluation goes on with `fallback`.
+    fn note<T>(&mut self, problem: String, fallback: T) -> T {
+        self.0.push(problem);
+        fallback
+    }
+
+    /// `value`, or the first problem noted.
+    fn or_first<T>(self, value: T) -> Result<T, String> {
+        self.0.into_iter().next().map_or(Ok(value), Err)
+    }
+}
+
+impl Evaluator {
+    /// The evaluator of template `t` (CloudFormation's JSON form) with its
+    /// parameters' defaults.
+    pub fn new(t: &Value, pseudo: Pseudo) -> Self {
+        let declared = t["Parameters"].as_object().cloned().unwrap_or_default();
+        let values = declared
+            .iter()
+            .filter_map(|(name, p)| {
+                let value = match p.get("Default")? {
+                    Value::Number(n) => Value::String(n.to_string()),
+                    other => other.clone(),
+                };
+                Some((name.clone(), value))
             })
-            .unwrap_or_default();
-        Params { t, values }
-    }
-
-    fn reference(&self, name: &str) -> Value {
-        match name {
-            "AWS::Partition" => json!("aws"),
-            "AWS::Region" => json!("us-east-1"),
-            "AWS::AccountId" => json!("000000000000"),
-            "AWS::StackName" => json!("local"),
-            _ => self
-                .values
-                .get(name)
-                .cloned()
-                .unwrap_or_else(|| json!(format!("ref:{name}"))),
+            .collect();
+        let ids = |m: &Value| m.as_object().map(|m| m.keys().cloned().collect());
+        Evaluator {
+            pseudo,
+            values,
+            declared: ids(&t["Parameters"]).unwrap_or_default(),
+            resources: ids(&t["Resources"]).unwrap_or_default(),
+            conditions: t["Conditions"].as_object().cloned().unwrap_or_default(),
         }
     }
 
-    fn truth(&self, v: &Value) -> bool {
-        let Some((f, arg)) = single(v) else {
-            return v.as_bool().unwrap_or(false);
-        };
-        let args = arg.as_array().map(Vec::as_slice).unwrap_or(&[]);
+    /// Give parameter `name` a value (declared or not: a stack's own).
+    pub fn set(&mut self, name: &str, value: Value) {
+        self.values.insert(name.to_owned(), value);
+    }
+
+    /// The value with the intrinsics evaluated, whatever the problems.
+    pub fn resolve(&self, v: &Value) -> Value {
+        self.eval(v, &mut Problems::default())
+    }
+
+    /// The value with the intrinsics evaluated, or the first problem.
+    pub fn checked(&self, v: &Value) -> Result<Value, String> {
+        let mut problems = Problems::default();
+        let value = self.eval(v, &mut problems);
+        problems.or_first(value)
+    }
+
+    /// Whether condition `name` holds, or the first problem.
+    pub fn condition(&self, name: &str) -> Result<bool, String> {
+        let mut problems = Problems::default();
+        let holds = self.holds(name, &mut problems);
+        problems.or_first(holds)
+    }
+
+    /// `v` evaluated, what could not be noted in `problems`.
+    fn eval(&self, v: &Value, problems: &mut Problems) -> Value {
+        if let Some((f, arg)) = single(v)
+            && let Some(value) = self.intrinsic(f, arg, v, problems)
+        {
+            return value;
+        }
+        match v {
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|i| self.eval(i, problems))
+                    .filter(|i| i != NO_VALUE)
+                    .collect(),
+            ),
+            Value::Object(m) => Value::Object(
+                m.iter()
+                    .map(|(k, v)| (k.clone(), self.eval(v, problems)))
+                    .filter(|(_, v)| v != NO_VALUE)
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+
+    /// Function `f` of `whole` evaluated; `None`: kept, its arguments
+    /// evaluated.
+    fn intrinsic(
+        &self,
+        f: &str,
+        arg: &Value,
+        whole: &Value,
+        problems: &mut Problems,
+    ) -> Option<Value> {
         match f {
-            "Fn::Equals" if args.len() == 2 => self.resolve(&args[0]) == self.resolve(&args[1]),
-            "Fn::Not" => !args.first().is_some_and(|c| self.truth(c)),
-            "Fn::And" => args.iter().all(|c| self.truth(c)),
-            "Fn::Or" => args.iter().any(|c| self.truth(c)),
-            "Condition" => arg
-                .as_str()
-                .and_then(|n| self.t["Conditions"].get(n))
-                .is_some_and(|c| self.truth(c)),
-            _ => false,
+            "Ref" => {
+                let name = arg
+                    .as_str()
+                    .unwrap_or_else(|| problems.note(format!("!Ref {arg}: not a name"), ""));
+                Some(self.reference(name, problems))
+            }
+            "Fn::GetAtt" => Some(self.get_att(arg, problems)),
+            "Fn::Sub" => Some(
+                self.substitute(arg, problems)
+                    .unwrap_or_else(|| whole.clone()),
+            ),
+            "Fn::If" => self.branch(arg, problems),
+            "Fn::Join" => self.join(arg, problems),
+            "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => {
+                Some(json!(self.truth(whole, problems)))
+            }
+            _ => None,
         }
     }
 
-    fn sub(&self, text: &str, vars: &Map<String, Value>) -> String {
+    /// `Ref name`: a pseudo parameter, a parameter's value, or a resource
+    /// as `ref:<Id>`.
+    fn reference(&self, name: &str, problems: &mut Problems) -> Value {
+        let pseudo = match name {
+            "AWS::Partition" => Some("aws"),
+            "AWS::Region" => Some(self.pseudo.region.as_str()),
+            "AWS::AccountId" => Some(self.pseudo.account.as_str()),
+            "AWS::StackName" => Some(self.pseudo.stack_name.as_str()),
+            "AWS::NoValue" => Some(NO_VALUE),
+            _ => None,
+        };
+        if let Some(value) = pseudo {
+            return json!(value);
+        }
+        if let Some(v) = self.values.get(name) {
+            return v.clone();
+        }
+        let rendered = json!(format!("ref:{name}"));
+        if self.declared.contains(name) {
+            problems.note(
+                format!("parameter {name} has no default and no value"),
+                rendered,
+            )
+        } else if self.resources.contains(name) {
+            rendered
+        } else {
+            problems.note(
+                format!("!Ref {name}: no such parameter or resource"),
+                rendered,
+            )
+        }
+    }
+
+    /// `getatt:<Id>.<Attr>` of resource `id`.
+    fn attribute(&self, id: &str, attr: &str, problems: &mut Problems) -> Value {
+        let value = json!(format!("getatt:{id}.{attr}"));
+        if self.resources.contains(id) {
+            return value;
+        }
+        problems.note(format!("{id}.{attr}: no such resource {id}"), value)
+    }
+
+    /// `Fn::GetAtt: [Id, Attr]`.
+    fn get_att(&self, arg: &Value, problems: &mut Problems) -> Value {
+        if let Some([Value::String(id), Value::String(attr)]) = arg.as_array().map(Vec::as_slice) {
+            return self.attribute(id, attr, problems);
+        }
+        let parts: Vec<&str> = arg
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let value = json!(format!("getatt:{}", parts.join(".")));
+        problems.note(format!("!GetAtt {arg}: not [resource, attribute]"), value)
+    }
+
+    /// `Fn::Sub: text` or `[text, {variables}]`; `None` when neither.
+    fn substitute(&self, arg: &Value, problems: &mut Problems) -> Option<Value> {
+        let no_vars = Map::new();
+        let (text, vars) = match arg {
+            Value::String(s) => (s, &no_vars),
+            Value::Array(a) => match (a.first(), a.get(1)) {
+                (Some(Value::String(s)), Some(Value::Object(vars))) => (s, vars),
+                _ => return problems.note(format!("!Sub {arg}: not [text, {{variables}}]"), None),
+            },
+            other => return problems.note(format!("!Sub {other}: neither text nor a list"), None),
+        };
+        Some(json!(self.sub(text, vars, problems)))
+    }
+
+    /// `text` with each `${name}` replaced: a variable, an attribute
+    /// (`Id.Attr`) or a reference.
+    fn sub(&self, text: &str, vars: &Map<String, Value>, problems: &mut Problems) -> String {
         let mut out = String::new();
         let mut rest = text;
         while let Some(start) = rest.find("${") {
             out.push_str(&rest[..start]);
-            let Some(end) = rest[start..].find('}').map(|e| e + start) else {
+            rest = &rest[start..];
+            let Some(end) = rest.find('}') else {
+                problems.note(format!("!Sub {text}: no closing brace"), ());
                 break;
             };
-            let name = &rest[start + 2..end];
-            let value = match vars.get(name) {
-                Some(v) => self.resolve(v),
-                None if !name.starts_with("AWS::") && name.contains('.') => {
-                    json!(format!("getatt:{name}"))
+            let name = &rest[2..end];
+            let value = match (vars.get(name), name.split_once('.')) {
+                (Some(v), _) => self.eval(v, problems),
+                (None, Some((id, attr))) if !name.starts_with("AWS::") => {
+                    self.attribute(id, attr, problems)
                 }
-                None => self.reference(name),
+                (None, _) => self.reference(name, problems),
             };
             match value {
                 Value::String(s) => out.push_str(&s),
@@ -185,64 +372,72 @@ impl<'a> Params<'a> {
         out
     }
 
-    /// The value with the intrinsics evaluated.
-    pub fn resolve(&self, v: &Value) -> Value {
-        if let Some((f, arg)) = single(v) {
-            match f {
-                "Ref" => return self.reference(arg.as_str().unwrap_or_default()),
-                "Fn::GetAtt" => {
-                    let parts: Vec<&str> = arg
-                        .as_array()
-                        .map(|a| a.iter().filter_map(Value::as_str).collect())
-                        .unwrap_or_default();
-                    return json!(format!("getatt:{}", parts.join(".")));
-                }
-                "Fn::Sub" => {
-                    return match arg {
-                        Value::String(s) => json!(self.sub(s, &Map::new())),
-                        Value::Array(a) => match (a.first(), a.get(1)) {
-                            (Some(Value::String(s)), Some(Value::Object(vars))) => {
-                                json!(self.sub(s, vars))
-                            }
-                            _ => v.clone(),
-                        },
-                        _ => v.clone(),
-                    };
-                }
-                "Fn::If" => {
-                    if let Some([c, yes, no]) = arg.as_array().map(Vec::as_slice) {
-                        let c = json!({"Condition": c});
-                        return self.resolve(if self.truth(&c) { yes } else { no });
-                    }
-                }
-                "Fn::Join" => {
-                    if let Some([sep, parts]) = arg.as_array().map(Vec::as_slice) {
-                        let parts = self.resolve(parts);
-                        let texts: Vec<String> = parts
-                            .as_array()
-                            .map(|a| {
-                                a.iter()
-                                    .map(|p| {
-                                        p.as_str().map_or_else(|| p.to_string(), str::to_owned)
-                                    })
-                                    .collect()
-                            })
-                            .unwrap_or_default();
-                        return json!(texts.join(sep.as_str().unwrap_or("")));
-                    }
-                }
-                "Fn::Equals" | "Fn::Not" | "Fn::And" | "Fn::Or" => return json!(self.truth(v)),
-                _ => {}
-            }
+    /// `Fn::If: [condition, yes, no]`; `None` when not that.
+    fn branch(&self, arg: &Value, problems: &mut Problems) -> Option<Value> {
+        let Some([c, yes, no]) = arg.as_array().map(Vec::as_slice) else {
+            return problems.note(format!("!If {arg}: not [condition, yes, no]"), None);
+        };
+        let holds = self.truth(&json!({ "Condition": c }), problems);
+        Some(self.eval(if holds { yes } else { no }, problems))
+    }
+
+    /// `Fn::Join: [separator, [parts]]`; `None` when not that.
+    fn join(&self, arg: &Value, problems: &mut Problems) -> Option<Value> {
+        let Some([sep, parts]) = arg.as_array().map(Vec::as_slice) else {
+            return problems.note(format!("!Join {arg}: not [separator, list]"), None);
+        };
+        let sep = sep
+            .as_str()
+            .unwrap_or_else(|| problems.note(format!("!Join {arg}: a separator not text"), ""));
+        let parts = self.eval(parts, problems);
+        let Some(parts) = parts.as_array() else {
+            return problems.note(
+                format!("!Join {arg}: {parts} is not a list"),
+                Some(json!("")),
+            );
+        };
+        let texts: Vec<String> = parts
+            .iter()
+            .map(|p| match p.as_str() {
+                Some(s) => s.to_owned(),
+                None => problems.note(format!("!Join {arg}: {p} is not text"), p.to_string()),
+            })
+            .collect();
+        Some(json!(texts.join(sep)))
+    }
+
+    /// Whether the template's condition `name` holds.
+    fn holds(&self, name: &str, problems: &mut Problems) -> bool {
+        match self.conditions.get(name) {
+            Some(c) => self.truth(c, problems),
+            None => problems.note(format!("no condition {name}"), false),
         }
-        match v {
-            Value::Array(items) => Value::Array(items.iter().map(|i| self.resolve(i)).collect()),
-            Value::Object(m) => Value::Object(
-                m.iter()
-                    .map(|(k, v)| (k.clone(), self.resolve(v)))
-                    .collect(),
-            ),
-            other => other.clone(),
+    }
+
+    /// Whether condition function `v` holds.
+    fn truth(&self, v: &Value, problems: &mut Problems) -> bool {
+        let Some((f, arg)) = single(v) else {
+            let lenient = v.as_bool().unwrap_or(false);
+            return problems.note(format!("not a condition: {v}"), lenient);
+        };
+        if f == "Condition" {
+            return match arg.as_str() {
+                Some(name) => self.holds(name, problems),
+                None => problems.note(format!("Condition {arg}: not a name"), false),
+            };
+        }
+        let args = arg
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_else(|| problems.note(format!("{f} {arg}: not a list"), &[]));
+        match (f, args) {
+            ("Fn::Equals", [a, b]) => self.eval(a, problems) == self.eval(b, problems),
+            ("Fn::Equals", _) => problems.note(format!("{f} {arg}: not two values"), false),
+            ("Fn::Not", []) => problems.note(format!("{f} {arg}: no condition"), true),
+            ("Fn::Not", [c, ..]) => !self.truth(c, problems),
+            ("Fn::And", _) => args.iter().all(|c| self.truth(c, problems)),
+            ("Fn::Or", _) => args.iter().any(|c| self.truth(c, problems)),
+            _ => problems.note(format!("unsupported condition function {f}"), false),
         }
     }
 }
@@ -353,7 +548,7 @@ impl Deployment {
             file: file.to_owned(),
             problem,
         };
-        let p = Params::new(t);
+        let p = Evaluator::new(t, Pseudo::local());
         let resources = t["Resources"].as_object().cloned().unwrap_or_default();
         let global_timeout = as_u64(&p.resolve(&t["Globals"]["Function"]["Timeout"]));
         let mut out = Deployment {
@@ -728,6 +923,101 @@ Resources:
         assert_eq!(orders.starting_position.as_deref(), Some("TRIM_HORIZON"));
         assert_eq!(orders.filters.len(), 1);
         assert_eq!(d.stream_timeout(), Some(60));
+    }
+
+    /// A template's intrinsics, evaluated: parameters (defaults, values
+    /// set), pseudo parameters, resources as `ref:`/`getatt:`, `Fn::Sub`,
+    /// `Fn::If` on conditions, `Fn::Join`, `AWS::NoValue` dropped.
+    #[test]
+    fn the_evaluator_evaluates_the_intrinsics() {
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+            r#"
+Parameters:
+  Stage: {Type: String, Default: dev}
+  Days: {Type: Number, Default: 14}
+  Bus: {Type: String, Default: ""}
+Conditions:
+  Notify: !Not [!Equals [!Ref Bus, ""]]
+  Either: !Or [!Condition Notify, !Equals [!Ref Stage, prod]]
+Resources:
+  Queue: {Type: AWS::SQS::Queue}
+"#,
+        )
+        .unwrap();
+        let t = to_json(&yaml);
+        let mut e = Evaluator::new(&t, Pseudo::local());
+        let v = |s: &str| to_json(&serde_yaml_ng::from_str(s).unwrap());
+        let eval = |e: &Evaluator, s: &str| e.checked(&v(s)).unwrap();
+        assert_eq!(eval(&e, "!Ref Days"), json!("14"), "numbers as text");
+        assert_eq!(
+            eval(&e, "!Sub 'q-${Stage}-${AWS::AccountId}-${Queue.Arn}'"),
+            json!("q-dev-000000000000-getatt:Queue.Arn")
+        );
+        assert_eq!(
+            eval(&e, "!Join ['/', [!Ref Queue, !GetAtt Queue.Arn, x]]"),
+            json!("ref:Queue/getatt:Queue.Arn/x")
+        );
+        assert_eq!(
+            eval(&e, "[a, !If [Notify, b, !Ref AWS::NoValue]]"),
+            json!(["a"])
+        );
+        assert_eq!(e.condition("Either"), Ok(false));
+        e.set("Bus", json!("bus"));
+        assert_eq!(e.condition("Either"), Ok(true));
+        assert_eq!(
+            eval(
+                &e,
+                "{k: !If [Notify, !Sub ['${X}', {X: !Ref Bus}], !Ref AWS::NoValue]}"
+            ),
+            json!({"k": "bus"})
+        );
+    }
+
+    /// What cannot be evaluated: [`Evaluator::checked`] says what;
+    /// [`Evaluator::resolve`] leaves the reference rendered, the condition
+    /// false, the `Fn::Sub` as written.
+    #[test]
+    fn what_cannot_be_evaluated_is_a_problem() {
+        let t = json!({
+            "Parameters": {"Given": {"Type": "String"}},
+            "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+        });
+        let e = Evaluator::new(&t, Pseudo::local());
+        let cases = [
+            (
+                json!({"Ref": "Given"}),
+                json!("ref:Given"),
+                "parameter Given has no default",
+            ),
+            (
+                json!({"Ref": "Nothing"}),
+                json!("ref:Nothing"),
+                "!Ref Nothing: no such",
+            ),
+            (
+                json!({"Fn::GetAtt": ["Table", "StreamArn"]}),
+                json!("getatt:Table.StreamArn"),
+                "no such resource Table",
+            ),
+            (
+                json!({"Fn::If": ["Missing", 1, 2]}),
+                json!(2),
+                "no condition Missing",
+            ),
+            (json!({"Fn::Sub": 7}), json!({"Fn::Sub": 7}), "!Sub 7"),
+            (
+                json!({"Fn::Sub": "a${b"}),
+                json!("a${b"),
+                "no closing brace",
+            ),
+            (json!({"Fn::Equals": [1]}), json!(false), "not two values"),
+        ];
+        for (v, lenient, problem) in cases {
+            assert_eq!(e.resolve(&v), lenient, "{v}");
+            let got = e.checked(&v).unwrap_err();
+            assert!(got.contains(problem), "{v}: {got}");
+        }
+        assert_eq!(e.checked(&json!({"Ref": "Queue"})), Ok(json!("ref:Queue")));
     }
 
     #[test]
