@@ -66,7 +66,7 @@ mod tests {
     //! The deployed functions derived from [`APP`] (`APP.functions()`):
     //! one per job, actions sorted and specific, variables as declared.
     use super::*;
-    use worker_engine::deploy::STREAM_FUNCTION;
+    use worker_testkit::deploy::{Deployed, STREAM_FUNCTION};
 
     #[test]
     fn the_description_is_consistent() {

@@ -20,6 +20,7 @@
 //! `scripts/lint-infra` runs cfn-lint on the same file.
 
 use crate::support;
+use worker_testkit::deploy::Deployed;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -37,13 +38,13 @@ use nishiki_worker::keys::{
 use serde_json::{Value, json};
 use support::template::{STREAM_ARN, delivered, filter_patterns, matches, nishiki_stack};
 use support::{Drain, TestTable};
-use worker_engine::deploy::{
-    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS, action_of,
-};
 use worker_engine::job::Schedule;
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
 use worker_engine::stream::decode;
+use worker_testkit::deploy::{
+    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS, action_of,
+};
 use worker_testkit::infra::statements;
 use worker_testkit::template::{
     ACCOUNT, REGION, Stack, is_operations_statement, on_failure_destination_problems,

@@ -3,7 +3,7 @@
 //! environment variables it reads, the DynamoDB access it needs and the
 //! metrics it writes. Everything else is derived from these descriptions:
 //! the app's list of variables (and the configuration docs), the deployed
-//! functions with their permissions ([`crate::deploy`]), the metrics a
+//! functions with their permissions (the test kit's `deploy`), the metrics a
 //! template may alarm on, and the template checks. Adding a job is its own
 //! files plus one line in the app's list of jobs.
 //!

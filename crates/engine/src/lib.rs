@@ -18,7 +18,6 @@ pub mod app;
 pub mod aws;
 pub mod checkpoint;
 pub mod clock;
-pub mod deploy;
 pub mod env;
 pub mod error;
 pub mod item;

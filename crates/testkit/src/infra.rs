@@ -29,10 +29,10 @@
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
-use serde_json::{Value, json};
-use worker_engine::deploy::{
-    FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
+use crate::deploy::{
+    Deployed, FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
+use serde_json::{Value, json};
 use worker_engine::job::{AppSpec, Schedule};
 use worker_engine::metrics::CapturedLines;
 use worker_engine::runtime::Worker;
@@ -739,7 +739,7 @@ pub fn actions_used(used: &MetricsSnapshot) -> BTreeSet<&'static str> {
     ]
     .into_iter()
     .filter(|(n, _)| *n > 0)
-    .map(|(_, op)| worker_engine::deploy::action_of(op))
+    .map(|(_, op)| crate::deploy::action_of(op))
     .collect()
 }
 

@@ -54,6 +54,7 @@ pub mod app;
 pub mod bench;
 pub mod cargo_lambda;
 pub mod cli;
+pub mod deploy;
 pub mod env;
 pub mod environment;
 pub mod eventbridge;

@@ -6,11 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use serde_json::{Value, json};
-use worker_engine::deploy::{
+use crate::deploy::{
     FunctionSpec, JOB_ALARM_METRICS, JOBS_INCOMPLETE_PERIODS, PARKING_TABLE, STREAM_ALARM_METRICS,
     STREAM_FUNCTION, TRACING_ACTIONS, alarm_period,
 };
+use serde_json::{Value, json};
 use worker_engine::job::Schedule;
 use worker_engine::park;
 use worker_engine::schedule::JobName;

@@ -29,7 +29,7 @@ pub use worker_toolkit::template::filter::{delivered, matches};
 /// filter patterns are literals).
 pub fn stream_event_source(template: &Value) -> &Value {
     let events =
-        template["Resources"][worker_engine::deploy::STREAM_FUNCTION]["Properties"]["Events"]
+        template["Resources"][worker_testkit::deploy::STREAM_FUNCTION]["Properties"]["Events"]
             .as_object()
             .expect("the stream function has Events");
     let mut sources = events.values().filter(|e| e["Type"] == "DynamoDB");

@@ -9,12 +9,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use worker_testkit::deploy::Deployed;
 
 use chat_worker::app::{APP, table_access};
 use chat_worker::keys::Job;
 use chat_worker::schema::Table;
 use serde_json::{Value, json};
-use worker_engine::deploy::{FunctionSpec, JOB_ALARM_METRICS, PARKING_TABLE, STREAM_ALARM_METRICS};
+use worker_testkit::deploy::{
+    FunctionSpec, JOB_ALARM_METRICS, PARKING_TABLE, STREAM_ALARM_METRICS,
+};
 use worker_testkit::template::{
     self, Stack, is_operations_statement, operations_problems, strings,
 };

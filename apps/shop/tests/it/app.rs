@@ -3,6 +3,7 @@
 //! their function is granted, and the metrics each invocation writes.
 
 use crate::support;
+use worker_testkit::deploy::Deployed;
 
 use std::collections::BTreeSet;
 

@@ -9,6 +9,7 @@
 mod minimal;
 
 use std::sync::Arc;
+use worker_testkit::deploy::Deployed;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};

@@ -1,15 +1,16 @@
 //! The deployed functions of an app, derived from its job descriptions
-//! ([`crate::job::AppSpec`]): one stream function running every job's
+//! (`worker_engine::job::AppSpec`, through [`Deployed`]): one stream function running every job's
 //! stream handler, and one schedule function per scheduled job (the same
 //! `schedule` bootstrap, pinned to its job with `WORKER_JOB`), each with
 //! exactly the DynamoDB actions, indexes and variables its jobs declare. An
 //! app's template is checked against these, and these against the code by
 //! running fixtures and jobs on DynamoDB Local and recording what the store
-//! was asked to do ([`crate::store::StoreMetrics`]).
+//! was asked to do (`worker_engine::store::StoreMetrics`). Lambda never
+//! runs this: the tests of each app's template do.
 
-use crate::job::{Access, AppSpec, Fallback, Schedule};
-use crate::schedule::JobName;
-use crate::store::Operation;
+use worker_engine::job::{Access, AppSpec, Fallback, Schedule};
+use worker_engine::schedule::JobName;
+use worker_engine::store::Operation;
 
 /// The stream read actions of a DynamoDB event source mapping.
 pub const STREAM_READ_ACTIONS: [&str; 4] = [
@@ -152,9 +153,18 @@ impl<J: JobName> FunctionSpec<J> {
     }
 }
 
-impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
+/// An app's deployed functions, from its description.
+pub trait Deployed<J: JobName> {
     /// The stream function: every job's stream access, together.
-    pub fn stream_function(&self) -> FunctionSpec<J> {
+    fn stream_function(&self) -> FunctionSpec<J>;
+    /// The schedule function of a job.
+    fn function_of(&self, job: J) -> FunctionSpec<J>;
+    /// Every deployed function: the stream function, then one per job.
+    fn functions(&self) -> Vec<FunctionSpec<J>>;
+}
+
+impl<J: JobName, D: ?Sized, H: ?Sized> Deployed<J> for AppSpec<J, D, H> {
+    fn stream_function(&self) -> FunctionSpec<J> {
         FunctionSpec::from_access(
             STREAM_FUNCTION,
             "stream",
@@ -164,8 +174,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
         )
     }
 
-    /// The schedule function of a job.
-    pub fn function_of(&self, job: J) -> FunctionSpec<J> {
+    fn function_of(&self, job: J) -> FunctionSpec<J> {
         let s = self
             .schedule(job)
             .unwrap_or_else(|| panic!("job {job} has no schedule (AppSpec::check)"));
@@ -178,8 +187,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
         )
     }
 
-    /// Every deployed function: the stream function, then one per job.
-    pub fn functions(&self) -> Vec<FunctionSpec<J>> {
+    fn functions(&self) -> Vec<FunctionSpec<J>> {
         std::iter::once(self.stream_function())
             .chain(J::ALL.iter().map(|j| self.function_of(*j)))
             .collect()
