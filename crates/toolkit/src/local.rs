@@ -1096,16 +1096,38 @@ impl Server {
         if let Some(server) = Server::running(dir) {
             return Ok((server, false));
         }
+        let (dir, installation) = Server::install(dir).await?;
+        let server = Server::spawn(&dir, &installation, port, data)?;
+        server.wait_until_answering().await?;
+        server.save(&dir)?;
+        Ok((server, true))
+    }
+
+    /// The install directory `dir`, made and resolved, with DynamoDB Local
+    /// installed in it.
+    async fn install(dir: &Path) -> Result<(PathBuf, Installation), LocalError> {
         fs::create_dir_all(dir).map_err(io_err(format!("cannot create {}", dir.display())))?;
         let dir =
-            &fs::canonicalize(dir).map_err(io_err(format!("cannot resolve {}", dir.display())))?;
-        let owned = dir.to_owned();
+            fs::canonicalize(dir).map_err(io_err(format!("cannot resolve {}", dir.display())))?;
+        let owned = dir.clone();
         let installation = tokio::task::spawn_blocking(move || ensure_installed(&owned))
             .await
             .map_err(|e| LocalError::Io {
                 context: "installing DynamoDB Local".into(),
                 source: io::Error::other(e.to_string()),
             })??;
+        Ok((dir, installation))
+    }
+
+    /// Launch the JVM on `port` in its own process group, its output to
+    /// `<dir>/server-<port>.log`, its tables in `data` (made if missing) or
+    /// in memory.
+    fn spawn(
+        dir: &Path,
+        installation: &Installation,
+        port: u16,
+        data: Option<&Path>,
+    ) -> Result<Server, LocalError> {
         let log_path = dir.join(format!("server-{port}.log"));
         let log = File::create(&log_path).map_err(io_err(format!(
             "cannot create log file {}",
@@ -1148,22 +1170,28 @@ impl Server {
                 "cannot run {}",
                 installation.java.display()
             )))?;
-        let server = Server {
+        Ok(Server {
             pid: child.id(),
             port,
             endpoint: format!("http://127.0.0.1:{port}"),
-            log: log_path.clone(),
+            log: log_path,
             data,
-        };
+        })
+    }
+
+    /// Wait until the server answers HTTP; an error (the process group
+    /// killed when it does not answer in time) when it exits or times out.
+    async fn wait_until_answering(&self) -> Result<(), LocalError> {
+        let port = self.port;
         let failed = |reason: String| LocalError::StartFailed {
             reason,
-            log_tail: read_log_tail(&log_path),
-            log_path: log_path.clone(),
+            log_tail: read_log_tail(&self.log),
+            log_path: self.log.clone(),
         };
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if !process_alive(server.pid) {
-                let log = read_log_tail(&log_path);
+            if !process_alive(self.pid) {
+                let log = read_log_tail(&self.log);
                 return Err(failed(if log_shows_port_in_use(&log) {
                     format!("port {port} is already in use (choose another with --port)")
                 } else {
@@ -1174,10 +1202,10 @@ impl Server {
                 .await
                 .is_ok_and(|r| r.is_ok());
             if answered {
-                break;
+                return Ok(());
             }
             if Instant::now() >= deadline {
-                send_signal("KILL", &format!("-{}", server.pid));
+                send_signal("KILL", &format!("-{}", self.pid));
                 return Err(failed(format!(
                     "it did not answer HTTP on port {port} within {} s",
                     READY_TIMEOUT.as_secs()
@@ -1185,12 +1213,15 @@ impl Server {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let text = serde_json::to_string_pretty(&server).expect("a server serializes");
+    }
+
+    /// Keep the server's state in `dir` ([`Server::state_path`]).
+    fn save(&self, dir: &Path) -> Result<(), LocalError> {
+        let text = serde_json::to_string_pretty(self).expect("a server serializes");
         fs::write(Server::state_path(dir), text).map_err(io_err(format!(
             "cannot write {}",
             Server::state_path(dir).display()
-        )))?;
-        Ok((server, true))
+        )))
     }
 
     /// Stop the server whose state is in `dir` (its process group, then

@@ -63,6 +63,63 @@ struct Figures {
     publish_error: Option<String>,
 }
 
+impl Figures {
+    /// Count the stuck `items` (each logged, key only), listing the first
+    /// [`MAX_LISTED`].
+    fn stuck(&mut self, items: &[UnzipItem]) {
+        for item in items {
+            tracing::warn!(
+                created = item.created,
+                "unzipping for longer than UNZIP_STUCK_HOURS"
+            );
+            self.stuck += 1;
+            if self.stuck_created.len() < MAX_LISTED {
+                self.stuck_created.push(item.created);
+            }
+        }
+    }
+
+    /// The run's report, from where the pass stands after it.
+    fn report(&self, checkpoint: &Checkpoint, complete: bool) -> JobReport<Job> {
+        let summary = format!(
+            "{} unzipped file(s) expired, {} unzipping file(s) stuck{}",
+            self.expired,
+            self.stuck,
+            if complete {
+                ""
+            } else {
+                "; the next run continues"
+            }
+        );
+        JobReport {
+            job: Job::ExpireUnzipped,
+            complete,
+            summary,
+            details: json!({
+                "phase": checkpoint.phase,
+                "cutoff": checkpoint.cutoff.unwrap_or_default(),
+                "stuck_cutoff": checkpoint.stuck_cutoff.unwrap_or_default(),
+                "due": self.due,
+                "expired": self.expired,
+                "changed": self.changed,
+                "published": self.published,
+                "rejected": self.rejected,
+                "publish_error": self.publish_error,
+                "stuck": self.stuck,
+                "stuck_created": self.stuck_created,
+                "pass_ticks": checkpoint.pass.ticks,
+                "pass_expired": checkpoint.pass.total("expired"),
+                "pass_stuck": checkpoint.pass.total("stuck"),
+            }),
+            metrics: vec![
+                Metric::count(UNZIPPED_EXPIRED, self.expired),
+                Metric::count(EXPIRY_EVENTS, self.published),
+                Metric::count(UNZIPPING_STUCK, self.stuck),
+            ],
+        }
+    }
+}
+
 pub struct ExpireUnzipped {
     store: Arc<dyn Store>,
     settings: UnzipSettings,
@@ -195,41 +252,36 @@ impl ExpireUnzipped {
         }
         Ok(true)
     }
-}
 
-#[async_trait]
-impl ScheduledJob<Job> for ExpireUnzipped {
-    fn job(&self) -> Job {
-        Job::ExpireUnzipped
-    }
-
-    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
-        let (mut checkpoint, had_checkpoint) = self.load(run.now).await?;
+    /// Go through the pass's pages from where `checkpoint` stands (moving
+    /// it on) while the tick has time, at least one page; whether the pass
+    /// is complete.
+    async fn pages(
+        &self,
+        run: &JobRun<Job>,
+        checkpoint: &mut Checkpoint,
+        f: &mut Figures,
+    ) -> Result<bool, StoreError> {
         let (cutoff, stuck_cutoff) = (
             checkpoint.cutoff.unwrap_or_default(),
             checkpoint.stuck_cutoff.unwrap_or_default(),
         );
-        let mut f = Figures::default();
-        let mut complete = false;
         loop {
             if f.pages > 0 && !run.has_time() {
-                break;
+                return Ok(false);
             }
             let expiring = checkpoint.phase == EXPIRE;
+            let position = checkpoint.pass.position.clone();
             let page = if expiring {
-                self.page(
-                    keys::unzipped_partition(),
-                    cutoff,
-                    MAX_ENTRIES_PER_CALL as i32,
-                    checkpoint.pass.position.clone(),
-                )
-                .await?
+                let limit = MAX_ENTRIES_PER_CALL as i32;
+                self.page(keys::unzipped_partition(), cutoff, limit, position)
+                    .await?
             } else {
                 self.page(
                     keys::unzipping_partition(),
                     stuck_cutoff,
                     STUCK_PAGE,
-                    checkpoint.pass.position.clone(),
+                    position,
                 )
                 .await?
             };
@@ -237,31 +289,32 @@ impl ScheduledJob<Job> for ExpireUnzipped {
             let items: Vec<UnzipItem> =
                 page.items.iter().filter_map(UnzipItem::from_item).collect();
             if expiring {
-                if !self.expire(&items, run.now, &mut f).await? {
-                    break;
+                if !self.expire(&items, run.now, f).await? {
+                    return Ok(false);
                 }
             } else {
-                for item in &items {
-                    tracing::warn!(
-                        created = item.created,
-                        "unzipping for longer than UNZIP_STUCK_HOURS"
-                    );
-                    f.stuck += 1;
-                    if f.stuck_created.len() < MAX_LISTED {
-                        f.stuck_created.push(item.created);
-                    }
-                }
+                f.stuck(&items);
             }
             checkpoint.pass.position = page.last_evaluated_key;
             if checkpoint.pass.position.is_none() {
                 if expiring {
                     checkpoint.phase = STUCK.to_owned();
                 } else {
-                    complete = true;
-                    break;
+                    return Ok(true);
                 }
             }
         }
+    }
+
+    /// Count the tick in the pass; then drop the checkpoint of a complete
+    /// pass (if one was stored), else store where the pass stands.
+    async fn save(
+        &self,
+        checkpoint: &mut Checkpoint,
+        had_checkpoint: bool,
+        complete: bool,
+        f: &Figures,
+    ) -> Result<(), StoreError> {
         checkpoint.pass.ticks += 1;
         checkpoint.pass.add("expired", f.expired);
         checkpoint.pass.add("stuck", f.stuck);
@@ -274,41 +327,22 @@ impl ScheduledJob<Job> for ExpireUnzipped {
         } else {
             self.store.put(checkpoint.to_item(), None).await?;
         }
-        let summary = format!(
-            "{} unzipped file(s) expired, {} unzipping file(s) stuck{}",
-            f.expired,
-            f.stuck,
-            if complete {
-                ""
-            } else {
-                "; the next run continues"
-            }
-        );
-        Ok(JobReport {
-            job: Job::ExpireUnzipped,
-            complete,
-            summary,
-            details: json!({
-                "phase": checkpoint.phase,
-                "cutoff": cutoff,
-                "stuck_cutoff": stuck_cutoff,
-                "due": f.due,
-                "expired": f.expired,
-                "changed": f.changed,
-                "published": f.published,
-                "rejected": f.rejected,
-                "publish_error": f.publish_error,
-                "stuck": f.stuck,
-                "stuck_created": f.stuck_created,
-                "pass_ticks": checkpoint.pass.ticks,
-                "pass_expired": checkpoint.pass.total("expired"),
-                "pass_stuck": checkpoint.pass.total("stuck"),
-            }),
-            metrics: vec![
-                Metric::count(UNZIPPED_EXPIRED, f.expired),
-                Metric::count(EXPIRY_EVENTS, f.published),
-                Metric::count(UNZIPPING_STUCK, f.stuck),
-            ],
-        })
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ScheduledJob<Job> for ExpireUnzipped {
+    fn job(&self) -> Job {
+        Job::ExpireUnzipped
+    }
+
+    async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
+        let (mut checkpoint, had_checkpoint) = self.load(run.now).await?;
+        let mut f = Figures::default();
+        let complete = self.pages(run, &mut checkpoint, &mut f).await?;
+        self.save(&mut checkpoint, had_checkpoint, complete, &f)
+            .await?;
+        Ok(f.report(&checkpoint, complete))
     }
 }

@@ -85,7 +85,7 @@ use worker_engine::clock::Clock;
 use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
 use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
-use worker_engine::store::{Expr, Store, StoreError, WriteOutcome};
+use worker_engine::store::{Expr, Key, Store, StoreError, WriteOutcome};
 use worker_engine::stream::decode::StreamChange;
 use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
 
@@ -333,6 +333,97 @@ impl Refusal {
     }
 }
 
+/// The parts of an acceptance's transaction, in the order they are sent.
+struct Acceptance {
+    /// `JoinedAt` on the chat's copy: only if still accepted and not joined.
+    mark_joined: TransactOp,
+    /// The user still exists.
+    user_exists: TransactOp,
+    /// The request's join mark, only if absent.
+    put_mark: TransactOp,
+    /// The notification, only if absent.
+    notify: TransactOp,
+    /// The member item, only if absent.
+    put_member: TransactOp,
+    /// `NumMembers` up by one, only while below `Capacity`.
+    count: TransactOp,
+    /// The request's join mark.
+    mark: JoinMark,
+}
+
+/// One attempt of an acceptance's transaction.
+struct Attempt {
+    ops: Vec<TransactOp>,
+    /// Where the notification is among `ops`, when it is sent.
+    notify_at: Option<usize>,
+    /// Where the member item is among `ops` (its count next), when sent.
+    member_at: Option<usize>,
+}
+
+impl Acceptance {
+    /// The transaction with the notification and the member (item and
+    /// count) only when asked for.
+    fn attempt(&self, with_notification: bool, with_member: bool) -> Attempt {
+        let mut ops = vec![
+            self.mark_joined.clone(),
+            self.user_exists.clone(),
+            self.put_mark.clone(),
+        ];
+        let notify_at = with_notification.then(|| {
+            ops.push(self.notify.clone());
+            ops.len() - 1
+        });
+        let member_at = with_member.then(|| {
+            ops.push(self.put_member.clone());
+            ops.push(self.count.clone());
+            ops.len() - 2
+        });
+        Attempt {
+            ops,
+            notify_at,
+            member_at,
+        }
+    }
+}
+
+/// How an acceptance's transaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accepted {
+    /// Written, or nothing to do: the record's outcome.
+    Done(&'static str),
+    /// The user is gone: the request is cancelled.
+    UserGone,
+    /// The request has a join mark: joined before.
+    JoinedBefore,
+    /// The chat's count condition failed: the chat is gone or full.
+    ChatRefused,
+    /// Its items kept changing: decided again.
+    Changed,
+}
+
+/// The update moving the group chat `chat`'s `NumMembers` up by one, only
+/// while the chat exists and is below its `Capacity`.
+fn count_member(table: String, chat: Key) -> TransactOp {
+    TransactOp::Update {
+        table,
+        key: chat,
+        update: Expr::new("SET #n = if_not_exists(#n, :zero) + :one")
+            .name("#n", keys::NUM_MEMBERS)
+            .value(":zero", AttributeValue::N("0".into()))
+            .value(":one", AttributeValue::N("1".into())),
+        condition: Some(
+            Expr::new(
+                "attribute_exists(#pk) AND (attribute_not_exists(#cap) OR #n < #cap \
+                 OR (attribute_not_exists(#n) AND #cap > :zero))",
+            )
+            .name("#pk", keys::PK)
+            .name("#cap", keys::CAPACITY)
+            .name("#n", keys::NUM_MEMBERS)
+            .value(":zero", AttributeValue::N("0".into())),
+        ),
+    }
+}
+
 impl RequestSync {
     pub fn new(d: &Deps) -> Self {
         RequestSync {
@@ -457,6 +548,24 @@ impl RequestSync {
     /// The member, its count and the notification of an accepted request,
     /// once; or its refusal.
     async fn join(&self, copy: &RequestCopy) -> Result<&'static str, ProcessError> {
+        let acceptance = self.acceptance(copy);
+        match self.accept(&acceptance).await? {
+            Accepted::Done(what) => Ok(what),
+            Accepted::UserGone => self.refuse(copy, Refusal::UserGone).await,
+            Accepted::JoinedBefore => self.restore_joined(copy, &acceptance.mark).await,
+            Accepted::ChatRefused => {
+                let refusal = self.chat_refusal(copy).await?;
+                self.refuse(copy, refusal).await
+            }
+            Accepted::Changed => Err(ProcessError::Transient {
+                reason: "the acceptance's items changed meanwhile; deciding again".into(),
+            }),
+        }
+    }
+
+    /// The parts of the acceptance transaction of `copy` (the group chat's
+    /// copy, accepted), joining now.
+    fn acceptance(&self, copy: &RequestCopy) -> Acceptance {
         let now = self.clock.now();
         let joined_at = keys::format_time(now);
         let member = ChatItem::Member {
@@ -471,92 +580,73 @@ impl RequestSync {
             chat: copy.chat_id.clone(),
         };
         let (_, notification) = Notification::accepted(copy, now);
-        let mark_joined = TransactOp::Update {
-            table: self.table(Table::ChatRequests),
-            key: copy.key().key(),
-            update: Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone())),
-            condition: Some(
-                status_is(":acc", Status::Accepted).and(Expr::unchanged(keys::JOINED_AT, None)),
-            ),
-        };
-        let user_exists = TransactOp::Check {
-            table: self.table(Table::Users),
-            key: keys::user(&copy.user_id),
-            condition: Expr::exists(keys::PK),
-        };
         let mark = JoinMark::of(&copy.chat_id, copy.key());
         let mut mark_item = mark.key();
         mark_item.insert(keys::USER_ID.into(), s(&copy.user_id));
         mark_item.insert(keys::JOINED_AT.into(), s(&joined_at));
-        let put_mark = TransactOp::Put {
-            table: self.table(Table::ChatRequests),
-            item: mark_item,
-            condition: Some(Expr::not_exists(keys::PK)),
-        };
-        let notify = TransactOp::Put {
-            table: self.table(Table::Notifications),
-            item: notification,
-            condition: Some(Expr::not_exists(keys::PK)),
-        };
-        let put_member = TransactOp::Put {
-            table: self.table(Table::GroupChats),
-            item: member_item,
-            condition: Some(Expr::not_exists(keys::PK)),
-        };
-        let count = TransactOp::Update {
-            table: self.table(Table::GroupChats),
-            key: chat.key(),
-            update: Expr::new("SET #n = if_not_exists(#n, :zero) + :one")
-                .name("#n", keys::NUM_MEMBERS)
-                .value(":zero", AttributeValue::N("0".into()))
-                .value(":one", AttributeValue::N("1".into())),
-            condition: Some(
-                Expr::new(
-                    "attribute_exists(#pk) AND (attribute_not_exists(#cap) OR #n < #cap \
-                     OR (attribute_not_exists(#n) AND #cap > :zero))",
-                )
-                .name("#pk", keys::PK)
-                .name("#cap", keys::CAPACITY)
-                .name("#n", keys::NUM_MEMBERS)
-                .value(":zero", AttributeValue::N("0".into())),
-            ),
-        };
-        // Parts already there (a member who joined some other way, the
-        // notification of an earlier acceptance of the same request
-        // rewritten by a client) are left out and the rest tried again.
+        let absent = || Some(Expr::not_exists(keys::PK));
+        Acceptance {
+            mark_joined: TransactOp::Update {
+                table: self.table(Table::ChatRequests),
+                key: copy.key().key(),
+                update: Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at)),
+                condition: Some(
+                    status_is(":acc", Status::Accepted).and(Expr::unchanged(keys::JOINED_AT, None)),
+                ),
+            },
+            user_exists: TransactOp::Check {
+                table: self.table(Table::Users),
+                key: keys::user(&copy.user_id),
+                condition: Expr::exists(keys::PK),
+            },
+            put_mark: TransactOp::Put {
+                table: self.table(Table::ChatRequests),
+                item: mark_item,
+                condition: absent(),
+            },
+            notify: TransactOp::Put {
+                table: self.table(Table::Notifications),
+                item: notification,
+                condition: absent(),
+            },
+            put_member: TransactOp::Put {
+                table: self.table(Table::GroupChats),
+                item: member_item,
+                condition: absent(),
+            },
+            count: count_member(self.table(Table::GroupChats), chat.key()),
+            mark,
+        }
+    }
+
+    /// Run the acceptance transaction: parts already there (a member who
+    /// joined some other way, the notification of an earlier acceptance of
+    /// the same request rewritten by a client) are left out and the rest
+    /// tried again, three attempts in all. How it ended.
+    async fn accept(&self, acceptance: &Acceptance) -> Result<Accepted, ProcessError> {
         let (mut with_notification, mut with_member) = (true, true);
-        let mut chat_refused = false;
         for _attempt in 0..3 {
-            let mut ops = vec![mark_joined.clone(), user_exists.clone(), put_mark.clone()];
-            let notify_at = with_notification.then(|| {
-                ops.push(notify.clone());
-                ops.len() - 1
-            });
-            let member_at = with_member.then(|| {
-                ops.push(put_member.clone());
-                ops.push(count.clone());
-                ops.len() - 2
-            });
-            let outcome = self.tx.transact_write(ops).await?;
+            let attempt = acceptance.attempt(with_notification, with_member);
+            let outcome = self.tx.transact_write(attempt.ops).await?;
             self.writes.add(REQUEST_WRITES, 1);
             if outcome == TransactOutcome::Applied {
-                return Ok(match (with_member, with_notification) {
+                return Ok(Accepted::Done(match (with_member, with_notification) {
                     (true, true) => "member added",
                     (false, _) => "already a member; request marked joined",
                     (true, false) => "member added (notified before)",
-                });
+                }));
             }
             if outcome.failed(0) {
-                return Ok("already joined or no longer accepted");
+                return Ok(Accepted::Done("already joined or no longer accepted"));
             }
             if outcome.failed(1) {
-                return self.refuse(copy, Refusal::UserGone).await;
+                return Ok(Accepted::UserGone);
             }
             if outcome.failed(2) {
-                return self.restore_joined(copy, &mark).await;
+                return Ok(Accepted::JoinedBefore);
             }
-            let notified = notify_at.is_some_and(|i| outcome.failed(i));
-            let member = member_at.is_some_and(|i| outcome.failed(i));
+            let notified = attempt.notify_at.is_some_and(|i| outcome.failed(i));
+            let member = attempt.member_at.is_some_and(|i| outcome.failed(i));
             if notified {
                 with_notification = false;
             }
@@ -564,36 +654,41 @@ impl RequestSync {
                 with_member = false;
             }
             if !notified && !member {
-                chat_refused = member_at.is_some_and(|i| outcome.failed(i + 1));
-                break;
+                let chat_refused = attempt.member_at.is_some_and(|i| outcome.failed(i + 1));
+                return Ok(if chat_refused {
+                    Accepted::ChatRefused
+                } else {
+                    Accepted::Changed
+                });
             }
         }
-        if !chat_refused {
-            return Err(ProcessError::Transient {
-                reason: "the acceptance's items changed meanwhile; deciding again".into(),
-            });
-        }
-        // The chat's condition: gone, or full.
+        Ok(Accepted::Changed)
+    }
+
+    /// Why the chat refused the member of `copy`'s request (its count's
+    /// condition failed): the chat is gone, or full; an error when neither
+    /// holds (it changed meanwhile).
+    async fn chat_refusal(&self, copy: &RequestCopy) -> Result<Refusal, ProcessError> {
+        let chat = ChatItem::Chat {
+            kind: ChatKind::Group,
+            chat: copy.chat_id.clone(),
+        };
         let chat_item = self
             .stores
             .get(Table::GroupChats)
             .get(&chat.key(), true)
             .await?;
-        let refusal = match chat_item {
-            None => Refusal::ChatGone,
-            Some(item) => {
-                let g = GroupChat::from_item(&item)
-                    .map_err(|reason| ProcessError::Permanent { reason })?;
-                if g.capacity.is_some() {
-                    Refusal::Full
-                } else {
-                    return Err(ProcessError::Transient {
-                        reason: "the chat changed during the acceptance; deciding again".into(),
-                    });
-                }
-            }
+        let Some(item) = chat_item else {
+            return Ok(Refusal::ChatGone);
         };
-        self.refuse(copy, refusal).await
+        let g = GroupChat::from_item(&item).map_err(|reason| ProcessError::Permanent { reason })?;
+        if g.capacity.is_some() {
+            Ok(Refusal::Full)
+        } else {
+            Err(ProcessError::Transient {
+                reason: "the chat changed during the acceptance; deciding again".into(),
+            })
+        }
     }
 
     /// A request joined before (its mark exists) whose copy lost

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
 use serde_json::{Value, json};
 
@@ -785,7 +785,6 @@ pub fn event_sources(
     plans
 }
 
-/// `<app> dev`.
 /// Whether the loop left something unhandled (exit status 3): a record
 /// rejected, malformed or not the app's, a record given up on, a failed
 /// tick.
@@ -797,9 +796,36 @@ fn not_all_handled(logs: &[BatchLog], ticks: &[Value], gave_up: &[Value]) -> boo
             .any(|l| l.rejected + l.malformed + l.foreign > 0)
 }
 
+/// `<app> dev`.
 pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
+    let plan = check::<A>(&args)?;
+    let mut dev = DevLoop::<A>::open(&args, &plan).await?;
+    dev.state.save(&dev.sources)?;
+    dev.print_header();
+    if args.until_idle {
+        dev.until_idle().await
+    } else {
+        dev.follow().await
+    }
+}
+
+/// What `dev` runs, checked before anything is opened.
+struct DevPlan {
+    deployment: Option<Deployment>,
+    /// Every job's schedule: (job, expression, schedule).
+    schedules: Vec<(String, String, Schedule)>,
+    app: AppTable,
+    table: String,
+    /// What the state file holds.
+    saved: Option<DevState>,
+}
+
+/// Check the command: the template, the schedules, the tables and the
+/// configuration, that the tables are local, the snapshot and the state
+/// file readable.
+fn check<A: CliApp>(args: &DevArgs) -> Result<DevPlan, CliError> {
     let deployment = args.deploy.deployment::<A>()?;
-    let plan = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
+    let schedules = schedules_from::<A>(deployment.as_ref(), &args.cron)?;
     let (app, table) = AppTable::of::<A>().named(&args.table.table, Scope::Every)?;
     check_config::<A>(&app, &table, &args.env)?;
     refuse_remote_writes(args.table.endpoint_url.as_deref(), args.remote, "dev")?;
@@ -810,219 +836,279 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
         Some(p) => DevState::read(p)?,
         None => None,
     };
-    let json_out = args.json;
-    let say = |line: String| {
-        if json_out {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
-    let target = Target::open(&args.table, &app, &table).await?;
-    target.announce_writes().await;
-    let arn = target.stream_arn().await?;
-    // A stream that lacks what the handlers read is refused before
-    // anything is written or read (the other tables' below).
-    let streams = target.streams_client().await;
-    let (endpoint, name) = (&target.endpoint, &target.table);
-    super::capture::require_stream_view(&streams, &arn, &app.schema, A::NAME, endpoint, name)
-        .await?;
-    if let Some(p) = &args.snapshot {
-        let n = load_snapshot(&target, p).await?;
-        say(format!("loaded {n} items from {}", p.display()));
-    }
-    let (worker, _) = worker::<A>(&target, None, false, &args.env)?;
+    Ok(DevPlan {
+        deployment,
+        schedules,
+        app,
+        table,
+        saved,
+    })
+}
+
+/// Open every event source of the loop ([`event_sources`]) on its table's
+/// stream (`arn`: the target table's), each other table's stream refused
+/// when it lacks what the handlers read.
+async fn open_sources<A: CliApp>(
+    args: &DevArgs,
+    plan: &DevPlan,
+    target: &Target,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    arn: &str,
+) -> Result<Vec<DevSource>, CliError> {
     let tables: Vec<(&str, String)> = target
         .others
         .iter()
         .map(|o| (o.table.var, o.name.clone()))
         .collect();
     let mut sources = Vec::new();
-    for plan in event_sources(&args, deployment.as_ref(), &target.table, &tables) {
-        let (table, arn, partition_key) = match plan.other {
+    for source in event_sources(args, plan.deployment.as_ref(), &target.table, &tables) {
+        let (table, arn, partition_key) = match source.other {
             None => (
                 target.table.clone(),
-                arn.clone(),
-                app.schema.key.partition_key,
+                arn.to_owned(),
+                plan.app.schema.key.partition_key,
             ),
-            Some(i) => {
-                let o = &target.others[i];
-                let other_arn = o
-                    .store
-                    .stream_arn()
-                    .await?
-                    .ok_or_else(|| CliError::NoStream {
-                        app: A::NAME,
-                        endpoint: target.endpoint.clone(),
-                        table: o.name.clone(),
-                    })?;
-                let schema = &o.table.schema;
-                super::capture::require_stream_view(
-                    &streams,
-                    &other_arn,
-                    schema,
-                    A::NAME,
-                    endpoint,
-                    &o.name,
-                )
-                .await?;
-                (o.name.clone(), other_arn, o.table.schema.key.partition_key)
-            }
+            Some(i) => other_stream::<A>(target, streams, i).await?,
         };
         sources.push(
             DevSource::open(
                 target.streams_client().await,
-                (plan.id, table, arn),
-                plan.mapping,
+                (source.id, table, arn),
+                source.mapping,
                 partition_key,
-                saved.as_ref(),
+                plan.saved.as_ref(),
             )
             .await?,
         );
     }
-    let mut state = StateFile::new(args.state_file.clone(), saved.as_ref());
-    state.save(&sources)?;
-    say(format!("worker loop on {}", target.describe()));
-    say(format!(
-        "  {}",
-        match &deployment {
-            None => match A::TEMPLATE {
-                Some(path) => format!(
-                    "no template ({path} is not in {}; --template FILE): the defaults",
-                    std::env::current_dir()
-                        .map(|d| d.display().to_string())
-                        .unwrap_or_else(|_| "this directory".to_owned())
-                ),
-                None => "no template: the defaults".to_owned(),
-            },
-            Some(d) if d.streams.is_empty() => format!(
-                "settings from {} (no DynamoDB event source in it: every table's stream with the defaults)",
-                d.file
-            ),
-            Some(d) => format!("settings from {}", d.file),
-        }
-    ));
-    for s in &sources {
-        let source = if s.id == s.table {
-            String::new()
+    Ok(sources)
+}
+
+/// The app's other table `i`: its name, its stream (refused when it lacks
+/// what the handlers read) and its partition key.
+async fn other_stream<A: CliApp>(
+    target: &Target,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    i: usize,
+) -> Result<(String, String, &'static str), CliError> {
+    let o = &target.others[i];
+    let arn = o
+        .store
+        .stream_arn()
+        .await?
+        .ok_or_else(|| CliError::NoStream {
+            app: A::NAME,
+            endpoint: target.endpoint.clone(),
+            table: o.name.clone(),
+        })?;
+    let schema = &o.table.schema;
+    super::capture::require_stream_view(streams, &arn, schema, A::NAME, &target.endpoint, &o.name)
+        .await?;
+    Ok((o.name.clone(), arn, schema.key.partition_key))
+}
+
+/// Where the loop's lines go: stdout, or stderr when stdout carries the
+/// JSON summary (`--json`).
+#[derive(Debug, Clone, Copy)]
+struct Lines {
+    json: bool,
+}
+
+impl Lines {
+    /// Say `line`.
+    fn say(self, line: String) {
+        if self.json {
+            eprintln!("{line}");
         } else {
-            format!(", event source {}", s.id)
-        };
-        say(format!("  stream {} (table {}{source})", s.arn, s.table));
-        say(format!("    {}", s.mapping.line()));
-        if let Some(f) = &s.mapping.failure_file {
-            say(format!(
-                "    records given up on are reported to {}",
-                f.display()
-            ));
-        }
-        for note in &s.notes {
-            say(format!("    {note}"));
+            println!("{line}");
         }
     }
-    say(format!(
-        "  write to it: {} table load --endpoint-url {} --table {} FILE",
-        A::NAME,
-        target.endpoint,
-        target.table
-    ));
-    let finish = |logs: &[BatchLog], ticks: &[Value], failures: &[Value], sources: &[DevSource]| {
-        if !json_out {
-            return;
+}
+
+/// The loop as it runs: its event sources and the worker they invoke,
+/// where it keeps its place, and what it did so far.
+struct DevLoop<'a, A: CliApp> {
+    args: &'a DevArgs,
+    plan: &'a DevPlan,
+    target: Target,
+    worker: Worker<A::Job>,
+    sources: Vec<DevSource>,
+    state: StateFile,
+    lines: Lines,
+    logs: Vec<BatchLog>,
+    ticks: Vec<Value>,
+    /// The failure records of what was given up on.
+    failures: Vec<Value>,
+}
+
+impl<'a, A: CliApp> DevLoop<'a, A> {
+    /// Open the tables and their streams (refusing one that lacks what the
+    /// handlers read, before anything is written or read), load the
+    /// snapshot, make the worker and open every event source.
+    async fn open(args: &'a DevArgs, plan: &'a DevPlan) -> Result<DevLoop<'a, A>, CliError> {
+        let lines = Lines { json: args.json };
+        let target = Target::open(&args.table, &plan.app, &plan.table).await?;
+        target.announce_writes().await;
+        // The target table's stream here, the other tables' with their
+        // sources.
+        let arn = target.stream_arn().await?;
+        let streams = target.streams_client().await;
+        super::capture::require_stream_view(
+            &streams,
+            &arn,
+            &plan.app.schema,
+            A::NAME,
+            &target.endpoint,
+            &target.table,
+        )
+        .await?;
+        if let Some(p) = &args.snapshot {
+            let n = load_snapshot(&target, p).await?;
+            lines.say(format!("loaded {n} items from {}", p.display()));
         }
-        let first = &sources[0];
-        super::output::print_json(&json!({
-            "table": target.table,
-            "streamArn": first.arn,
-            "template": deployment.as_ref().map(|d| d.file.clone()),
-            "mapping": first.mapping.to_json(),
-            "sources": sources.iter().map(DevSource::to_json).collect::<Vec<_>>(),
-            "schedules": plan.iter().map(|(job, expr, _)| json!({"job": job, "schedule": expr})).collect::<Vec<_>>(),
-            "batches": logs,
-            "ticks": ticks,
-            "filtered": sources.iter().map(|s| s.events.source().filtered).sum::<usize>(),
-            "failures": failures,
-            "pending": sources.iter().map(|s| s.events.pending()).sum::<usize>(),
-            "position": first.position().shards,
-        }));
-    };
-    if args.until_idle {
-        let mut logs: Vec<BatchLog> = Vec::new();
-        let mut gave_up: Vec<Value> = Vec::new();
-        // Every stream until none has anything new (one table's writes
-        // may be another's records).
+        let (worker, _) = worker::<A>(&target, None, false, &args.env)?;
+        let sources = open_sources::<A>(args, plan, &target, &streams, &arn).await?;
+        Ok(DevLoop {
+            args,
+            plan,
+            state: StateFile::new(args.state_file.clone(), plan.saved.as_ref()),
+            target,
+            worker,
+            sources,
+            lines,
+            logs: Vec::new(),
+            ticks: Vec::new(),
+            failures: Vec::new(),
+        })
+    }
+
+    /// The loop's header: the table, where the settings come from, every
+    /// event source with its settings, how to write to the table.
+    fn print_header(&self) {
+        let say = |line: String| self.lines.say(line);
+        say(format!("worker loop on {}", self.target.describe()));
+        say(format!(
+            "  {}",
+            settings_origin::<A>(self.plan.deployment.as_ref())
+        ));
+        for s in &self.sources {
+            let source = if s.id == s.table {
+                String::new()
+            } else {
+                format!(", event source {}", s.id)
+            };
+            say(format!("  stream {} (table {}{source})", s.arn, s.table));
+            say(format!("    {}", s.mapping.line()));
+            if let Some(f) = &s.mapping.failure_file {
+                say(format!(
+                    "    records given up on are reported to {}",
+                    f.display()
+                ));
+            }
+            for note in &s.notes {
+                say(format!("    {note}"));
+            }
+        }
+        say(format!(
+            "  write to it: {} table load --endpoint-url {} --table {} FILE",
+            A::NAME,
+            self.target.endpoint,
+            self.target.table
+        ));
+    }
+
+    /// `--until-idle`: every stream until none has anything new (one
+    /// table's writes may be another's records), then the batches, the
+    /// summary and the exit status.
+    async fn until_idle(mut self) -> Result<ExitCode, CliError> {
         loop {
             let mut round = 0;
-            for s in &mut sources {
+            for s in &mut self.sources {
                 let more = s
                     .events
-                    .run_until_idle(&s.function(&worker), Duration::from_secs(600))
+                    .run_until_idle(&s.function(&self.worker), Duration::from_secs(600))
                     .await
                     .map_err(|e| match e {
                         LoopError::Environment(fault) => CliError::Environment(fault),
                         e => CliError::Usage(e.to_string()),
                     })?;
-                gave_up.extend(s.give_up(&more));
+                self.failures.extend(s.give_up(&more));
                 round += more.len();
-                logs.extend(more);
+                self.logs.extend(more);
             }
             if round == 0 {
                 break;
             }
         }
-        for l in &logs {
-            say(l.line());
+        for l in &self.logs {
+            self.lines.say(l.line());
         }
-        state.save(&sources)?;
-        say(format!(
+        self.state.save(&self.sources)?;
+        self.lines.say(format!(
             "idle after {} batches ({} records filtered out, {} given up on)",
-            logs.len(),
-            sources
-                .iter()
-                .map(|s| s.events.source().filtered)
-                .sum::<usize>(),
-            gave_up.len()
+            self.logs.len(),
+            self.filtered(),
+            self.failures.len()
         ));
-        finish(&logs, &[], &gave_up, &sources);
-        return Ok(super::exit_status(
-            not_all_handled(&logs, &[], &gave_up),
-            false,
-        ));
+        Ok(self.finish())
     }
-    let mut all_logs: Vec<BatchLog> = Vec::new();
-    let mut ticks: Vec<Value> = Vec::new();
-    let mut failures: Vec<Value> = Vec::new();
-    let now = Utc::now();
-    let mut ticker = Ticker::new(plan.clone(), now);
-    say("  schedules:".to_owned());
-    for e in ticker.entries() {
-        say(format!(
-            "    {:<18} {:<28} next: {}",
-            e.name,
-            e.expr,
-            e.next
-                .map(super::rfc3339)
-                .unwrap_or_else(|| "never".to_owned())
-        ));
+
+    /// Until Ctrl-C: poll every stream and fire the ticks due, then the
+    /// summary and the exit status. An environment fault stops the loop
+    /// (its place saved).
+    async fn follow(mut self) -> Result<ExitCode, CliError> {
+        let mut ticker = Ticker::new(self.plan.schedules.clone(), Utc::now());
+        self.lines.say("  schedules:".to_owned());
+        for e in ticker.entries() {
+            self.lines.say(format!(
+                "    {:<18} {:<28} next: {}",
+                e.name,
+                e.expr,
+                e.next
+                    .map(super::rfc3339)
+                    .unwrap_or_else(|| "never".to_owned())
+            ));
+        }
+        let poll_interval = self.args.poll_interval;
+        self.lines
+            .say(format!("polling every {poll_interval} ms; Ctrl-C stops"));
+        let interval = Duration::from_millis(poll_interval.max(10));
+        // One listener for the whole loop: a Ctrl-C during a poll is not lost.
+        let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
+        loop {
+            self.poll().await?;
+            self.state.save(&self.sources)?;
+            for (job, at) in ticker.due(Utc::now()) {
+                let line = self.tick(job, at).await?;
+                self.lines
+                    .say(format!("{} {line}", Utc::now().format("%H:%M:%S")));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = &mut stop => {
+                    let pending: usize = self.sources.iter().map(|s| s.events.pending()).sum();
+                    self.lines.say(format!("stopping ({pending} records pending)"));
+                    self.state.save(&self.sources)?;
+                    return Ok(self.finish());
+                }
+            }
+        }
     }
-    say(format!(
-        "polling every {} ms; Ctrl-C stops",
-        args.poll_interval
-    ));
-    let interval = Duration::from_millis(args.poll_interval.max(10));
-    // One listener for the whole loop: a Ctrl-C during a poll is not lost.
-    let mut stop = std::pin::pin!(tokio::signal::ctrl_c());
-    loop {
-        for s in &mut sources {
-            match s.events.poll_once(&s.function(&worker)).await {
+
+    /// Poll every stream once, saying each batch; a stream that cannot be
+    /// read is retried at the next poll.
+    async fn poll(&mut self) -> Result<(), CliError> {
+        for s in &mut self.sources {
+            match s.events.poll_once(&s.function(&self.worker)).await {
                 Ok(report) => {
                     for l in &report.batches {
-                        say(format!("{} {}", Utc::now().format("%H:%M:%S"), l.line()));
+                        let at = Utc::now().format("%H:%M:%S");
+                        self.lines.say(format!("{at} {}", l.line()));
                     }
-                    failures.extend(s.give_up(&report.batches));
-                    all_logs.extend(report.batches);
+                    self.failures.extend(s.give_up(&report.batches));
+                    self.logs.extend(report.batches);
                     if let Some(fault) = report.environment_fault {
-                        state.save(&sources)?;
+                        self.state.save(&self.sources)?;
                         return Err(CliError::Environment(fault));
                     }
                 }
@@ -1033,20 +1119,26 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                 ),
             }
         }
-        state.save(&sources)?;
-        for (job, at) in ticker.due(Utc::now()) {
-            let event = json!({"job": job, "scheduledTime": super::rfc3339(at)});
-            let timeout = args
-                .deploy
-                .timeout(deployment.as_ref().and_then(|d| d.job_timeout(&job)));
-            let line = match worker.handle_schedule(&event, deadline(timeout)).await {
+        Ok(())
+    }
+
+    /// Fire the tick of `job` scheduled `at` within its function's
+    /// timeout: the line saying what it did.
+    async fn tick(&mut self, job: String, at: DateTime<Utc>) -> Result<String, CliError> {
+        let scheduled = super::rfc3339(at);
+        let event = json!({"job": job, "scheduledTime": scheduled});
+        let deployment = self.plan.deployment.as_ref();
+        let timeout = self
+            .args
+            .deploy
+            .timeout(deployment.and_then(|d| d.job_timeout(&job)));
+        Ok(
+            match self.worker.handle_schedule(&event, deadline(timeout)).await {
                 Ok(r) => {
-                    ticks.push(
-                        json!({"job": job, "scheduledTime": super::rfc3339(at), "report": r}),
-                    );
+                    self.ticks
+                        .push(json!({"job": job, "scheduledTime": scheduled, "report": r}));
                     format!(
-                        "tick {job} (scheduled {}): {}{}",
-                        super::rfc3339(at),
+                        "tick {job} (scheduled {scheduled}): {}{}",
                         r.summary,
                         if r.complete {
                             ""
@@ -1057,28 +1149,70 @@ pub async fn run<A: CliApp>(args: DevArgs) -> Result<ExitCode, CliError> {
                 }
                 Err(e) => {
                     if let Some(fault) = environment_fault(&e) {
-                        state.save(&sources)?;
+                        self.state.save(&self.sources)?;
                         return Err(CliError::Environment(fault.0));
                     }
-                    ticks.push(json!({"job": job, "scheduledTime": super::rfc3339(at), "error": e.to_string()}));
+                    self.ticks.push(
+                        json!({"job": job, "scheduledTime": scheduled, "error": e.to_string()}),
+                    );
                     format!("tick {job}: FAILED: {e}")
                 }
-            };
-            say(format!("{} {line}", Utc::now().format("%H:%M:%S")));
+            },
+        )
+    }
+
+    /// The records filtered out, over every source.
+    fn filtered(&self) -> usize {
+        self.sources
+            .iter()
+            .map(|s| s.events.source().filtered)
+            .sum()
+    }
+
+    /// Print the JSON summary (`--json`); the loop's exit status.
+    fn finish(&self) -> ExitCode {
+        if self.args.json {
+            let first = &self.sources[0];
+            let schedules = self.plan.schedules.iter();
+            super::output::print_json(&json!({
+                "table": self.target.table,
+                "streamArn": first.arn,
+                "template": self.plan.deployment.as_ref().map(|d| d.file.clone()),
+                "mapping": first.mapping.to_json(),
+                "sources": self.sources.iter().map(DevSource::to_json).collect::<Vec<_>>(),
+                "schedules": schedules.map(|(job, expr, _)| json!({"job": job, "schedule": expr})).collect::<Vec<_>>(),
+                "batches": self.logs,
+                "ticks": self.ticks,
+                "filtered": self.filtered(),
+                "failures": self.failures,
+                "pending": self.sources.iter().map(|s| s.events.pending()).sum::<usize>(),
+                "position": first.position().shards,
+            }));
         }
-        tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = &mut stop => {
-                let pending: usize = sources.iter().map(|s| s.events.pending()).sum();
-                say(format!("stopping ({pending} records pending)"));
-                state.save(&sources)?;
-                finish(&all_logs, &ticks, &failures, &sources);
-                return Ok(super::exit_status(
-                    not_all_handled(&all_logs, &ticks, &failures),
-                    false,
-                ));
-            }
-        }
+        super::exit_status(
+            not_all_handled(&self.logs, &self.ticks, &self.failures),
+            false,
+        )
+    }
+}
+
+/// Where the loop's settings come from, as its header says.
+fn settings_origin<A: CliApp>(deployment: Option<&Deployment>) -> String {
+    match deployment {
+        None => match A::TEMPLATE {
+            Some(path) => format!(
+                "no template ({path} is not in {}; --template FILE): the defaults",
+                std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_else(|_| "this directory".to_owned())
+            ),
+            None => "no template: the defaults".to_owned(),
+        },
+        Some(d) if d.streams.is_empty() => format!(
+            "settings from {} (no DynamoDB event source in it: every table's stream with the defaults)",
+            d.file
+        ),
+        Some(d) => format!("settings from {}", d.file),
     }
 }
 

@@ -881,141 +881,200 @@ async fn replay_destinations<J: JobName>(
     target: &Target,
     replay: &Replay<'_, J>,
 ) -> Result<bool, CliError> {
-    let mode = if args.apply { "" } else { " (dry run)" };
     if let Some(url) = &args.s3 {
-        let location = S3Location::parse(url)?;
-        let bucket = bucket::Bucket::new(
-            location,
-            args.s3_endpoint_url.as_deref(),
-            &args.endpoint.aws,
-        )
-        .await;
-        eprintln!("reading {} at {}", bucket.location, bucket.endpoint);
-        let keys = bucket.keys().await?;
-        println!("{} object(s) under {}", keys.len(), bucket.location);
-        let mut totals = Totals::default();
-        let mut deleted = 0;
-        for key in &keys {
-            let url = bucket.location.url_of(key);
-            let (title, outcome) = match bucket.read(key).await? {
-                Err(reason) => (
-                    format!("redrive{mode} of {url}"),
-                    Err(format!(
-                        "not an invocation record of a DynamoDB stream: {reason}"
-                    )),
-                ),
-                Ok(record) => (
-                    format!("redrive{mode} of {url} ({})", describe_range(&record.range)),
-                    replay
-                        .batch(
-                            &record.records,
-                            &record.range.stream_arn,
-                            &record.range.shard_id,
-                            record.range.condition.as_deref(),
-                        )
-                        .await
-                        .map_err(|e| e.to_string()),
-                ),
-            };
-            let done = totals.batch(&title, outcome);
-            match (args.apply, done) {
-                (true, true) => {
-                    bucket.delete(key).await?;
-                    deleted += 1;
-                    println!("  object deleted");
-                }
-                (true, false) => println!("  object left in the bucket"),
-                (false, true) => println!("  object would be deleted"),
-                (false, false) => println!("  object would be left in the bucket"),
-            }
-        }
-        totals.print("object(s)", args.apply);
-        if args.apply {
-            println!(
-                "{} object(s) deleted, {} left in the bucket",
-                deleted,
-                keys.len() - deleted
-            );
-        }
-        if !args.apply && !keys.is_empty() {
-            println!("nothing written or deleted; run again with --apply to replay them");
-        }
-        return Ok(totals.failed(args.apply));
+        return replay_bucket(args, url, replay).await;
     }
-
     let streams = target.streams_client().await;
     if let Some(url) = &args.queue_url {
-        let q = queue::Queue::new(
-            url.clone(),
-            args.sqs_endpoint_url.as_deref(),
-            &args.endpoint.aws,
-        )
-        .await;
-        eprintln!("reading {} at {}", q.url, q.endpoint);
-        let mut messages = q.receive_all().await?;
-        // Stream order within a shard; what is not an on-failure message last.
-        messages.sort_by(|a, b| match (&a.range, &b.range) {
-            (Ok(a), Ok(b)) => {
-                (&a.stream_arn, &a.shard_id, &a.start).cmp(&(&b.stream_arn, &b.shard_id, &b.start))
-            }
-            (Ok(_), Err(_)) => std::cmp::Ordering::Less,
-            (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
-            (Err(_), Err(_)) => a.id.cmp(&b.id),
-        });
-        println!("{} message(s) in {}", messages.len(), q.url);
-        let mut deleted: HashSet<String> = HashSet::new();
-        let mut totals = Totals::default();
-        let run = async {
-            for m in &messages {
-                let (title, outcome) = match &m.range {
-                    Err(reason) => (
-                        format!("redrive{mode} of message {}", m.id),
-                        Err(format!(
-                            "not an on-failure message of a DynamoDB stream: {reason}"
-                        )),
-                    ),
-                    Ok(range) => (
-                        format!("redrive{mode} of {}", describe_range(range)),
-                        replay_range(replay, &streams, range).await,
-                    ),
-                };
-                match (args.apply, totals.batch(&title, outcome)) {
-                    (true, true) => {
-                        q.delete(m).await?;
-                        deleted.insert(m.id.clone());
-                        println!("  message deleted from the queue");
-                    }
-                    (true, false) => println!("  message left in the queue"),
-                    (false, true) => println!("  message would be deleted from the queue"),
-                    (false, false) => println!("  message would be left in the queue"),
-                }
-            }
-            Ok::<(), CliError>(())
-        }
-        .await;
-        // Whatever happened: what is not deleted is visible again.
-        let left: Vec<&queue::Message> = messages
-            .iter()
-            .filter(|m| !deleted.contains(&m.id))
-            .collect();
-        let released = q.release(&left).await;
-        run?;
-        let released = released?;
-        totals.print("message(s)", args.apply);
-        if args.apply {
-            println!(
-                "{} message(s) deleted from the queue, {released} left in it (visible again)",
-                deleted.len()
-            );
-        } else {
-            println!("the queue is as it was: {released} message(s) visible again");
-            if !messages.is_empty() {
-                println!("nothing written or deleted; run again with --apply to replay them");
-            }
-        }
-        return Ok(totals.failed(args.apply));
+        return replay_queue(args, url, &streams, replay).await;
     }
+    replay_failure_files(args, &streams, replay).await
+}
 
+/// How a batch's title marks a dry run.
+fn mode(args: &RedriveArgs) -> &'static str {
+    if args.apply { "" } else { " (dry run)" }
+}
+
+/// The objects under `--s3`, each replayed and deleted once done.
+async fn replay_bucket<J: JobName>(
+    args: &RedriveArgs,
+    url: &str,
+    replay: &Replay<'_, J>,
+) -> Result<bool, CliError> {
+    let location = S3Location::parse(url)?;
+    let bucket = bucket::Bucket::new(
+        location,
+        args.s3_endpoint_url.as_deref(),
+        &args.endpoint.aws,
+    )
+    .await;
+    eprintln!("reading {} at {}", bucket.location, bucket.endpoint);
+    let keys = bucket.keys().await?;
+    println!("{} object(s) under {}", keys.len(), bucket.location);
+    let mut totals = Totals::default();
+    let mut deleted = 0;
+    for key in &keys {
+        let (title, outcome) = replay_object(args, &bucket, key, replay).await?;
+        match (args.apply, totals.batch(&title, outcome)) {
+            (true, true) => {
+                bucket.delete(key).await?;
+                deleted += 1;
+                println!("  object deleted");
+            }
+            (true, false) => println!("  object left in the bucket"),
+            (false, true) => println!("  object would be deleted"),
+            (false, false) => println!("  object would be left in the bucket"),
+        }
+    }
+    totals.print("object(s)", args.apply);
+    if args.apply {
+        println!(
+            "{} object(s) deleted, {} left in the bucket",
+            deleted,
+            keys.len() - deleted
+        );
+    }
+    if !args.apply && !keys.is_empty() {
+        println!("nothing written or deleted; run again with --apply to replay them");
+    }
+    Ok(totals.failed(args.apply))
+}
+
+/// The object `key`'s batch replayed: its title, and what the replay did
+/// (`Err`: why it cannot be replayed).
+async fn replay_object<J: JobName>(
+    args: &RedriveArgs,
+    bucket: &bucket::Bucket,
+    key: &str,
+    replay: &Replay<'_, J>,
+) -> Result<(String, Result<RedriveReport, String>), CliError> {
+    let url = bucket.location.url_of(key);
+    let mode = mode(args);
+    Ok(match bucket.read(key).await? {
+        Err(reason) => (
+            format!("redrive{mode} of {url}"),
+            Err(format!(
+                "not an invocation record of a DynamoDB stream: {reason}"
+            )),
+        ),
+        Ok(record) => (
+            format!("redrive{mode} of {url} ({})", describe_range(&record.range)),
+            replay
+                .batch(
+                    &record.records,
+                    &record.range.stream_arn,
+                    &record.range.shard_id,
+                    record.range.condition.as_deref(),
+                )
+                .await
+                .map_err(|e| e.to_string()),
+        ),
+    })
+}
+
+/// The messages of `--queue-url`, each replayed and deleted once done;
+/// whatever happens, those not deleted are made visible again.
+async fn replay_queue<J: JobName>(
+    args: &RedriveArgs,
+    url: &str,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    replay: &Replay<'_, J>,
+) -> Result<bool, CliError> {
+    let q = queue::Queue::new(
+        url.to_owned(),
+        args.sqs_endpoint_url.as_deref(),
+        &args.endpoint.aws,
+    )
+    .await;
+    eprintln!("reading {} at {}", q.url, q.endpoint);
+    let mut messages = q.receive_all().await?;
+    messages.sort_by(stream_order);
+    println!("{} message(s) in {}", messages.len(), q.url);
+    let mut deleted: HashSet<String> = HashSet::new();
+    let mut totals = Totals::default();
+    let run = async {
+        for m in &messages {
+            let (title, outcome) = replay_message(args, m, streams, replay).await;
+            match (args.apply, totals.batch(&title, outcome)) {
+                (true, true) => {
+                    q.delete(m).await?;
+                    deleted.insert(m.id.clone());
+                    println!("  message deleted from the queue");
+                }
+                (true, false) => println!("  message left in the queue"),
+                (false, true) => println!("  message would be deleted from the queue"),
+                (false, false) => println!("  message would be left in the queue"),
+            }
+        }
+        Ok::<(), CliError>(())
+    }
+    .await;
+    // Whatever happened: what is not deleted is visible again.
+    let left: Vec<&queue::Message> = messages
+        .iter()
+        .filter(|m| !deleted.contains(&m.id))
+        .collect();
+    let released = q.release(&left).await;
+    run?;
+    let released = released?;
+    totals.print("message(s)", args.apply);
+    if args.apply {
+        println!(
+            "{} message(s) deleted from the queue, {released} left in it (visible again)",
+            deleted.len()
+        );
+    } else {
+        println!("the queue is as it was: {released} message(s) visible again");
+        if !messages.is_empty() {
+            println!("nothing written or deleted; run again with --apply to replay them");
+        }
+    }
+    Ok(totals.failed(args.apply))
+}
+
+/// The message `m`'s range read from the stream and replayed: its title,
+/// and what the replay did (`Err`: why it cannot be replayed).
+async fn replay_message<J: JobName>(
+    args: &RedriveArgs,
+    m: &queue::Message,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    replay: &Replay<'_, J>,
+) -> (String, Result<RedriveReport, String>) {
+    let mode = mode(args);
+    match &m.range {
+        Err(reason) => (
+            format!("redrive{mode} of message {}", m.id),
+            Err(format!(
+                "not an on-failure message of a DynamoDB stream: {reason}"
+            )),
+        ),
+        Ok(range) => (
+            format!("redrive{mode} of {}", describe_range(range)),
+            replay_range(replay, streams, range).await,
+        ),
+    }
+}
+
+/// Stream order within a shard; what is not an on-failure message last.
+fn stream_order(a: &queue::Message, b: &queue::Message) -> std::cmp::Ordering {
+    match (&a.range, &b.range) {
+        (Ok(a), Ok(b)) => {
+            (&a.stream_arn, &a.shard_id, &a.start).cmp(&(&b.stream_arn, &b.shard_id, &b.start))
+        }
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(_), Err(_)) => a.id.cmp(&b.id),
+    }
+}
+
+/// The ranges of the `--failure-message` files, each read from the stream
+/// and replayed.
+async fn replay_failure_files<J: JobName>(
+    args: &RedriveArgs,
+    streams: &aws_sdk_dynamodbstreams::Client,
+    replay: &Replay<'_, J>,
+) -> Result<bool, CliError> {
     let mut ranges: Vec<FailureRange> = Vec::new();
     for file in &args.failure_message {
         let text = std::fs::read_to_string(file)
@@ -1033,9 +1092,9 @@ async fn replay_destinations<J: JobName>(
     }
     let mut totals = Totals::default();
     for range in &ranges {
-        let outcome = replay_range(replay, &streams, range).await;
+        let outcome = replay_range(replay, streams, range).await;
         totals.batch(
-            &format!("redrive{mode} of {}", describe_range(range)),
+            &format!("redrive{} of {}", mode(args), describe_range(range)),
             outcome,
         );
     }

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use clap::Args;
@@ -16,13 +17,19 @@ use super::output::{
 };
 use super::replay::{check_config, load_snapshot, recording_worker};
 use super::tables::{
-    SnapshotWritten, diff_all, read_app_snapshot, scan_all, take_made, take_planned, write_all,
+    SnapshotWritten, TableWrites, diff_all, read_app_snapshot, scan_all, take_made, take_planned,
+    write_all,
 };
 use super::target::{
-    AppTable, RemoteWriteOpts, Scope, TableOpts, Target, is_loopback, refuse_remote_writes,
+    AppTable, RemoteWriteOpts, Scope, TableOpts, Target, WriteDestination, is_loopback,
+    refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
-use worker_engine::schedule::JobName;
+use crate::replay::diff::TablesDiff;
+use worker_engine::error::HandlerError;
+use worker_engine::schedule::{JobName, JobReport};
+use worker_engine::store::MetricsSnapshot;
+use worker_engine::store::layers::{MadeWrite, PlannedWrite};
 
 /// Options of `run`.
 #[derive(Debug, Clone, Default, Args)]
@@ -77,6 +84,41 @@ pub async fn scan_cost(target: &Target) -> Result<(i64, i64, f64), CliError> {
 
 /// `<app> run`.
 pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
+    let plan = plan::<A>(&args)?;
+    let opened = open(&args, &plan).await?;
+    let ran = execute::<A>(&args, &plan, &opened).await?;
+    let report = Report {
+        args: &args,
+        plan: &plan,
+        opened: &opened,
+        ran: &ran,
+    };
+    if args.json {
+        report.print_json();
+    } else {
+        report.print_text();
+    }
+    if let Err(e) = &ran.result
+        && e.kind() == worker_engine::error::FailureKind::Environment
+    {
+        return Err(CliError::Environment(e.to_string()));
+    }
+    let incomplete = ran.result.as_ref().is_ok_and(|r| !r.complete);
+    Ok(super::exit_status(ran.result.is_err(), incomplete))
+}
+
+/// What `run` runs and where, checked before anything is opened.
+struct Plan<J> {
+    job: J,
+    app: AppTable,
+    table: String,
+    /// The timeout of the job's function.
+    timeout: Option<Duration>,
+}
+
+/// Check the command: the job known and in this build, the configuration,
+/// the snapshot readable and allowed to be loaded; the job's timeout.
+fn plan<A: CliApp>(args: &RunArgs) -> Result<Plan<A::Job>, CliError> {
     let job = A::Job::parse(&args.job).ok_or_else(|| {
         CliError::Usage(format!(
             "unknown job {:?}: expected one of {}",
@@ -115,7 +157,31 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             .as_ref()
             .and_then(|d| d.job_timeout(job.as_str())),
     );
-    let target = Target::open(&args.table, &app, &table).await?;
+    Ok(Plan {
+        job,
+        app,
+        table,
+        timeout,
+    })
+}
+
+/// The tables the job runs on, opened, and how the run treats them.
+struct Opened {
+    target: Target,
+    /// Nothing is written: asked for, or the table is elsewhere and remote
+    /// writes are not allowed.
+    dry_run: bool,
+    /// Where the writes go, when that is not this machine.
+    destination: Option<WriteDestination>,
+    /// The tables are scanned before and after the job, to show what
+    /// changed.
+    scan: bool,
+}
+
+/// Open the tables, say whether the run writes, load the snapshot, and
+/// say what `--diff` costs on a table elsewhere.
+async fn open<J>(args: &RunArgs, plan: &Plan<J>) -> Result<Opened, CliError> {
+    let target = Target::open(&args.table, &plan.app, &plan.table).await?;
     // A table elsewhere is only read unless remote writes are allowed.
     let remote = !target.is_embedded() && !is_loopback(&target.endpoint);
     let dry_run = args.dry_run || (remote && !args.remote.allow_remote_writes);
@@ -141,69 +207,127 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             target.describe()
         );
     }
-    let (worker, layers) = recording_worker::<A>(&target, args.now, dry_run, &args.env)?;
-    let before = if scan {
-        Some(scan_all(&target, None).await?)
+    Ok(Opened {
+        target,
+        dry_run,
+        destination,
+        scan,
+    })
+}
+
+/// What running the job did.
+struct Ran<J: JobName> {
+    result: Result<JobReport<J>, HandlerError>,
+    elapsed: Duration,
+    /// The requests of the run.
+    metrics: MetricsSnapshot,
+    planned: Vec<TableWrites<PlannedWrite>>,
+    made: Vec<TableWrites<MadeWrite>>,
+    /// What changed in the tables, when they were scanned.
+    diff: Option<TablesDiff>,
+    /// The snapshot written after the run (`--write-snapshot`).
+    written: Option<SnapshotWritten>,
+}
+
+/// Run the job within its timeout (scanning the tables before and after
+/// when asked), and write the snapshot after it.
+async fn execute<A: CliApp>(
+    args: &RunArgs,
+    plan: &Plan<A::Job>,
+    opened: &Opened,
+) -> Result<Ran<A::Job>, CliError> {
+    let target = &opened.target;
+    let (worker, layers) = recording_worker::<A>(target, args.now, opened.dry_run, &args.env)?;
+    let before = if opened.scan {
+        Some(scan_all(target, None).await?)
     } else {
         None
     };
-    let (spinner, ticker) = job_spinner(job.as_str(), target.store.clone());
+    let (spinner, ticker) = job_spinner(plan.job.as_str(), target.store.clone());
     let started = std::time::Instant::now();
     let metrics_before = target.store.metrics().snapshot();
-    let result = worker.run_job(job, deadline(timeout)).await;
+    let result = worker.run_job(plan.job, deadline(plan.timeout)).await;
     ticker.abort();
     spinner.finish_and_clear();
     let elapsed = started.elapsed();
     let metrics = target.store.metrics().snapshot().since(&metrics_before);
     let planned = take_planned(&layers);
     let made = take_made(&layers);
-    let after = if scan || args.write_snapshot.is_some() {
-        Some(scan_all(&target, None).await?)
+    let after = if opened.scan || args.write_snapshot.is_some() {
+        Some(scan_all(target, None).await?)
     } else {
         None
     };
     let diff = match (&before, &after) {
-        (Some(b), Some(a)) => Some(diff_all(&target, b, a)),
+        (Some(b), Some(a)) => Some(diff_all(target, b, a)),
         _ => None,
     };
     let written = match (&args.write_snapshot, &after) {
-        (Some(path), Some(after)) => Some(write_all(path, &target, after)?),
+        (Some(path), Some(after)) => Some(write_all(path, target, after)?),
         _ => None,
     };
-    let failed = result.is_err();
-    if args.json {
-        let (report, error) = match &result {
+    Ok(Ran {
+        result,
+        elapsed,
+        metrics,
+        planned,
+        made,
+        diff,
+        written,
+    })
+}
+
+/// The command's report of one run.
+struct Report<'a, J: JobName> {
+    args: &'a RunArgs,
+    plan: &'a Plan<J>,
+    opened: &'a Opened,
+    ran: &'a Ran<J>,
+}
+
+impl<J: JobName> Report<'_, J> {
+    /// The report as one JSON document (`--json`).
+    fn print_json(&self) {
+        let (target, ran) = (&self.opened.target, self.ran);
+        let (report, error) = match &ran.result {
             Ok(r) => (serde_json::to_value(r).unwrap_or(Value::Null), Value::Null),
             Err(e) => (Value::Null, Value::from(e.to_string())),
         };
         print_json(&json!({
-            "job": job.as_str(),
+            "job": self.plan.job.as_str(),
             "table": target.table,
             "endpoint": if target.is_embedded() { Value::Null } else { Value::from(target.endpoint.clone()) },
-            "now": args.now.map(super::rfc3339),
-            "dryRun": dry_run,
-            "timeoutSecs": timeout.map(|t| t.as_secs_f64()),
-            "writingTo": destination,
+            "now": self.args.now.map(super::rfc3339),
+            "dryRun": self.opened.dry_run,
+            "timeoutSecs": self.plan.timeout.map(|t| t.as_secs_f64()),
+            "writingTo": self.opened.destination,
             "report": report,
             "error": error,
-            "elapsedMs": elapsed.as_millis() as u64,
-            "metrics": metrics,
-            "plannedWrites": writes_json(&planned, planned_json),
-            "writes": writes_json(&made, made_json),
-            "diff": diff.as_ref().map(|d| d.to_json()),
-            "snapshotWritten": written.as_ref().map(SnapshotWritten::to_json),
+            "elapsedMs": ran.elapsed.as_millis() as u64,
+            "metrics": ran.metrics,
+            "plannedWrites": writes_json(&ran.planned, planned_json),
+            "writes": writes_json(&ran.made, made_json),
+            "diff": ran.diff.as_ref().map(|d| d.to_json()),
+            "snapshotWritten": ran.written.as_ref().map(SnapshotWritten::to_json),
         }));
-    } else {
+    }
+
+    /// The report as text: the run, the job's report, its requests, what
+    /// it wrote (or would have), the snapshot written.
+    fn print_text(&self) {
+        let ran = self.ran;
         println!(
-            "ran {job} on {}{} in {:.1} s ({})",
-            target.describe(),
-            args.now
+            "ran {} on {}{} in {:.1} s ({})",
+            self.plan.job,
+            self.opened.target.describe(),
+            self.args
+                .now
                 .map(|t| format!(", now = {}", super::rfc3339(t)))
                 .unwrap_or_default(),
-            elapsed.as_secs_f64(),
-            describe_timeout(timeout)
+            ran.elapsed.as_secs_f64(),
+            describe_timeout(self.plan.timeout)
         );
-        match &result {
+        match &ran.result {
             Ok(r) => {
                 println!(
                     "{}: {}{}",
@@ -222,6 +346,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             }
             Err(e) => println!("FAILED: {e}"),
         }
+        let metrics = &ran.metrics;
         println!(
             "requests: {} scan pages, {} queries, {} gets, {} writes; {:.1} RCU, {:.1} WCU",
             metrics.scan,
@@ -231,34 +356,34 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
             metrics.read_capacity,
             metrics.write_capacity
         );
-        if dry_run {
+        self.print_writes();
+        if let Some(w) = &ran.written {
+            println!("snapshot written: {}", w.describe());
+        }
+    }
+
+    /// The writes: planned (a dry run), the tables' changes (scanned), or
+    /// those made.
+    fn print_writes(&self) {
+        let ran = self.ran;
+        if self.opened.dry_run {
             println!(
                 "planned writes (dry run, nothing written): {}",
-                write_count(&planned)
+                write_count(&ran.planned)
             );
-            for l in writes_block(&planned, "  ", planned_line) {
+            for l in writes_block(&ran.planned, "  ", planned_line) {
                 println!("{l}");
             }
-        } else if let Some(diff) = &diff {
+        } else if let Some(diff) = &ran.diff {
             println!("table changes: {}", diff.summary());
             for l in tables_diff_block(diff, "  ") {
                 println!("{l}");
             }
         } else {
-            println!("writes made: {}", write_count(&made));
-            for l in writes_block(&made, "  ", made_line) {
+            println!("writes made: {}", write_count(&ran.made));
+            for l in writes_block(&ran.made, "  ", made_line) {
                 println!("{l}");
             }
         }
-        if let Some(w) = &written {
-            println!("snapshot written: {}", w.describe());
-        }
     }
-    if let Err(e) = &result
-        && e.kind() == worker_engine::error::FailureKind::Environment
-    {
-        return Err(CliError::Environment(e.to_string()));
-    }
-    let incomplete = result.as_ref().is_ok_and(|r| !r.complete);
-    Ok(super::exit_status(failed, incomplete))
 }

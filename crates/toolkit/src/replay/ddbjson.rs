@@ -33,120 +33,159 @@ pub fn item_from_json(v: &Value) -> Result<Item, String> {
 
 /// Parse one attribute value; `path` names it in errors (`Parts[2].Name`).
 pub fn attribute_from_json(v: &Value, path: &str) -> Result<AttributeValue, String> {
-    let bad = |what: String| Err(format!("attribute {path}: {what}"));
-    let Some(obj) = v.as_object() else {
-        return bad(format!(
-            "expected a typed value such as {{\"S\": ...}}, found {}",
-            json_type(v)
-        ));
-    };
-    if obj.len() != 1 {
-        let tags: Vec<&str> = obj.keys().map(String::as_str).collect();
-        return bad(format!(
-            "expected exactly one type tag ({}), found {}",
-            TAGS.join(", "),
-            if tags.is_empty() {
-                "none".to_owned()
-            } else {
-                tags.join(", ")
-            }
-        ));
+    Typed::of(v, path)?.value()
+}
+
+/// One attribute value of DynamoDB JSON: its type tag and what the tag
+/// holds, with the attribute's path for errors.
+struct Typed<'a> {
+    path: &'a str,
+    tag: &'a str,
+    inner: &'a Value,
+}
+
+impl<'a> Typed<'a> {
+    /// The one type tag of `v` and its value; an error when `v` is not an
+    /// object of exactly one entry.
+    fn of(v: &'a Value, path: &'a str) -> Result<Typed<'a>, String> {
+        let bad = |what: String| format!("attribute {path}: {what}");
+        let Some(obj) = v.as_object() else {
+            return Err(bad(format!(
+                "expected a typed value such as {{\"S\": ...}}, found {}",
+                json_type(v)
+            )));
+        };
+        if obj.len() != 1 {
+            let tags: Vec<&str> = obj.keys().map(String::as_str).collect();
+            return Err(bad(format!(
+                "expected exactly one type tag ({}), found {}",
+                TAGS.join(", "),
+                if tags.is_empty() {
+                    "none".to_owned()
+                } else {
+                    tags.join(", ")
+                }
+            )));
+        }
+        let (tag, inner) = obj.iter().next().expect("one entry");
+        Ok(Typed { path, tag, inner })
     }
-    let (tag, inner) = obj.iter().next().expect("one entry");
-    let string = |inner: &Value| -> Result<String, String> {
-        inner
+
+    /// `what` is wrong with the attribute.
+    fn error(&self, what: &str) -> String {
+        format!("attribute {}: {what}", self.path)
+    }
+
+    /// The attribute value the tag and its value make.
+    fn value(&self) -> Result<AttributeValue, String> {
+        let inner = self.inner;
+        Ok(match self.tag {
+            "S" => AttributeValue::S(self.string()?),
+            "N" => AttributeValue::N(match inner {
+                // Tolerate a bare JSON number.
+                Value::Number(n) => n.to_string(),
+                _ => self.number(&self.string()?)?,
+            }),
+            "B" => AttributeValue::B(self.blob(&self.string()?)?),
+            "BOOL" => match inner {
+                Value::Bool(b) => AttributeValue::Bool(*b),
+                _ => return Err(self.error("BOOL value must be true or false")),
+            },
+            "NULL" => match inner {
+                Value::Bool(true) => AttributeValue::Null(true),
+                _ => return Err(self.error("NULL value must be true")),
+            },
+            "L" => AttributeValue::L(self.list()?),
+            "M" => AttributeValue::M(self.map()?),
+            "SS" => AttributeValue::Ss(self.strings()?),
+            "NS" => AttributeValue::Ns(
+                self.strings()?
+                    .iter()
+                    .map(|s| self.number(s))
+                    .collect::<Result<_, _>>()?,
+            ),
+            "BS" => AttributeValue::Bs(
+                self.strings()?
+                    .iter()
+                    .map(|s| self.blob(s))
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => {
+                return Err(self.error(&format!(
+                    "unknown type tag {other:?}: expected one of {}",
+                    TAGS.join(", ")
+                )));
+            }
+        })
+    }
+
+    /// The tag's value as a string.
+    fn string(&self) -> Result<String, String> {
+        self.inner
             .as_str()
             .map(str::to_owned)
-            .ok_or_else(|| format!("attribute {path}: {tag} value must be a string"))
-    };
-    let number = |s: &str| -> Result<String, String> {
+            .ok_or_else(|| self.error(&format!("{} value must be a string", self.tag)))
+    }
+
+    /// `s`, a number of the tag's value.
+    fn number(&self, s: &str) -> Result<String, String> {
         if is_number(s) {
             Ok(s.to_owned())
         } else {
-            Err(format!("attribute {path}: {tag} value is not a number"))
+            Err(self.error(&format!("{} value is not a number", self.tag)))
         }
-    };
-    let blob = |s: &str| -> Result<Blob, String> {
+    }
+
+    /// `s`, a base64 binary of the tag's value.
+    fn blob(&self, s: &str) -> Result<Blob, String> {
         aws_smithy_types::base64::decode(s)
             .map(Blob::new)
-            .map_err(|_| format!("attribute {path}: {tag} value is not base64"))
-    };
-    let strings = |inner: &Value| -> Result<Vec<String>, String> {
-        let Some(arr) = inner.as_array() else {
-            return Err(format!(
-                "attribute {path}: {tag} value must be an array of strings"
-            ));
+            .map_err(|_| self.error(&format!("{} value is not base64", self.tag)))
+    }
+
+    /// The tag's value as a set's members: a non-empty array of strings.
+    fn strings(&self) -> Result<Vec<String>, String> {
+        let not_strings = || self.error(&format!("{} value must be an array of strings", self.tag));
+        let Some(arr) = self.inner.as_array() else {
+            return Err(not_strings());
         };
         let out: Vec<String> = arr
             .iter()
-            .map(|x| {
-                x.as_str().map(str::to_owned).ok_or_else(|| {
-                    format!("attribute {path}: {tag} value must be an array of strings")
-                })
-            })
+            .map(|x| x.as_str().map(str::to_owned).ok_or_else(not_strings))
             .collect::<Result<_, _>>()?;
         if out.is_empty() {
-            return Err(format!(
-                "attribute {path}: an empty {tag} set is not allowed"
-            ));
+            return Err(self.error(&format!("an empty {} set is not allowed", self.tag)));
         }
         Ok(out)
-    };
-    Ok(match tag.as_str() {
-        "S" => AttributeValue::S(string(inner)?),
-        "N" => AttributeValue::N(match inner {
-            // Tolerate a bare JSON number.
-            Value::Number(n) => n.to_string(),
-            _ => number(&string(inner)?)?,
-        }),
-        "B" => AttributeValue::B(blob(&string(inner)?)?),
-        "BOOL" => match inner {
-            Value::Bool(b) => AttributeValue::Bool(*b),
-            _ => return bad("BOOL value must be true or false".into()),
-        },
-        "NULL" => match inner {
-            Value::Bool(true) => AttributeValue::Null(true),
-            _ => return bad("NULL value must be true".into()),
-        },
-        "L" => match inner {
-            Value::Array(items) => AttributeValue::L(
-                items
-                    .iter()
-                    .enumerate()
-                    .map(|(i, x)| attribute_from_json(x, &format!("{path}[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            ),
-            _ => return bad("L value must be an array".into()),
-        },
-        "M" => match inner {
-            Value::Object(attrs) => AttributeValue::M(
-                attrs
-                    .iter()
-                    .map(|(k, x)| Ok((k.clone(), attribute_from_json(x, &format!("{path}.{k}"))?)))
-                    .collect::<Result<_, String>>()?,
-            ),
-            _ => return bad("M value must be an object".into()),
-        },
-        "SS" => AttributeValue::Ss(strings(inner)?),
-        "NS" => AttributeValue::Ns(
-            strings(inner)?
-                .iter()
-                .map(|s| number(s))
-                .collect::<Result<_, _>>()?,
-        ),
-        "BS" => AttributeValue::Bs(
-            strings(inner)?
-                .iter()
-                .map(|s| blob(s))
-                .collect::<Result<_, _>>()?,
-        ),
-        other => {
-            return bad(format!(
-                "unknown type tag {other:?}: expected one of {}",
-                TAGS.join(", ")
-            ));
-        }
-    })
+    }
+
+    /// The elements of an `L` value (`path[i]` in errors).
+    fn list(&self) -> Result<Vec<AttributeValue>, String> {
+        let Value::Array(items) = self.inner else {
+            return Err(self.error("L value must be an array"));
+        };
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, x)| attribute_from_json(x, &format!("{}[{i}]", self.path)))
+            .collect()
+    }
+
+    /// The attributes of an `M` value (`path.name` in errors).
+    fn map(&self) -> Result<HashMap<String, AttributeValue>, String> {
+        let Value::Object(attrs) = self.inner else {
+            return Err(self.error("M value must be an object"));
+        };
+        attrs
+            .iter()
+            .map(|(k, x)| {
+                Ok((
+                    k.clone(),
+                    attribute_from_json(x, &format!("{}.{k}", self.path))?,
+                ))
+            })
+            .collect()
+    }
 }
 
 /// Whether `s` is a DynamoDB number (decimal, optional sign and exponent).
