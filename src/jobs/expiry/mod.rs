@@ -544,19 +544,17 @@ impl ExpiryHandler {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Apply a container's change: nothing when its record planned nothing,
+    /// else read, decide and write ([`Self::container_attempt`]) until its
+    /// flags land or [`FLAG_ATTEMPTS`] reads have all been overtaken.
     async fn container_changed(
         &self,
-        id: ContainerId,
-        removal: bool,
-        before: Option<Container>,
-        plans: Vec<FoodPlan>,
-        flags_by_link: bool,
+        change: ContainerChange,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
-        const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
-        if plans.is_empty() {
-            return Ok(HandlerOutcome::Nothing(if flags_by_link {
+        let id = change.id;
+        if change.plans.is_empty() {
+            return Ok(HandlerOutcome::Nothing(if change.flags_by_link {
                 format!("container {id}: no reminder to write; {BY_LINK}")
             } else {
                 "no food added, removed, or with a changed expiry or name".into()
@@ -566,17 +564,7 @@ impl ExpiryHandler {
         // after the read is decided again from a fresh read: the change's
         // own record plans only the foods *it* changed.
         for _ in 0..FLAG_ATTEMPTS {
-            let attempt = self
-                .container_attempt(
-                    id,
-                    removal,
-                    before.as_ref(),
-                    plans.clone(),
-                    flags_by_link,
-                    now,
-                )
-                .await?;
-            if let Some(outcome) = attempt {
+            if let Some(outcome) = self.container_attempt(&change, now).await? {
                 return Ok(outcome);
             }
         }
@@ -585,112 +573,118 @@ impl ExpiryHandler {
 
     /// One read-decide-write of [`Self::container_changed`]; `None` when
     /// its flags were withheld.
-    #[allow(clippy::too_many_arguments)]
     async fn container_attempt(
         &self,
-        id: ContainerId,
-        removal: bool,
-        before: Option<&Container>,
-        plans: Vec<FoodPlan>,
-        flags_by_link: bool,
+        change: &ContainerChange,
         now: DateTime<Utc>,
     ) -> Result<Option<HandlerOutcome>, HandlerError> {
-        const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
-        // The record says which foods changed; the container as it is now
-        // says what their flags must be (a record handled after later
-        // writes, a removal followed by a rewrite).
-        let read = read_container(self.store.as_ref(), id).await?;
-        let (removal, plans, as_read) = match read.container {
-            Ok(current) => (
-                current.is_none(),
-                replan_from_current(
-                    id,
-                    before,
-                    current.as_ref(),
-                    flags_by_link,
-                    now,
-                    &self.rules,
-                ),
-                Some(read.as_read),
-            ),
-            // The stored item does not decode (its own record says why):
-            // this record's images are all there is to go by.
-            Err(_) => (removal, plans, None),
-        };
-        if plans.is_empty() {
+        let id = change.id;
+        let replan = self.read_and_replan(change, now).await?;
+        if replan.plans.is_empty() {
             return Ok(Some(HandlerOutcome::Nothing(format!(
                 "container {id}: its current foods need no flag or reminder change"
             ))));
         }
-        let needs_group = plans.iter().any(|p| p.flag != FlagAction::Keep);
-        let groups = if !needs_group {
-            Vec::new()
-        } else if removal {
-            // The flags in a removed group are its cascade's (the service
-            // deletes a group's containers with it): only live groups here.
-            let linked = linked_groups(self.store.as_ref(), id).await?;
-            super::existing_groups(self.store.as_ref(), linked).await?
-        } else {
-            let owning = owning_groups(self.store.as_ref(), id).await?;
-            linked_now(self.store.as_ref(), id, owning).await?
-        };
-        let (reminders, flags) = match &as_read {
-            Some(_) => (
-                container_reminder_ops(&plans, &groups, now, &self.rules),
-                container_flag_ops(&plans, &groups),
-            ),
-            None => (container_ops(&plans, &groups, now, &self.rules), Vec::new()),
-        };
-        if reminders.is_empty() && flags.is_empty() {
+        let groups = self.flag_groups(id, &replan).await?;
+        let ops = container_writes(&replan, &groups, now, &self.rules);
+        if ops.reminders.is_empty() && ops.flags.is_empty() {
             return Ok(Some(HandlerOutcome::Nothing(format!(
                 "{} food(s) changed; nothing to write without a group link",
-                plans.len()
+                replan.plans.len()
             ))));
         }
-        let mut writes = 0;
-        if !reminders.is_empty() {
-            writes += self.store.batch_write(reminders).await?.items;
+        let Some(writes) = self.write_container(id, &replan, &groups, ops).await? else {
+            return Ok(None);
+        };
+        Ok(Some(container_outcome(change, &replan, &groups, writes)))
+    }
+
+    /// Read the container as it is now and plan the change's foods again,
+    /// from the record's old image to it: the record says which foods
+    /// changed, the container as it is now what their flags must be (a
+    /// record handled after later writes, a removal followed by a
+    /// rewrite).
+    async fn read_and_replan(
+        &self,
+        change: &ContainerChange,
+        now: DateTime<Utc>,
+    ) -> Result<Replan, StoreError> {
+        let read = read_container(self.store.as_ref(), change.id).await?;
+        Ok(match read.container {
+            Ok(current) => Replan {
+                removal: current.is_none(),
+                plans: replan_from_current(
+                    change.id,
+                    change.before.as_ref(),
+                    current.as_ref(),
+                    change.flags_by_link,
+                    now,
+                    &self.rules,
+                ),
+                as_read: Some(read.as_read),
+            },
+            // The stored item does not decode (its own record says why):
+            // this record's images are all there is to go by.
+            Err(_) => Replan {
+                removal: change.removal,
+                plans: change.plans.clone(),
+                as_read: None,
+            },
+        })
+    }
+
+    /// The groups whose flags the plans change (none when no flag changes):
+    /// for a removed container the live groups still linked to it, else
+    /// the owning groups whose link is there now.
+    async fn flag_groups(
+        &self,
+        id: ContainerId,
+        replan: &Replan,
+    ) -> Result<Vec<GroupId>, StoreError> {
+        let store = self.store.as_ref();
+        if !replan.needs_group() {
+            Ok(Vec::new())
+        } else if replan.removal {
+            // The flags in a removed group are its cascade's (the service
+            // deletes a group's containers with it): only live groups here.
+            let linked = linked_groups(store, id).await?;
+            super::existing_groups(store, linked).await
+        } else {
+            let owning = owning_groups(store, id).await?;
+            linked_now(store, id, owning).await
         }
-        // Flags land only while the container is as read (a removed one
-        // still absent) and, for a live one, each group still links it.
-        let flagged = match &as_read {
+    }
+
+    /// Write the reminders (unguarded), then the flags, which land only
+    /// while the container is as read (a removed one still absent) and, for
+    /// a live one, each group still links it; the writes made, `None` when
+    /// the flags were withheld.
+    async fn write_container(
+        &self,
+        id: ContainerId,
+        replan: &Replan,
+        groups: &[GroupId],
+        ops: ContainerWrites,
+    ) -> Result<Option<usize>, StoreError> {
+        let mut writes = 0;
+        if !ops.reminders.is_empty() {
+            writes += self.store.batch_write(ops.reminders).await?.items;
+        }
+        let flagged = match &replan.as_read {
             Some(as_read) => {
-                let guards = if removal {
+                let guards = if replan.removal {
                     vec![as_read.clone()]
                 } else {
-                    flag_guards(as_read, id, &groups)
+                    flag_guards(as_read, id, groups)
                 };
-                write_flags(self.store.as_ref(), &guards, flags).await?
+                write_flags(self.store.as_ref(), &guards, ops.flags).await?
             }
             None => GuardedReport::default(),
         };
         if !flagged.held() {
             return Ok(None);
         }
-        writes += flagged.applied;
-        if removal {
-            return Ok(Some(HandlerOutcome::Wrote {
-                writes,
-                detail: format!(
-                    "container {id} removed: flags and reminders of {} food(s) removed",
-                    plans.len()
-                ),
-            }));
-        }
-        let n = plans.len();
-        let detail = if flags_by_link {
-            format!("container {id}: reminders of {n} food(s) written; {BY_LINK}")
-        } else if needs_group && groups.is_empty() {
-            format!(
-                "container {id}: {n} food(s) replanned in 0 group(s) (no group link yet: flags wait for the link)"
-            )
-        } else {
-            format!(
-                "container {id}: {n} food(s) replanned in {} group(s)",
-                groups.len()
-            )
-        };
-        Ok(Some(HandlerOutcome::Wrote { writes, detail }))
+        Ok(Some(writes + flagged.applied))
     }
 
     async fn link_inserted(
@@ -798,6 +792,94 @@ impl ExpiryHandler {
     }
 }
 
+/// Where a container change's flags are placed when its link's INSERT is
+/// in the same batch.
+const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
+
+/// A container's stream change as planned from its record (the fields of
+/// [`StreamPlan::Container`]).
+struct ContainerChange {
+    id: ContainerId,
+    removal: bool,
+    /// The record's old image.
+    before: Option<Container>,
+    plans: Vec<FoodPlan>,
+    /// A new container whose link's INSERT is in the same batch.
+    flags_by_link: bool,
+}
+
+/// A container change planned again from the container as read now.
+struct Replan {
+    /// Whether the container is gone.
+    removal: bool,
+    plans: Vec<FoodPlan>,
+    /// The guard that the container is still as read; `None` when it does
+    /// not decode (the plans are then the record's own).
+    as_read: Option<Guard>,
+}
+
+impl Replan {
+    /// Whether a flag is put or deleted (which needs the owning groups).
+    fn needs_group(&self) -> bool {
+        self.plans.iter().any(|p| p.flag != FlagAction::Keep)
+    }
+}
+
+/// The writes of a container change: reminders (hints, unguarded) and
+/// flags (guarded).
+struct ContainerWrites {
+    reminders: Vec<WriteOp>,
+    flags: Vec<WriteOp>,
+}
+
+/// The writes of `replan` in `groups`. A container that does not decode
+/// has no guard for its flags: every write of [`container_ops`] then goes
+/// unguarded, with the reminders.
+fn container_writes(
+    replan: &Replan,
+    groups: &[GroupId],
+    now: DateTime<Utc>,
+    rules: &ExpiryRules,
+) -> ContainerWrites {
+    let plans = &replan.plans;
+    match &replan.as_read {
+        Some(_) => ContainerWrites {
+            reminders: container_reminder_ops(plans, groups, now, rules),
+            flags: container_flag_ops(plans, groups),
+        },
+        None => ContainerWrites {
+            reminders: container_ops(plans, groups, now, rules),
+            flags: Vec::new(),
+        },
+    }
+}
+
+/// What a container change that landed (`writes` writes) says it did.
+fn container_outcome(
+    change: &ContainerChange,
+    replan: &Replan,
+    groups: &[GroupId],
+    writes: usize,
+) -> HandlerOutcome {
+    let id = change.id;
+    let n = replan.plans.len();
+    let detail = if replan.removal {
+        format!("container {id} removed: flags and reminders of {n} food(s) removed")
+    } else if change.flags_by_link {
+        format!("container {id}: reminders of {n} food(s) written; {BY_LINK}")
+    } else if replan.needs_group() && groups.is_empty() {
+        format!(
+            "container {id}: {n} food(s) replanned in 0 group(s) (no group link yet: flags wait for the link)"
+        )
+    } else {
+        format!(
+            "container {id}: {n} food(s) replanned in {} group(s)",
+            groups.len()
+        )
+    };
+    HandlerOutcome::Wrote { writes, detail }
+}
+
 fn outcome(writes: usize, detail: String) -> HandlerOutcome {
     if writes == 0 {
         HandlerOutcome::Nothing(detail)
@@ -830,8 +912,14 @@ impl ChangeHandler<Change> for ExpiryHandler {
                 plans,
                 flags_by_link,
             } => {
-                self.container_changed(id, removal, before, plans, flags_by_link, now)
-                    .await
+                let change = ContainerChange {
+                    id,
+                    removal,
+                    before,
+                    plans,
+                    flags_by_link,
+                };
+                self.container_changed(change, now).await
             }
             StreamPlan::PlaceFlags { group, container } => {
                 self.link_inserted(group, container, now).await

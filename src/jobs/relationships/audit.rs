@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::RelationshipSettings;
@@ -154,11 +155,47 @@ pub struct AuditJob {
     options: AuditOptions,
 }
 
+/// What one scan segment read in this tick, and where it stopped.
 struct SegmentRead {
     items: Vec<Item>,
     pages: u64,
     read_milli: u64,
     position: Position,
+}
+
+/// The pass a tick works on: its checkpoint, and whether one was stored
+/// (deleted once the pass completes).
+struct Pass {
+    checkpoint: Checkpoint,
+    stored: bool,
+}
+
+/// The suspect records a tick started with, and those it settled.
+struct KnownSuspects {
+    recorded: BTreeMap<ItemKey, Suspect>,
+    settled: BTreeSet<ItemKey>,
+}
+
+impl KnownSuspects {
+    /// Whether the suspect with this key was recorded or just settled.
+    fn contains(&self, key: &ItemKey) -> bool {
+        self.recorded.contains_key(key) || self.settled.contains(key)
+    }
+}
+
+/// What a tick's scan read: its graph, where each segment stopped, and
+/// whether it is the whole table (a fresh pass finished in one tick).
+struct ScanPart {
+    graph: Graph,
+    positions: Vec<Position>,
+    whole_table: bool,
+}
+
+/// Whether a step of the tick finished or stopped for lack of time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Finished,
+    OutOfTime,
 }
 
 impl AuditJob {
@@ -197,6 +234,9 @@ impl AuditJob {
         Ok(report)
     }
 
+    /// One tick: settle the due suspects, scan this tick's part of the
+    /// pass, record a suspect for each new violation in it, and save where
+    /// the pass is (see the module docs of [`super`]).
     async fn tick(
         &self,
         io: &Io<'_>,
@@ -204,21 +244,67 @@ impl AuditJob {
         report: &mut AuditReport,
         started: Instant,
     ) -> Result<(), StoreError> {
-        let now = run.now;
+        let pass = self.load_pass(io, run.now).await?;
+
+        // 1. Due suspects.
+        let known = self.settle_due_suspects(io, run, report).await?;
+
+        // 2. Scan (part of) the table.
+        report.pass_started_at = datetime::format(pass.checkpoint.pass_started);
+        if !run.has_time() {
+            report.complete = false;
+            report.pass_ticks = pass.checkpoint.ticks;
+            return Ok(());
+        }
+        let part = self
+            .scan_part(run, &pass.checkpoint, started, report)
+            .await?;
+
+        // 3. Judge what was read.
+        let judged = match self.judge(io, run, &part).await? {
+            Some(found) => {
+                self.record_suspects(io, run, &found, &known, report)
+                    .await?
+            }
+            None => Step::OutOfTime,
+        };
+        if judged == Step::OutOfTime {
+            self.out_of_time(report, &pass.checkpoint);
+            return Ok(());
+        }
+
+        // 4. Save where the pass is.
+        self.save_pass(io, pass, part.positions, report).await
+    }
+
+    /// The pass in progress (its stored checkpoint, if it fits the
+    /// configured segments), or a fresh one starting `now`.
+    async fn load_pass(&self, io: &Io<'_>, now: DateTime<Utc>) -> Result<Pass, StoreError> {
         let segments = self.config.audit_segments.max(1);
         let stored = io.get(&Checkpoint::key()).await?;
-        let had_checkpoint = stored.is_some();
-        let mut checkpoint = stored
+        let checkpoint = stored
             .as_ref()
             .and_then(Checkpoint::from_item)
             .filter(|c| c.positions.len() == segments as usize)
             .unwrap_or_else(|| Checkpoint::new(now, segments));
+        Ok(Pass {
+            checkpoint,
+            stored: stored.is_some(),
+        })
+    }
 
-        // 1. Due suspects.
-        let suspects = self.load_suspects(io, report).await?;
-        let mut resolved: BTreeSet<ItemKey> = BTreeSet::new();
-        for s in suspects.values() {
-            if !s.is_due(now, &self.config) {
+    /// Step 1: re-check every due suspect while there is time (the others
+    /// stay suspect); the suspects recorded and those settled.
+    async fn settle_due_suspects(
+        &self,
+        io: &Io<'_>,
+        run: &JobRun<Job>,
+        report: &mut AuditReport,
+    ) -> Result<KnownSuspects, StoreError> {
+        let recorded = self.load_suspects(io, report).await?;
+        let mut settled: BTreeSet<ItemKey> = BTreeSet::new();
+        for s in recorded.values() {
+            if !s.is_due(run.now, &self.config) {
                 report.kind(s.violation).still_suspect += 1;
                 continue;
             }
@@ -229,22 +315,27 @@ impl AuditJob {
                 continue;
             }
             self.settle(io, s, report).await?;
-            resolved.insert(s.key());
+            settled.insert(s.key());
         }
+        Ok(KnownSuspects { recorded, settled })
+    }
 
-        // 2. Scan (part of) the table.
-        report.pass_started_at = datetime::format(checkpoint.pass_started);
-        if !run.has_time() {
-            report.complete = false;
-            report.pass_ticks = checkpoint.ticks;
-            return Ok(());
-        }
+    /// Step 2: scan this tick's part of the pass (until 3/4 of the time
+    /// left is spent) and build its graph; the report gets the pages, the
+    /// capacity and the graph's counts.
+    async fn scan_part(
+        &self,
+        run: &JobRun<Job>,
+        checkpoint: &Checkpoint,
+        started: Instant,
+        report: &mut AuditReport,
+    ) -> Result<ScanPart, StoreError> {
         let fresh = checkpoint.is_fresh();
         let scan_until = run.deadline.map(|d| {
             let left = d.saturating_duration_since(started);
             d.checked_sub(left / 4).unwrap_or(d)
         });
-        let reads = self.scan(run, &checkpoint, scan_until).await?;
+        let reads = self.scan(run, checkpoint, scan_until).await?;
         let mut graph = Graph::default();
         let mut positions = Vec::with_capacity(reads.len());
         for r in reads {
@@ -258,52 +349,83 @@ impl AuditJob {
         report.items_scanned = graph.items;
         report.unreadable_keys = graph.unreadable_keys;
         report.index_attribute_mismatches = graph.index_attribute_mismatches;
-        let pass_complete = positions.iter().all(|p| *p == Position::Done);
-        let whole_table = fresh && pass_complete;
+        let whole_table = fresh && positions.iter().all(|p| *p == Position::Done);
         report.whole_table = whole_table;
+        Ok(ScanPart {
+            graph,
+            positions,
+            whole_table,
+        })
+    }
 
-        // 3. Judge what was read.
-        let lookups = if whole_table {
+    /// Step 3a: the violations in what was read, after looking up what a
+    /// partial pass needs to judge it; `None` when out of time.
+    async fn judge(
+        &self,
+        io: &Io<'_>,
+        run: &JobRun<Job>,
+        part: &ScanPart,
+    ) -> Result<Option<Vec<Found>>, StoreError> {
+        let lookups = if part.whole_table {
             Lookups::default()
         } else {
-            match self.look_up(io, run, &lookups_needed(&graph)).await? {
+            match self.look_up(io, run, &lookups_needed(&part.graph)).await? {
                 Some(l) => l,
-                None => {
-                    self.out_of_time(report, &checkpoint);
-                    return Ok(());
-                }
+                None => return Ok(None),
             }
         };
-        let found = find_violations(&Facts {
-            graph: &graph,
-            whole_table,
+        Ok(Some(find_violations(&Facts {
+            graph: &part.graph,
+            whole_table: part.whole_table,
             lookups: &lookups,
-        });
-        for f in &found {
+        })))
+    }
+
+    /// Step 3b: count what was found and record a suspect (first seen now)
+    /// for each violation not known yet.
+    async fn record_suspects(
+        &self,
+        io: &Io<'_>,
+        run: &JobRun<Job>,
+        found: &[Found],
+        known: &KnownSuspects,
+        report: &mut AuditReport,
+    ) -> Result<Step, StoreError> {
+        for f in found {
             report.kind(f.violation).found += 1;
-            let key = f.suspect_key();
             // Already recorded, or settled a moment ago (an eventually
             // consistent scan may still see what was just deleted).
-            if suspects.contains_key(&key) || resolved.contains(&key) {
+            if known.contains(&f.suspect_key()) {
                 continue;
             }
             if !run.has_time() {
-                self.out_of_time(report, &checkpoint);
-                return Ok(());
+                return Ok(Step::OutOfTime);
             }
-            let item = Suspect::new(f, now).to_item();
+            let item = Suspect::new(f, run.now).to_item();
             if io.put(item, Some(Expr::not_exists(PK))).await? == WriteOutcome::Applied {
                 report.kind(f.violation).new_suspects += 1;
             }
         }
+        Ok(Step::Finished)
+    }
 
-        // 4. Save where the pass is.
+    /// Step 4: save where the pass is, or, once it is complete, delete its
+    /// stored checkpoint.
+    async fn save_pass(
+        &self,
+        io: &Io<'_>,
+        pass: Pass,
+        positions: Vec<Position>,
+        report: &mut AuditReport,
+    ) -> Result<(), StoreError> {
+        let mut checkpoint = pass.checkpoint;
         checkpoint.ticks += 1;
         checkpoint.positions = positions;
+        let pass_complete = checkpoint.is_done();
         report.pass_complete = pass_complete;
         report.pass_ticks = checkpoint.ticks;
         if pass_complete {
-            if had_checkpoint {
+            if pass.stored {
                 io.delete(&Checkpoint::key(), None).await?;
             }
         } else {

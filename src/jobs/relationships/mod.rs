@@ -552,29 +552,81 @@ pub async fn cascade_group(store: &dyn Store, group: GroupId) -> Result<CascadeR
     cascade_group_io(&Io::new(store), group).await
 }
 
+/// [`cascade_group`] through `io` (its reads and writes counted there):
+/// read what hangs off the group, check its linked containers, then delete.
 async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, StoreError> {
     let writes_before = io.writes();
     let withheld_before = io.withheld();
     let mut r = CascadeReport::default();
+    let items = read_group_items(io, group).await?;
+    let containers = check_containers(io, group, &items.links, &mut r).await?;
+    // Order matters for retries: containers first (found through the
+    // links, which go after them, so a retry after a partial run finds them
+    // again), then flags and links, memberships, and the invitation last
+    // (its own transaction: it is deleted only if its hash and expiry are
+    // still the ones read; last, it does not split the others). Each
+    // transaction checks that the group is still absent; the first that
+    // finds it back stops the rest.
+    if delete_shared_containers(io, group, containers.shared, &mut r).await? {
+        delete_group_items(io, group, &containers.alone, &items, &mut r).await?;
+    }
+    r.writes = (io.writes() - writes_before) as usize;
+    r.withheld = (io.withheld() - withheld_before) as usize;
+    Ok(r)
+}
+
+/// What hangs off a group: its memberships (from the index) and, from its
+/// partition, its container links, expiry flags and invitation (as read).
+struct GroupItems {
+    members: Vec<ItemKey>,
+    links: Vec<ItemKey>,
+    flags: Vec<ItemKey>,
+    invitation: Option<Item>,
+}
+
+/// The linked containers a cascade deletes: those no other group linked
+/// (with the group's own deletes), and those other, dead, groups linked
+/// too (each with those groups' absences as guards).
+struct ContainerDeletes {
+    alone: Vec<ItemKey>,
+    shared: Vec<(ItemKey, Vec<ItemKey>)>,
+}
+
+/// Read what hangs off a group.
+async fn read_group_items(io: &Io<'_>, group: GroupId) -> Result<GroupItems, StoreError> {
     let members: Vec<ItemKey> = io
         .memberships_of(group)
         .await?
         .into_iter()
         .map(|user| ItemKey::Membership { user, group })
         .collect();
-    let mut links = Vec::new();
-    let mut flags = Vec::new();
-    let mut invitation = None;
+    let mut items = GroupItems {
+        members,
+        links: Vec::new(),
+        flags: Vec::new(),
+        invitation: None,
+    };
     for (key, item) in io.partition(&ItemKey::Group(group)).await? {
         match key {
-            ItemKey::ContainerLink { .. } => links.push(key),
-            ItemKey::ExpiringFood { .. } => flags.push(key),
-            ItemKey::InvitationLink(_) => invitation = Some(item),
+            ItemKey::ContainerLink { .. } => items.links.push(key),
+            ItemKey::ExpiringFood { .. } => items.flags.push(key),
+            ItemKey::InvitationLink(_) => items.invitation = Some(item),
             _ => {}
         }
     }
-    // Every linked container at once (their reads share requests): kept if
-    // another live group links it, skipped if already gone.
+    Ok(items)
+}
+
+/// Check every linked container at once (their reads share requests): kept
+/// if another live group links it (counted), skipped if already gone
+/// (counted), otherwise deleted alone or guarded by the other links' dead
+/// groups.
+async fn check_containers(
+    io: &Io<'_>,
+    group: GroupId,
+    links: &[ItemKey],
+    r: &mut CascadeReport,
+) -> Result<ContainerDeletes, StoreError> {
     let checks = links.iter().filter_map(|link| match link {
         ItemKey::ContainerLink { container, .. } => Some(async move {
             let key = ItemKey::Container(*container);
@@ -584,44 +636,68 @@ async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, 
         }),
         _ => None,
     });
-    // A container nobody else links goes with the group's own deletes; one
-    // that other (dead) groups linked goes with those absences as guards too.
-    let mut containers = Vec::new();
-    let mut shared = Vec::new();
+    let mut deletes = ContainerDeletes {
+        alone: Vec::new(),
+        shared: Vec::new(),
+    };
     for (key, exists, others) in futures::future::try_join_all(checks).await? {
         if others.live > 0 {
             r.containers_kept += 1;
         } else if !exists {
             r.containers_gone += 1;
         } else if others.absent.is_empty() {
-            containers.push(key);
+            deletes.alone.push(key);
         } else {
-            shared.push((key, others.absent));
+            deletes.shared.push((key, others.absent));
         }
     }
-    let gone = ItemKey::Group(group);
-    // Order matters for retries: containers first (found through the
-    // links, which go after them, so a retry after a partial run finds them
-    // again), then flags and links, memberships, and the invitation last
-    // (its own transaction: it is deleted only if its hash and expiry are
-    // still the ones read; last, it does not split the others). Each
-    // transaction checks that the group is still absent; the first that
-    // finds it back stops the rest.
-    let mut withheld = false;
+    Ok(deletes)
+}
+
+/// Delete the containers other dead groups linked too, each only while the
+/// group and those others are still absent; whether every guard held.
+async fn delete_shared_containers(
+    io: &Io<'_>,
+    group: GroupId,
+    shared: Vec<(ItemKey, Vec<ItemKey>)>,
+    r: &mut CascadeReport,
+) -> Result<bool, StoreError> {
+    let mut held = true;
     for (key, mut absent) in shared {
-        absent.push(gone.clone());
+        absent.push(ItemKey::Group(group));
         let report = io.delete_while_absent(&absent, &[key]).await?;
         r.containers += report.applied;
-        withheld |= !report.held();
+        held &= report.held();
     }
+    Ok(held)
+}
+
+/// Delete, in one guarded sequence while the group is still absent, the
+/// containers only it linked, its flags, links, memberships and (if
+/// unchanged) its invitation; count what landed.
+async fn delete_group_items(
+    io: &Io<'_>,
+    group: GroupId,
+    containers: &[ItemKey],
+    items: &GroupItems,
+    r: &mut CascadeReport,
+) -> Result<(), StoreError> {
+    let ops = group_deletes(group, containers, items);
+    let report = io.write_while_absent(&[ItemKey::Group(group)], ops).await?;
+    count_deleted(r, &report, containers.len(), items);
+    Ok(())
+}
+
+/// The deletes of [`delete_group_items`], in the order they are sent.
+fn group_deletes(group: GroupId, containers: &[ItemKey], items: &GroupItems) -> Vec<GuardedOp> {
     let mut ops: Vec<GuardedOp> = containers
         .iter()
-        .chain(&flags)
-        .chain(&links)
-        .chain(&members)
+        .chain(&items.flags)
+        .chain(&items.links)
+        .chain(&items.members)
         .map(|k| GuardedOp::delete(k.to_attributes()))
         .collect();
-    if let Some(item) = &invitation {
+    if let Some(item) = &items.invitation {
         ops.push(GuardedOp::Delete {
             key: ItemKey::InvitationLink(group).to_attributes(),
             condition: Some(unchanged(
@@ -630,33 +706,40 @@ async fn cascade_group_io(io: &Io<'_>, group: GroupId) -> Result<CascadeReport, 
             )),
         });
     }
-    if !withheld {
-        let report = io.write_while_absent(&[gone], ops).await?;
-        if report.held() {
-            r.containers += containers.len();
-            r.invitations = usize::from(invitation.is_some()) - report.refused;
-            r.invitations_kept = report.refused;
-            r.flags = flags.len();
-            r.links = links.len();
-            r.memberships = members.len();
-        } else {
-            // Stopped part-way: say what landed, in the order sent.
-            let mut left = report.applied;
-            let mut take = |n: usize| {
-                let t = n.min(left);
-                left -= t;
-                t
-            };
-            r.containers += take(containers.len());
-            r.flags = take(flags.len());
-            r.links = take(links.len());
-            r.memberships = take(members.len());
-            r.invitations = take(usize::from(invitation.is_some()));
-        }
+    ops
+}
+
+/// Count what [`group_deletes`] deleted: everything when every guard held
+/// (an invitation that changed is kept), else what landed, in the order
+/// sent.
+fn count_deleted(
+    r: &mut CascadeReport,
+    report: &GuardedReport,
+    containers: usize,
+    items: &GroupItems,
+) {
+    let invitations = usize::from(items.invitation.is_some());
+    if report.held() {
+        r.containers += containers;
+        r.invitations = invitations - report.refused;
+        r.invitations_kept = report.refused;
+        r.flags = items.flags.len();
+        r.links = items.links.len();
+        r.memberships = items.members.len();
+        return;
     }
-    r.writes = (io.writes() - writes_before) as usize;
-    r.withheld = (io.withheld() - withheld_before) as usize;
-    Ok(r)
+    // Stopped part-way: say what landed, in the order sent.
+    let mut left = report.applied;
+    let mut take = |n: usize| {
+        let t = n.min(left);
+        left -= t;
+        t
+    };
+    r.containers += take(containers);
+    r.flags = take(items.flags.len());
+    r.links = take(items.links.len());
+    r.memberships = take(items.members.len());
+    r.invitations = take(invitations);
 }
 
 /// The stream handler: cascades on removals of groups, users, containers,

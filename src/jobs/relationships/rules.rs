@@ -206,6 +206,11 @@ impl Facts<'_> {
             None
         }
     }
+
+    /// Whether `key` is known to be absent (unknown is not absent).
+    fn absent(&self, key: ItemKey) -> bool {
+        self.exists(&key) == Some(false)
+    }
 }
 
 /// One violation found by a scan.
@@ -245,56 +250,79 @@ pub fn suspect_key(violation: Violation, subject: &ItemKey) -> ItemKey {
 /// Every violation of the invariants in a graph, sorted. Unknown facts are
 /// never violations.
 pub fn find_violations(facts: &Facts<'_>) -> Vec<Found> {
-    let g = facts.graph;
-    let absent = |k: ItemKey| facts.exists(&k) == Some(false);
-    let mut out = Vec::new();
+    let mut out = parent_violations(facts);
+    out.extend(empty_groups(facts));
+    out.extend(container_violations(facts));
+    out.extend(orphan_worker_items(facts));
+    out.sort();
+    out
+}
 
+/// Invariants 1, 2 and 4: memberships, container links and invitations
+/// whose parent is absent.
+fn parent_violations(facts: &Facts<'_>) -> Vec<Found> {
+    let g = facts.graph;
+    let mut out = Vec::new();
     for &(user, group) in &g.memberships {
         let subject = ItemKey::Membership { user, group };
-        if absent(ItemKey::User(user)) {
+        if facts.absent(ItemKey::User(user)) {
             out.push(Found::new(Violation::MembershipWithoutUser, subject));
-        } else if absent(ItemKey::Group(group)) {
+        } else if facts.absent(ItemKey::Group(group)) {
             out.push(Found::new(Violation::MembershipWithoutGroup, subject));
         }
     }
     for &(group, container) in &g.links {
         let subject = ItemKey::ContainerLink { group, container };
-        if absent(ItemKey::Group(group)) {
+        if facts.absent(ItemKey::Group(group)) {
             out.push(Found::new(Violation::LinkWithoutGroup, subject));
-        } else if absent(ItemKey::Container(container)) {
+        } else if facts.absent(ItemKey::Container(container)) {
             out.push(Found::new(Violation::LinkWithoutContainer, subject));
         }
     }
     for &group in &g.invitations {
-        if absent(ItemKey::Group(group)) {
+        if facts.absent(ItemKey::Group(group)) {
             out.push(Found::new(
                 Violation::InvitationWithoutGroup,
                 ItemKey::InvitationLink(group),
             ));
         }
     }
+    out
+}
 
-    // Reverse relationships: (who, complete list?).
+/// Invariant 5: groups whose complete member list has no live user.
+fn empty_groups(facts: &Facts<'_>) -> Vec<Found> {
     let mut members: BTreeMap<GroupId, Vec<UserId>> = BTreeMap::new();
-    for &(u, grp) in &g.memberships {
+    for &(u, grp) in &facts.graph.memberships {
         members.entry(grp).or_default().push(u);
     }
-    let mut linked_by: BTreeMap<ContainerId, Vec<GroupId>> = BTreeMap::new();
-    for &(grp, c) in &g.links {
-        linked_by.entry(c).or_default().push(grp);
-    }
-    for &group in &g.groups {
+    let mut out = Vec::new();
+    for &group in &facts.graph.groups {
         let (list, complete) = reverse(
             members.get(&group),
             facts.lookups.members.get(&group),
             facts.whole_table,
         );
-        let live = list.iter().filter(|&&u| !absent(ItemKey::User(u))).count();
+        let live = list
+            .iter()
+            .filter(|&&u| !facts.absent(ItemKey::User(u)))
+            .count();
         if complete && live == 0 {
             out.push(Found::new(Violation::EmptyGroup, ItemKey::Group(group)));
         }
     }
-    for &container in &g.containers {
+    out
+}
+
+/// Invariant 3: containers no live group links (when the list of links is
+/// complete), and containers two surely live groups link.
+fn container_violations(facts: &Facts<'_>) -> Vec<Found> {
+    let mut linked_by: BTreeMap<ContainerId, Vec<GroupId>> = BTreeMap::new();
+    for &(grp, c) in &facts.graph.links {
+        linked_by.entry(c).or_default().push(grp);
+    }
+    let mut out = Vec::new();
+    for &container in &facts.graph.containers {
         let (list, complete) = reverse(
             linked_by.get(&container),
             facts.lookups.linked_by.get(&container),
@@ -303,7 +331,7 @@ pub fn find_violations(facts: &Facts<'_>) -> Vec<Found> {
         let list: BTreeSet<GroupId> = list.into_iter().collect();
         let possibly_live = list
             .iter()
-            .filter(|&&grp| !absent(ItemKey::Group(grp)))
+            .filter(|&&grp| !facts.absent(ItemKey::Group(grp)))
             .count();
         let surely_live = list
             .iter()
@@ -316,13 +344,18 @@ pub fn find_violations(facts: &Facts<'_>) -> Vec<Found> {
             out.push(Found::new(Violation::MultiplyLinkedContainer, subject));
         }
     }
+    out
+}
 
-    // Worker-owned items, grouped under their missing owner.
+/// Invariant 6: worker-owned items (flags, reminders) whose group or
+/// container is absent, one violation per missing owner listing at most
+/// [`MAX_LISTED_ORPHANS`] of them.
+fn orphan_worker_items(facts: &Facts<'_>) -> Vec<Found> {
     let mut orphans: BTreeMap<ItemKey, Vec<ItemKey>> = BTreeMap::new();
-    for &(group, container, food) in &g.flags {
-        let owner = if absent(ItemKey::Group(group)) {
+    for &(group, container, food) in &facts.graph.flags {
+        let owner = if facts.absent(ItemKey::Group(group)) {
             ItemKey::Group(group)
-        } else if absent(ItemKey::Container(container)) {
+        } else if facts.absent(ItemKey::Container(container)) {
             ItemKey::Container(container)
         } else {
             continue;
@@ -336,8 +369,8 @@ pub fn find_violations(facts: &Facts<'_>) -> Vec<Found> {
                 food,
             });
     }
-    for &(date, container, food) in &g.reminders {
-        if absent(ItemKey::Container(container)) {
+    for &(date, container, food) in &facts.graph.reminders {
+        if facts.absent(ItemKey::Container(container)) {
             orphans
                 .entry(ItemKey::Container(container))
                 .or_default()
@@ -348,16 +381,17 @@ pub fn find_violations(facts: &Facts<'_>) -> Vec<Found> {
                 });
         }
     }
-    for (owner, mut items) in orphans {
-        items.truncate(MAX_LISTED_ORPHANS);
-        out.push(Found {
-            violation: Violation::OrphanWorkerItem,
-            subject: owner,
-            items,
-        });
-    }
-    out.sort();
-    out
+    orphans
+        .into_iter()
+        .map(|(owner, mut items)| {
+            items.truncate(MAX_LISTED_ORPHANS);
+            Found {
+                violation: Violation::OrphanWorkerItem,
+                subject: owner,
+                items,
+            }
+        })
+        .collect()
 }
 
 /// Merge a reverse relationship seen in the graph with an index lookup;
