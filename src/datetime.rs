@@ -4,7 +4,7 @@
 //! older and test data also hold forms without `Z` or with 0–9 fraction digits
 //! (`3023-12-23T12:21:10.10`). [`parse`] reads all of them (a missing zone
 //! means UTC) and rejects anything else with a [`DateTimeError`];
-//! [`format`] always writes the canonical form.
+//! [`format()`] always writes the canonical form.
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
 use serde::{Deserialize, Deserializer, Serializer};

@@ -7,7 +7,7 @@
 //! whose keys are composites of each entity's own fields. The worker
 //!
 //! - derives those index attributes from the fields, from the stream, and
-//!   never overwrites a newer write with stale keys ([`derive`]); derives
+//!   never overwrites a newer write with stale keys ([`mod@derive`]); derives
 //!   them for every existing item on demand (`backfill`);
 //! - reports and flags products whose brand or category does not exist
 //!   (`audit`), and a deleted brand's or category's products ([`refs`]);

@@ -36,7 +36,7 @@ fn rustls_client(context: TlsContext) -> SharedHttpClient {
 /// certificates of every AWS service endpoint.
 const AWS_ROOTS: &[u8] = include_bytes!("aws_roots.pem");
 
-/// [`https_client`] trusting only [`AWS_ROOTS`]: no certificate file is
+/// [`https_client`] trusting only `AWS_ROOTS`: no certificate file is
 /// read when the client is built. Only for AWS endpoints (or `http://`).
 pub fn aws_https_client() -> SharedHttpClient {
     let roots = TrustStore::empty()

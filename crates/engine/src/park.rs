@@ -1,5 +1,5 @@
 //! Parking: a record that fails for good (it does not decode, or a handler
-//! rejects it, [`RecordStatus::Malformed`] / [`RecordStatus::Rejected`]) is
+//! rejects it, [`crate::stream::RecordStatus::Malformed`] / [`crate::stream::RecordStatus::Rejected`]) is
 //! never just logged and dropped: it is written, whole, to a parking table
 //! before the batch is reported handled, so that `redrive` can run it again
 //! through the handlers once they are fixed.

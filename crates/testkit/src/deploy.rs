@@ -31,7 +31,7 @@ pub const STREAM_FUNCTION: &str = "StreamFunction";
 pub const TRACING_ACTIONS: [&str; 2] = ["xray:PutTelemetryRecords", "xray:PutTraceSegments"];
 
 /// The logical id of the parking table in a template
-/// ([`crate::park::schema`]).
+/// (`worker_engine::park::schema`).
 pub const PARKING_TABLE: &str = "ParkingTable";
 
 /// The worker's own metrics every template alarms on, on the stream

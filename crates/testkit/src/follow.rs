@@ -117,7 +117,7 @@ impl Tail {
     }
 
     /// The records written since the last read (a test failure after
-    /// [`READS`] failed reads in a row).
+    /// `READS` failed reads in a row).
     pub async fn read(&mut self) -> Vec<StreamChange> {
         for attempt in 0..READS {
             match self.tail.poll().await {

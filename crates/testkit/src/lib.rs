@@ -43,8 +43,8 @@
 //! - [`assert_every_file_is_a_module`]: each package's integration tests
 //!   are one binary, and none of its files is left out of it;
 //! - [`cli`]: what every app's command line must hold;
-//! - [`env`]: variables for a test, as the settings read them;
-//! - [`bench`]: the load drivers' `--sizes`, seeded tables, metered runs
+//! - [`mod@env`]: variables for a test, as the settings read them;
+//! - [`mod@bench`]: the load drivers' `--sizes`, seeded tables, metered runs
 //!   and the verdict on read capacity growth;
 //! - [`environment`]: every fixture of an app run in a broken deployment
 //!   (denied, table deleted, indexes missing) must stop with an
@@ -271,7 +271,7 @@ const POOL_SIZE: usize = 2;
 const TABLES_PER_INSTANCE: u32 = 24;
 
 /// An instance of the process's pool for a new table: the pool's instances
-/// in turn, each replaced by a fresh one after [`TABLES_PER_INSTANCE`]
+/// in turn, each replaced by a fresh one after `TABLES_PER_INSTANCE`
 /// tables (started on first use, installed if absent). With
 /// `DYNAMODB_LOCAL_ENDPOINT` set, always that one. Keep the `Arc` as long
 /// as the tables made on it ([`TestTable`] does).

@@ -450,12 +450,12 @@ pub struct StreamMapping {
     pub function: String,
     /// The event's name in the function's `Events`.
     pub event: String,
-    /// The logical id of the table whose stream it reads (`Stream: !GetAtt
-    /// <Table>.StreamArn`); `None` when the stream is not a table of the
-    /// template (an ARN given as a parameter).
+    /// The logical id of the table whose stream it reads
+    /// (`Stream: !GetAtt <Table>.StreamArn`); `None` when the stream is not
+    /// a table of the template (an ARN given as a parameter).
     pub table: Option<String>,
-    /// The function's environment variables that name that table (`!Ref
-    /// <Table>`): how a local run finds the table among the app's.
+    /// The function's environment variables that name that table
+    /// (`!Ref <Table>`): how a local run finds the table among the app's.
     pub table_variables: Vec<String>,
     pub batch_size: u32,
     pub batching_window_secs: u32,
@@ -686,7 +686,7 @@ fn stream_mapping(
 /// it) passes a mapping's `FilterCriteria`. Supports Lambda's semantics
 /// for: object = every field (AND), array = any alternative (OR); exact
 /// values, `prefix`, `suffix`, `exists`, `anything-but` with a value or a
-/// list of values, `numeric` comparisons. [`check`] refuses anything else
+/// list of values, `numeric` comparisons. `check` refuses anything else
 /// when the template is read.
 pub mod filter {
     use serde_json::Value;
@@ -712,7 +712,7 @@ pub mod filter {
         patterns.is_empty() || patterns.iter().any(|p| matches(p, record))
     }
 
-    /// Whether every operator of a pattern is one [`matches`] evaluates.
+    /// Whether every operator of a pattern is one [`matches()`] evaluates.
     pub fn check(pattern: &Value) -> Result<(), String> {
         let p = pattern
             .as_object()

@@ -179,7 +179,7 @@
 //! as read and from the links that make a group its owner, and the service
 //! may change either before the write lands (a food removed right after the
 //! read, a link's record handled in another lane). So flags go through
-//! `Store::write_guarded` ([`flag_guards`]): beside the writes, a
+//! `Store::write_guarded` (`flag_guards`): beside the writes, a
 //! `ConditionCheck` that the container's `Foods` are still the list read
 //! (or the container still absent, for a removal), and for a live container
 //! that each group's link is still there. A guard that fails withholds the

@@ -2,7 +2,7 @@
 //!
 //! **One item: compare-and-set on its contents.** A change to a lookup
 //! item is a read-modify-write: a strongly consistent read, the rules'
-//! [`plan`], and a write conditional on the `SavedDate` value read being
+//! `plan`, and a write conditional on the `SavedDate` value read being
 //! still there (`SavedDate = :seen`; `attribute_not_exists(PK)` when the
 //! item was absent). A failed condition means another writer got there
 //! first: read again and re-plan (bounded, with jittered backoff; then a

@@ -15,6 +15,10 @@
 //! [`events`] reads event files, [`output`] renders shared parts. The
 //! machinery underneath lives in [`crate::replay`].
 
+// The `Args` structs' doc comments are the command line's help text, read
+// by users: URLs and `<placeholders>` stay as they read there.
+#![allow(rustdoc::bare_urls, rustdoc::invalid_html_tags)]
+
 pub mod capture;
 pub mod checkpoints;
 pub mod completions;
@@ -308,7 +312,7 @@ pub fn job_names<A: CliApp>() -> clap::builder::PossibleValuesParser {
 }
 
 /// An app's command with its defaults: every `--table` (at any depth:
-/// `table create` too) as the app's tables are named ([`table_arg`]:
+/// `table create` too) as the app's tables are named (`table_arg`:
 /// [`CliApp::DEFAULT_TABLE`], or roles), the app's job names for
 /// `run`'s `JOB`, and its examples ([`CliApp::examples`]). Parse with this command, not the derived one, or the
 /// defaults are lost.
