@@ -248,14 +248,16 @@ pub struct Call {
     /// Its place in the order of asking among the calls recorded (calls
     /// at once are recorded in the order they are answered).
     pub number: usize,
+    /// The request.
     pub asked: Asked,
     /// Its answer, or the error that went back to the caller.
     pub answer: Result<Answer, StoreError>,
     /// The recording store's clock when it was asked.
     pub at: DateTime<Utc>,
-    /// When it was sent to the inner store and when the answer came back
-    /// (a write was in flight in between).
+    /// When it was sent to the inner store (a write is in flight from then
+    /// until `answered`).
     pub sent: Instant,
+    /// When its answer (or error) came back.
     pub answered: Instant,
 }
 
@@ -318,7 +320,9 @@ pub enum WriteResult {
 /// A write made through a [`RecordingStore`], in the order it was sent.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MadeWrite {
+    /// The write, as a plan would show it.
     pub write: PlannedWrite,
+    /// What became of it.
     pub result: WriteResult,
 }
 
@@ -396,10 +400,11 @@ impl Store for RecordingStore {
 }
 
 /// Reads go to the inner store; writes are recorded and answered as
-/// applied, never sent: a [`RecordingStore`] over [`Unsent`].
+/// applied, never sent: a [`RecordingStore`] over `Unsent`.
 pub struct DryRunStore(RecordingStore);
 
 impl DryRunStore {
+    /// Over `inner`, which answers the reads and is sent no write.
     pub fn new(inner: Arc<dyn Store>) -> Self {
         DryRunStore(RecordingStore::new(Arc::new(Unsent(inner))))
     }
