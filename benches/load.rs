@@ -57,9 +57,9 @@
 //!    down on every further table with a stream (`cargo bench --bench
 //!    local_tables`): on A's instance, B would be the second such table and
 //!    its writes 1.5x slower than A's;
-//! 7. **oracle**: the worker's store is wrapped in a recorder
-//!    (`worker_testkit::recorded`) that notes every read and write the
-//!    worker sent; on a DynamoDB Local of its own, seeded with *before* and
+//! 7. **oracle**: the worker's store is wrapped in the toolkit's recording
+//!    store, which notes every read and write the worker sent
+//!    (`worker_testkit::recorded`); on a DynamoDB Local of its own, seeded with *before* and
 //!    warmed up (scratch writes, one read of each kind), the recorded
 //!    reads (each distinct key and partition once, BatchGetItem of 100,
 //!    PartiQL of 50) and then the recorded writes
@@ -175,6 +175,7 @@ use worker_engine::store::{
     QueryStore, ScanSpec, WriteOutcome,
 };
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_toolkit::layers::RecordingStore;
 use worker_toolkit::stream_reader::{self, StartAt, StreamTail};
 
 // ---------------------------------------------------------------------------
@@ -825,7 +826,7 @@ async fn worker_run(s: &Setup<'_>, factor: usize) -> WorkerRun {
     if let Some(n) = o.concurrency {
         config.common.stream_concurrency = n.max(1);
     }
-    let recording = Arc::new(support::recorded::Recorded::new(worker_store.clone()));
+    let recording = Arc::new(RecordingStore::new(worker_store.clone()).with_reads());
     let app = Arc::new(App::new(
         recording.clone(),
         config,
@@ -849,7 +850,7 @@ async fn worker_run(s: &Setup<'_>, factor: usize) -> WorkerRun {
     let peak_heap = PEAK.load(Ordering::Relaxed);
     let d = worker_store.metrics().snapshot().since(&m0);
     drop(app);
-    let asked = recording.take();
+    let asked = support::recorded::Log::of(recording.take());
     let after = snapshot(&service).await;
     eprintln!(
         "worker run, parallelization factor {factor}: {} records in {:.3} s ({:.3} s billed, {} invocations)",

@@ -24,8 +24,8 @@ use support::{Drain, TestTable};
 use worker_engine::notify::RecordingPublisher;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::Store;
-use worker_engine::store::layers::{DryRunStore, PlannedWrite};
 use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};
+use worker_toolkit::layers::{DryRunStore, PlannedWrite};
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T00:00:00Z".parse().unwrap()

@@ -28,7 +28,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use nishiki_worker::app::App;
 use nishiki_worker::config::{Config, ManualClock};
@@ -40,9 +39,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::Drain;
 use worker_engine::runtime::EventFunction;
-use worker_engine::store::{GuardedOp, Key, Reply, Request, Store, StoreError};
+use worker_engine::store::{GuardedOp, Key, Store, WriteOutcome};
 use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use worker_testkit::written::{Kind, Landed, definitely_live, ops_of};
+use worker_testkit::written::{Kind, Landed, definitely_live};
+use worker_toolkit::layers::{Answer, Call, RecordingStore};
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T09:00:00Z".parse().unwrap()
@@ -66,6 +66,8 @@ impl Landed for Write {
     }
 }
 
+/// The service's writes, logged as made, and the worker's deletes that
+/// landed (read off its recorded calls once the run is over).
 #[derive(Default)]
 struct Log {
     service: Mutex<Vec<Write>>,
@@ -91,52 +93,41 @@ impl Log {
     }
 }
 
-/// The worker's store: every delete that landed is logged with the time it
-/// was in flight (a guarded write's applied deletes are its first ones).
-struct Logged {
-    inner: Arc<dyn Store>,
-    log: Arc<Log>,
-}
-
 fn key_of(k: &Key) -> Option<ItemKey> {
     ItemKey::from_attributes(k).ok()
 }
 
-#[async_trait]
-impl Store for Logged {
-    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
-        let deletes: Vec<ItemKey> = ops_of(&request)
-            .iter()
-            .filter_map(|op| match op {
-                GuardedOp::Delete { key, .. } => key_of(key),
-                _ => None,
-            })
-            .collect();
-        let start = Instant::now();
-        let reply = self.inner.call(request).await?;
-        let end = Instant::now();
-        let landed = match &reply {
-            Reply::Written(worker_engine::store::WriteOutcome::Applied) | Reply::Batch(_) => {
-                deletes.len()
-            }
-            // A guarded write's deletes land in order; the ops planned
-            // before the first that did not are the applied ones (ops with
-            // their own condition may have been refused: counted as landed,
-            // which only makes the check stricter).
-            Reply::Guarded(r) => (r.applied + r.refused).min(deletes.len()),
-            _ => 0,
-        };
-        let mut log = self.log.worker.lock().unwrap();
-        for key in deletes.into_iter().take(landed) {
-            log.push(Write {
-                key,
-                kind: Kind::Delete,
-                start,
-                end,
-            });
-        }
-        Ok(reply)
-    }
+/// The deletes of a worker's call that landed, with the time it was in
+/// flight (a guarded write's applied deletes are its first ones).
+fn deletes_landed(call: &Call) -> Vec<Write> {
+    let deletes: Vec<ItemKey> = call
+        .asked
+        .ops()
+        .iter()
+        .filter_map(|op| match op {
+            GuardedOp::Delete { key, .. } => key_of(key),
+            _ => None,
+        })
+        .collect();
+    let landed = match &call.answer {
+        Ok(Answer::Written(WriteOutcome::Applied) | Answer::Batch(_)) => deletes.len(),
+        // A guarded write's deletes land in order; the ops planned
+        // before the first that did not are the applied ones (ops with
+        // their own condition may have been refused: counted as landed,
+        // which only makes the check stricter).
+        Ok(Answer::Guarded(r)) => (r.applied + r.refused).min(deletes.len()),
+        _ => 0,
+    };
+    deletes
+        .into_iter()
+        .take(landed)
+        .map(|key| Write {
+            key,
+            kind: Kind::Delete,
+            start: call.sent,
+            end: call.answered,
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -413,13 +404,10 @@ async fn run(seed: u64, factor: usize) -> Run {
         store: table.store.clone(),
         log: log.clone(),
     });
-    let worker_store: Arc<dyn Store> = Arc::new(Logged {
-        inner: table.store.clone(),
-        log: log.clone(),
-    });
+    let recording = Arc::new(RecordingStore::new(table.store.clone()));
     let clock = ManualClock::new(t0());
     let app = App::new(
-        worker_store,
+        recording.clone(),
         Config::for_table(&table.name),
         Arc::new(clock.clone()),
     );
@@ -462,6 +450,11 @@ async fn run(seed: u64, factor: usize) -> Run {
     }
 
     // No live data deleted.
+    let calls = recording.take();
+    log.worker
+        .lock()
+        .unwrap()
+        .extend(calls.iter().flat_map(deletes_landed));
     let worker = log.worker.lock().unwrap().clone();
     for w in &worker {
         let live = |k: &ItemKey| log.definitely_live(k, w.start, w.end);

@@ -26,6 +26,7 @@ use worker_engine::notify::RecordingPublisher;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use worker_engine::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
 use worker_engine::stream::engine::RecordStatus;
+use worker_toolkit::layers::RecordingStore;
 
 fn t(s: &str) -> DateTime<Utc> {
     s.parse().expect("RFC 3339 instant")
@@ -737,7 +738,7 @@ async fn a_group_deletion_deletes_its_flags_once() {
     fx.delete(ItemKey::Container(c1)).await;
     fx.delete(ItemKey::Container(c2)).await;
     fx.delete(ItemKey::Group(g)).await;
-    let recorded = Arc::new(support::recorded::Recorded::new(fx.table.store.clone()));
+    let recorded = Arc::new(RecordingStore::new(fx.table.store.clone()));
     let watched = App::new(
         recorded.clone(),
         fx.app.config().clone(),
@@ -745,7 +746,7 @@ async fn a_group_deletion_deletes_its_flags_once() {
     );
     fx.drain.run(&watched).await;
     assert!(fx.flags(g).await.is_empty());
-    let log = recorded.take();
+    let log = support::recorded::Log::of(recorded.take());
     let is_flag = |key: &worker_engine::store::Key| {
         matches!(
             ItemKey::from_attributes(key).map(|k| k.kind()),

@@ -15,6 +15,7 @@ use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Violation};
 use service::*;
 use support::{Drain, TestTable};
 use worker_engine::store::{Store, WriteOp};
+use worker_toolkit::layers::RecordingStore;
 
 fn t0() -> DateTime<Utc> {
     "2024-03-25T00:00:00Z".parse().unwrap()
@@ -281,7 +282,7 @@ async fn a_group_deletion_deletes_each_dependent_once() {
     drain.run(&app(&table)).await;
 
     delete_group(&s, a.group, &[a.container, c2]).await;
-    let recorded = Arc::new(support::recorded::Recorded::new(table.store.clone()));
+    let recorded = Arc::new(RecordingStore::new(table.store.clone()));
     let watched = App::new(
         recorded.clone(),
         Config::for_table(&table.name),
@@ -296,7 +297,7 @@ async fn a_group_deletion_deletes_each_dependent_once() {
     expected.push(ItemKey::User(a.user));
     assert_eq!(table.keys().await, encoded(expected));
 
-    let asked = recorded.take();
+    let asked = support::recorded::Log::of(recorded.take());
     // Batched (the expiry job) or guarded by the parent's absence (the
     // cascades).
     let mut deleted: Vec<(String, String)> = asked

@@ -8,10 +8,10 @@
 //!
 //! - [`DynamoStore`] answers each variant with the DynamoDB request of its
 //!   name, one arm per variant;
-//! - a layer over another store ([`coalesce::Coalescing`],
-//!   [`layers::DryRunStore`], the test kit's fault, race and recorded
-//!   stores) matches the variants it changes and passes every other one on
-//!   in one line, `other => self.inner.call(other).await`;
+//! - a layer over another store ([`coalesce::Coalescing`], the toolkit's
+//!   recording store and dry run, the test kit's fault and race layers)
+//!   matches the variants it changes and passes every other one on in one
+//!   line, `other => self.inner.call(other).await`;
 //! - the typed methods callers use are written once, for every store, on
 //!   top of `call`: [`ItemReader`] (`get`, `get_many`), [`ItemWriter`]
 //!   (`put`, `delete`, `update`), [`QueryStore`] (`query_page`,
@@ -28,9 +28,10 @@
 //! [`Request::is_write`]; its arm in [`DynamoStore`]'s `call`; the typed
 //! method in its trait and that trait's blanket impl. Layers pass the new
 //! request on untouched, except those whose job is every request: the
-//! compiler points at the test kit's fault layer and recorded store, which
-//! say what each request touches, and a dry run refuses a write it has not
-//! been taught to plan rather than send it.
+//! compiler points at the test kit's fault layer and the toolkit's
+//! recording store (`worker_toolkit::layers`), which say what each request
+//! touches, and a dry run refuses a write it has not been taught to plan
+//! rather than send it.
 //!
 //! Semantics every store keeps:
 //!
@@ -69,7 +70,6 @@ pub use guarded::{Guard, GuardedOp, GuardedReport, GuardedWriter};
 
 pub mod coalesce;
 pub mod guarded;
-pub mod layers;
 pub mod multi;
 pub mod transact;
 

@@ -22,8 +22,9 @@
 //! - [`layers`]: store layers that inject failures or race a delete;
 //! - [`race`]: the service's writes landing between the worker's read and
 //!   its write, deterministically;
-//! - [`recorded`]: a store that writes down what it was asked, and the
-//!   same asks replayed with perfect batching (the load driver's oracle);
+//! - [`recorded`]: what a worker asked (the calls the toolkit's recording
+//!   store wrote down), replayed with perfect batching (the load driver's
+//!   oracle);
 //! - [`raw_batch_write`]: the raw-SDK baseline of bulk writes;
 //! - [`workload`]: seeded histories delivered at least once, in any order;
 //! - [`template`]: a SAM template read and evaluated, to check it against

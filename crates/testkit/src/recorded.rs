@@ -2,27 +2,28 @@
 //! same asks sent again with perfect batching (`benches/load.rs`, the
 //! *oracle* figures).
 //!
-//! [`Recorded`] wraps the worker's store and writes down every read (point
-//! reads, whole-partition reads, other queries) and every write it is sent.
-//! [`replay_reads`] and [`replay_writes`] then send that record to another
-//! table, seeded like the one the worker served, the cheapest way the
-//! DynamoDB API allows: each key and partition read once, BatchGetItem with
-//! 100 keys, PartiQL `IN` with 50 partitions, BatchWriteItem with 25 items,
-//! one request after the other. The time they take is what the worker's
-//! reads and writes cost by themselves, apart from how the worker schedules
-//! them; the baseline's time is what the minimal writes cost.
+//! The worker's store is wrapped in the toolkit's recording layer
+//! (`RecordingStore::new(store).with_reads()`); [`Log::of`] sorts the calls
+//! it recorded into every read (point reads, whole-partition reads, other
+//! queries) and every write, in the order asked. [`replay_reads`] and
+//! [`replay_writes`] then send that log to another table, seeded like the
+//! one the worker served, the cheapest way the DynamoDB API allows: each
+//! key and partition read once, BatchGetItem with 100 keys, PartiQL `IN`
+//! with 50 partitions, BatchWriteItem with 25 items, one request after the
+//! other. The time they take is what the worker's reads and writes cost by
+//! themselves, apart from how the worker schedules them; the baseline's
+//! time is what the minimal writes cost.
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::item::Item;
 use worker_engine::store::{
     BatchWriter, DynamoStore, Expr, Guard, GuardedOp, GuardedWriter, ItemReader, ItemWriter, Key,
-    QuerySpec, QueryStore, Reply, Request, Store, StoreError, WriteOp,
+    QuerySpec, QueryStore, WriteOp,
 };
+use worker_toolkit::layers::{Asked, Call};
 
 /// A single-item write, as it was asked.
 #[derive(Clone)]
@@ -50,50 +51,27 @@ pub struct Log {
     pub guarded: Vec<(Vec<Guard>, Vec<GuardedOp>)>,
 }
 
-/// A store that records what it is asked, then forwards it.
-pub struct Recorded {
-    inner: Arc<DynamoStore>,
-    log: Mutex<Log>,
-}
-
-impl Recorded {
-    pub fn new(inner: Arc<DynamoStore>) -> Self {
-        Recorded {
-            inner,
-            log: Mutex::default(),
-        }
-    }
-
-    /// What was asked so far (and start a new record).
-    pub fn take(&self) -> Log {
-        std::mem::take(&mut *self.log.lock().expect("log"))
-    }
-
-    fn note(&self, f: impl FnOnce(&mut Log)) {
-        f(&mut self.log.lock().expect("log"));
-    }
-}
-
-/// Every request is written down (`Log::add`), then sent.
-#[async_trait]
-impl Store for Recorded {
-    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
-        self.note(|l| l.add(&request));
-        self.inner.call(request).await
-    }
-}
-
 impl Log {
-    /// Write down what `request` asks: a whole-partition query by its
-    /// first page (its later pages are not asked again), other queries
-    /// page by page; scans are not replayed.
-    fn add(&mut self, request: &Request<'_>) {
-        match request {
-            Request::Get { key, consistent } => self.gets.push(((*key).clone(), *consistent)),
-            Request::GetMany { keys, consistent } => self
-                .gets
-                .extend(keys.iter().map(|k| (k.clone(), *consistent))),
-            Request::QueryPage { spec, start } => match spec.as_partition() {
+    /// What `calls` asked, in the order asked.
+    pub fn of(mut calls: Vec<Call>) -> Log {
+        calls.sort_by_key(|c| c.number);
+        let mut log = Log::default();
+        for call in calls {
+            log.add(call.asked);
+        }
+        log
+    }
+
+    /// Write down what `asked` asks: a whole-partition query by its first
+    /// page (its later pages are not asked again), other queries page by
+    /// page; scans are not replayed.
+    fn add(&mut self, asked: Asked) {
+        match asked {
+            Asked::Get { key, consistent } => self.gets.push((key, consistent)),
+            Asked::GetMany { keys, consistent } => {
+                self.gets.extend(keys.into_iter().map(|k| (k, consistent)))
+            }
+            Asked::QueryPage { spec, start } => match spec.as_partition() {
                 Some((attribute, value)) if start.is_none() => self.partitions.push((
                     spec.index.clone(),
                     attribute.to_owned(),
@@ -101,41 +79,28 @@ impl Log {
                     spec.consistent,
                 )),
                 Some(_) => {}
-                None => self.queries.push((*spec).clone()),
+                None => self.queries.push(spec),
             },
-            Request::ScanPage { .. } => {}
-            Request::QueryPartitions {
+            Asked::ScanPage { .. } => {}
+            Asked::QueryPartitions {
                 index,
                 attribute,
                 values,
                 consistent,
-            } => self.partitions.extend(values.iter().map(|v| {
-                (
-                    index.map(str::to_owned),
-                    (*attribute).to_owned(),
-                    v.clone(),
-                    *consistent,
-                )
-            })),
-            Request::Put { item, condition } => self
-                .singles
-                .push(Single::Put(item.clone(), condition.clone())),
-            Request::Delete { key, condition } => self
-                .singles
-                .push(Single::Delete((*key).clone(), condition.clone())),
-            Request::Update {
+            } => self.partitions.extend(
+                values
+                    .into_iter()
+                    .map(|v| (index.clone(), attribute.clone(), v, consistent)),
+            ),
+            Asked::Put { item, condition } => self.singles.push(Single::Put(item, condition)),
+            Asked::Delete { key, condition } => self.singles.push(Single::Delete(key, condition)),
+            Asked::Update {
                 key,
                 update,
                 condition,
-            } => self.singles.push(Single::Update(
-                (*key).clone(),
-                update.clone(),
-                condition.clone(),
-            )),
-            Request::BatchWrite { ops } => self.batch_ops.extend(ops.iter().cloned()),
-            Request::WriteGuarded { guards, ops } => {
-                self.guarded.push((guards.to_vec(), ops.clone()))
-            }
+            } => self.singles.push(Single::Update(key, update, condition)),
+            Asked::BatchWrite { ops } => self.batch_ops.extend(ops),
+            Asked::WriteGuarded { guards, ops } => self.guarded.push((guards, ops)),
         }
     }
 }

@@ -1,11 +1,10 @@
-//! Writes on one clock: what a soak test's service and the worker's
-//! logging store write down of each write that landed (a key, put or
-//! delete, and the time it was in flight), and what such a log says an
-//! item certainly was over a span of time.
+//! Writes on one clock: what a soak test logs of each write that landed,
+//! the service's as it makes them and the worker's from the calls the
+//! toolkit's recording store wrote down (a key, put or delete, and the
+//! time it was in flight), and what such a log says an item certainly was
+//! over a span of time.
 
 use std::time::Instant;
-
-use worker_engine::store::{GuardedOp, Request, WriteOp};
 
 /// Whether an item exists after a write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,37 +64,4 @@ pub fn definitely_absent<W: Landed>(writes: &[&W], start: Instant, end: Instant)
     !writes
         .iter()
         .any(|w| w.kind() == Kind::Put && w.start() < end && since.is_none_or(|s| w.end() > s))
-}
-
-/// The writes of a store request, as guarded ops, in order (none for a
-/// read).
-pub fn ops_of(request: &Request<'_>) -> Vec<GuardedOp> {
-    match request {
-        Request::Put { item, condition } => vec![GuardedOp::Put {
-            item: item.clone(),
-            condition: condition.clone(),
-        }],
-        Request::Delete { key, condition } => vec![GuardedOp::Delete {
-            key: (*key).clone(),
-            condition: condition.clone(),
-        }],
-        Request::Update {
-            key,
-            update,
-            condition,
-        } => vec![GuardedOp::Update {
-            key: (*key).clone(),
-            update: update.clone(),
-            condition: condition.clone(),
-        }],
-        Request::BatchWrite { ops } => ops
-            .iter()
-            .map(|op| match op {
-                WriteOp::Put(item) => GuardedOp::put(item.clone()),
-                WriteOp::Delete(key) => GuardedOp::delete(key.clone()),
-            })
-            .collect(),
-        Request::WriteGuarded { ops, .. } => ops.clone(),
-        _ => Vec::new(),
-    }
 }

@@ -8,6 +8,8 @@
 //! - [`replay`]: DynamoDB JSON, snapshots, diffs, the writes a captured
 //!   batch describes, redaction, and the local event-source loop;
 //! - [`local`]: DynamoDB Local, installed on first use and started;
+//! - [`layers`]: the store layer that records what a store was asked (the
+//!   writes a command made, a dry run's plan, what a test's worker asked);
 //! - [`template`]: the settings of an app's SAM template;
 //! - [`stream_reader`]: a table's DynamoDB Stream read through the Streams
 //!   API (capture, the dev loop, redrive);
@@ -18,6 +20,7 @@
 
 pub mod cli;
 pub mod failure_message;
+pub mod layers;
 pub mod local;
 pub mod replay;
 pub mod stream_reader;

@@ -36,7 +36,7 @@
 //! - **nothing the service still shows as live was unlisted or deleted by
 //!   the worker**: every write the worker landed is checked against the
 //!   service's own log of writes, each with the time it was in flight
-//!   ([`Logged`], [`definitely_live`]): no file's entry removed from its
+//!   ([`WorkerLog::add`], [`definitely_live`]): no file's entry removed from its
 //!   day while the file was live under one of its spellings for the whole
 //!   write, no lookup level removed from its parent while it listed
 //!   something, no `Unzipping` request deleted while no `Unzipped` item
@@ -77,22 +77,22 @@ use archive_worker::items::{self, ArchivedFile, Stage, UnzipItem};
 use archive_worker::keys::{self, Child, FileTime, ItemKey, Job, LookupKey};
 use archive_worker::notify::RecordingPublisher;
 use archive_worker::schema::schema;
-use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, NaiveDate, Utc};
 use rand::Rng;
 use rand::rngs::StdRng;
 use serde_json::Value;
 use support::{expected_lookup, key_name, lookup_items};
-use worker_engine::clock::{Clock, ManualClock};
+use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobReport;
 use worker_engine::store::guarded::GuardedOp;
-use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOutcome};
+use worker_engine::store::{Expr, Key, Store, WriteOutcome};
 use worker_testkit::TestTable;
 use worker_testkit::follow::{CI_SEED, Followers, Mapping, Tail, quiet, service_tasks, soak_seeds};
-use worker_testkit::written::{Kind, Landed, definitely_absent, definitely_live, ops_of};
+use worker_testkit::written::{Kind, Landed, definitely_absent, definitely_live};
+use worker_toolkit::layers::{Answer, Call, RecordingStore};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -275,17 +275,49 @@ fn plan(op: &GuardedOp) -> Planned {
     }
 }
 
-/// The worker's store: every write that landed is logged with the time it
-/// was in flight and what it changed.
-struct Logged {
-    inner: Arc<dyn Store>,
-    log: Arc<WorkerLog>,
-    clock: ManualClock,
-}
+impl WorkerLog {
+    /// Log the writes of the worker's recorded `calls` that landed, each
+    /// with the time it was in flight and the injected clock when it was
+    /// sent.
+    fn add(&self, calls: &[Call]) {
+        for call in calls {
+            let ops = call.asked.ops();
+            if ops.is_empty() {
+                continue;
+            }
+            let landed = match &call.answer {
+                Ok(Answer::Written(WriteOutcome::Applied) | Answer::Batch(_)) => ops.len(),
+                Ok(Answer::Written(WriteOutcome::ConditionFailed)) => {
+                    self.refused.fetch_add(1, Ordering::Relaxed);
+                    0
+                }
+                Ok(Answer::Guarded(r)) => {
+                    if r.withheld > 0 {
+                        self.withheld.fetch_add(1, Ordering::Relaxed);
+                    }
+                    self.refused.fetch_add(r.refused, Ordering::Relaxed);
+                    // The archive's guarded writes are one op each (a shared
+                    // transaction lands whole or is sent again op by op).
+                    if r.applied == ops.len() {
+                        ops.len()
+                    } else if ops.len() == 1 {
+                        0
+                    } else {
+                        r.applied
+                    }
+                }
+                _ => 0,
+            };
+            for op in ops.iter().take(landed) {
+                self.landed(op, call.at, call.sent, call.answered);
+            }
+        }
+    }
 
-impl Logged {
+    /// Log `op`, a write that landed: in flight from `start` to `end`, sent
+    /// when the injected clock said `now`.
     fn landed(&self, op: &GuardedOp, now: DateTime<Utc>, start: Instant, end: Instant) {
-        let log = &self.log;
+        let log = self;
         let write = |key: Raw, kind: Kind, note: String| Write {
             key,
             kind,
@@ -354,47 +386,6 @@ impl Logged {
                 ));
             }
         }
-    }
-}
-
-#[async_trait]
-impl Store for Logged {
-    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
-        let ops = ops_of(&request);
-        if ops.is_empty() {
-            return self.inner.call(request).await;
-        }
-        let now = self.clock.now();
-        let start = Instant::now();
-        let reply = self.inner.call(request).await;
-        let end = Instant::now();
-        let landed = match &reply {
-            Ok(Reply::Written(WriteOutcome::Applied) | Reply::Batch(_)) => ops.len(),
-            Ok(Reply::Written(WriteOutcome::ConditionFailed)) => {
-                self.log.refused.fetch_add(1, Ordering::Relaxed);
-                0
-            }
-            Ok(Reply::Guarded(r)) => {
-                if r.withheld > 0 {
-                    self.log.withheld.fetch_add(1, Ordering::Relaxed);
-                }
-                self.log.refused.fetch_add(r.refused, Ordering::Relaxed);
-                // The archive's guarded writes are one op each (a shared
-                // transaction lands whole or is sent again op by op).
-                if r.applied == ops.len() {
-                    ops.len()
-                } else if ops.len() == 1 {
-                    0
-                } else {
-                    r.applied
-                }
-            }
-            _ => 0,
-        };
-        for op in ops.iter().take(landed) {
-            self.landed(op, now, start, end);
-        }
-        reply
     }
 }
 
@@ -1167,17 +1158,15 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     let service = Arc::new(Service::new(table.store.clone(), started));
     let clock = ManualClock::new(t0());
     let log = Arc::new(WorkerLog::default());
+    let recording =
+        Arc::new(RecordingStore::new(table.store.clone()).with_clock(Arc::new(clock.clone())));
     let publisher = Arc::new(RecordingPublisher::default());
     let mut settings = Settings::for_table(&table.name);
     settings.retention_hours = RETENTION_HOURS;
     settings.stuck_hours = STUCK_HOURS;
     settings.event_bus = Some(BUS.into());
     let worker = Arc::new(archive_worker::app::APP.table_worker(
-        Arc::new(Logged {
-            inner: table.store.clone(),
-            log: log.clone(),
-            clock: clock.clone(),
-        }),
+        recording.clone(),
         settings,
         publisher.clone(),
         Arc::new(clock.clone()),
@@ -1215,6 +1204,7 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     stats.add(quiet(&mut tails, worker.as_ref(), &mapping).await);
     let drained = started.elapsed();
 
+    log.add(&recording.take());
     let (quiet_state, mut problems) = check(&table, &service, &log, "once quiet").await;
 
     // The jobs across their grace periods: past the retention of every
@@ -1230,6 +1220,7 @@ async fn run(seed: u64, factor: usize) -> Result<(), String> {
     let rebuild = run_job(&worker, Job::RebuildLookup, &mut runs).await;
     stats.add(quiet(&mut tails, worker.as_ref(), &mapping).await);
 
+    log.add(&recording.take());
     let (after, more) = check(&table, &service, &log, "after the jobs").await;
     problems.extend(more);
     if !after.unzipped.is_empty() {

@@ -11,8 +11,9 @@ use archive_worker::keys::{FileTime, ItemKey};
 use archive_worker::schema::schema;
 use support::*;
 use worker_engine::store::{ItemReader, ItemWriter, Store};
-use worker_testkit::recorded::{Recorded, Single};
+use worker_testkit::recorded::{Log, Single};
 use worker_testkit::{Drain, TestTable};
+use worker_toolkit::layers::RecordingStore;
 
 const H: i64 = 3600;
 
@@ -195,10 +196,10 @@ async fn a_file_written_again_while_unzipped_gets_its_flag_back() {
     let g = t("2024-01-03-00-00-00");
     put(store, &[file(g)]).await;
     let inserted = drain.read().await;
-    let recorded = Arc::new(Recorded::new(table.store.clone()));
+    let recorded = Arc::new(RecordingStore::new(table.store.clone()));
     deliver(&support::app(recorded.clone()), &inserted).await;
     assert_eq!(flag(store, g).await, Some(false));
-    let log = recorded.take();
+    let log = Log::of(recorded.take());
     let written = log
         .guarded
         .iter()

@@ -62,7 +62,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -78,9 +77,10 @@ use worker_engine::item::Item;
 use worker_engine::notify::RecordingPublisher;
 use worker_engine::runtime::Worker;
 use worker_engine::store::guarded::GuardedOp;
-use worker_engine::store::{Expr, Key, Reply, Request, Store, StoreError, WriteOp, WriteOutcome};
+use worker_engine::store::{Expr, Key, Store, WriteOp, WriteOutcome};
 use worker_testkit::TestTable;
 use worker_testkit::follow::{Followers, Mapping, Tail, assert_no_problems, quiet, service_tasks};
+use worker_toolkit::layers::{Answer, Asked, Call, RecordingStore};
 
 /// Service tasks in flight.
 const TASKS: usize = 8;
@@ -288,72 +288,71 @@ fn claim_of(update: &Expr) -> Claim {
     )
 }
 
-/// The worker's store: every write that landed is logged with what it
-/// claims and the time it was in flight.
-struct Logged {
-    inner: Arc<dyn Store>,
-    log: Arc<Log>,
+/// The writes a worker's request asks for, each with what it claims.
+fn claims(asked: &Asked) -> Vec<(K, Claim)> {
+    match asked {
+        Asked::Put { item, .. } => vec![(k(item), Claim::Other("put".into()))],
+        Asked::Delete { key, .. } => vec![(k(key), Claim::Other("delete".into()))],
+        Asked::Update { key, update, .. } => vec![(k(key), claim_of(update))],
+        Asked::BatchWrite { ops } => ops
+            .iter()
+            .map(|op| match op {
+                WriteOp::Put(item) => (k(item), Claim::Other("batch put".into())),
+                WriteOp::Delete(key) => (k(key), Claim::Other("batch delete".into())),
+            })
+            .collect(),
+        Asked::WriteGuarded { ops, .. } => ops
+            .iter()
+            .map(|op| match op {
+                GuardedOp::Put { item, .. } => (k(item), Claim::Other("guarded put".into())),
+                GuardedOp::Delete { key, .. } => (k(key), Claim::Other("guarded delete".into())),
+                GuardedOp::Update { key, update, .. } => (k(key), claim_of(update)),
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
-#[async_trait]
-impl Store for Logged {
-    async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
-        let planned: Vec<(K, Claim)> = match &request {
-            Request::Put { item, .. } => vec![(k(item), Claim::Other("put".into()))],
-            Request::Delete { key, .. } => vec![(k(key), Claim::Other("delete".into()))],
-            Request::Update { key, update, .. } => vec![(k(key), claim_of(update))],
-            Request::BatchWrite { ops } => ops
-                .iter()
-                .map(|op| match op {
-                    WriteOp::Put(item) => (k(item), Claim::Other("batch put".into())),
-                    WriteOp::Delete(key) => (k(key), Claim::Other("batch delete".into())),
-                })
-                .collect(),
-            Request::WriteGuarded { ops, .. } => ops
-                .iter()
-                .map(|op| match op {
-                    GuardedOp::Put { item, .. } => (k(item), Claim::Other("guarded put".into())),
-                    GuardedOp::Delete { key, .. } => {
-                        (k(key), Claim::Other("guarded delete".into()))
-                    }
-                    GuardedOp::Update { key, update, .. } => (k(key), claim_of(update)),
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        self.log.worker_requests.fetch_add(1, Ordering::Relaxed);
-        let start = Instant::now();
-        let reply = self.inner.call(request).await?;
-        let end = Instant::now();
-        let landed = match &reply {
-            Reply::Written(WriteOutcome::Applied) | Reply::Batch(_) => planned.len(),
-            Reply::Written(WriteOutcome::ConditionFailed) => {
-                self.log.conditions_failed.fetch_add(1, Ordering::Relaxed);
-                0
-            }
-            Reply::Guarded(r) => {
-                self.log.withheld.fetch_add(r.withheld, Ordering::Relaxed);
-                self.log.refused.fetch_add(r.refused, Ordering::Relaxed);
-                if r.refused == 0 || planned.len() == 1 {
-                    // Applied in order, up to the first withheld.
-                    r.applied.min(planned.len())
-                } else {
-                    self.log.ambiguous.fetch_add(1, Ordering::Relaxed);
+impl Log {
+    /// Log the worker's recorded `calls` (every request, reads too): the
+    /// writes that landed with what they claim and the time they were in
+    /// flight.
+    fn add_worker(&self, calls: &[Call]) {
+        for call in calls {
+            self.worker_requests.fetch_add(1, Ordering::Relaxed);
+            let Ok(answer) = &call.answer else {
+                continue;
+            };
+            let planned = claims(&call.asked);
+            let landed = match answer {
+                Answer::Written(WriteOutcome::Applied) | Answer::Batch(_) => planned.len(),
+                Answer::Written(WriteOutcome::ConditionFailed) => {
+                    self.conditions_failed.fetch_add(1, Ordering::Relaxed);
                     0
                 }
+                Answer::Guarded(r) => {
+                    self.withheld.fetch_add(r.withheld, Ordering::Relaxed);
+                    self.refused.fetch_add(r.refused, Ordering::Relaxed);
+                    if r.refused == 0 || planned.len() == 1 {
+                        // Applied in order, up to the first withheld.
+                        r.applied.min(planned.len())
+                    } else {
+                        self.ambiguous.fetch_add(1, Ordering::Relaxed);
+                        0
+                    }
+                }
+                Answer::Read => 0,
+            };
+            let mut log = self.worker.lock().unwrap();
+            for (key, claim) in planned.into_iter().take(landed) {
+                log.push(WorkerWrite {
+                    key,
+                    claim,
+                    start: call.sent,
+                    end: call.answered,
+                });
             }
-            _ => 0,
-        };
-        let mut log = self.log.worker.lock().unwrap();
-        for (key, claim) in planned.into_iter().take(landed) {
-            log.push(WorkerWrite {
-                key,
-                claim,
-                start,
-                end,
-            });
         }
-        Ok(reply)
     }
 }
 
@@ -1168,15 +1167,13 @@ async fn run(seed: u64, factor: usize) {
     let started = Instant::now();
     let table = TestTable::with_schema(&schema()).await;
     let log = Arc::new(Log::default());
+    let recording = Arc::new(RecordingStore::new(table.store.clone()).with_reads());
     let clock = ManualClock::new(now());
     let publisher = Arc::new(RecordingPublisher::default());
     let mut settings = Settings::for_table(&table.name);
     settings.event_bus = Some(BUS.into());
     let app = Arc::new(shop_worker::app::APP.table_worker(
-        Arc::new(Logged {
-            inner: table.store.clone(),
-            log: log.clone(),
-        }),
+        recording.clone(),
         settings,
         publisher.clone(),
         Arc::new(clock.clone()),
@@ -1257,6 +1254,7 @@ async fn run(seed: u64, factor: usize) {
     let table_end = snapshot(&table).await;
     problems.extend(state(&table_end, &log, true));
     problems.extend(flags(&table_end));
+    log.add_worker(&recording.take());
     let (wrong, undecided) = worker_writes(&log);
     problems.extend(wrong);
     if stats.rejected + stats.malformed > 0 {

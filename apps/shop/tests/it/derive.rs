@@ -17,9 +17,10 @@ use support::*;
 use worker_engine::runtime::EventFunction;
 use worker_engine::store::{Expr, ItemReader, ItemWriter};
 use worker_engine::stream::decode::encode_event;
-use worker_testkit::recorded::Recorded;
+use worker_testkit::recorded::Log;
 use worker_testkit::workload::{Seeded, apply};
 use worker_testkit::{Drain, TestTable};
+use worker_toolkit::layers::RecordingStore;
 
 type Keys = BTreeSet<(String, String)>;
 
@@ -340,7 +341,7 @@ async fn no_write_for_a_record_that_changes_nothing_derived() {
     let table = TestTable::with_schema(&schema()).await;
     let mut drain = Drain::new(&table).await;
     let (_, product) = settled(&table, &mut drain).await;
-    let recorded = Arc::new(Recorded::new(table.store.clone()));
+    let recorded = Arc::new(RecordingStore::new(table.store.clone()));
     let app = app(recorded.clone());
     // The service changes the price and the stock only.
     let set = Expr::new("SET #p = :p, #s = :s")
@@ -359,7 +360,7 @@ async fn no_write_for_a_record_that_changes_nothing_derived() {
             .unwrap();
         assert!(report.batch_item_failures.is_empty());
     }
-    let log = recorded.take();
+    let log = Log::of(recorded.take());
     assert!(
         log.singles.is_empty() && log.batch_ops.is_empty(),
         "no write"
@@ -385,7 +386,7 @@ async fn no_write_for_a_record_that_changes_nothing_derived() {
         .await
         .unwrap();
     assert!(report.batch_item_failures.is_empty());
-    let log = recorded.take();
+    let log = Log::of(recorded.take());
     assert_eq!(
         log.singles.len(),
         1,

@@ -465,10 +465,7 @@ async fn replay_reports_each_record_and_the_title_key_it_set() {
     let [write] = notes.writes.as_slice() else {
         panic!("one write made: {:?}", notes.writes);
     };
-    assert_eq!(
-        write.result,
-        worker_engine::store::layers::WriteResult::Applied
-    );
+    assert_eq!(write.result, worker_toolkit::layers::WriteResult::Applied);
     let text = replayed.text(false);
     let line = format!(
         "    ~ NOTE#a/NOTE: {}: (absent) → \"hello world\"",

@@ -9,10 +9,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use super::tables::TableWrites;
+use crate::layers::{MadeWrite, PlannedWrite, WriteResult};
 use crate::replay::ddbjson::{item_to_json, key_text, readable_attributes};
 use crate::replay::diff::{TableDiff, TablesDiff};
 use worker_engine::store::DynamoStore;
-use worker_engine::store::layers::{MadeWrite, PlannedWrite, WriteResult};
 
 /// `PUT PK/SK {attrs} [if cond]`, `DELETE PK/SK [if cond]`,
 /// `UPDATE PK/SK <expr> [if cond]`.

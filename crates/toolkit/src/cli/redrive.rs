@@ -54,13 +54,13 @@ use super::target::{
 };
 use super::{CliApp, CliError, EXIT_FAILURES};
 use crate::failure_message::{self, FailureRange};
+use crate::layers::DryRunStore;
 use crate::stream_reader::read_range;
 use worker_engine::park::{
     self, Origin, PARKING_TABLE_ENV, ParkedRecord, Parking, ParkingSettings,
 };
 use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
-use worker_engine::store::layers::DryRunStore;
 use worker_engine::store::{DynamoStore, StoreError};
 use worker_engine::stream::decode::{SequenceNumber, decode_record_with, encode_event};
 use worker_engine::stream::engine::{BatchReport, RecordStatus};

@@ -35,6 +35,7 @@ use super::target::{
     AppTable, RemoteWriteOpts, Scope, TableOpts, Target, is_loopback, refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
+use crate::layers::{DryRunStore, MadeWrite, PlannedWrite};
 use crate::replay::apply::{self, NotApplied};
 use crate::replay::diff::TablesDiff;
 use crate::replay::report::{RecordLine, record_lines};
@@ -43,7 +44,6 @@ use worker_engine::error::FailureKind;
 use worker_engine::runtime::{EventError, Worker};
 use worker_engine::schedule::{JobName, JobReport};
 use worker_engine::store::Store;
-use worker_engine::store::layers::{DryRunStore, MadeWrite, PlannedWrite};
 use worker_engine::stream::decode::decode_event;
 use worker_engine::stream::engine::BatchReport;
 

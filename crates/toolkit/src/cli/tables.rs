@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 
 use super::CliError;
 use super::target::{AppTable, Scope, Target};
+use crate::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use crate::replay::apply::WritePlan;
 use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
 use crate::replay::snapshot::{
@@ -42,7 +43,6 @@ use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
 use worker_engine::schema::TableSchema;
 use worker_engine::settings::{JobSettings, Settings};
-use worker_engine::store::layers::{DryRunStore, MadeWrite, PlannedWrite, RecordingStore};
 use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
 use worker_engine::stream::decode::{RecordError, StreamChange};

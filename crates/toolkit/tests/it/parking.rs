@@ -266,7 +266,7 @@ async fn after_a_fix_redrive_handles_the_parked_record_and_a_second_redrive_does
     // The fix is deployed.
     reject.store(false, Ordering::SeqCst);
     let store: Arc<dyn Store> = table.store.clone();
-    let dry = Arc::new(worker_engine::store::layers::DryRunStore::new(store));
+    let dry = Arc::new(worker_toolkit::layers::DryRunStore::new(store));
     let dry_worker = worker(dry.clone(), &reject, None);
     let plan = redrive_parked(&dry_worker, Some(&dry), &parking, false)
         .await
