@@ -25,11 +25,11 @@ use super::target::{
     refuse_remote_writes,
 };
 use super::{CliApp, CliError, parse_now};
+use crate::layers::{MadeWrite, PlannedWrite};
 use crate::replay::diff::TablesDiff;
 use worker_engine::error::HandlerError;
 use worker_engine::schedule::{JobName, JobReport};
 use worker_engine::store::MetricsSnapshot;
-use worker_engine::store::layers::{MadeWrite, PlannedWrite};
 
 /// Options of `run`.
 #[derive(Debug, Clone, Default, Args)]
