@@ -309,7 +309,9 @@ async fn table_load_and_snapshot_cover_the_six_tables() {
     let o = chat_worker(&["table", "snapshot", &out, "--endpoint-url", &endpoint]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("table \"ChatRequests\" does not exist"),
+        stderr(&o).contains(&format!(
+            "table \"ChatRequests\" does not exist at {endpoint}: run `chat-worker table create --endpoint-url {endpoint} --table ChatRequests=ChatRequests`"
+        )),
         "{}",
         stderr(&o)
     );

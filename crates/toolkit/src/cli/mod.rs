@@ -431,12 +431,15 @@ pub enum CliError {
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
     #[error(
-        "table {table:?} does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint} --table {table}` (or check --table)"
+        "table {table:?} does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint} --table {table_arg}` (or check --table)"
     )]
     NoTable {
         app: &'static str,
         endpoint: String,
         table: String,
+        /// `--table`'s value that names it: the name, or `ROLE=NAME` for an
+        /// app of several tables.
+        table_arg: String,
     },
     /// One of the app's other tables ([`CliApp::other_tables`]) is missing.
     #[error(

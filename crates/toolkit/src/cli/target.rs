@@ -454,6 +454,11 @@ impl Target {
                 app: self.app.app,
                 endpoint: self.endpoint.clone(),
                 table: self.table.clone(),
+                table_arg: if self.app.several {
+                    format!("{}={}", self.app.role, self.table)
+                } else {
+                    self.table.clone()
+                },
             },
             StoreError::Transient {
                 operation,
