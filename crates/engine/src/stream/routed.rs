@@ -23,6 +23,74 @@
 //!
 //! The router serves each batch bound to that batch's facts
 //! ([`TypedChange::facts`], through [`StreamSide`]).
+//!
+//! An app of notes whose `PK` is `NOTE#<id>`, its worker's own items
+//! `WORKER#...`, and one handler of notes:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use async_trait::async_trait;
+//! use chrono::{DateTime, Utc};
+//! use worker_engine::clock::SystemClock;
+//! use worker_engine::error::HandlerError;
+//! use worker_engine::stream::decode::{RecordError, StreamChange, decode_event};
+//! use worker_engine::stream::engine::{RecordOutcome, RecordProcessor};
+//! use worker_engine::stream::routed::{ChangeHandler, HandlerOutcome, Router, TypedChange};
+//!
+//! #[derive(Debug, Clone, Copy, PartialEq)]
+//! enum Kind { Note, Worker }
+//!
+//! /// A change of the notes table, its key read once.
+//! struct NoteChange { kind: Kind, id: String }
+//!
+//! impl TypedChange for NoteChange {
+//!     type Kind = Kind;
+//!     type Facts = ();
+//!     fn decode(raw: &StreamChange) -> Result<Self, String> {
+//!         let pk = raw.keys.get("PK").and_then(|v| v.as_s().ok()).ok_or("no PK")?;
+//!         match pk.split_once('#') {
+//!             Some(("NOTE", id)) => Ok(NoteChange { kind: Kind::Note, id: id.to_owned() }),
+//!             Some(("WORKER", id)) => Ok(NoteChange { kind: Kind::Worker, id: id.to_owned() }),
+//!             _ => Err(format!("PK {pk:?} is not NOTE#<id> or WORKER#<id>")),
+//!         }
+//!     }
+//!     fn kind(&self) -> Kind { self.kind }
+//!     fn is_worker_owned(kind: Kind) -> bool { kind == Kind::Worker }
+//!     fn facts(_: &[Result<StreamChange, RecordError>]) {}
+//! }
+//!
+//! /// Reacts to notes (it would write through its store).
+//! struct Notes;
+//!
+//! #[async_trait]
+//! impl ChangeHandler<NoteChange> for Notes {
+//!     fn name(&self) -> &'static str { "notes" }
+//!     fn wants(&self, kind: Kind) -> bool { kind == Kind::Note }
+//!     async fn handle_in_batch(
+//!         &self, change: &NoteChange, _now: DateTime<Utc>, _: &(),
+//!     ) -> Result<HandlerOutcome, HandlerError> {
+//!         Ok(HandlerOutcome::Nothing(format!("note {} seen", change.id)))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let router = Router::<NoteChange>::new(Arc::new(SystemClock)).with(Arc::new(Notes));
+//! let event = serde_json::json!({"Records": [
+//!     {"eventID": "1", "eventName": "INSERT", "dynamodb": {
+//!         "Keys": {"PK": {"S": "NOTE#n1"}}, "NewImage": {"PK": {"S": "NOTE#n1"}},
+//!         "SequenceNumber": "1"}},
+//!     {"eventID": "2", "eventName": "INSERT", "dynamodb": {
+//!         "Keys": {"PK": {"S": "WORKER#w1"}}, "NewImage": {"PK": {"S": "WORKER#w1"}},
+//!         "SequenceNumber": "2"}},
+//! ]});
+//! let records = decode_event(&event).unwrap();
+//! let note = router.process(records[0].as_ref().unwrap()).await.unwrap();
+//! assert_eq!(note, RecordOutcome::handled("notes: note n1 seen"));
+//! let own = router.process(records[1].as_ref().unwrap()).await.unwrap();
+//! assert_eq!(own, RecordOutcome::skipped("worker-owned item (loop guard)"));
+//! # }
+//! ```
 
 use std::sync::Arc;
 
