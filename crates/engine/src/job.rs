@@ -146,6 +146,52 @@ pub struct JobSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
 }
 
 /// An app: its common variables and its jobs.
+///
+/// A notes app of one job, with no stream side and one hourly scheduled
+/// job (its handlers and jobs built from `()` here; an app builds them from
+/// its `app::TableDeps`):
+///
+/// ```
+/// use worker_engine::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec};
+/// use worker_engine::schema::{DEFAULT_KEY, TableSchema};
+/// use worker_engine::stream::engine::RecordProcessor;
+///
+/// worker_engine::job_names! {
+///     pub enum Job { PurgeExpired = "purge-expired" }
+/// }
+///
+/// const NOTES: JobSpec<Job, (), dyn RecordProcessor> = JobSpec {
+///     name: "notes",
+///     summary: "purges expired notes",
+///     env: &[],
+///     stream: None,
+///     scheduled: &[ScheduleSpec {
+///         job: Job::PurgeExpired,
+///         function: "PurgeExpiredFunction",
+///         schedule: Schedule::Rate("rate(1 hour)"),
+///         local_cron: "0 * * * *",
+///         access: Access { dynamodb_actions: &["dynamodb:DeleteItem"], ..Access::NONE },
+///         metrics: &[],
+///     }],
+///     handlers: |_| Vec::new(),
+///     jobs: |_| Vec::new(),
+/// };
+///
+/// const APP: AppSpec<Job, (), dyn RecordProcessor> = AppSpec {
+///     name: "notes-worker",
+///     namespace: "NotesWorker",
+///     env: worker_engine::common_env!(Job, "the notes table"),
+///     jobs: &[&NOTES],
+///     schema: || TableSchema::new(DEFAULT_KEY),
+///     checkpoint: |_| None,
+/// };
+///
+/// APP.check().unwrap();
+/// assert_eq!(APP.schedule(Job::PurgeExpired).unwrap().function, "PurgeExpiredFunction");
+/// // The schedule function reads the common variables and its pin.
+/// let vars = APP.env_of(Some(Job::PurgeExpired));
+/// assert!(vars.contains(&"TABLE_NAME") && vars.contains(&"WORKER_JOB"));
+/// ```
 pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     /// The command line's name (`my-worker`).
     pub name: &'static str,
