@@ -92,13 +92,17 @@ impl Log {
                     .into_iter()
                     .map(|v| (index.clone(), attribute.clone(), v, consistent)),
             ),
-            Asked::Put { item, condition } => self.singles.push(Single::Put(item, condition)),
-            Asked::Delete { key, condition } => self.singles.push(Single::Delete(key, condition)),
-            Asked::Update {
+            Asked::Write(GuardedOp::Put { item, condition }) => {
+                self.singles.push(Single::Put(item, condition))
+            }
+            Asked::Write(GuardedOp::Delete { key, condition }) => {
+                self.singles.push(Single::Delete(key, condition))
+            }
+            Asked::Write(GuardedOp::Update {
                 key,
                 update,
                 condition,
-            } => self.singles.push(Single::Update(key, update, condition)),
+            }) => self.singles.push(Single::Update(key, update, condition)),
             Asked::BatchWrite { ops } => self.batch_ops.extend(ops),
             Asked::WriteGuarded { guards, ops } => self.guarded.push((guards, ops)),
         }

@@ -37,7 +37,8 @@ use worker_engine::store::{
 };
 
 /// A request as a [`RecordingStore`] keeps it: the [`Request`] variant of
-/// the same name, its arguments owned.
+/// the same name, its arguments owned (a single write as the store's
+/// [`GuardedOp`]).
 #[derive(Debug, Clone)]
 pub enum Asked {
     Get {
@@ -48,19 +49,8 @@ pub enum Asked {
         keys: Vec<Key>,
         consistent: bool,
     },
-    Put {
-        item: Item,
-        condition: Option<Expr>,
-    },
-    Delete {
-        key: Key,
-        condition: Option<Expr>,
-    },
-    Update {
-        key: Key,
-        update: Expr,
-        condition: Option<Expr>,
-    },
+    /// A PutItem, DeleteItem or UpdateItem, as the store's own op.
+    Write(GuardedOp),
     QueryPage {
         spec: QuerySpec,
         start: Option<Key>,
@@ -96,23 +86,23 @@ impl Asked {
                 keys: keys.to_vec(),
                 consistent: *consistent,
             },
-            Request::Put { item, condition } => Asked::Put {
+            Request::Put { item, condition } => Asked::Write(GuardedOp::Put {
                 item: item.clone(),
                 condition: condition.clone(),
-            },
-            Request::Delete { key, condition } => Asked::Delete {
+            }),
+            Request::Delete { key, condition } => Asked::Write(GuardedOp::Delete {
                 key: (*key).clone(),
                 condition: condition.clone(),
-            },
+            }),
             Request::Update {
                 key,
                 update,
                 condition,
-            } => Asked::Update {
+            } => Asked::Write(GuardedOp::Update {
                 key: (*key).clone(),
                 update: update.clone(),
                 condition: condition.clone(),
-            },
+            }),
             Request::QueryPage { spec, start } => Asked::QueryPage {
                 spec: (*spec).clone(),
                 start: start.clone(),
@@ -144,23 +134,7 @@ impl Asked {
     /// for a read).
     pub fn ops(&self) -> Vec<GuardedOp> {
         match self {
-            Asked::Put { item, condition } => vec![GuardedOp::Put {
-                item: item.clone(),
-                condition: condition.clone(),
-            }],
-            Asked::Delete { key, condition } => vec![GuardedOp::Delete {
-                key: key.clone(),
-                condition: condition.clone(),
-            }],
-            Asked::Update {
-                key,
-                update,
-                condition,
-            } => vec![GuardedOp::Update {
-                key: key.clone(),
-                update: update.clone(),
-                condition: condition.clone(),
-            }],
+            Asked::Write(op) => vec![op.clone()],
             Asked::BatchWrite { ops } => ops
                 .iter()
                 .map(|op| match op {

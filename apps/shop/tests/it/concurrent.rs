@@ -291,9 +291,11 @@ fn claim_of(update: &Expr) -> Claim {
 /// The writes a worker's request asks for, each with what it claims.
 fn claims(asked: &Asked) -> Vec<(K, Claim)> {
     match asked {
-        Asked::Put { item, .. } => vec![(k(item), Claim::Other("put".into()))],
-        Asked::Delete { key, .. } => vec![(k(key), Claim::Other("delete".into()))],
-        Asked::Update { key, update, .. } => vec![(k(key), claim_of(update))],
+        Asked::Write(GuardedOp::Put { item, .. }) => vec![(k(item), Claim::Other("put".into()))],
+        Asked::Write(GuardedOp::Delete { key, .. }) => {
+            vec![(k(key), Claim::Other("delete".into()))]
+        }
+        Asked::Write(GuardedOp::Update { key, update, .. }) => vec![(k(key), claim_of(update))],
         Asked::BatchWrite { ops } => ops
             .iter()
             .map(|op| match op {
