@@ -15,7 +15,6 @@ use crate::keys::{PK, SK};
 use crate::metrics::Emitter;
 use worker_engine::app::Sharing;
 use worker_engine::error::HandlerError;
-use worker_engine::lambda::Deployment;
 use worker_engine::notify::EventBridgePublisher;
 use worker_engine::runtime::InvokeError;
 use worker_engine::runtime::Worker;
@@ -76,23 +75,10 @@ impl App {
     }
 
     /// Report this store's DynamoDB requests and consumed capacity in the
-    /// metrics (`from_env` does it for its own store).
+    /// metrics (`worker_from_env` does it for its own store).
     pub fn with_store_metrics(mut self, store: &DynamoStore) -> Self {
         self.worker = self.worker.with_store_metrics(store);
         self
-    }
-
-    /// Assemble from the environment (Lambda): `TABLE_NAME`, optional
-    /// endpoint variables (`AWS_ENDPOINT_URL_DYNAMODB`, ...), the clock
-    /// (`WORKER_NOW`, local runs only), and the rest of [`Config`]; records that
-    /// fail for good are parked in `PARKING_TABLE` when it is set.
-    pub async fn from_env() -> Result<Self, crate::config::ConfigError> {
-        let config = Config::from_env()?;
-        let deployed = Deployment::of(&config.common)?;
-        let store = Arc::new(deployed.store.clone());
-        let mut app = App::new(store, config, deployed.clock.clone());
-        app.worker = deployed.finish(app.worker);
-        Ok(app)
     }
 
     pub fn config(&self) -> &Config {
