@@ -30,7 +30,7 @@ use nishiki_worker::jobs::relationships::{AuditJob, AuditReport};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use service::*;
 use support::TestTable;
-use worker_engine::notify::RecordingPublisher;
+use worker_engine::RecordingPublisher;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::{BatchWriter, Store, WriteOp};
 

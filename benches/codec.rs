@@ -13,7 +13,7 @@ use std::hint::black_box;
 use criterion::{Criterion, Throughput, criterion_group};
 use nishiki_worker::items::{Container, Entity, Food, Item};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
-use worker_engine::stream::decode::{ChangeKind, StreamChange, decode_event, encode_event};
+use worker_engine::stream::{ChangeKind, StreamChange, decode_event, encode_event};
 
 fn container(foods: usize) -> Item {
     let created = "2024-03-22T22:03:33.123Z".parse().unwrap();

@@ -174,7 +174,7 @@ use worker_engine::store::{
     self, DynamoStore, Guard, GuardedOp, GuardedWriter, ItemReader, ItemWriter, MetricsSnapshot,
     QueryStore, ScanSpec, WriteOutcome,
 };
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 use worker_toolkit::layers::RecordingStore;
 use worker_toolkit::stream_reader::{self, StartAt, StreamTail};
 

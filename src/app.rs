@@ -13,19 +13,19 @@ use crate::jobs::APP;
 use crate::keys::Job;
 use crate::keys::{PK, SK};
 use crate::metrics::Emitter;
-use worker_engine::app::Sharing;
-use worker_engine::error::HandlerError;
-use worker_engine::notify::EventBridgePublisher;
-use worker_engine::runtime::InvokeError;
-use worker_engine::runtime::Worker;
+use worker_engine::EventBridgePublisher;
+use worker_engine::HandlerError;
+use worker_engine::InvokeError;
+use worker_engine::Sharing;
+use worker_engine::Worker;
 use worker_engine::schedule::JobReport;
 use worker_engine::store::{DynamoStore, Store};
-use worker_engine::stream::engine::BatchReport;
+use worker_engine::stream::BatchReport;
 
 /// Why an event could not be run at all.
-pub type EventError = worker_engine::runtime::EventError<Job>;
+pub type EventError = worker_engine::EventError<Job>;
 /// What running one event did.
-pub type EventOutcome = worker_engine::runtime::EventOutcome<Job>;
+pub type EventOutcome = worker_engine::EventOutcome<Job>;
 
 /// The stream handlers run for many items at once (see the engine): their
 /// point reads and bulk writes share requests.
@@ -140,7 +140,7 @@ impl App {
 /// The local event-source loop (`dev`) and the test kit's drain invoke the
 /// worker as Lambda would.
 #[async_trait::async_trait]
-impl worker_engine::runtime::EventFunction for App {
+impl worker_engine::EventFunction for App {
     async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
         self.worker.invoke_stream(event).await
     }

@@ -35,13 +35,13 @@ use crate::jobs::expiry::ExpirySettings;
 use crate::jobs::invitations::InvitationSettings;
 use crate::jobs::relationships::RelationshipSettings;
 
-pub use worker_engine::env::{ConfigError, Env};
 use worker_engine::settings::JobSettings;
+pub use worker_engine::{ConfigError, Env};
 
 /// An environment variable of Nishiki's worker.
-pub type EnvVar = worker_engine::job::EnvVar<Job>;
+pub type EnvVar = worker_engine::EnvVar<Job>;
 /// Which deployed function reads a variable.
-pub type ReadBy = worker_engine::job::ReadBy<Job>;
+pub type ReadBy = worker_engine::ReadBy<Job>;
 
 /// The variables every function reads, whatever its jobs (the engine's
 /// common ones, `worker_engine::settings`); each job declares its own in

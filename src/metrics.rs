@@ -16,10 +16,10 @@
 
 use crate::jobs::APP;
 use crate::keys::Job;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::schedule::JobReport;
 use worker_engine::store::MetricsSnapshot;
-use worker_engine::stream::engine::BatchReport;
+use worker_engine::stream::BatchReport;
 
 pub use worker_engine::metrics::{
     CapturedLines, Emitter, HandlerWrites, MAX_VALUES, Metric, MetricValue, Unit, WriteCounter,

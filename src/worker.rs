@@ -12,11 +12,9 @@ use std::collections::HashSet;
 
 use crate::items::{Entity, ItemError, redact_quoted};
 use crate::keys::{ContainerId, ItemKey, ItemKind, PK, SK};
-pub use worker_engine::error::HandlerError;
-use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
-pub use worker_engine::stream::routed::{
-    ChangeHandler, HandlerOutcome, InBatch, Router, TypedChange,
-};
+pub use worker_engine::HandlerError;
+pub use worker_engine::stream::{ChangeHandler, HandlerOutcome, InBatch, Router, TypedChange};
+use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
 
 /// A stream record of the Nishiki table, typed.
 #[derive(Debug, Clone, PartialEq)]
@@ -163,7 +161,7 @@ mod tests {
     use async_trait::async_trait;
     use chrono::{DateTime, Utc};
     use std::sync::Arc;
-    use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+    use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
 
     fn record(kind: ChangeKind, key: &ItemKey, image: Option<Item>) -> StreamChange {
         let (old_image, new_image) = if kind.is_removal() {

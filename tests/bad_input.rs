@@ -39,10 +39,8 @@ use serde_json::{Value, json};
 use support::TestTable;
 use support::bad_input::*;
 use worker_engine::store::ItemReader;
-use worker_engine::stream::decode::{
-    EnvelopeError, decode_event, decode_event_bytes, encode_event,
-};
-use worker_engine::stream::engine::{RecordReport, RecordStatus};
+use worker_engine::stream::{EnvelopeError, decode_event, decode_event_bytes, encode_event};
+use worker_engine::stream::{RecordReport, RecordStatus};
 
 #[test]
 fn manifest_lists_every_file_once() {

@@ -23,9 +23,9 @@ use nishiki_worker::jobs::{self, JobDeps};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, UserId};
 use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler};
 use uuid::Uuid;
-use worker_engine::notify::RecordingPublisher;
+use worker_engine::RecordingPublisher;
 use worker_engine::store::{self, DynamoStore};
-use worker_engine::stream::decode::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
+use worker_engine::stream::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
 
 const FOODS: usize = 20;
 

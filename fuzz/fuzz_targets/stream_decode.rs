@@ -10,7 +10,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use nishiki_worker::worker::Change;
-use worker_engine::stream::decode::{
+use worker_engine::stream::{
     DEFAULT_KEY_ATTRIBUTES, decode_event, decode_event_bytes, encode_event, is_stream_event,
 };
 

@@ -82,15 +82,15 @@ use crate::items::{Entity, InvitationLink, Item, attr};
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, SK};
 use crate::schema::INVITATION_EXPIRY_INDEX;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, Key, Page, QuerySpec, ScanSpec, Store, StoreError, WriteOutcome};
-use worker_engine::stream::decode::ChangeKind;
+use worker_engine::stream::ChangeKind;
 
 use super::{JobDeps, JobSpec};
 use crate::config::{ConfigError, Env, EnvVar, ReadBy};
-use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::{ENVIRONMENT_FAULTS, Metric};
+use worker_engine::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 
 /// The metric of the TTL stamps the stream side writes.
 pub const INVITATION_WRITES: &str = "InvitationWrites";

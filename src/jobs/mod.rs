@@ -23,16 +23,16 @@ use worker_engine::store::{Store, StoreError};
 /// stream handlers, sharing a batch's requests), the configuration
 /// (`settings`), the publisher of the expiry notifications and the
 /// handlers' write counter (`worker_engine::app`).
-pub type JobDeps = worker_engine::app::TableDeps<Config>;
+pub type JobDeps = worker_engine::TableDeps<Config>;
 
 /// A job of the Nishiki worker, described once (see [`worker_engine::job`]):
 /// each job's module holds its `SPEC`.
-pub type JobSpec = worker_engine::job::JobSpec<Job, JobDeps, dyn ChangeHandler<Change>>;
+pub type JobSpec = worker_engine::JobSpec<Job, JobDeps, dyn ChangeHandler<Change>>;
 
 /// The Nishiki worker: its common variables and its jobs. Registering a
 /// job is one line here; everything else about it is in its `SPEC`.
-pub const APP: worker_engine::job::AppSpec<Job, JobDeps, dyn ChangeHandler<Change>> =
-    worker_engine::job::AppSpec {
+pub const APP: worker_engine::AppSpec<Job, JobDeps, dyn ChangeHandler<Change>> =
+    worker_engine::AppSpec {
         name: "nishiki-worker",
         namespace: "NishikiWorker",
         env: crate::config::COMMON_ENV,

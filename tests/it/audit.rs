@@ -21,7 +21,7 @@ use nishiki_worker::jobs::relationships::{
 use nishiki_worker::keys::{ContainerId, FoodId, ItemKey, Job, UserId, Violation};
 use service::*;
 use support::{Drain, TestTable};
-use worker_engine::notify::RecordingPublisher;
+use worker_engine::RecordingPublisher;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::Store;
 use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};

@@ -1,4 +1,4 @@
-//! The request-sharing store layer (`store::coalesce::Coalescing`) and the
+//! The request-sharing store layer (`store::Coalescing`) and the
 //! batched reads under it (`get_many`: BatchGetItem, `query_partitions`:
 //! PartiQL `IN`), on DynamoDB Local: concurrent callers get exactly what
 //! direct requests return, in far fewer requests.
@@ -14,7 +14,7 @@ use nishiki_worker::items::{Item, attr};
 use nishiki_worker::keys::{ContainerId, GroupId, ItemKey, PK, SK, UserId};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use support::{TestTable, key_of};
-use worker_engine::store::coalesce::Coalescing;
+use worker_engine::store::Coalescing;
 use worker_engine::store::{
     BatchWriter, ItemReader, MetricsSnapshot, QuerySpec, QueryStore, Store, StoreError, WriteOp,
 };

@@ -38,9 +38,9 @@ use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use support::Drain;
-use worker_engine::runtime::EventFunction;
+use worker_engine::EventFunction;
 use worker_engine::store::{GuardedOp, Key, Store, WriteOutcome};
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 use worker_testkit::written::{Kind, Landed, definitely_live};
 use worker_toolkit::layers::{Answer, Call, RecordingStore};
 

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
-use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
-use worker_engine::stream::engine::{
+use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
+use worker_engine::stream::{
     EngineConfig, ProcessError, RecordOutcome, RecordProcessor, run_batch,
 };
 

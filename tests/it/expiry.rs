@@ -22,10 +22,10 @@ use nishiki_worker::jobs::expiry::{
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, ItemKind, Job, UserId};
 use nishiki_worker::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use support::{Drain, TestTable};
-use worker_engine::notify::RecordingPublisher;
+use worker_engine::RecordingPublisher;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob, Tick, TickSource};
 use worker_engine::store::{ItemReader, ItemWriter, QuerySpec, QueryStore, WriteOp};
-use worker_engine::stream::engine::RecordStatus;
+use worker_engine::stream::RecordStatus;
 use worker_toolkit::layers::RecordingStore;
 
 fn t(s: &str) -> DateTime<Utc> {

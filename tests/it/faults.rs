@@ -32,8 +32,8 @@ use support::{Drain, Instance, TestTable};
 use worker_engine::store::{
     DynamoStore, ItemReader, ItemWriter, Store, StoreError, WriteOp, WriteOutcome,
 };
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
-use worker_engine::stream::engine::{BatchReport, RecordStatus};
+use worker_engine::stream::{BatchReport, RecordStatus};
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 
 /// Invocations of one batch before the test gives up (Lambda's own limit
 /// is configurable up to 10,000).
@@ -200,7 +200,7 @@ async fn drain(app: &App, reader: &mut Drain, log: &mut DrainLog) {
 /// same item (another item's may run).
 #[test]
 fn the_report_check_rejects_wrong_partial_batch_responses() {
-    use worker_engine::stream::engine::RecordReport;
+    use worker_engine::stream::RecordReport;
     let of_item = |item: &str, i: usize, status: RecordStatus| RecordReport {
         index: i,
         event_id: Some(format!("e{i}")),

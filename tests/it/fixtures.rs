@@ -27,7 +27,7 @@ use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, UserId};
 use serde_json::{Value, json};
 use support::{Drain, TestTable};
 use worker_engine::store::{DynamoStore, ItemWriter};
-use worker_engine::stream::decode::SequenceNumber;
+use worker_engine::stream::SequenceNumber;
 use worker_toolkit::cli::capture::{CaptureArgs, capture};
 use worker_toolkit::cli::replay::{ReplayArgs, replay};
 use worker_toolkit::cli::target::{AppTable, EndpointOpts, TableOpts, Target};

@@ -17,13 +17,13 @@ use nishiki_worker::keys::{GroupId, ItemKey, ItemKind, UserId};
 use nishiki_worker::schema::USER_AND_GROUP_INDEX;
 use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome, Router};
 use support::{Drain, TestTable, key_of};
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::store::{
     Backoff, BatchSender, BatchWriter, DynamoStore, Expr, ItemReader, ItemWriter, QuerySpec,
     QueryStore, Store, StoreError, WriteOp, WriteOutcome, write_in_batches,
 };
-use worker_engine::stream::decode::{ChangeKind, decode_event, encode_event};
-use worker_engine::stream::engine::{EngineConfig, RecordStatus, run_batch};
+use worker_engine::stream::{ChangeKind, decode_event, encode_event};
+use worker_engine::stream::{EngineConfig, RecordStatus, run_batch};
 use worker_testkit::layers::{Fault, FaultOp, FaultyStore};
 
 fn now() -> DateTime<Utc> {
@@ -256,7 +256,7 @@ impl ChangeHandler<Change> for Touch {
     }
 }
 
-async fn seeded_stream(t: &TestTable) -> Vec<worker_engine::stream::decode::StreamChange> {
+async fn seeded_stream(t: &TestTable) -> Vec<worker_engine::stream::StreamChange> {
     let g = GroupId::random();
     let u1 = UserId::random();
     let u2 = UserId::random();

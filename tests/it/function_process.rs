@@ -21,7 +21,7 @@ use nishiki_cli::KEYS;
 use serde_json::Value;
 use support::TestTable;
 use support::fault_proxy::{FaultConfig, FaultProxy};
-use worker_engine::stream::decode::decode_event;
+use worker_engine::stream::decode_event;
 use worker_testkit::runtime_api::{Outcome, RuntimeApi, function_command};
 use worker_toolkit::replay::apply::{apply, plan};
 use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text};

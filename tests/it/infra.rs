@@ -38,10 +38,10 @@ use nishiki_worker::keys::{
 use serde_json::{Value, json};
 use support::template::{STREAM_ARN, delivered, filter_patterns, matches, nishiki_stack};
 use support::{Drain, TestTable};
-use worker_engine::job::Schedule;
+use worker_engine::Schedule;
 use worker_engine::store::ItemWriter;
 use worker_engine::store::{self, DynamoStore, Operation};
-use worker_engine::stream::decode;
+use worker_engine::stream::{decode_event, is_stream_event};
 use worker_testkit::deploy::{
     FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS, action_of,
 };
@@ -840,9 +840,9 @@ async fn declared_actions_are_the_ones_the_code_uses() {
         for file in &f.events {
             let v: Value =
                 serde_json::from_str(&std::fs::read_to_string(events.join(file)).unwrap()).unwrap();
-            if decode::is_stream_event(&v) {
+            if is_stream_event(&v) {
                 if f.apply_writes
-                    && let Ok(decoded) = decode::decode_event(&v)
+                    && let Ok(decoded) = decode_event(&v)
                 {
                     let plan = apply::plan(&decoded);
                     apply::apply(table.store.as_ref(), &plan)

@@ -26,7 +26,7 @@ use support::{Drain, TestTable, key_of};
 use uuid::Uuid;
 use worker_engine::schedule::{JobReport, JobRun, Tick, TickSource};
 use worker_engine::store::{BatchWriter, ItemReader, ItemWriter, QueryStore, Store, WriteOp};
-use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
+use worker_engine::stream::{ChangeKind, StreamChange, encode_event};
 use worker_testkit::layers::{BeforeDelete, DelayDeletes, RaceBeforeDelete, ServiceWrite};
 
 const NOW: &str = "2024-03-25T00:00:00.500Z";

@@ -3,9 +3,9 @@
 
 use archive_worker::app::{APP, Deps, SHARING};
 use archive_worker::keys::Job;
-use worker_engine::env::ConfigError;
-use worker_engine::runtime::Worker;
-use worker_engine::stream::engine::RecordProcessor;
+use worker_engine::ConfigError;
+use worker_engine::Worker;
+use worker_engine::stream::RecordProcessor;
 use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, NoExtra};
 
@@ -22,7 +22,7 @@ impl CliApp for Archive {
     type Deps = Deps;
     type Handler = dyn RecordProcessor;
     type Extra = NoExtra;
-    const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn RecordProcessor> = &APP;
+    const APP: &'static worker_engine::AppSpec<Job, Deps, dyn RecordProcessor> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
     const ABOUT: &'static str = "Run the archive worker locally: replay DynamoDB Streams events and schedule \
 ticks through the handlers the Lambda functions run, run a job, manage a table, live loop.";

@@ -63,7 +63,7 @@ use worker_engine::item::Item;
 use worker_engine::store::{
     DynamoStore, Expr, ItemReader, ItemWriter, QuerySpec, QueryStore, ScanSpec,
 };
-use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
+use worker_engine::stream::{ChangeKind, StreamChange, encode_event};
 use worker_testkit::TestTable;
 use worker_testkit::eventbridge::RoutedBus;
 use worker_testkit::lambda_process::{self as process, MIB, PAYLOAD_LIMIT, Peak};

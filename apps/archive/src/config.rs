@@ -17,7 +17,7 @@
 use crate::keys::Job;
 use crate::unzip::UnzipSettings;
 
-pub type EnvVar = worker_engine::job::EnvVar<Job>;
+pub type EnvVar = worker_engine::EnvVar<Job>;
 
 /// What `TABLE_NAME` names.
 const TABLE: &str = "the archive table";

@@ -26,6 +26,5 @@ pub mod config;
 pub mod items;
 pub mod keys;
 pub mod lookup;
-pub mod notify;
 pub mod schema;
 pub mod unzip;

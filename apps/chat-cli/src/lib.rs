@@ -5,8 +5,8 @@
 //! Users=dev-users`), and diffs and snapshots cover all six
 //! (`worker_toolkit::cli::tables`).
 
-use worker_engine::env::ConfigError;
-use worker_engine::runtime::Worker;
+use worker_engine::ConfigError;
+use worker_engine::Worker;
 use worker_toolkit::cli::tables::{OtherTable, WorkerParts, others_of};
 use worker_toolkit::cli::{CliApp, NoExtra};
 use worker_toolkit::replay::redact::Placeholder;
@@ -27,7 +27,7 @@ impl CliApp for Chat {
     type Deps = Deps;
     type Handler = dyn TableHandler<Table>;
     type Extra = NoExtra;
-    const APP: &'static worker_engine::job::AppSpec<Job, Deps, dyn TableHandler<Table>> = &APP;
+    const APP: &'static worker_engine::AppSpec<Job, Deps, dyn TableHandler<Table>> = &APP;
     const DEFAULT_TABLE: &'static str = LOCAL_TABLE;
     const TABLE_VAR: &'static str = Table::ChatRequests.env_var();
     const ABOUT: &'static str = ABOUT;

@@ -21,10 +21,10 @@ use chat_worker::keys::{self, Job, RequestKey};
 use chat_worker::schema::Table;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
+use worker_engine::TableNames;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::store::MetricsSnapshot;
-use worker_engine::tables::TableNames;
 use worker_testkit::bench::{self, Growth};
 
 const DUE: usize = 200;

@@ -59,7 +59,7 @@ use chrono::{DateTime, Duration, Utc};
 use serde_json::Value;
 use worker_engine::item::{Item, encode};
 use worker_engine::store::{QueryStore, ScanSpec};
-use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
+use worker_engine::stream::{ChangeKind, StreamChange, encode_event};
 use worker_testkit::TestTable;
 use worker_testkit::lambda_process::{self as process, MIB, PAYLOAD_LIMIT};
 use worker_testkit::template::{Stack, load};

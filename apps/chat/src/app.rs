@@ -3,18 +3,18 @@
 //!
 //! One stream function serves the six tables' streams (one event source
 //! mapping each): a record goes to the handlers of the table its
-//! `eventSourceARN` names ([`TableHandler`], `worker_engine::tables`).
+//! `eventSourceARN` names ([`TableHandler`]).
 
 use std::sync::Arc;
 
 use lambda_runtime::Error;
+use worker_engine::AppSpec;
+use worker_engine::Worker;
 use worker_engine::clock::Clock;
-use worker_engine::job::AppSpec;
 use worker_engine::lambda::Deployment;
 use worker_engine::metrics::WriteCounter;
-use worker_engine::runtime::Worker;
-use worker_engine::store::transact::Transactions;
-use worker_engine::tables::{self, Grants};
+use worker_engine::store::Transactions;
+use worker_engine::{self, Grants};
 
 use crate::config::{self, Settings};
 use crate::keys::Job;
@@ -23,18 +23,18 @@ use crate::{cascade, members, requests};
 
 /// What a handler or job does on one table (the template grants each
 /// function exactly these, table by table).
-pub type TableAccess = tables::TableAccess<Table>;
+pub type TableAccess = worker_engine::TableAccess<Table>;
 
 /// A stream handler, with the table whose records it handles.
-pub use worker_engine::tables::TableHandler;
+pub use worker_engine::TableHandler;
 
 /// The six tables' stores.
-pub type Stores = tables::Stores<Table>;
+pub type Stores = worker_engine::Stores<Table>;
 
 /// The actions and indexes, per table, of the stream function (`None`) or
 /// of a job's schedule function.
 pub fn table_access(job: Option<Job>) -> Grants<Table> {
-    tables::access(&match job {
+    TableAccess::grants(&match job {
         None => vec![
             requests::STREAM_TABLES,
             members::STREAM_TABLES,
@@ -46,7 +46,7 @@ pub fn table_access(job: Option<Job>) -> Grants<Table> {
 }
 
 /// A job of the chat worker, described once.
-pub type JobSpec = worker_engine::job::JobSpec<Job, Deps, dyn TableHandler<Table>>;
+pub type JobSpec = worker_engine::JobSpec<Job, Deps, dyn TableHandler<Table>>;
 
 /// The chat worker: its common variables and its jobs, in the order their
 /// stream handlers see a change.

@@ -50,14 +50,14 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use worker_engine::TableNames;
 use worker_engine::item::Item;
-use worker_engine::job::{Access, StreamSpec};
 use worker_engine::metrics::WriteCounter;
-use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{Expr, Key, QuerySpec, Store};
-use worker_engine::stream::decode::{ChangeKind, StreamChange};
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::tables::TableNames;
+use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
+use worker_engine::stream::{ChangeKind, StreamChange};
+use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::{Access, StreamSpec};
 
 use crate::app::{JobSpec, Stores, TableAccess, TableHandler};
 use crate::items::{RequestCopy, Status};

@@ -20,16 +20,16 @@
 //! each variable. Every function reads every table's name: the
 //! stream function tells the tables' records apart by it.
 
-use worker_engine::env::{ConfigError, Env};
+use worker_engine::TableNames;
 use worker_engine::settings::JobSettings;
-use worker_engine::tables::TableNames;
+use worker_engine::{ConfigError, Env};
 
 use crate::keys::Job;
 use crate::requests::RequestSettings;
 use crate::schema::Table;
 
-pub type EnvVar = worker_engine::job::EnvVar<Job>;
-pub type ReadBy = worker_engine::job::ReadBy<Job>;
+pub type EnvVar = worker_engine::EnvVar<Job>;
+pub type ReadBy = worker_engine::ReadBy<Job>;
 
 const fn table_var(t: Table, meaning: &'static str) -> EnvVar {
     EnvVar {

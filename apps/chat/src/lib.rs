@@ -3,7 +3,7 @@
 //!
 //! Each table's stream has an event source mapping of its own; a record's
 //! `eventSourceARN` names its table, and the engine's
-//! `stream::source::ByTable` hands it to that table's handlers. The worker
+//! `stream::ByTable` hands it to that table's handlers. The worker
 //!
 //! - keeps the two copies of a chat request in step, the sparse pending
 //!   index sparse, and turns an acceptance into a membership and one

@@ -44,11 +44,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use worker_engine::job::{Access, StreamSpec};
 use worker_engine::metrics::WriteCounter;
 use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
-use worker_engine::stream::decode::{ChangeKind, StreamChange};
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::stream::{ChangeKind, StreamChange};
+use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::{Access, StreamSpec};
 
 use crate::app::{JobSpec, TableAccess, TableHandler};
 use crate::items::GroupChat;

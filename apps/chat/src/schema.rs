@@ -21,8 +21,8 @@
 //!   in it too (a keys-only entry each), since the design gives member
 //!   items no attribute of their own to make it sparse.
 
+use worker_engine::TableSet;
 use worker_engine::schema::{IndexSpec, KeySchema, TableSchema};
-use worker_engine::tables::TableSet;
 
 use crate::keys;
 

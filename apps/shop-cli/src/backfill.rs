@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_toolkit::cli::target::{AppTable, Scope, TableOpts, Target};
 use worker_toolkit::cli::{CliError, output};

@@ -5,10 +5,10 @@
 pub mod backfill;
 
 use clap::Subcommand;
-use worker_engine::env::ConfigError;
-use worker_engine::job::AppSpec;
-use worker_engine::runtime::Worker;
-use worker_engine::stream::engine::RecordProcessor;
+use worker_engine::AppSpec;
+use worker_engine::ConfigError;
+use worker_engine::Worker;
+use worker_engine::stream::RecordProcessor;
 use worker_toolkit::cli::tables::WorkerParts;
 use worker_toolkit::cli::{CliApp, CliError, ExtraCommand};
 use worker_toolkit::replay::redact::Placeholder;

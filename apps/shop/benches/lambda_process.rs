@@ -70,7 +70,7 @@ use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;
 use shop_worker::stuck::rules::{EVENT_SOURCE, EVENT_TYPE};
 use worker_engine::item::Item;
-use worker_engine::stream::decode::{ChangeKind, StreamChange, encode_event};
+use worker_engine::stream::{ChangeKind, StreamChange, encode_event};
 use worker_testkit::TestTable;
 use worker_testkit::eventbridge::RoutedBus;
 use worker_testkit::lambda_process::{self as process, MIB, PAYLOAD_LIMIT, Peak};

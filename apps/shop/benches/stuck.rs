@@ -22,9 +22,9 @@ use shop_worker::derive::rules::Derivation;
 use shop_worker::items::{Order, Stamps};
 use shop_worker::keys::{Id, Job};
 use shop_worker::schema::schema;
+use worker_engine::RecordingPublisher;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
-use worker_engine::notify::RecordingPublisher;
 use worker_engine::store::MetricsSnapshot;
 use worker_testkit::bench::{self, Growth};
 

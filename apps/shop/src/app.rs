@@ -3,17 +3,17 @@
 //! tests'), [`worker_from_env`] as Lambda runs it.
 
 use lambda_runtime::Error;
-use worker_engine::app::{Sharing, TableDeps};
-use worker_engine::job::AppSpec;
-use worker_engine::runtime::Worker;
-use worker_engine::stream::engine::RecordProcessor;
+use worker_engine::AppSpec;
+use worker_engine::Worker;
+use worker_engine::stream::RecordProcessor;
+use worker_engine::{Sharing, TableDeps};
 
 use crate::config::{self, Settings};
 use crate::keys::Job;
 use crate::{derive, refs, stuck};
 
 /// A job of the shop worker, described once.
-pub type JobSpec = worker_engine::job::JobSpec<Job, Deps, dyn RecordProcessor>;
+pub type JobSpec = worker_engine::JobSpec<Job, Deps, dyn RecordProcessor>;
 
 /// The shop worker: its common variables and its jobs, in the order
 /// their stream handlers see a change.

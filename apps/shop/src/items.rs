@@ -10,9 +10,9 @@
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
-use worker_engine::checkpoint::{Pass, PassAttributes};
 use worker_engine::item::Item;
 use worker_engine::store::Key;
+use worker_engine::{Pass, PassAttributes};
 
 use crate::keys::{self, At, Id, ItemKey, Job};
 

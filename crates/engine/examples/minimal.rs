@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use worker_engine::lambda::{self, bootstrap};
-use worker_engine::prelude::*;
+use worker_engine::*;
 use worker_toolkit::cli::{CliApp, NoExtra, tables::WorkerParts};
 
 // (a) The table, as data (what tests, the CLI and templates create); the index
@@ -27,7 +27,7 @@ pub fn schema() -> TableSchema {
 
 // (b) The key module (every key string and attribute name) and the typed item.
 pub mod keys {
-    use worker_engine::prelude::{Item, Key};
+    use worker_engine::{Item, Key};
 
     pub const PK: &str = "PK";
     pub const SK: &str = "SK";

@@ -38,7 +38,7 @@ const AWS_ROOTS: &[u8] = include_bytes!("aws_roots.pem");
 
 /// [`https_client`] trusting only `AWS_ROOTS`: no certificate file is
 /// read when the client is built. Only for AWS endpoints (or `http://`).
-pub fn aws_https_client() -> SharedHttpClient {
+pub(crate) fn aws_https_client() -> SharedHttpClient {
     let roots = TrustStore::empty()
         .with_native_roots(false)
         .with_pem_certificate(AWS_ROOTS);
@@ -167,7 +167,7 @@ impl aws_types::service_config::LoadServiceConfig for EnvServiceConfig {
 /// `dynamodb_endpoint` (DynamoDB Local), given in code, is DynamoDB's
 /// endpoint over the environment's. With a DynamoDB endpoint that is not
 /// AWS, from either, a missing region is `us-east-1` and missing
-/// credentials are dummy ones. The HTTP client is [`aws_https_client`]: an
+/// credentials are dummy ones. The HTTP client is `aws_https_client`: an
 /// endpoint whose certificate is not signed by Amazon Trust Services (a
 /// TLS-inspecting proxy) is refused.
 pub fn lambda_config(dynamodb_endpoint: Option<&str>) -> aws_config::SdkConfig {

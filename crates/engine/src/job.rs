@@ -55,7 +55,7 @@ impl<J: JobName> EnvVar<J> {
     }
 
     /// Only for local runs (never set in a deployment).
-    pub fn local_only(&self) -> bool {
+    pub(crate) fn local_only(&self) -> bool {
         self.read_by.contains(&ReadBy::LocalOnly)
     }
 }
@@ -152,9 +152,9 @@ pub struct JobSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
 /// its `app::TableDeps`):
 ///
 /// ```
-/// use worker_engine::job::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec};
+/// use worker_engine::{Access, AppSpec, JobSpec, Schedule, ScheduleSpec};
 /// use worker_engine::schema::{DEFAULT_KEY, TableSchema};
-/// use worker_engine::stream::engine::RecordProcessor;
+/// use worker_engine::stream::RecordProcessor;
 ///
 /// worker_engine::job_names! {
 ///     pub enum Job { PurgeExpired = "purge-expired" }
@@ -202,7 +202,7 @@ pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     pub jobs: &'static [&'static JobSpec<J, D, H>],
     /// Its table as it expects it (keys, attribute types, indexes,
     /// stream): what tests, the command line and templates create. An app
-    /// of several tables ([`crate::tables`]): its home table.
+    /// of several tables ([`crate::TableSet`]): its home table.
     pub schema: fn() -> crate::schema::TableSchema,
     /// The key of a job's resume checkpoint, if the job keeps one (the
     /// command line's `checkpoints list|reset`).
@@ -310,12 +310,12 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
     }
 }
 
-impl<J: JobName, D: ?Sized, C: crate::stream::routed::TypedChange>
-    AppSpec<J, D, dyn crate::stream::routed::ChangeHandler<C>>
+impl<J: JobName, D: ?Sized, C: crate::stream::TypedChange>
+    AppSpec<J, D, dyn crate::stream::ChangeHandler<C>>
 {
     /// The [`Worker`](crate::runtime::Worker) of an app of typed changes
-    /// ([`crate::stream::routed`]): every job's stream handler behind one
-    /// [`Router`](crate::stream::routed::Router), in the order of
+    /// ([`crate::stream::Router`]): every job's stream handler behind one
+    /// [`Router`](crate::stream::Router), in the order of
     /// [`AppSpec::jobs`], each handler's writes counted in `writes` under
     /// its job's `writes_metric`; every job scheduled.
     pub fn routed_worker(
@@ -326,7 +326,7 @@ impl<J: JobName, D: ?Sized, C: crate::stream::routed::TypedChange>
         writes: std::sync::Arc<crate::metrics::WriteCounter>,
     ) -> crate::runtime::Worker<J> {
         let router = self.jobs.iter().fold(
-            crate::stream::routed::Router::new(clock.clone()).counting(writes.clone()),
+            crate::stream::Router::new(clock.clone()).counting(writes.clone()),
             |router, job| {
                 let metric = job.stream.map(|s| s.writes_metric);
                 (job.handlers)(deps)
@@ -342,7 +342,7 @@ impl<J: JobName, D: ?Sized, C: crate::stream::routed::TypedChange>
     }
 }
 
-impl<J: JobName, D: ?Sized> AppSpec<J, D, dyn crate::stream::engine::RecordProcessor> {
+impl<J: JobName, D: ?Sized> AppSpec<J, D, dyn crate::stream::RecordProcessor> {
     /// The worker of every job over `deps`: every job's stream handler as
     /// one processor (in the order of [`AppSpec::jobs`]), every scheduled
     /// job, the [`AppSpec::worker_settings`]. An app of several tables
@@ -364,7 +364,7 @@ impl<J: JobName, D: ?Sized, T: crate::tables::TableSet>
     AppSpec<J, D, dyn crate::tables::TableHandler<T>>
 {
     /// The [`Worker`](crate::runtime::Worker) of an app of several tables
-    /// ([`crate::tables`]): each record goes to the handlers of the table
+    /// ([`crate::TableSet`]): each record goes to the handlers of the table
     /// its `eventSourceARN` names (of `names`), in the order of its jobs;
     /// every job scheduled.
     pub fn worker_on_tables(

@@ -17,11 +17,11 @@
 //! starts: a local emulator's, such as cargo-lambda's fixed `600000`), it is
 //! the function's timeout from the start of the invocation:
 //! `AWS_LAMBDA_FUNCTION_TIMEOUT` seconds when set, else the templates'
-//! timeouts, [`STREAM_TIMEOUT`] and [`SCHEDULE_TIMEOUT`]
-//! ([`crate::runtime::invocation_deadline`]).
+//! timeouts, `STREAM_TIMEOUT` and `SCHEDULE_TIMEOUT`
+//! (`invocation_deadline`).
 //!
 //! Each invocation runs inside the `invocation` span
-//! ([`crate::telemetry::invocation_span`]): `cold_start` and the X-Ray
+//! (`invocation_span`): `cold_start` and the X-Ray
 //! `trace_id` on every line it writes.
 
 use lambda_runtime::{Context, Diagnostic, Error, LambdaEvent, run, service_fn};
@@ -39,11 +39,11 @@ use crate::telemetry;
 
 /// A stream function's timeout where the runtime gives no real deadline
 /// (the `Timeout` of every template's stream function).
-pub const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const STREAM_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A schedule function's timeout where the runtime gives no real deadline
 /// (the shortest `Timeout` of the templates' schedule functions).
-pub const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const SCHEDULE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The function a bootstrap serves, as a type ([`Stream`] or
 /// [`Schedule`]): each bootstrap links only its own side.

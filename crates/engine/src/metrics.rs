@@ -90,7 +90,7 @@ impl Metric {
     }
 
     /// One value in `unit`.
-    pub fn with_unit(name: &'static str, unit: Unit, v: f64) -> Self {
+    pub(crate) fn with_unit(name: &'static str, unit: Unit, v: f64) -> Self {
         Metric {
             name,
             unit,
@@ -102,7 +102,7 @@ impl Metric {
 /// The EMF object of one line. `dimensions` are (name, value) pairs; the
 /// metrics are published under every prefix of them (`[["Function"],
 /// ["Function", "Job"]]`).
-pub fn emf_json(
+pub(crate) fn emf_json(
     namespace: &str,
     timestamp: DateTime<Utc>,
     dimensions: &[(&str, &str)],
@@ -141,7 +141,7 @@ pub fn emf_json(
 }
 
 /// [`emf_json`] as one line.
-pub fn emf_line(
+pub(crate) fn emf_line(
     namespace: &str,
     timestamp: DateTime<Utc>,
     dimensions: &[(&str, &str)],
@@ -177,7 +177,7 @@ pub fn stream_lags_ms(
 /// At most [`MAX_VALUES`] values: all of them when they fit, else evenly
 /// spaced quantiles of the sorted values (the smallest and the largest
 /// included).
-pub fn value_list(values: &[f64]) -> Vec<f64> {
+pub(crate) fn value_list(values: &[f64]) -> Vec<f64> {
     let mut sorted = values.to_vec();
     sorted.sort_by(f64::total_cmp);
     if sorted.len() <= MAX_VALUES {
@@ -268,7 +268,7 @@ pub trait MetricsWriter: Send + Sync {
 
 /// Lambda's stdout (logs go to stderr).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct StdoutWriter;
+pub(crate) struct StdoutWriter;
 
 impl MetricsWriter for StdoutWriter {
     fn write_line(&self, line: &str) {
@@ -337,7 +337,7 @@ impl Emitter {
     }
 
     /// Write one line with the `Function` dimension, plus `Job` when given.
-    pub fn emit(&self, timestamp: DateTime<Utc>, job: Option<&str>, metrics: &[Metric]) {
+    pub(crate) fn emit(&self, timestamp: DateTime<Utc>, job: Option<&str>, metrics: &[Metric]) {
         let mut dims = vec![("Function", self.function.as_str())];
         if let Some(job) = job {
             dims.push(("Job", job));
@@ -348,7 +348,7 @@ impl Emitter {
 }
 
 /// The `Function` dimension: the Lambda variable when set and not empty.
-pub fn function_name(from_env: Option<String>, fallback: &str) -> String {
+pub(crate) fn function_name(from_env: Option<String>, fallback: &str) -> String {
     from_env
         .filter(|s| !s.trim().is_empty())
         .unwrap_or_else(|| fallback.to_owned())

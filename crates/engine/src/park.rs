@@ -48,7 +48,7 @@ pub const TTL_ATTRIBUTE: &str = "ExpiresAt";
 /// What the stream function does on the parking table.
 pub const PARK_ACTIONS: [&str; 1] = ["dynamodb:PutItem"];
 /// The stream ARN of a record that came without one (a hand-made event).
-pub const UNKNOWN_STREAM: &str = "unknown-stream";
+pub(crate) const UNKNOWN_STREAM: &str = "unknown-stream";
 /// The `RecordsParked` metric.
 pub const RECORDS_PARKED: &str = "RecordsParked";
 
@@ -190,7 +190,7 @@ impl ParkedRecord {
     }
 
     /// The table key.
-    pub fn key_item(&self) -> Item {
+    pub(crate) fn key_item(&self) -> Item {
         [
             (STREAM_ARN.to_owned(), s(&self.stream_arn)),
             (SEQUENCE_NUMBER.to_owned(), s(&self.sequence_number)),
@@ -396,7 +396,7 @@ pub fn records_to_park(
 /// batch item failure (Lambda delivers it again), or, without a sequence
 /// number, the whole batch is retried. Sets `report.parked` and
 /// `report.parking_failed`.
-pub async fn park_failures(
+pub(crate) async fn park_failures(
     parking: &Parking,
     event: &Value,
     report: &mut BatchReport,

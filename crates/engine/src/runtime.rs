@@ -85,7 +85,7 @@ struct Borrowed<'a, P>(&'a P);
 /// record is handled when any of them handled it, and a failure of any
 /// stops the record (transient: Lambda delivers it again, to all of them,
 /// so each must be idempotent).
-pub struct AllHandlers(pub Vec<Arc<dyn RecordProcessor>>);
+pub(crate) struct AllHandlers(pub(crate) Vec<Arc<dyn RecordProcessor>>);
 
 #[async_trait::async_trait]
 impl RecordProcessor for AllHandlers {
@@ -501,13 +501,13 @@ enum RawEvent<'a> {
 
 /// The longest a Lambda invocation can run: no real deadline is further
 /// away than this when the invocation starts.
-pub const LONGEST_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const LONGEST_TIMEOUT: Duration = Duration::from_secs(900);
 
 /// The variable that gives a function's configured timeout in seconds
 /// where the runtime's deadline cannot be trusted (the AWS runtime
 /// interface emulator and SAM local set it; on Lambda it is unset and the
 /// deadline is real).
-pub const FUNCTION_TIMEOUT: &str = "AWS_LAMBDA_FUNCTION_TIMEOUT";
+pub(crate) const FUNCTION_TIMEOUT: &str = "AWS_LAMBDA_FUNCTION_TIMEOUT";
 
 /// The time left before the runtime's deadline (`Lambda-Runtime-Deadline-Ms`,
 /// milliseconds since the epoch), read at `now_ms`; `None` when it cannot
@@ -515,7 +515,7 @@ pub const FUNCTION_TIMEOUT: &str = "AWS_LAMBDA_FUNCTION_TIMEOUT";
 /// than [`LONGEST_TIMEOUT`]. cargo-lambda's emulator (1.9) sends its
 /// invoke timeout, `600000`, rather than an epoch time: read as one, the
 /// deadline was 56 years ago and every record looked out of time.
-pub fn time_left(deadline_ms: u64, now_ms: u64) -> Option<Duration> {
+pub(crate) fn time_left(deadline_ms: u64, now_ms: u64) -> Option<Duration> {
     let left = Duration::from_millis(deadline_ms.checked_sub(now_ms)?);
     (!left.is_zero() && left <= LONGEST_TIMEOUT + Duration::from_secs(1)).then_some(left)
 }
@@ -524,7 +524,7 @@ pub fn time_left(deadline_ms: u64, now_ms: u64) -> Option<Duration> {
 /// (`deadline_ms`, see [`time_left`]) when it is plausible; otherwise the
 /// function's configured timeout from now ([`FUNCTION_TIMEOUT`], else
 /// `timeout`), and a warning, once per process, that says so.
-pub fn invocation_deadline(deadline_ms: u64, timeout: Duration) -> Instant {
+pub(crate) fn invocation_deadline(deadline_ms: u64, timeout: Duration) -> Instant {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::{
 
 /// The DynamoDB type of a key attribute.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScalarType {
+pub(crate) enum ScalarType {
     /// `S`
     String,
     /// `N`
@@ -213,7 +213,7 @@ impl TableSchema {
     }
 
     /// The type of a key attribute.
-    pub fn attribute_type(&self, name: &str) -> ScalarType {
+    pub(crate) fn attribute_type(&self, name: &str) -> ScalarType {
         if self.number_attributes.contains(&name) {
             ScalarType::Number
         } else {

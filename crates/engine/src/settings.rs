@@ -22,7 +22,7 @@ pub const STREAM_CONCURRENCY: &str = "STREAM_CONCURRENCY";
 pub const WORKER_JOB: &str = "WORKER_JOB";
 
 /// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
-pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
+pub(crate) const MAX_STREAM_CONCURRENCY: usize = 10_000;
 
 /// The variables every function reads, as an app's `&[EnvVar<J>]`:
 /// `common_env!(Job, "the orders table")` (the text says what `TABLE_NAME`
@@ -30,14 +30,14 @@ pub const MAX_STREAM_CONCURRENCY: usize = 10_000;
 ///
 /// An app of several tables names each by a variable of its own instead of
 /// `TABLE_NAME`: `common_env!(Job; USERS, ORDERS)` lists its `EnvVar`s first,
-/// then the others (read with [`CommonSettings::from_env_on`]).
+/// then the others (read with `CommonSettings::from_env_on`).
 #[macro_export]
 macro_rules! common_env {
     ($job:ty, $table:expr) => {
         $crate::common_env!($job;
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::settings::TABLE_NAME,
-                read_by: &[$crate::job::ReadBy::All],
+                read_by: &[$crate::ReadBy::All],
                 default: None,
                 meaning: $table,
             }
@@ -46,65 +46,65 @@ macro_rules! common_env {
     ($job:ty; $($first:expr),+ $(,)?) => {
         &[
             $($first,)+
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::aws::DYNAMODB_ENDPOINT_URL,
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: None,
                 meaning: "another DynamoDB endpoint (DynamoDB Local); the SDK's variable",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::settings::ENDPOINT,
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: None,
                 meaning: "alias of AWS_ENDPOINT_URL_DYNAMODB",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::aws::ENDPOINT_URL,
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: None,
                 meaning: "every service's endpoint where its own AWS_ENDPOINT_URL_<SERVICE> is unset; the SDK's variable",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::clock::NOW_VAR,
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: None,
                 meaning: "a fixed clock (RFC 3339) for a local run against a table on this machine",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::aws::IGNORE_ENDPOINT_URLS,
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: Some("false"),
                 meaning: "true: ignore every AWS_ENDPOINT_URL* variable; the SDK's variable",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::settings::DEADLINE_MARGIN_MS,
-                read_by: &[$crate::job::ReadBy::All],
+                read_by: &[$crate::ReadBy::All],
                 default: Some("2000"),
                 meaning: "stop this long before the Lambda deadline",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::settings::STREAM_CONCURRENCY,
-                read_by: &[$crate::job::ReadBy::Stream],
+                read_by: &[$crate::ReadBy::Stream],
                 default: Some("1000"),
                 meaning: "items of a stream batch handled at once (1: strictly in order)",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: $crate::settings::WORKER_JOB,
-                read_by: &[$crate::job::ReadBy::Schedule],
+                read_by: &[$crate::ReadBy::Schedule],
                 default: None,
                 meaning: "the one job a schedule function runs (a tick for another is refused)",
             },
             $crate::park::ParkingSettings::env_vars::<$job>()[0],
             $crate::park::ParkingSettings::env_vars::<$job>()[1],
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: "LOG_FORMAT",
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: Some("json"),
                 meaning: "json or text log lines, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
             },
-            $crate::job::EnvVar::<$job> {
+            $crate::EnvVar::<$job> {
                 name: "RUST_LOG",
-                read_by: &[$crate::job::ReadBy::LocalOnly],
+                read_by: &[$crate::ReadBy::LocalOnly],
                 default: Some("info"),
                 meaning: "log filter, local runs (Lambda: LoggingConfig, worker_engine::telemetry)",
             },
@@ -119,7 +119,7 @@ pub struct CommonSettings<J> {
     pub endpoint_url: Option<String>,
     pub deadline_margin: Duration,
     /// Items of a stream batch handled at once (1 to
-    /// [`MAX_STREAM_CONCURRENCY`]).
+    /// `MAX_STREAM_CONCURRENCY`).
     pub stream_concurrency: usize,
     /// `WORKER_JOB`: the one job this process runs ticks for.
     pub job: Option<J>,
@@ -150,7 +150,7 @@ impl<J: JobName> CommonSettings<J> {
     /// Read them but `TABLE_NAME`, on `table_name`: an app of several tables
     /// reads their variables itself (`common_env!(Job; ...)`) and names the
     /// one its worker's own store is opened on.
-    pub fn from_env_on(env: &Env, table_name: String) -> Result<Self, ConfigError> {
+    pub(crate) fn from_env_on(env: &Env, table_name: String) -> Result<Self, ConfigError> {
         let mut s = CommonSettings::for_table(table_name);
         s.endpoint_url = crate::aws::endpoint_from_env("DynamoDB", |n| env.non_empty(n));
         if let Some(ms) = env.number(DEADLINE_MARGIN_MS)? {
@@ -185,7 +185,7 @@ pub trait JobSettings: Sized + Default {
     }
     /// The table the worker's own store is opened on: `TABLE_NAME`,
     /// required, by default. An app of several tables
-    /// ([`crate::tables`]) reads its home table's variable instead.
+    /// ([`crate::TableSet`]) reads its home table's variable instead.
     fn table_name(env: &Env) -> Result<String, ConfigError> {
         env.required(TABLE_NAME, Self::TABLE)
     }

@@ -8,7 +8,7 @@
 //!
 //! - [`DynamoStore`] answers each variant with the DynamoDB request of its
 //!   name, one arm per variant;
-//! - a layer over another store ([`coalesce::Coalescing`], the toolkit's
+//! - a layer over another store ([`Coalescing`], the toolkit's
 //!   recording store and dry run, the test kit's fault and race layers)
 //!   matches the variants it changes and passes every other one on in one
 //!   line, `other => self.inner.call(other).await`;
@@ -20,8 +20,8 @@
 //!   them, so `&dyn Store` and `Arc<dyn Store>` offer every method, and a
 //!   `&DynamoStore` still goes where a `&dyn QueryStore` is asked for;
 //! - an operation answered by other operations is written once too, for the
-//!   store or layer that wants it: [`get_one_by_one`] (GetMany as Gets) and
-//!   [`query_partitions_by_pages`] (QueryPartitions as QueryPages).
+//!   store or layer that wants it: [`query_partitions_by_pages`]
+//!   (QueryPartitions as QueryPages).
 //!
 //! **Adding a store method** takes, all in this module: a [`Request`]
 //! variant (a [`Reply`] variant too if its answer is new) and its line in
@@ -45,7 +45,7 @@
 //! - BatchWriteItem goes in chunks of 25 (BatchGetItem in chunks of 100)
 //!   with bounded exponential backoff and jitter on `UnprocessedItems`
 //!   (`UnprocessedKeys`); an item is never silently dropped;
-//! - [`coalesce::Coalescing`] merges concurrent point reads, whole-partition
+//! - [`Coalescing`] merges concurrent point reads, whole-partition
 //!   queries and unconditional batch writes into shared BatchGetItem,
 //!   PartiQL and BatchWriteItem requests;
 //! - every request's consumed capacity is counted in [`StoreMetrics`].
@@ -68,10 +68,13 @@ use crate::item::Item;
 use crate::schema::{DEFAULT_KEY, KeySchema, TableSchema};
 pub use guarded::{Guard, GuardedOp, GuardedReport, GuardedWriter};
 
-pub mod coalesce;
-pub mod guarded;
-pub mod multi;
-pub mod transact;
+pub(crate) mod coalesce;
+pub(crate) mod guarded;
+pub(crate) mod multi;
+pub(crate) mod transact;
+
+pub use coalesce::{Coalescing, Gathered};
+pub use transact::{TransactOp, TransactOutcome, Transactions};
 
 /// A raw primary key (the key attributes only).
 pub type Key = HashMap<String, AttributeValue>;
@@ -144,7 +147,7 @@ impl StoreError {
 
     /// Whether the deployment, not the record, is at fault
     /// ([`Self::kind`]).
-    pub fn is_environment(&self) -> bool {
+    pub(crate) fn is_environment(&self) -> bool {
         self.kind() == crate::error::FailureKind::Environment
     }
 
@@ -174,7 +177,7 @@ impl StoreError {
 }
 
 /// Access to an HTTP status without naming the SDK's response type.
-pub trait HttpStatus {
+pub(crate) trait HttpStatus {
     fn status_code(&self) -> u16;
 }
 
@@ -661,7 +664,7 @@ pub trait ItemReader: Send + Sync {
 
     /// Several point reads; the answers follow the order of `keys` (a key
     /// may repeat). [`DynamoStore`] sends BatchGetItem (100 keys per
-    /// request); [`get_one_by_one`] is the plain way.
+    /// request).
     async fn get_many(
         &self,
         keys: &[Key],
@@ -857,7 +860,8 @@ impl<S: Store + ?Sized> GuardedWriter for S {
 /// [`Request::GetMany`] answered by `store`'s own point reads, one key
 /// after the other, in the order of `keys`: for a store without a batch
 /// read, or a layer whose [`Request::Get`] arm must see every key.
-pub async fn get_one_by_one<S: Store + ?Sized>(
+#[cfg(test)]
+pub(crate) async fn get_one_by_one<S: Store + ?Sized>(
     store: &S,
     keys: &[Key],
     consistent: bool,
@@ -873,7 +877,7 @@ pub async fn get_one_by_one<S: Store + ?Sized>(
 /// partition queried in turn ([`QuerySpec::partition_of`]), following
 /// pagination. For a store without a multi-partition read, or a layer whose
 /// [`Request::QueryPage`] arm must see every partition
-/// ([`coalesce::Coalescing`] shares them with other callers).
+/// ([`Coalescing`] shares them with other callers).
 pub async fn query_partitions_by_pages<S: Store + ?Sized>(
     store: &S,
     index: Option<&str>,
@@ -1133,7 +1137,7 @@ impl StoreMetrics {
     }
 
     /// Note that `op` (a Query or Scan) asked for the index `index`.
-    pub fn record_index(&self, op: Operation, index: &str) {
+    pub(crate) fn record_index(&self, op: Operation, index: &str) {
         let mut seen = self.indexes.lock().expect("metrics lock");
         if !seen.iter().any(|(o, i)| *o == op && i == index) {
             seen.push((op, index.to_owned()));

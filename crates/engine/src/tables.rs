@@ -5,7 +5,7 @@
 //! their names from the environment ([`TableNames`]), a store per table
 //! ([`Stores`]), handlers that each serve one table ([`TableHandler`],
 //! routed by the `eventSourceARN` of a record: [`routes`]) and the
-//! table-by-table grants of its functions ([`TableAccess`], [`access`]).
+//! table-by-table grants of its functions ([`TableAccess`], [`TableAccess::grants`]).
 //! The worker's own store (its transactions, request counts and
 //! checkpoints) is opened on [`TableSet::HOME`].
 
@@ -68,7 +68,8 @@ impl<T: TableSet> TableNames<T> {
     }
 
     /// The table named `name`, if it is one of these.
-    pub fn table_of(&self, name: &str) -> Option<T> {
+    #[cfg(test)]
+    pub(crate) fn table_of(&self, name: &str) -> Option<T> {
         self.0.iter().find(|(_, n)| *n == name).map(|(t, _)| *t)
     }
 }
@@ -127,7 +128,7 @@ pub trait TableHandler<T>: RecordProcessor {
 /// The stream side of an app of several tables: each table's records go
 /// to its handlers, in `handlers`' order; a record of a table no handler
 /// serves is handled by none (and counted handled).
-pub fn routes<T: TableSet>(
+pub(crate) fn routes<T: TableSet>(
     handlers: &[Arc<dyn TableHandler<T>>],
     names: &TableNames<T>,
 ) -> ByTable {
@@ -161,16 +162,18 @@ pub struct TableAccess<T> {
 /// Actions and indexes, by table.
 pub type Grants<T> = BTreeMap<T, (BTreeSet<&'static str>, BTreeSet<&'static str>)>;
 
-/// The grants of a function whose handlers or job declare `lists`, merged
-/// table by table.
-pub fn access<T: TableSet>(lists: &[&[TableAccess<T>]]) -> Grants<T> {
-    let mut out: Grants<T> = BTreeMap::new();
-    for a in lists.iter().copied().flatten() {
-        let e = out.entry(a.table).or_default();
-        e.0.extend(a.actions);
-        e.1.extend(a.indexes);
+impl<T: TableSet> TableAccess<T> {
+    /// The grants of a function whose handlers or job declare `lists`,
+    /// merged table by table.
+    pub fn grants(lists: &[&[TableAccess<T>]]) -> Grants<T> {
+        let mut out: Grants<T> = BTreeMap::new();
+        for a in lists.iter().copied().flatten() {
+            let e = out.entry(a.table).or_default();
+            e.0.extend(a.actions);
+            e.1.extend(a.indexes);
+        }
+        out
     }
-    out
 }
 
 #[cfg(test)]
@@ -248,7 +251,7 @@ mod tests {
             actions: &["dynamodb:GetItem", "dynamodb:PutItem"],
             indexes: &[],
         }];
-        let g = access(&[&stream, &more]);
+        let g = TableAccess::grants(&[&stream, &more]);
         assert_eq!(
             g[&T::People].0.iter().copied().collect::<Vec<_>>(),
             ["dynamodb:GetItem", "dynamodb:PutItem"]

@@ -7,7 +7,7 @@
 //! `FATAL`). `LOG_FORMAT=text|json` and `RUST_LOG` (local runs) take
 //! precedence over them; without any, the filter is `info`.
 //!
-//! Every invocation runs in an `invocation` span ([`invocation_span`]):
+//! Every invocation runs in an `invocation` span (`invocation_span`):
 //! `cold_start` (true on the process's first invocation) and `trace_id`
 //! (the X-Ray trace id, `_X_AMZN_TRACE_ID`), so every line an invocation
 //! writes carries both.
@@ -42,7 +42,7 @@ pub enum LogFormat {
 /// `tracing_subscriber::filter::Targets`, not an `EnvFilter`: its span and
 /// field directives need the regex engine, about 1 MB of each Lambda
 /// `bootstrap`; a `RUST_LOG` it cannot read falls back to the Lambda level.
-pub fn env_filter() -> Targets {
+pub(crate) fn env_filter() -> Targets {
     std::env::var("RUST_LOG")
         .ok()
         .and_then(|v| v.parse::<Targets>().ok())
@@ -55,7 +55,7 @@ pub fn env_filter() -> Targets {
 
 /// The filter directive of a Lambda application log level (`FATAL` has no
 /// tracing level: `error`); anything else: `info`.
-pub fn filter_directive(lambda_level: Option<&str>) -> &'static str {
+pub(crate) fn filter_directive(lambda_level: Option<&str>) -> &'static str {
     match lambda_level.map(str::to_ascii_uppercase).as_deref() {
         Some("TRACE") => "trace",
         Some("DEBUG") => "debug",
@@ -67,7 +67,7 @@ pub fn filter_directive(lambda_level: Option<&str>) -> &'static str {
 
 /// The log format: `LOG_FORMAT` (`json`/`text`), else Lambda's
 /// `AWS_LAMBDA_LOG_FORMAT` (`JSON`/`Text`), else `default`.
-pub fn log_format(
+pub(crate) fn log_format(
     log_format: Option<&str>,
     lambda_format: Option<&str>,
     default: LogFormat,
@@ -85,7 +85,7 @@ pub fn log_format(
 
 /// The span of one Lambda invocation: every line written inside carries
 /// `cold_start` and `trace_id` (the X-Ray trace id, when tracing is on).
-pub fn invocation_span(cold_start: bool, trace_id: Option<&str>) -> tracing::Span {
+pub(crate) fn invocation_span(cold_start: bool, trace_id: Option<&str>) -> tracing::Span {
     tracing::info_span!("invocation", cold_start, trace_id)
 }
 

@@ -3,16 +3,16 @@
 
 use std::sync::Arc;
 
-use worker_engine::app::{Sharing, TableDeps};
+use worker_engine::AppSpec;
+use worker_engine::Worker;
 use worker_engine::clock::ManualClock;
-use worker_engine::job::AppSpec;
 use worker_engine::metrics::{CapturedLines, Emitter};
-use worker_engine::notify::{EventPublisher, RecordingPublisher};
-use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
 use worker_engine::settings::{JobSettings, Settings};
 use worker_engine::store::Store;
-use worker_engine::stream::engine::RecordProcessor;
+use worker_engine::stream::RecordProcessor;
+use worker_engine::{EventPublisher, RecordingPublisher};
+use worker_engine::{Sharing, TableDeps};
 
 /// An app on one table, as its tests build its worker.
 pub struct TestApp<J: 'static, S: 'static> {

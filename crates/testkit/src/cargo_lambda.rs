@@ -19,7 +19,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use worker_engine::stream::decode::decode_event;
+use worker_engine::stream::decode_event;
 use worker_toolkit::cli::CliApp;
 use worker_toolkit::cli::target::{AppTable, Target};
 use worker_toolkit::replay::apply;

@@ -1,5 +1,5 @@
 //! The deployed functions of an app, derived from its job descriptions
-//! (`worker_engine::job::AppSpec`, through [`Deployed`]): one stream function running every job's
+//! (`worker_engine::AppSpec`, through [`Deployed`]): one stream function running every job's
 //! stream handler, and one schedule function per scheduled job (the same
 //! `schedule` bootstrap, pinned to its job with `WORKER_JOB`), each with
 //! exactly the DynamoDB actions, indexes and variables its jobs declare. An
@@ -8,9 +8,9 @@
 //! was asked to do (`worker_engine::store::StoreMetrics`). Lambda never
 //! runs this: the tests of each app's template do.
 
-use worker_engine::job::{Access, AppSpec, Fallback, Schedule};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Operation;
+use worker_engine::{Access, AppSpec, Fallback, Schedule};
 
 /// The stream read actions of a DynamoDB event source mapping.
 pub const STREAM_READ_ACTIONS: [&str; 4] = [

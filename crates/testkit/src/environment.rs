@@ -1,7 +1,7 @@
 //! Environment faults, for every app: each fixture of an app's manifest is
 //! run through the code of `<app> replay` in a broken deployment, and
 //! wherever the worker reached the store it must stop with an environment
-//! fault ([`worker_engine::error::FailureKind::Environment`]): never reject
+//! fault ([`worker_engine::FailureKind::Environment`]): never reject
 //! (and so park) or skip a record the working deployment handles.
 //!
 //! The deployments ([`Broken`]):
@@ -20,7 +20,7 @@ use std::path::Path;
 
 use worker_engine::metrics::{ENVIRONMENT_FAULTS, MetricValue};
 use worker_engine::schema::TableSchema;
-use worker_engine::stream::engine::RecordStatus;
+use worker_engine::stream::RecordStatus;
 use worker_toolkit::cli::CliApp;
 use worker_toolkit::cli::replay::{FileReport, ReplayArgs, load_snapshot, replay};
 use worker_toolkit::cli::target::{AppTable, TableOpts, Target};

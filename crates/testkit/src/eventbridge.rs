@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_eventbridge::types::Target;
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::Value;
-use worker_engine::notify::EventBridgePublisher;
+use worker_engine::EventBridgePublisher;
 
 use crate::TestTable;
 use crate::moto::Moto;

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use worker_engine::EventFunction;
 use worker_engine::item::Item;
-use worker_engine::runtime::EventFunction;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::Store;
-use worker_engine::stream::decode::encode_event;
+use worker_engine::stream::encode_event;
 use worker_toolkit::cli::CliApp;
 use worker_toolkit::cli::replay::{ReplayArgs, replay};
 use worker_toolkit::cli::target::{AppTable, TableOpts, Target};

@@ -36,8 +36,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use worker_engine::runtime::EventFunction;
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::EventFunction;
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
 
 use crate::TestTable;

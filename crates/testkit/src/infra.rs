@@ -33,12 +33,12 @@ use crate::deploy::{
     Deployed, FunctionSpec, PARKING_TABLE, PUT_EVENTS_ACTION, STREAM_FUNCTION, STREAM_READ_ACTIONS,
 };
 use serde_json::{Value, json};
-use worker_engine::job::{AppSpec, Schedule};
+use worker_engine::Worker;
 use worker_engine::metrics::CapturedLines;
-use worker_engine::runtime::Worker;
 use worker_engine::schedule::{JobName, parse_tick};
 use worker_engine::settings::CommonSettings;
 use worker_engine::store::{DynamoStore, MetricsSnapshot, Operation};
+use worker_engine::{AppSpec, Schedule};
 
 use crate::template::{
     ACCOUNT, ENVIRONMENT_FAULTS, REGION, Stack, is_operations_statement,

@@ -83,8 +83,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::Value;
+use worker_engine::EventFunction;
 use worker_engine::item::Item;
-use worker_engine::runtime::EventFunction;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
 
@@ -199,10 +199,7 @@ impl TestTable {
     /// `(shard id, change)`, shard by shard in order.
     pub async fn stream_records(
         &self,
-    ) -> (
-        String,
-        Vec<(String, worker_engine::stream::decode::StreamChange)>,
-    ) {
+    ) -> (String, Vec<(String, worker_engine::stream::StreamChange)>) {
         let (arn, mut tail) = self.stream_tail().await;
         let records = tail.poll().await.expect("read the stream");
         (arn, records)
@@ -442,7 +439,7 @@ pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks
 /// `ParallelizationFactor`.
 pub struct Drain {
     tail: worker_toolkit::stream_reader::StreamTail,
-    pub batches: Vec<worker_engine::stream::engine::BatchReport>,
+    pub batches: Vec<worker_engine::stream::BatchReport>,
     /// Batches in flight at once (Lambda's `ParallelizationFactor`).
     parallelization: usize,
     /// The table's partition key attribute, which splits the records.
@@ -494,7 +491,7 @@ impl Drain {
     }
 
     /// The records written since the last call, without handling them.
-    pub async fn read(&mut self) -> Vec<worker_engine::stream::decode::StreamChange> {
+    pub async fn read(&mut self) -> Vec<worker_engine::stream::StreamChange> {
         self.tail
             .poll()
             .await
@@ -539,7 +536,7 @@ impl Drain {
     pub async fn run_batch(
         &mut self,
         app: &dyn EventFunction,
-        chunk: &[worker_engine::stream::decode::StreamChange],
+        chunk: &[worker_engine::stream::StreamChange],
     ) {
         let reports = invoke_like_lambda(app, chunk).await;
         self.batches.extend(reports);
@@ -550,19 +547,19 @@ impl Drain {
 /// failed sequence number (up to 5 attempts); every attempt's report.
 async fn invoke_like_lambda(
     app: &dyn EventFunction,
-    chunk: &[worker_engine::stream::decode::StreamChange],
-) -> Vec<worker_engine::stream::engine::BatchReport> {
+    chunk: &[worker_engine::stream::StreamChange],
+) -> Vec<worker_engine::stream::BatchReport> {
     let mut reports = Vec::new();
     let mut pending: Vec<_> = chunk.to_vec();
     for _attempt in 0..5 {
-        let event = worker_engine::stream::decode::encode_event(&pending, None);
+        let event = worker_engine::stream::encode_event(&pending, None);
         let report = app.invoke_stream(&event).await.expect("stream event");
         let failed = report.batch_item_failures.first().cloned();
         reports.push(report);
         match failed {
             None => return reports,
             Some(seq) => {
-                let failed: worker_engine::stream::decode::SequenceNumber = seq
+                let failed: worker_engine::stream::SequenceNumber = seq
                     .parse()
                     .expect("Lambda item identifiers are sequence numbers");
                 pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
@@ -670,21 +667,18 @@ pub fn on_failure_message(
 /// delivers them (an event the handler refuses is a test failure); its
 /// report.
 pub async fn handle_records<J: worker_engine::schedule::JobName>(
-    worker: &worker_engine::runtime::Worker<J>,
-    records: &[worker_engine::stream::decode::StreamChange],
-) -> worker_engine::stream::engine::BatchReport {
+    worker: &worker_engine::Worker<J>,
+    records: &[worker_engine::stream::StreamChange],
+) -> worker_engine::stream::BatchReport {
     worker
-        .handle_stream(
-            &worker_engine::stream::decode::encode_event(records, None),
-            None,
-        )
+        .handle_stream(&worker_engine::stream::encode_event(records, None), None)
         .await
         .expect("a stream event")
 }
 
 /// A test failure unless every record of `report` was handled: none failed
 /// and none is to retry.
-pub fn assert_handled(report: &worker_engine::stream::engine::BatchReport) {
+pub fn assert_handled(report: &worker_engine::stream::BatchReport) {
     assert_eq!(
         (report.failed, report.batch_item_failures.len()),
         (0, 0),

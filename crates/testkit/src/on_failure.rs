@@ -17,7 +17,7 @@
 //! [`bucket_keys`]).
 
 use serde_json::{Value, json};
-use worker_engine::stream::decode::{StreamChange, encode_event};
+use worker_engine::stream::{StreamChange, encode_event};
 
 use crate::moto::Moto;
 

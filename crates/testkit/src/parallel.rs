@@ -5,7 +5,7 @@
 //! records of different keys interleave. The split is the engine's, the
 //! same the `dev` loop uses ([`worker_toolkit::replay::dev::lane_of`]).
 
-use worker_engine::stream::decode::StreamChange;
+use worker_engine::stream::StreamChange;
 
 pub use worker_toolkit::replay::dev::{MAX_PARALLELIZATION_FACTOR, lane_of};
 
@@ -31,8 +31,8 @@ mod tests {
     use aws_sdk_dynamodb::types::AttributeValue;
     use serde_json::{Value, json};
     use worker_engine::schema::{DEFAULT_KEY, TableSchema};
-    use worker_engine::stream::decode::{ChangeKind, SequenceNumber};
-    use worker_engine::stream::engine::BatchReport;
+    use worker_engine::stream::BatchReport;
+    use worker_engine::stream::{ChangeKind, SequenceNumber};
     use worker_toolkit::replay::dev::{EventFunction, InvokeError};
 
     use super::*;

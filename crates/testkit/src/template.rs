@@ -11,7 +11,7 @@ use crate::deploy::{
     STREAM_FUNCTION, TRACING_ACTIONS, alarm_period,
 };
 use serde_json::{Value, json};
-use worker_engine::job::Schedule;
+use worker_engine::Schedule;
 use worker_engine::park;
 use worker_engine::schedule::JobName;
 use worker_toolkit::template::{Evaluator, Pseudo};

@@ -64,7 +64,7 @@
 
 use serde_json::Value;
 
-use worker_engine::stream::decode::SequenceNumber;
+use worker_engine::stream::SequenceNumber;
 
 /// The records a failure message stands for: one shard, a sequence range
 /// (both ends included).

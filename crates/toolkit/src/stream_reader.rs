@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 
 use worker_engine::item::Item;
 use worker_engine::store::StoreError;
-use worker_engine::stream::decode::{ChangeKind, SequenceNumber, StreamChange};
+use worker_engine::stream::{ChangeKind, SequenceNumber, StreamChange};
 
 /// A Streams API client for a local endpoint (same rules as
 /// [`worker_engine::store::local_client`]).

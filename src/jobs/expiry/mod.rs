@@ -209,11 +209,11 @@ use crate::items::{Container, Entity, Item, attr};
 use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, Job, PK};
 use crate::schema::GROUP_AND_CONTAINER_INDEX;
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
-use worker_engine::error::HandlerError;
-use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::HandlerError;
 use worker_engine::store::{
     Expr, Guard, GuardedOp, GuardedReport, QuerySpec, Store, StoreError, WriteOp,
 };
+use worker_engine::{Access, Schedule, ScheduleSpec, StreamSpec};
 
 /// The metric the stream side's writes (flags, reminders) count under.
 pub const EXPIRY_WRITES: &str = "ExpiryWrites";

@@ -16,9 +16,9 @@ use crate::datetime;
 use crate::items::{Container, Entity, Food, Item};
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey};
 use crate::worker::{BatchFacts, Change};
-use worker_engine::notify::EventEntry;
+use worker_engine::EventEntry;
 use worker_engine::store::WriteOp;
-use worker_engine::stream::decode::ChangeKind;
+use worker_engine::stream::ChangeKind;
 
 /// The worker's TTL attribute (Number, epoch seconds); the same name the
 /// invitation job uses, so the table has one TTL setting.

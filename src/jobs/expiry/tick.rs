@@ -20,13 +20,13 @@ use crate::datetime;
 use crate::items::{Entity, Item};
 use crate::jobs::JobDeps;
 use crate::keys::{ContainerId, FoodId, GroupId, ItemKey, Job, PK, SK};
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::metrics::Metric;
-use worker_engine::notify::{EventEntry, EventPublisher};
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{
     Expr, Guard, GuardedOp, Key, QuerySpec, ScanSpec, Store, StoreError, WriteOp,
 };
+use worker_engine::{EventEntry, EventPublisher};
 
 /// Without a checkpoint, the tick starts this many days before today.
 pub const FIRST_RUN_LOOKBACK_DAYS: u64 = 7;

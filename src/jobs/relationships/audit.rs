@@ -17,7 +17,7 @@ use crate::datetime;
 use crate::items::{Item, attr};
 use crate::jobs::JobDeps;
 use crate::keys::{GroupId, ItemKey, ItemKind, Job, PK, SK, Violation};
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, GuardedOp, ScanSpec, Store, StoreError, WriteOutcome};

@@ -122,11 +122,11 @@ use crate::items::{Item, attr};
 use crate::keys::{ContainerId, GroupId, ItemKey, ItemKind, Job, PK, UserId, Violation};
 use crate::schema::{GROUP_AND_CONTAINER_INDEX, USER_AND_GROUP_INDEX};
 use crate::worker::{BatchFacts, Change, ChangeHandler, HandlerOutcome};
-use worker_engine::error::HandlerError;
-use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::HandlerError;
 use worker_engine::store::{
     Expr, Guard, GuardedOp, GuardedReport, QuerySpec, Store, StoreError, WriteOutcome,
 };
+use worker_engine::{Access, Schedule, ScheduleSpec, StreamSpec};
 
 /// The metric the cascades' and the audit's repair writes count under.
 pub const ITEMS_REPAIRED: &str = "ItemsRepaired";

@@ -27,10 +27,10 @@ pub mod store;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::store::{Key, Store, StoreError};
-use worker_engine::stream::decode::{ChangeKind, StreamChange};
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::stream::{ChangeKind, StreamChange};
+use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::{Deps, JobSpec};
 use crate::keys::{FileTime, ItemKey, Job};

@@ -37,11 +37,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::item::Item;
 use worker_engine::metrics::{Metric, WriteCounter};
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
-use worker_engine::store::guarded::Guard;
+use worker_engine::store::Guard;
 use worker_engine::store::{Expr, ScanSpec, Store, StoreError};
 
 use super::rules::{self, Op};

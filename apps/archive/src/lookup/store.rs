@@ -40,7 +40,7 @@
 //! state. [`LookupStore::apply_guarded`] sends such a write with
 //! [`Guard`]s (the file absent under every spelling read, the child
 //! lookup item absent or exactly as read) through
-//! [`GuardedWriter::write_guarded`](worker_engine::store::guarded::GuardedWriter):
+//! [`GuardedWriter::write_guarded`](worker_engine::store::GuardedWriter):
 //! a transaction of the guards' `ConditionCheck`s and the lookup item's
 //! write (a Put of the item as read with the new list, on the same
 //! `unchanged` condition; a lookup item holds nothing but its list). If a
@@ -65,8 +65,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use tokio::sync::oneshot;
 use worker_engine::item::Item;
 use worker_engine::metrics::WriteCounter;
-use worker_engine::store::guarded::{Guard, GuardedOp};
 use worker_engine::store::{Backoff, Expr, Key, Store, StoreError, WriteOutcome};
+use worker_engine::store::{Guard, GuardedOp};
 
 use super::rules::{self, Change, Listed, Op, Plan};
 use crate::keys::{self, Child, FileTime, LookupKey};

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::json;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, Page, QuerySpec, Store, StoreError, WriteOutcome};
@@ -38,7 +38,7 @@ use super::{EXPIRY_EVENTS, UNZIPPED_EXPIRED, UNZIPPING_STUCK, UnzipSettings, rul
 use crate::app::Deps;
 use crate::items::{Checkpoint, UnzipItem};
 use crate::keys::{self, Job};
-use crate::notify::{EventEntry, EventPublisher, MAX_ENTRIES_PER_CALL};
+use worker_engine::{EventEntry, EventPublisher, MAX_ENTRIES_PER_CALL};
 
 const EXPIRE: &str = "expire";
 const STUCK: &str = "stuck";

@@ -66,14 +66,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
-use worker_engine::env::{ConfigError, Env};
-use worker_engine::job::{Access, EnvVar, Fallback, ReadBy, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
 use worker_engine::settings::JobSettings;
-use worker_engine::store::guarded::{Guard, GuardedOp};
 use worker_engine::store::{Expr, Key, QuerySpec, Store, StoreError, WriteOutcome};
-use worker_engine::stream::decode::{ChangeKind, StreamChange};
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::store::{Guard, GuardedOp};
+use worker_engine::stream::{ChangeKind, StreamChange};
+use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::{Access, EnvVar, Fallback, ReadBy, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::{ConfigError, Env};
 
 use crate::app::JobSpec;
 use crate::items::{self, ArchivedFile, Stage, UnzipItem};

@@ -12,7 +12,7 @@ use archive_worker::keys::{self, ItemKey, LookupKey};
 use archive_worker::schema::schema;
 use aws_sdk_dynamodb::types::AttributeValue;
 use support::*;
-use worker_engine::stream::decode::encode_event;
+use worker_engine::stream::encode_event;
 use worker_testkit::{Drain, TestTable};
 use worker_toolkit::cli::Command;
 use worker_toolkit::cli::replay::replay;

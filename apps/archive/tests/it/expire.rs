@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use archive_worker::config::Settings;
 use archive_worker::items::Stage;
 use archive_worker::keys::{self, Job};
-use archive_worker::notify::RecordingPublisher;
 use archive_worker::schema::schema;
 use archive_worker::unzip::expire::{EVENT_SOURCE, EVENT_TYPE};
 use serde_json::{Value, json};
 use support::*;
+use worker_engine::RecordingPublisher;
+use worker_engine::Worker;
 use worker_engine::item::Item;
-use worker_engine::runtime::Worker;
 use worker_testkit::TestTable;
 use worker_testkit::layers::{RaceBeforeDelete, ServiceWrite};
 

@@ -14,7 +14,7 @@ use archive_worker::app::{APP, Deps};
 use archive_worker::config::Settings;
 use archive_worker::keys::Job;
 use support::template::{STREAM_ARN, archive_stack, template_path};
-use worker_engine::stream::engine::RecordProcessor;
+use worker_engine::stream::RecordProcessor;
 use worker_testkit::infra::{AppTemplate, SettingsView};
 
 fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {

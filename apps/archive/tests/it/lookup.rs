@@ -14,9 +14,9 @@ use async_trait::async_trait;
 use chrono::{Duration, NaiveDate};
 use rand::Rng;
 use support::*;
-use worker_engine::runtime::Worker;
+use worker_engine::Worker;
 use worker_engine::store::{ItemWriter, Key, Reply, Request, Store, StoreError};
-use worker_engine::stream::decode::{ChangeKind, StreamChange};
+use worker_engine::stream::{ChangeKind, StreamChange};
 use worker_testkit::layers::DeleteHook;
 use worker_testkit::workload::{Seeded, Write, apply};
 use worker_testkit::{Drain, TestTable};
@@ -411,7 +411,7 @@ async fn a_file_with_a_malformed_key_is_reported_by_key_and_skipped() {
     );
     assert_eq!((report.handled, report.rejected), (1, 2));
     for r in &report.records {
-        if let worker_engine::stream::engine::RecordStatus::Rejected { reason } = &r.status {
+        if let worker_engine::stream::RecordStatus::Rejected { reason } = &r.status {
             assert!(reason.contains("malformed key"), "{reason}");
             assert!(!reason.contains(".zip"), "no attribute value: {reason}");
         }

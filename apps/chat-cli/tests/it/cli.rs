@@ -183,9 +183,9 @@ async fn table_create_makes_six_tables_and_dev_follows_every_stream() {
         .get(&chat.key(), true)
         .await
         .unwrap();
-    let change = worker_engine::stream::decode::StreamChange {
+    let change = worker_engine::stream::StreamChange {
         event_id: "e1".into(),
-        kind: worker_engine::stream::decode::ChangeKind::Insert,
+        kind: worker_engine::stream::ChangeKind::Insert,
         sequence_number: Some("100".parse().unwrap()),
         approximate_creation: None,
         keys: other[1].key(),
@@ -197,7 +197,7 @@ async fn table_create_makes_six_tables_and_dev_follows_every_stream() {
         )),
         size_bytes: None,
     };
-    let event = worker_engine::stream::decode::encode_event(&[change], None);
+    let event = worker_engine::stream::encode_event(&[change], None);
     let report = worker.handle_stream(&event, None).await.expect("a batch");
     assert_eq!(report.rejected, 1, "{report:?}");
     assert_eq!(

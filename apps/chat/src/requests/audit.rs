@@ -23,12 +23,12 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::Duration;
 use serde_json::json;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::item::Item;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
-use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{Expr, Key, ScanSpec, Store};
+use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
 
 use super::{TWINS_MISSING, TWINS_RECREATED};
 use crate::app::Deps;

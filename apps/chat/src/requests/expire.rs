@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Duration, Utc};
 use serde_json::json;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{Expr, ScanSpec, Store, WriteOutcome};

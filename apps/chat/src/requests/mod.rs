@@ -82,12 +82,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::clock::Clock;
-use worker_engine::job::{Access, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
-use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{Expr, Key, Store, StoreError, WriteOutcome};
-use worker_engine::stream::decode::StreamChange;
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
+use worker_engine::stream::StreamChange;
+use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::{Access, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::{Deps, JobSpec, Stores, TableAccess, TableHandler};
 use crate::config::{EnvVar, ReadBy, Settings};
@@ -95,7 +95,7 @@ use crate::items::{GroupChat, Notification, RequestCopy, Status};
 use crate::keys::{self, ChatItem, ChatKind, Job, JoinMark, Owner, RequestKey, RequestsItem};
 use crate::schema::Table;
 use rules::Plan;
-use worker_engine::env::{ConfigError, Env};
+use worker_engine::{ConfigError, Env};
 
 /// Write requests of the stream handler.
 pub const REQUEST_WRITES: &str = "RequestWrites";

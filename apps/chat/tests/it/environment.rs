@@ -13,11 +13,11 @@ use std::sync::Arc;
 use chat_worker::keys::{self, ChatKind};
 use chat_worker::schema::Table;
 use support::*;
-use worker_engine::runtime::EventFunction;
+use worker_engine::EventFunction;
 use worker_engine::schema::TableSchema;
 use worker_engine::store::DynamoStore;
-use worker_engine::stream::decode::{StreamChange, encode_event};
-use worker_engine::stream::engine::BatchReport;
+use worker_engine::stream::BatchReport;
+use worker_engine::stream::{StreamChange, encode_event};
 use worker_testkit::fault_proxy::{FaultConfig, FaultKind, FaultPlan, FaultProxy, client_via};
 use worker_testkit::{TestTable, seed_concurrently};
 

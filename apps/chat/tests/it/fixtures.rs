@@ -24,7 +24,7 @@ use chat_worker::keys;
 use chat_worker::schema::Table;
 use serde_json::{Value, json};
 use support::*;
-use worker_engine::stream::decode::encode_event;
+use worker_engine::stream::encode_event;
 use worker_toolkit::cli::replay::{ReplayArgs, replay};
 use worker_toolkit::cli::target::{AppTable, TableOpts, Target};
 

@@ -254,7 +254,7 @@ fn every_job_has_its_schedule_and_every_function_and_metric_an_alarm() {
         let schedule_id = fun.replace("Function", "Schedule");
         let r = stack.resource(&schedule_id);
         let p = &r["Properties"];
-        if let worker_engine::job::Schedule::Rate(expr) = s.schedule {
+        if let worker_engine::Schedule::Rate(expr) = s.schedule {
             assert_eq!(p["ScheduleExpression"], expr);
         }
         assert_eq!(p["Target"]["Arn"], format!("getatt:{fun}.Arn"));

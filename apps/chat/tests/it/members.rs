@@ -7,9 +7,9 @@ use chat_worker::keys::{ChatKind, Job};
 use chat_worker::schema::Table;
 use rand::Rng;
 use support::*;
-use worker_engine::runtime::EventFunction;
-use worker_engine::runtime::Worker;
-use worker_engine::stream::decode::{StreamChange, encode_event};
+use worker_engine::EventFunction;
+use worker_engine::Worker;
+use worker_engine::stream::{StreamChange, encode_event};
 use worker_testkit::workload::Seeded;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

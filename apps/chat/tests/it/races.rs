@@ -14,9 +14,9 @@ use chat_worker::keys::{self, ChatItem, ChatKind, CommunityItem};
 use chat_worker::schema::Table;
 use support::race::{RaceStore, RaceTx, Step, action, reads, scans};
 use support::*;
-use worker_engine::store::transact::TransactOp;
+use worker_engine::store::TransactOp;
 use worker_engine::store::{ItemWriter, Store};
-use worker_engine::stream::engine::RecordStatus;
+use worker_engine::stream::RecordStatus;
 
 const CREATED: &str = "2024-05-30T12:00:00Z";
 

@@ -9,7 +9,7 @@ use chat_worker::items::Status;
 use chat_worker::keys::{self, ChatKind};
 use chat_worker::schema::Table;
 use support::*;
-use worker_engine::stream::decode::StreamChange;
+use worker_engine::stream::StreamChange;
 use worker_testkit::workload::Seeded;
 
 const CREATED: &str = "2024-05-30T12:00:00Z";
@@ -27,7 +27,7 @@ async fn redeliver(chat: &Chat, changes: &[StreamChange]) {
             .filter(|c| {
                 c.event_source_arn
                     .as_deref()
-                    .and_then(worker_engine::stream::source::table_name)
+                    .and_then(worker_engine::stream::table_name)
                     == Some(name.as_str())
             })
             .cloned()
@@ -199,10 +199,9 @@ async fn two_acceptances_for_the_last_seat_add_exactly_one_member() {
         .collect();
     assert_eq!(records.len(), 2);
     let other = chat.another_worker();
-    let event = |c: &StreamChange| {
-        worker_engine::stream::decode::encode_event(std::slice::from_ref(c), None)
-    };
-    use worker_engine::runtime::EventFunction;
+    let event =
+        |c: &StreamChange| worker_engine::stream::encode_event(std::slice::from_ref(c), None);
+    use worker_engine::EventFunction;
     let (e0, e1) = (event(&records[0]), event(&records[1]));
     let (x, y) = tokio::join!(chat.worker.invoke_stream(&e0), other.invoke_stream(&e1));
     // A transaction that lost the race is retried, as Lambda would.
@@ -299,7 +298,7 @@ async fn the_sparse_index_holds_only_pending_requests_after_a_shuffled_history()
         .filter(|c| {
             c.event_source_arn
                 .as_deref()
-                .and_then(worker_engine::stream::source::table_name)
+                .and_then(worker_engine::stream::table_name)
                 == Some(requests_table.as_str())
         })
         .collect();
@@ -382,8 +381,8 @@ async fn bad_copies_are_skipped_without_stalling_the_stream() {
     chat.put(Table::ChatRequests, good.copy(1, Status::Pending))
         .await;
     let records = chat.read().await;
-    let event = worker_engine::stream::decode::encode_event(&records, None);
-    use worker_engine::runtime::EventFunction;
+    let event = worker_engine::stream::encode_event(&records, None);
+    use worker_engine::EventFunction;
     let report = chat.worker.invoke_stream(&event).await.expect("a batch");
     assert!(report.batch_item_failures.is_empty(), "{report:?}");
     assert_eq!(report.rejected, 3, "{report:?}");

@@ -15,7 +15,7 @@ use chat_worker::keys::{self, ChatKind};
 use chat_worker::schema::Table;
 use support::*;
 use worker_engine::item::Item;
-use worker_engine::stream::decode::ChangeKind;
+use worker_engine::stream::ChangeKind;
 
 const CREATED: &str = "2024-05-30T12:00:00Z";
 
@@ -244,7 +244,7 @@ async fn removals_without_an_old_image_are_handled_from_their_keys() {
             .filter(|c| {
                 c.event_source_arn
                     .as_deref()
-                    .and_then(worker_engine::stream::source::table_name)
+                    .and_then(worker_engine::stream::table_name)
                     == Some(name.as_str())
             })
             .cloned()

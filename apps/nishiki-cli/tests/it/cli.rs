@@ -680,7 +680,7 @@ async fn dev_until_idle_handles_the_stream() {
     let events_file = events("stream/group-deleted.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
     // The service's writes of the fixture, done on the table.
-    let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
+    let decoded = worker_engine::stream::decode_event(&v).unwrap();
     let plan = worker_toolkit::replay::apply::plan(&decoded);
     worker_toolkit::replay::apply::apply(t.store.as_ref(), &plan)
         .await
@@ -754,7 +754,7 @@ fn template_copy(name: &str, replace: &[(&str, &str)]) -> String {
 async fn service_deletes_the_group(t: &TestTable) {
     let events_file = events("stream/group-deleted.json");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&events_file).unwrap()).unwrap();
-    let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
+    let decoded = worker_engine::stream::decode_event(&v).unwrap();
     let plan = worker_toolkit::replay::apply::plan(&decoded);
     worker_toolkit::replay::apply::apply(t.store.as_ref(), &plan)
         .await
@@ -1360,7 +1360,7 @@ async fn a_missing_index_stops_replay_run_and_dev_with_the_cause() {
         &std::fs::read_to_string(events("stream/last-members-left.json")).unwrap(),
     )
     .unwrap();
-    let decoded = worker_engine::stream::decode::decode_event(&v).unwrap();
+    let decoded = worker_engine::stream::decode_event(&v).unwrap();
     worker_toolkit::replay::apply::apply(
         t.store.as_ref(),
         &worker_toolkit::replay::apply::plan(&decoded),

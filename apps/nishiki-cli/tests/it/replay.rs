@@ -18,7 +18,7 @@ use nishiki_worker::keys::{GroupId, ItemKey, UserId};
 use serde_json::Value;
 use support::{Drain, TestTable};
 use worker_engine::store::ItemWriter;
-use worker_engine::stream::decode::{ChangeKind, decode_event};
+use worker_engine::stream::{ChangeKind, decode_event};
 use worker_toolkit::cli::capture::{CaptureArgs, capture};
 use worker_toolkit::cli::target::{AppTable, EndpointOpts, Target};
 use worker_toolkit::replay::diff::diff_tables;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::metrics::Metric;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::store::{ScanSpec, Store};

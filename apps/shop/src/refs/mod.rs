@@ -40,12 +40,12 @@ pub mod rules;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use worker_engine::job::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 use worker_engine::metrics::WriteCounter;
-use worker_engine::store::guarded::Guard;
+use worker_engine::store::Guard;
 use worker_engine::store::{QuerySpec, Store};
-use worker_engine::stream::decode::StreamChange;
-use worker_engine::stream::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::stream::StreamChange;
+use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+use worker_engine::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::JobSpec;
 use crate::items::ProductRefs;

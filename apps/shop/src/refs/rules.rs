@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use worker_engine::store::guarded::{Guard, GuardedOp, GuardedReport};
 use worker_engine::store::{Expr, Store, StoreError};
+use worker_engine::store::{Guard, GuardedOp, GuardedReport};
 
 use crate::items::ProductRefs;
 use crate::keys::{self, Id, ItemKey};

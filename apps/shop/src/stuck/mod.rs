@@ -17,14 +17,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
-use worker_engine::env::{ConfigError, Env};
-use worker_engine::error::HandlerError;
-use worker_engine::job::{Access, EnvVar, ReadBy, Schedule, ScheduleSpec};
+use worker_engine::EventPublisher;
+use worker_engine::HandlerError;
 use worker_engine::metrics::Metric;
-use worker_engine::notify::EventPublisher;
 use worker_engine::schedule::{JobReport, JobRun, ScheduledJob};
 use worker_engine::settings::JobSettings;
 use worker_engine::store::{QuerySpec, Store};
+use worker_engine::{Access, EnvVar, ReadBy, Schedule, ScheduleSpec};
+use worker_engine::{ConfigError, Env};
 
 use crate::app::{Deps, JobSpec};
 use crate::keys::{self, Job};

@@ -8,9 +8,9 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
+use worker_engine::EventEntry;
 use worker_engine::item::Item;
 use worker_engine::keys::AttributeError;
-use worker_engine::notify::EventEntry;
 
 use crate::keys::{At, Gsi1, Id, ItemKey, KeyError};
 

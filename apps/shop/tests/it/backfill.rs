@@ -11,7 +11,7 @@ use shop_worker::derive::backfill::Backfill;
 use shop_worker::keys::{self, Job};
 use shop_worker::schema::schema;
 use support::*;
-use worker_engine::runtime::EventFunction;
+use worker_engine::EventFunction;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::ItemReader;
 use worker_testkit::workload::{Seeded, apply};

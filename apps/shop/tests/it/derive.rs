@@ -14,9 +14,9 @@ use shop_worker::items::{Order, Product};
 use shop_worker::keys::{self, Id, ItemKey};
 use shop_worker::schema::schema;
 use support::*;
-use worker_engine::runtime::EventFunction;
+use worker_engine::EventFunction;
 use worker_engine::store::{Expr, ItemReader, ItemWriter};
-use worker_engine::stream::decode::encode_event;
+use worker_engine::stream::encode_event;
 use worker_testkit::recorded::Log;
 use worker_testkit::workload::{Seeded, apply};
 use worker_testkit::{Drain, TestTable};
@@ -279,9 +279,9 @@ async fn a_stale_record_after_a_newer_write_leaves_the_newer_keys() {
     // The old versions' records (no index attributes), delivered again.
     let stale: Vec<_> = [order.to_item(), product.to_item()]
         .into_iter()
-        .map(|item| worker_engine::stream::decode::StreamChange {
+        .map(|item| worker_engine::stream::StreamChange {
             event_id: "stale".into(),
-            kind: worker_engine::stream::decode::ChangeKind::Modify,
+            kind: worker_engine::stream::ChangeKind::Modify,
             sequence_number: Some("1".parse().unwrap()),
             approximate_creation: None,
             keys: ItemKey::from_item(&item).unwrap().key(),

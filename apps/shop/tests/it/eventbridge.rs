@@ -20,7 +20,7 @@ use shop_worker::items::Order;
 use shop_worker::schema::schema;
 use shop_worker::stuck::rules::{EVENT_SOURCE, EVENT_TYPE};
 use support::*;
-use worker_engine::runtime::EventFunction;
+use worker_engine::EventFunction;
 use worker_engine::store::ItemWriter;
 use worker_testkit::eventbridge::{RoutedBus, details_by, run_schedule_function};
 use worker_testkit::workload::Seeded;

@@ -14,7 +14,7 @@ use shop_worker::app::{APP, Deps};
 use shop_worker::config::Settings;
 use shop_worker::keys::Job;
 use support::template::{STREAM_ARN, shop_stack, template_path};
-use worker_engine::stream::engine::RecordProcessor;
+use worker_engine::stream::RecordProcessor;
 use worker_testkit::infra::{AppTemplate, SettingsView};
 
 fn template() -> AppTemplate<Job, Deps, dyn RecordProcessor> {

@@ -34,7 +34,7 @@
 //!
 //! Requests waiting together are gathered by a flusher task: the first
 //! caller that finds the queue idle spawns it; it sends what is queued (up to
-//! [`Coalescing::max_in_flight`] requests at once), answers every caller,
+//! four requests of each kind at once), answers every caller,
 //! and repeats while anything arrived meanwhile.
 //!
 //! **Gathering a poll pass.** When the callers are futures polled by one
@@ -91,7 +91,7 @@ const GET_BATCH: usize = 100;
 const WRITE_BATCH: usize = 25;
 
 /// The longest a flusher waits for a gathered poll pass to end.
-pub const MAX_GATHER: Duration = Duration::from_millis(20);
+pub(crate) const MAX_GATHER: Duration = Duration::from_millis(20);
 
 /// Shares read and batch-write requests between concurrent callers (see the
 /// module documentation).
@@ -484,12 +484,6 @@ impl Coalescing {
             writes: Arc::new(Queue::new()),
             guarded: Arc::new(Queue::new()),
         }
-    }
-
-    /// At most this many shared requests of each kind at once (default 4).
-    pub fn max_in_flight(mut self, n: usize) -> Self {
-        self.max_in_flight = n.max(1);
-        self
     }
 
     /// Run `future` (a task that polls many callers, such as a stream

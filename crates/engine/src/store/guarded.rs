@@ -46,7 +46,7 @@ use crate::item::Item;
 
 /// At most this many actions (writes and condition checks) go in one
 /// `TransactWriteItems` request.
-pub const MAX_TRANSACT_ACTIONS: usize = 100;
+pub(crate) const MAX_TRANSACT_ACTIONS: usize = 100;
 
 /// A condition on an item that is read, not written: the fact a decision
 /// was taken on. Checked in every transaction of a guarded write.
@@ -196,7 +196,7 @@ pub trait GuardedWriter: Send + Sync {
 /// indexes of its ops (the guards go in every one). Ops on the same key
 /// collapse to the last; an op with its own condition goes alone; the
 /// others fill transactions of `MAX_TRANSACT_ACTIONS - guards` ops.
-pub fn plan_transactions(
+pub(crate) fn plan_transactions(
     guards: usize,
     ops: &[GuardedOp],
     key_attributes: (&str, &str),
@@ -242,7 +242,7 @@ pub fn plan_transactions(
 /// A guard naming an item that is also written in the same request:
 /// DynamoDB refuses two actions on one item in a transaction, and the
 /// decision would be about the item itself (its own condition says that).
-pub fn guard_on_written_item(
+pub(crate) fn guard_on_written_item(
     guards: &[Guard],
     ops: &[GuardedOp],
     key_attributes: (&str, &str),

@@ -222,13 +222,14 @@ pub struct StreamChange {
 }
 
 impl StreamChange {
-    /// The key rendered as `PK=…, SK=…` (see [`render_keys`]).
+    /// The key rendered as `PK=…, SK=…` (see `render_keys`).
     pub fn key_string(&self, key_attributes: (&str, &str)) -> String {
         render_keys(&self.keys, key_attributes)
     }
 
     /// The image after the change, or before it for removals.
-    pub fn latest_image(&self) -> Option<&Item> {
+    #[cfg(test)]
+    pub(crate) fn latest_image(&self) -> Option<&Item> {
         self.new_image.as_ref().or(self.old_image.as_ref())
     }
 }
@@ -342,7 +343,7 @@ pub fn decode_event(
 
 /// [`decode_event`] with the table's key attribute names (partition, sort),
 /// used only to render keys in errors.
-pub fn decode_event_with(
+pub(crate) fn decode_event_with(
     event: &Value,
     key_attributes: (&str, &str),
 ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
@@ -378,11 +379,13 @@ fn other_source(records: &[Value]) -> Option<String> {
 }
 
 /// Decode the record at position `index` of a batch.
-pub fn decode_record(index: usize, record: &Value) -> Result<StreamChange, RecordError> {
+#[cfg(test)]
+pub(crate) fn decode_record(index: usize, record: &Value) -> Result<StreamChange, RecordError> {
     decode_record_with(index, record, DEFAULT_KEY_ATTRIBUTES)
 }
 
-/// [`decode_record`] with the table's key attribute names.
+/// Decode the record at position `index` of a batch, with the table's key
+/// attribute names.
 pub fn decode_record_with(
     index: usize,
     record: &Value,
@@ -682,7 +685,7 @@ fn parse_epoch_text(text: &str) -> Option<DateTime<Utc>> {
 /// (partition, sort) names in that order, those present only. When neither
 /// is present, every attribute of `keys` (by name). `S` and `N` values are
 /// shown (clipped), other types as `<TYPE>`.
-pub fn render_keys(keys: &Item, (partition, sort): (&str, &str)) -> String {
+pub(crate) fn render_keys(keys: &Item, (partition, sort): (&str, &str)) -> String {
     let show = |name: &str, v: &AttributeValue| {
         let value = match v {
             AttributeValue::S(s) | AttributeValue::N(s) => key_value(s),

@@ -36,7 +36,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use tracing::{Instrument, Span};
@@ -147,7 +147,7 @@ impl ProcessError {
     }
 
     /// The error of a failure of `kind`.
-    pub fn of_kind(kind: FailureKind, reason: impl Into<String>) -> Self {
+    pub(crate) fn of_kind(kind: FailureKind, reason: impl Into<String>) -> Self {
         match kind {
             FailureKind::Transient => ProcessError::transient(reason),
             FailureKind::Environment => ProcessError::environment(reason),
@@ -190,7 +190,7 @@ pub struct EngineConfig {
     /// and grouping records by item. Default `("PK", "SK")`.
     pub key_attributes: (String, String),
     /// How many items' records run at once (at least 1). Default
-    /// [`DEFAULT_CONCURRENCY`].
+    /// `DEFAULT_CONCURRENCY`.
     pub concurrency: usize,
 }
 
@@ -199,7 +199,7 @@ pub struct EngineConfig {
 /// same rounds (a store that shares requests between concurrent callers
 /// then sends one request per kind of read and round, not one per group of
 /// items that happened to run together).
-pub const DEFAULT_CONCURRENCY: usize = 1000;
+pub(crate) const DEFAULT_CONCURRENCY: usize = 1000;
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -213,19 +213,10 @@ impl Default for EngineConfig {
 }
 
 impl EngineConfig {
-    pub fn with_deadline(mut self, deadline: Instant) -> Self {
+    #[cfg(test)]
+    pub(crate) fn with_deadline(mut self, deadline: Instant) -> Self {
         self.deadline = Some(deadline);
         self
-    }
-
-    /// The deadline from milliseconds since the Unix epoch, as the Lambda
-    /// context gives it (`Context::deadline`).
-    pub fn with_deadline_epoch_millis(self, epoch_millis: u64) -> Self {
-        let at = UNIX_EPOCH + Duration::from_millis(epoch_millis);
-        let left = at
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        self.with_deadline(Instant::now() + left)
     }
 
     fn keys(&self) -> (&str, &str) {
@@ -322,7 +313,7 @@ pub struct BatchReport {
     /// entry point must fail the invocation, and nothing is parked.
     pub environment_fault: Option<String>,
     /// Records that failed for good and were parked
-    /// ([`crate::park::park_failures`]; 0 when nothing parks).
+    /// (`park_failures`; 0 when nothing parks).
     pub parked: usize,
     /// Records that failed for good and could not be parked: reported as
     /// batch item failures so that Lambda delivers them again.
@@ -335,7 +326,7 @@ pub struct BatchReport {
 impl BatchReport {
     /// What the `EnvironmentFaults` metric counts: the records that met an
     /// environment fault, or 1 when only parking met one.
-    pub fn environment_faults(&self) -> usize {
+    pub(crate) fn environment_faults(&self) -> usize {
         self.environment
             .max(usize::from(self.environment_fault.is_some()))
     }
@@ -965,11 +956,12 @@ mod tests {
             EngineConfig::default().with_deadline(Instant::now() + Duration::from_secs(600));
         let report = run_batch(batch(), &p, &config).await;
         assert_eq!(report.handled, 5);
-        let far = SystemTime::now().duration_since(UNIX_EPOCH).unwrap() + Duration::from_secs(600);
-        let config = EngineConfig::default().with_deadline_epoch_millis(far.as_millis() as u64);
         assert!(!config.deadline_near());
-        let config = EngineConfig::default().with_deadline_epoch_millis(0);
-        assert!(config.deadline_near());
+        assert!(
+            EngineConfig::default()
+                .with_deadline(Instant::now())
+                .deadline_near()
+        );
     }
 
     #[tokio::test]

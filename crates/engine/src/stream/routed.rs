@@ -32,10 +32,10 @@
 //! use async_trait::async_trait;
 //! use chrono::{DateTime, Utc};
 //! use worker_engine::clock::SystemClock;
-//! use worker_engine::error::HandlerError;
-//! use worker_engine::stream::decode::{RecordError, StreamChange, decode_event};
-//! use worker_engine::stream::engine::{RecordOutcome, RecordProcessor};
-//! use worker_engine::stream::routed::{ChangeHandler, HandlerOutcome, Router, TypedChange};
+//! use worker_engine::HandlerError;
+//! use worker_engine::stream::{RecordError, StreamChange, decode_event};
+//! use worker_engine::stream::{RecordOutcome, RecordProcessor};
+//! use worker_engine::stream::{ChangeHandler, HandlerOutcome, Router, TypedChange};
 //!
 //! #[derive(Debug, Clone, Copy, PartialEq)]
 //! enum Kind { Note, Worker }
@@ -182,7 +182,7 @@ impl<C: TypedChange> Router<C> {
     }
 
     /// Count the handlers' writes in `writes` (each under the metric it was
-    /// registered with: [`Router::with_metric`]).
+    /// registered with: `Router::with_metric`).
     pub fn counting(mut self, writes: Arc<WriteCounter>) -> Self {
         self.writes = Some(writes);
         self
@@ -198,7 +198,11 @@ impl<C: TypedChange> Router<C> {
     }
 
     /// Register a handler whose writes count under `metric`.
-    pub fn with_metric(mut self, handler: Arc<dyn ChangeHandler<C>>, metric: &'static str) -> Self {
+    pub(crate) fn with_metric(
+        mut self,
+        handler: Arc<dyn ChangeHandler<C>>,
+        metric: &'static str,
+    ) -> Self {
         self.handlers.push(Registered {
             handler,
             metric: Some(metric),
@@ -310,7 +314,7 @@ mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::item::Item;
-    use crate::stream::decode::ChangeKind;
+    use crate::stream::ChangeKind;
 
     struct Toy {
         kind: &'static str,

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use worker_engine::notify::{EventBridgePublisher, EventEntry, EventPublisher};
+use worker_engine::{EventBridgePublisher, EventEntry, EventPublisher};
 use worker_testkit::eventbridge::RoutedBus;
 use worker_testkit::moto;
 

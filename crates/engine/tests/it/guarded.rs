@@ -6,7 +6,7 @@
 use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::item::Item;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
-use worker_engine::store::coalesce::Coalescing;
+use worker_engine::store::Coalescing;
 use worker_engine::store::{
     Expr, Guard, GuardedOp, GuardedReport, GuardedWriter, ItemReader, ItemWriter, Key,
 };

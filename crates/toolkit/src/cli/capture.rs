@@ -23,7 +23,7 @@ use super::{CliApp, CliError, parse_now};
 use crate::replay::redact::{Placeholder, Redactor};
 use crate::stream_reader::{StartAt, StreamTail};
 use worker_engine::schema::{StreamView, TableSchema};
-use worker_engine::stream::decode::{SequenceNumber, encode_event_as};
+use worker_engine::stream::{SequenceNumber, encode_event_as};
 
 /// Options of `capture`.
 #[derive(Debug, Clone, Default, Args)]

@@ -35,11 +35,11 @@ use crate::replay::dev::{
 };
 use crate::stream_reader::{StartAt, StreamTail};
 use crate::template::{Deployment, StreamMapping};
-use worker_engine::error::FailureKind;
-use worker_engine::runtime::{EventError, Worker};
+use worker_engine::FailureKind;
 use worker_engine::schedule::JobName;
-use worker_engine::stream::decode::SequenceNumber;
-use worker_engine::stream::engine::BatchReport;
+use worker_engine::stream::BatchReport;
+use worker_engine::stream::SequenceNumber;
+use worker_engine::{EventError, Worker};
 
 /// Where an event source starts reading a stream it has no saved position
 /// for (the `StartingPosition` of a DynamoDB stream's mapping).

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::CliError;
 use worker_engine::item::redact_quoted;
 use worker_engine::schedule::{self, JobName, TickSource};
-use worker_engine::stream::decode;
+use worker_engine::stream;
 
 /// What an event file holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,8 +79,8 @@ pub fn load_event_file<J: JobName>(path: &Path) -> Result<EventFile, CliError> {
 
 /// Recognise an event from its content; `Err` says what it is instead.
 pub fn classify<J: JobName>(v: &Value) -> Result<EventKind, String> {
-    if decode::is_stream_event(v) {
-        let records = decode::decode_event(v).map_err(|e| e.to_string())?;
+    if stream::is_stream_event(v) {
+        let records = stream::decode_event(v).map_err(|e| e.to_string())?;
         return Ok(EventKind::Stream {
             records: records.len(),
         });

@@ -56,14 +56,14 @@ use super::{CliApp, CliError, EXIT_FAILURES};
 use crate::failure_message::{self, FailureRange};
 use crate::layers::DryRunStore;
 use crate::stream_reader::read_range;
+use worker_engine::Worker;
 use worker_engine::park::{
     self, Origin, PARKING_TABLE_ENV, ParkedRecord, Parking, ParkingSettings,
 };
-use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
 use worker_engine::store::{DynamoStore, StoreError};
-use worker_engine::stream::decode::{SequenceNumber, decode_record_with, encode_event};
-use worker_engine::stream::engine::{BatchReport, RecordStatus};
+use worker_engine::stream::{BatchReport, RecordStatus};
+use worker_engine::stream::{SequenceNumber, decode_record_with, encode_event};
 
 pub use bucket::S3Location;
 pub use queue::VISIBILITY_TIMEOUT;
@@ -694,7 +694,7 @@ pub async fn read_failure_range(
 /// `PARKING_TABLE` (through `--env` or the environment).
 fn parking_settings(args: &RedriveArgs, table: &str) -> Result<Option<ParkingSettings>, CliError> {
     let lookup = super::replay::worker_env(table, &args.env)?;
-    let mut settings = ParkingSettings::from_env(&worker_engine::env::Env::new(&lookup))
+    let mut settings = ParkingSettings::from_env(&worker_engine::Env::new(&lookup))
         .map_err(|e| CliError::Usage(e.to_string()))?;
     if let Some(table) = &args.parking_table {
         let retention = settings

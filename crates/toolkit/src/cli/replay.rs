@@ -39,13 +39,13 @@ use crate::layers::{DryRunStore, MadeWrite, PlannedWrite};
 use crate::replay::apply::{self, NotApplied};
 use crate::replay::diff::TablesDiff;
 use crate::replay::report::{RecordLine, record_lines};
+use worker_engine::FailureKind;
 use worker_engine::clock::{Clock, ManualClock, SystemClock};
-use worker_engine::error::FailureKind;
-use worker_engine::runtime::{EventError, Worker};
 use worker_engine::schedule::{JobName, JobReport};
 use worker_engine::store::Store;
-use worker_engine::stream::decode::decode_event;
-use worker_engine::stream::engine::BatchReport;
+use worker_engine::stream::BatchReport;
+use worker_engine::stream::decode_event;
+use worker_engine::{EventError, Worker};
 
 /// Options of `replay`.
 #[derive(Debug, Clone, Default, Args)]
@@ -421,7 +421,7 @@ fn app_worker<A: CliApp>(
         None => Arc::new(SystemClock),
     };
     let lookup = worker_env(&target.table, env)?;
-    let tx: Arc<dyn worker_engine::store::transact::Transactions> = if dry_run {
+    let tx: Arc<dyn worker_engine::store::Transactions> = if dry_run {
         Arc::new(super::tables::NoTransactions)
     } else {
         Arc::new(target.store.as_ref().clone())

@@ -27,7 +27,7 @@ use super::target::{
 use super::{CliApp, CliError, parse_now};
 use crate::layers::{MadeWrite, PlannedWrite};
 use crate::replay::diff::TablesDiff;
-use worker_engine::error::HandlerError;
+use worker_engine::HandlerError;
 use worker_engine::schedule::{JobName, JobReport};
 use worker_engine::store::MetricsSnapshot;
 
@@ -99,7 +99,7 @@ pub async fn run<A: CliApp>(args: RunArgs) -> Result<ExitCode, CliError> {
         report.print_text();
     }
     if let Err(e) = &ran.result
-        && e.kind() == worker_engine::error::FailureKind::Environment
+        && e.kind() == worker_engine::FailureKind::Environment
     {
         return Err(CliError::Environment(e.to_string()));
     }

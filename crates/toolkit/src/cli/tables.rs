@@ -33,22 +33,22 @@ use crate::replay::diff::{NamedDiff, TablesDiff, diff_tables};
 use crate::replay::snapshot::{
     SnapshotError, SnapshotTable, TableItems, load_items, read_tables, scan_table, write_tables,
 };
-use worker_engine::app::{Sharing, TableDeps};
+use worker_engine::AppSpec;
+use worker_engine::ConfigError;
+use worker_engine::RecordingPublisher;
+use worker_engine::Worker;
 use worker_engine::clock::Clock;
-use worker_engine::env::ConfigError;
 use worker_engine::item::Item;
-use worker_engine::job::AppSpec;
-use worker_engine::notify::RecordingPublisher;
-use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
 use worker_engine::schema::TableSchema;
 use worker_engine::settings::{JobSettings, Settings};
-use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{BatchWriteReport, DynamoStore, ItemWriter, Store, StoreError, WriteOp};
-use worker_engine::stream::decode::{RecordError, StreamChange};
-use worker_engine::stream::engine::RecordProcessor;
-use worker_engine::stream::source::table_name;
-use worker_engine::tables::{Stores, TableSet};
+use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
+use worker_engine::stream::RecordProcessor;
+use worker_engine::stream::table_name;
+use worker_engine::stream::{RecordError, StreamChange};
+use worker_engine::{Sharing, TableDeps};
+use worker_engine::{Stores, TableSet};
 
 /// A table the worker serves besides the target table.
 #[derive(Debug, Clone)]

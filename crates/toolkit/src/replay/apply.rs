@@ -8,7 +8,7 @@
 
 use worker_engine::item::Item;
 use worker_engine::store::{ItemWriter, StoreError, WriteOp};
-use worker_engine::stream::decode::{ChangeKind, RecordError, StreamChange};
+use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
 
 /// The write one record stands for.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,7 +89,7 @@ pub async fn apply(store: &dyn ItemWriter, plan: &WritePlan) -> Result<usize, St
 mod tests {
     use super::*;
     use aws_sdk_dynamodb::types::AttributeValue;
-    use worker_engine::stream::decode::{decode_event, encode_event};
+    use worker_engine::stream::{decode_event, encode_event};
 
     fn change(kind: ChangeKind, pk: &str, new: bool) -> StreamChange {
         let keys: Item = [

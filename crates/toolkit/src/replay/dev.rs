@@ -1,7 +1,7 @@
 //! The local event-source loop: reads a table's stream the way Lambda's
 //! event source mapping does and invokes a function with Lambda-shaped
 //! events, plus cron-driven schedule ticks. Generic: the function is an
-//! [`EventFunction`] (the engine's [`worker_engine::runtime::Worker`] is one), the records come from a
+//! [`EventFunction`] (the engine's [`worker_engine::Worker`] is one), the records come from a
 //! [`RecordSource`] (a [`StreamTail`] in production use).
 //!
 //! Event source mapping rules reproduced here:
@@ -45,14 +45,14 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use crate::stream_reader::StreamTail;
 use worker_engine::item::Item;
 use worker_engine::store::StoreError;
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 
 /// The function the loop invokes, as Lambda would, and why an invocation
 /// failed (the loop renders it only where it logs it).
-pub use worker_engine::runtime::{EventFunction, InvokeError};
+pub use worker_engine::{EventFunction, InvokeError};
 
 /// The invocation failed because of the deployment, not the records (a
-/// missing table or index, access denied: [`worker_engine::error::FailureKind`]).
+/// missing table or index, access denied: [`worker_engine::FailureKind`]).
 /// A function returns it as its [`InvokeError`]; the loop stops at once
 /// instead of retrying and discarding the batch, since every retry would
 /// meet the same fault ([`PollReport::environment_fault`],
@@ -1016,8 +1016,8 @@ impl Ticker {
 mod tests {
     use super::*;
     use std::sync::Mutex;
-    use worker_engine::stream::decode::ChangeKind;
-    use worker_engine::stream::engine::BatchReport;
+    use worker_engine::stream::BatchReport;
+    use worker_engine::stream::ChangeKind;
 
     fn change(seq: u32) -> StreamChange {
         StreamChange {

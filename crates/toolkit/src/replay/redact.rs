@@ -19,7 +19,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use hmac::{KeyInit, Mac};
 
 use worker_engine::item::Item;
-use worker_engine::stream::decode::StreamChange;
+use worker_engine::stream::StreamChange;
 
 /// The shape of a placeholder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -254,7 +254,7 @@ mod tests {
         ];
         let change = |pk: &str, sk: &str, name: &str, r: &str| StreamChange {
             event_id: "e".into(),
-            kind: worker_engine::stream::decode::ChangeKind::Insert,
+            kind: worker_engine::stream::ChangeKind::Insert,
             sequence_number: None,
             approximate_creation: None,
             keys: [

@@ -4,8 +4,8 @@
 use serde::Serialize;
 
 use super::ddbjson::key_text;
-use worker_engine::stream::decode::{RecordError, StreamChange};
-use worker_engine::stream::engine::{BatchReport, RecordStatus};
+use worker_engine::stream::{BatchReport, RecordStatus};
+use worker_engine::stream::{RecordError, StreamChange};
 
 /// One record's outcome.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -16,10 +16,10 @@ use archive_worker::lookup::rules;
 use archive_worker::unzip::UnzipSettings;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
+use worker_engine::Worker;
 use worker_engine::item::Item;
-use worker_engine::runtime::Worker;
 use worker_engine::store::{ScanSpec, Store};
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 use worker_testkit::TestTable;
 use worker_testkit::app::TestApp;
 
@@ -223,8 +223,8 @@ impl<H: worker_testkit::layers::DeleteHook> Store for BeforeAnyDelete<H> {
         &self,
         request: worker_engine::store::Request<'_>,
     ) -> Result<worker_engine::store::Reply, worker_engine::store::StoreError> {
+        use worker_engine::store::GuardedOp;
         use worker_engine::store::Request;
-        use worker_engine::store::guarded::GuardedOp;
         match &request {
             Request::Delete { key, .. } => {
                 self.hook.before_delete(key, self.inner.as_ref()).await?;

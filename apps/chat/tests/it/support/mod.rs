@@ -17,14 +17,14 @@ use chat_worker::keys::{self, ChatItem, ChatKind, CommunityItem, Job, RequestKey
 use chat_worker::schema::Table;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use worker_engine::TableNames;
+use worker_engine::Worker;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::metrics::{CapturedLines, Emitter};
-use worker_engine::runtime::Worker;
-use worker_engine::store::transact::Transactions;
+use worker_engine::store::Transactions;
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Key, QueryStore, ScanSpec, Store};
-use worker_engine::stream::decode::StreamChange;
-use worker_engine::tables::TableNames;
+use worker_engine::stream::StreamChange;
 use worker_testkit::{Drain, TestTable};
 
 pub const NOW: &str = "2024-06-01T00:00:00Z";
@@ -126,9 +126,9 @@ impl Chat {
     pub async fn deliver_report(
         &self,
         changes: &[StreamChange],
-    ) -> worker_engine::stream::engine::BatchReport {
-        let event = worker_engine::stream::decode::encode_event(changes, None);
-        use worker_engine::runtime::EventFunction;
+    ) -> worker_engine::stream::BatchReport {
+        let event = worker_engine::stream::encode_event(changes, None);
+        use worker_engine::EventFunction;
         self.worker
             .invoke_stream(&event)
             .await
@@ -183,8 +183,8 @@ impl Chat {
 
     /// Deliver `changes` as one Lambda batch (they must be of one table).
     pub async fn deliver(&self, changes: &[StreamChange]) {
-        let event = worker_engine::stream::decode::encode_event(changes, None);
-        use worker_engine::runtime::EventFunction;
+        let event = worker_engine::stream::encode_event(changes, None);
+        use worker_engine::EventFunction;
         let report = self
             .worker
             .invoke_stream(&event)
@@ -194,7 +194,7 @@ impl Chat {
     }
 
     pub async fn tick(&self, job: &str) -> Value {
-        use worker_engine::runtime::EventFunction;
+        use worker_engine::EventFunction;
         let tick =
             serde_json::json!({"job": job, "scheduledTime": keys::format_time(self.clock_now())});
         self.worker.invoke_schedule(&tick).await.expect("tick runs")

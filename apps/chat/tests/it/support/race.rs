@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{Reply, Request, Store, StoreError};
+use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
 
 /// The service's write: run once, on whatever stores it captured.
 pub type ServiceAction = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;

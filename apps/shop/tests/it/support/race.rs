@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use worker_engine::runtime::Worker;
+use worker_engine::Worker;
 use worker_engine::store::DynamoStore;
 use worker_testkit::race::{RaceBeforeWrite, ServiceOp};
 
