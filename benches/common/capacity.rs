@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 /// One measured point: a series, the table's size in items and the read
 /// capacity one run of the job consumed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Point {
+pub(crate) struct Point {
     pub series: String,
     pub items: u64,
     pub rcu: f64,
@@ -19,16 +19,16 @@ pub struct Point {
 
 /// `--sizes 1000,5000` or `--sizes=1000,5000` among the bench's arguments
 /// (the test kit's).
-pub use worker_testkit::bench::sizes_arg;
+pub(crate) use worker_testkit::bench::sizes_arg;
 
 /// `docs/plots/` of the crate.
-pub fn plots_dir() -> PathBuf {
+pub(crate) fn plots_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/plots")
 }
 
 /// Write `docs/plots/read-capacity-<bench>.csv` (replacing that bench's
 /// points) and redraw `docs/plots/read-capacity.svg` from all CSVs there.
-pub fn record(bench: &str, points: &[Point], machine_note: &str) {
+pub(crate) fn record(bench: &str, points: &[Point], machine_note: &str) {
     let dir = plots_dir();
     std::fs::create_dir_all(&dir).expect("create docs/plots");
     let csv = dir.join(format!("read-capacity-{bench}.csv"));
@@ -57,7 +57,7 @@ pub fn record(bench: &str, points: &[Point], machine_note: &str) {
     eprintln!("wrote {} and {}", csv.display(), svg.display());
 }
 
-pub fn parse_csv(text: &str) -> Vec<Point> {
+pub(crate) fn parse_csv(text: &str) -> Vec<Point> {
     text.lines()
         .skip(1)
         .filter(|l| !l.trim().is_empty())
@@ -117,7 +117,7 @@ fn label(exp: i32) -> String {
 
 /// A log-log line plot of read capacity against table size, one series per
 /// distinct `series`, in order of first appearance.
-pub fn render_svg(points: &[Point], note: &str) -> String {
+pub(crate) fn render_svg(points: &[Point], note: &str) -> String {
     let mut series: Vec<&str> = Vec::new();
     for p in points {
         if !series.contains(&p.series.as_str()) {

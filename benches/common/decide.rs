@@ -40,7 +40,7 @@ fn id(kind: u128, n: usize) -> Uuid {
 /// What the decisions over one event came to (checked against the event's
 /// composition, so the timed work is the real decision).
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub records: usize,
     pub worker_owned: usize,
     pub cascades: HashMap<&'static str, usize>,
@@ -72,7 +72,7 @@ const MIX: [(&str, usize); 14] = [
     ("invitation insert/modify/remove", 4),
 ];
 
-pub struct Fixture {
+pub(crate) struct Fixture {
     changes: Vec<StreamChange>,
     counts: HashMap<&'static str, usize>,
     /// The group each container is linked to (what the handler would read).
@@ -141,7 +141,7 @@ fn change(n: usize, kind: ChangeKind, old: Option<Entity>, new: Option<Entity>) 
 
 impl Fixture {
     /// `records` stream records (a multiple of 100) in the [`MIX`].
-    pub fn new(records: usize) -> Fixture {
+    pub(crate) fn new(records: usize) -> Fixture {
         assert!(records.is_multiple_of(100), "records: a multiple of 100");
         let mut changes = Vec::with_capacity(records);
         let mut counts = HashMap::new();
@@ -313,12 +313,12 @@ impl Fixture {
         }
     }
 
-    pub fn records(&self) -> usize {
+    pub(crate) fn records(&self) -> usize {
         self.changes.len()
     }
 
     /// The event as Lambda delivers it.
-    pub fn bytes(&self) -> Vec<u8> {
+    pub(crate) fn bytes(&self) -> Vec<u8> {
         let event = encode_event(
             &self.changes,
             Some(
@@ -329,7 +329,7 @@ impl Fixture {
     }
 
     /// Bytes -> decode -> route -> decide.
-    pub fn decide(&self, bytes: &[u8]) -> Summary {
+    pub(crate) fn decide(&self, bytes: &[u8]) -> Summary {
         let mut s = Summary::default();
         for record in decode_event_bytes(bytes).expect("a stream event") {
             let raw = record.expect("a well-formed record");
@@ -398,7 +398,7 @@ impl Fixture {
     }
 
     /// The decisions match the event's composition.
-    pub fn check(&self, s: &Summary) {
+    pub(crate) fn check(&self, s: &Summary) {
         let c = |what: &str| self.counts[what];
         assert_eq!(s.records, self.records());
         assert_eq!(s.worker_owned, 0);
@@ -454,7 +454,7 @@ fn event_bytes(changes: &[StreamChange]) -> Vec<u8> {
 /// `records` small records (memberships, links, groups, users: one to two
 /// short images each) as one Lambda event: at 10,000 records, Lambda's
 /// largest batch of a DynamoDB stream.
-pub fn small_records_event(records: usize) -> Vec<u8> {
+pub(crate) fn small_records_event(records: usize) -> Vec<u8> {
     let changes: Vec<StreamChange> = (0..records)
         .map(|n| {
             let g = GroupId(id(1, n / 10));
@@ -494,7 +494,7 @@ pub fn small_records_event(records: usize) -> Vec<u8> {
 
 /// `records` changes of containers of 20 foods as one Lambda event: inserts
 /// and removes (one image each) and, every fourth, an expiry edit (two).
-pub fn container_records_event(records: usize) -> Vec<u8> {
+pub(crate) fn container_records_event(records: usize) -> Vec<u8> {
     let changes: Vec<StreamChange> = (0..records)
         .map(|n| {
             let c = container(n);
@@ -544,7 +544,7 @@ fn estimates(group: &str, function: &str) -> Option<(f64, f64)> {
 }
 
 /// Print our time over each floor's, from this run's criterion estimates.
-pub fn print_ratio() {
+pub(crate) fn print_ratio() {
     let (Some(value), Some(validate), Some(ours)) = (
         estimates("decide", "floor_serde_json_value"),
         estimates("decide", "floor_ignored_any"),

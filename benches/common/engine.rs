@@ -20,7 +20,7 @@ const CLOCK_TICKS_PER_SEC: f64 = 100.0;
 /// `/proc/<pid>/stat` (Linux; 0 elsewhere; resolution 10 ms). DynamoDB
 /// Local's JVM is where a drain's time goes: it saturates both cores while
 /// the worker's own process stays mostly idle.
-pub fn cpu_secs(pid: Option<u32>) -> f64 {
+pub(crate) fn cpu_secs(pid: Option<u32>) -> f64 {
     let Some(pid) = pid else { return 0.0 };
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
@@ -40,7 +40,7 @@ pub fn cpu_secs(pid: Option<u32>) -> f64 {
 }
 
 /// The key of a synthetic item.
-pub fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+pub(crate) fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
     HashMap::from([
         ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
         ("SK".to_owned(), AttributeValue::S(sk.to_owned())),
@@ -48,14 +48,14 @@ pub fn key(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
 }
 
 /// A synthetic item: its key and 200 bytes of `Data`.
-pub fn item(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
+pub(crate) fn item(pk: &str, sk: &str) -> HashMap<String, AttributeValue> {
     let mut item = key(pk, sk);
     item.insert("Data".into(), AttributeValue::S("x".repeat(200)));
     item
 }
 
 /// A BatchWriteItem put of [`item`].
-pub fn put(pk: &str, sk: &str) -> WriteRequest {
+pub(crate) fn put(pk: &str, sk: &str) -> WriteRequest {
     WriteRequest::builder()
         .put_request(
             PutRequest::builder()
@@ -67,7 +67,7 @@ pub fn put(pk: &str, sk: &str) -> WriteRequest {
 }
 
 /// A BatchWriteItem delete of [`key`].
-pub fn delete(pk: &str, sk: &str) -> WriteRequest {
+pub(crate) fn delete(pk: &str, sk: &str) -> WriteRequest {
     WriteRequest::builder()
         .delete_request(
             DeleteRequest::builder()
@@ -80,13 +80,17 @@ pub fn delete(pk: &str, sk: &str) -> WriteRequest {
 
 /// Scratch items a fresh instance writes and deletes before it is timed
 /// ([`warm_writes`]).
-pub const WARM_WRITES: usize = 2_000;
+pub(crate) const WARM_WRITES: usize = 2_000;
 
 /// Put [`WARM_WRITES`] scratch items into `table` and delete them again, each
 /// request asking for `capacity`, so a fresh DynamoDB Local has compiled its
 /// write paths before it is timed (the first 2,000 deletes of a fresh
 /// instance cost it about twice the CPU of later ones).
-pub async fn warm_writes(client: &Client, table: &str, capacity: Option<ReturnConsumedCapacity>) {
+pub(crate) async fn warm_writes(
+    client: &Client,
+    table: &str,
+    capacity: Option<ReturnConsumedCapacity>,
+) {
     let sks: Vec<String> = (0..WARM_WRITES).map(|n| format!("scratch#{n}")).collect();
     for ops in [
         sks.iter().map(|sk| put("warm-up", sk)).collect::<Vec<_>>(),

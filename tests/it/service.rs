@@ -16,13 +16,13 @@ use worker_engine::store::{Store, WriteOutcome};
 
 /// One write call of the service.
 #[derive(Debug, Clone)]
-pub enum Call {
+pub(crate) enum Call {
     Put(Item),
     Delete(ItemKey),
 }
 
 /// Run calls the way the service does: all at once, in random order.
-pub async fn parallel(store: &Arc<dyn Store>, mut calls: Vec<Call>) {
+pub(crate) async fn parallel(store: &Arc<dyn Store>, mut calls: Vec<Call>) {
     calls.shuffle(&mut rand::rng());
     let futures = calls.into_iter().map(|c| {
         let store = store.clone();
@@ -38,13 +38,13 @@ pub async fn parallel(store: &Arc<dyn Store>, mut calls: Vec<Call>) {
 }
 
 /// Run calls one after the other, in the given order.
-pub async fn in_order(store: &Arc<dyn Store>, calls: Vec<Call>) {
+pub(crate) async fn in_order(store: &Arc<dyn Store>, calls: Vec<Call>) {
     for c in calls {
         parallel(store, vec![c]).await;
     }
 }
 
-pub fn user(id: UserId) -> Item {
+pub(crate) fn user(id: UserId) -> Item {
     Entity::User(User {
         id,
         user_name: "Alice Example".into(),
@@ -54,7 +54,7 @@ pub fn user(id: UserId) -> Item {
     .to_item()
 }
 
-pub fn group(id: GroupId) -> Item {
+pub(crate) fn group(id: GroupId) -> Item {
     Entity::Group(Group {
         id,
         group_name: "Home".into(),
@@ -63,9 +63,9 @@ pub fn group(id: GroupId) -> Item {
     .to_item()
 }
 
-pub use crate::support::workload::{link, membership};
+pub(crate) use crate::support::workload::{link, membership};
 
-pub fn container(id: ContainerId, foods: usize) -> Item {
+pub(crate) fn container(id: ContainerId, foods: usize) -> Item {
     let created: DateTime<Utc> = "2024-03-22T22:03:33.123Z".parse().unwrap();
     Entity::Container(Container {
         id,
@@ -89,7 +89,7 @@ pub fn container(id: ContainerId, foods: usize) -> Item {
     .to_item()
 }
 
-pub fn invitation(group: GroupId, hash: &str, expiry: DateTime<Utc>) -> Item {
+pub(crate) fn invitation(group: GroupId, hash: &str, expiry: DateTime<Utc>) -> Item {
     Entity::InvitationLink(InvitationLink {
         group,
         invitation_link_hash: hash.into(),
@@ -101,7 +101,7 @@ pub fn invitation(group: GroupId, hash: &str, expiry: DateTime<Utc>) -> Item {
 
 /// A worker-owned expiry flag (shape as the expiry job writes it: key plus
 /// plain attributes, no indexed attribute).
-pub fn flag(group: GroupId, container: ContainerId, food: FoodId) -> Item {
+pub(crate) fn flag(group: GroupId, container: ContainerId, food: FoodId) -> Item {
     let mut item = ItemKey::ExpiringFood {
         group,
         container,
@@ -113,7 +113,7 @@ pub fn flag(group: GroupId, container: ContainerId, food: FoodId) -> Item {
 }
 
 /// A worker-owned expiry reminder.
-pub fn reminder(date: NaiveDate, container: ContainerId, food: FoodId) -> Item {
+pub(crate) fn reminder(date: NaiveDate, container: ContainerId, food: FoodId) -> Item {
     let mut item = ItemKey::ExpiryReminder {
         date,
         container,
@@ -126,14 +126,14 @@ pub fn reminder(date: NaiveDate, container: ContainerId, food: FoodId) -> Item {
 
 /// What one sign-up created.
 #[derive(Debug, Clone, Copy)]
-pub struct Family {
+pub(crate) struct Family {
     pub user: UserId,
     pub group: GroupId,
     pub container: ContainerId,
 }
 
 impl Family {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Family {
             user: UserId::random(),
             group: GroupId::random(),
@@ -142,7 +142,7 @@ impl Family {
     }
 
     /// The five writes of a sign-up.
-    pub fn sign_up_calls(&self) -> Vec<Call> {
+    pub(crate) fn sign_up_calls(&self) -> Vec<Call> {
         vec![
             Call::Put(user(self.user)),
             Call::Put(group(self.group)),
@@ -153,7 +153,7 @@ impl Family {
     }
 
     /// Every key a sign-up creates.
-    pub fn keys(&self) -> Vec<ItemKey> {
+    pub(crate) fn keys(&self) -> Vec<ItemKey> {
         vec![
             ItemKey::User(self.user),
             ItemKey::Group(self.group),
@@ -171,19 +171,19 @@ impl Family {
 }
 
 /// Sign-up: user, group, membership, container and link written in parallel.
-pub async fn sign_up(store: &Arc<dyn Store>) -> Family {
+pub(crate) async fn sign_up(store: &Arc<dyn Store>) -> Family {
     let f = Family::new();
     parallel(store, f.sign_up_calls()).await;
     f
 }
 
 /// Joining through a link: the membership, with no check that the group exists.
-pub async fn join(store: &Arc<dyn Store>, user: UserId, group: GroupId) {
+pub(crate) async fn join(store: &Arc<dyn Store>, user: UserId, group: GroupId) {
     parallel(store, vec![Call::Put(membership(user, group))]).await;
 }
 
 /// Adding a container to a group.
-pub async fn add_container(store: &Arc<dyn Store>, group: GroupId) -> ContainerId {
+pub(crate) async fn add_container(store: &Arc<dyn Store>, group: GroupId) -> ContainerId {
     let c = ContainerId::random();
     parallel(
         store,
@@ -195,7 +195,11 @@ pub async fn add_container(store: &Arc<dyn Store>, group: GroupId) -> ContainerI
 
 /// Deleting a group: its containers, its invitation link and the Group item;
 /// memberships and container links are left behind.
-pub async fn delete_group(store: &Arc<dyn Store>, group: GroupId, containers: &[ContainerId]) {
+pub(crate) async fn delete_group(
+    store: &Arc<dyn Store>,
+    group: GroupId,
+    containers: &[ContainerId],
+) {
     let mut calls: Vec<Call> = containers
         .iter()
         .map(|c| Call::Delete(ItemKey::Container(*c)))
@@ -207,7 +211,7 @@ pub async fn delete_group(store: &Arc<dyn Store>, group: GroupId, containers: &[
 
 /// Deleting a user: groups where they were the only member (as above) and
 /// the User item; their memberships are left behind.
-pub async fn delete_user(
+pub(crate) async fn delete_user(
     store: &Arc<dyn Store>,
     user: UserId,
     sole_groups: &[(GroupId, Vec<ContainerId>)],
@@ -220,7 +224,7 @@ pub async fn delete_user(
 
 /// Deleting a container: the Container item first, then its link "without
 /// waiting" (here: the link delete is lost when `lose_link`).
-pub async fn delete_container(
+pub(crate) async fn delete_container(
     store: &Arc<dyn Store>,
     group: GroupId,
     container: ContainerId,
@@ -237,7 +241,7 @@ pub async fn delete_container(
 }
 
 /// Leaving a group: the membership only (the last member may leave).
-pub async fn leave(store: &Arc<dyn Store>, user: UserId, group: GroupId) {
+pub(crate) async fn leave(store: &Arc<dyn Store>, user: UserId, group: GroupId) {
     parallel(
         store,
         vec![Call::Delete(ItemKey::Membership { user, group })],
@@ -246,12 +250,12 @@ pub async fn leave(store: &Arc<dyn Store>, user: UserId, group: GroupId) {
 }
 
 /// A random 32-hex invitation hash.
-pub fn new_hash() -> String {
+pub(crate) fn new_hash() -> String {
     uuid::Uuid::new_v4().simple().to_string()
 }
 
 /// Every `(PK, SK)` of a set of keys, sorted (to compare with `TestTable::keys`).
-pub fn encoded(keys: impl IntoIterator<Item = ItemKey>) -> Vec<(String, String)> {
+pub(crate) fn encoded(keys: impl IntoIterator<Item = ItemKey>) -> Vec<(String, String)> {
     let set: BTreeSet<(String, String)> = keys.into_iter().map(|k| k.encode()).collect();
     set.into_iter().collect()
 }

@@ -14,7 +14,7 @@ use worker_toolkit::cli::{CliApp, NoExtra, tables::WorkerParts};
 
 // (a) The table, as data (what tests, the CLI and templates create); the index
 // is sparse (only notes with `ExpiresAt`), one partition (`SK`) for a small table.
-pub fn schema() -> TableSchema {
+pub(crate) fn schema() -> TableSchema {
     TableSchema::new(KeySchema::composite(keys::PK, keys::SK))
         .with_numbers(&[keys::EXPIRES_AT])
         .with_index(IndexSpec {
@@ -26,24 +26,24 @@ pub fn schema() -> TableSchema {
 }
 
 // (b) The key module (every key string and attribute name) and the typed item.
-pub mod keys {
+pub(crate) mod keys {
     use worker_engine::{Item, Key};
 
-    pub const PK: &str = "PK";
-    pub const SK: &str = "SK";
-    pub const TITLE: &str = "Title";
-    pub const TITLE_KEY: &str = "TitleKey";
-    pub const EXPIRES_AT: &str = "ExpiresAt";
-    pub const BY_EXPIRY_INDEX: &str = "NotesByExpiry";
-    pub const NOTE_SK: &str = "NOTE";
+    pub(crate) const PK: &str = "PK";
+    pub(crate) const SK: &str = "SK";
+    pub(crate) const TITLE: &str = "Title";
+    pub(crate) const TITLE_KEY: &str = "TitleKey";
+    pub(crate) const EXPIRES_AT: &str = "ExpiresAt";
+    pub(crate) const BY_EXPIRY_INDEX: &str = "NotesByExpiry";
+    pub(crate) const NOTE_SK: &str = "NOTE";
 
     /// The key of note `id`: `PK = NOTE#<id>`, `SK = NOTE`.
-    pub fn note(id: &str) -> Key {
+    pub(crate) fn note(id: &str) -> Key {
         worker_engine::keys::strings([(PK, format!("NOTE#{id}")), (SK, NOTE_SK.into())])
     }
 
     /// The note id of an item's key; `None` when the item is not a note.
-    pub fn note_id(item: &Item) -> Option<&str> {
+    pub(crate) fn note_id(item: &Item) -> Option<&str> {
         let s = |name| worker_engine::keys::string(item, name).ok();
         let id = s(PK)?.strip_prefix("NOTE#")?;
         (s(SK)? == NOTE_SK && !id.is_empty()).then_some(id)
@@ -53,7 +53,7 @@ pub mod keys {
 /// A note: its attributes are its fields in PascalCase, its key its id's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
-pub struct Note {
+pub(crate) struct Note {
     #[serde(skip)]
     pub id: String,
     pub title: String,
@@ -65,7 +65,7 @@ pub struct Note {
 
 impl Note {
     /// `Ok(None)`: not a note; `Err` (values redacted): a note that does not decode.
-    pub fn from_item(item: &Item) -> Result<Option<Note>, String> {
+    pub(crate) fn from_item(item: &Item) -> Result<Option<Note>, String> {
         let Some(id) = keys::note_id(item) else {
             return Ok(None);
         };
@@ -74,14 +74,16 @@ impl Note {
         Ok(Some(note))
     }
 
-    pub fn to_item(&self) -> Item {
+    /// The note as its item (the tests write notes with it).
+    #[allow(dead_code)]
+    pub(crate) fn to_item(&self) -> Item {
         worker_engine::item::encode(self, keys::note(&self.id))
     }
 }
 
 // (c) The stream handler. Delivery is at least once, in any order: it decides
 // from the record's image and writes conditionally; a failed condition is normal.
-pub struct TitleKeys {
+pub(crate) struct TitleKeys {
     store: Arc<dyn Store>,
     writes: Arc<WriteCounter>,
 }
@@ -125,7 +127,7 @@ worker_engine::job_names! {
 
 /// Deletes the notes whose `ExpiresAt` has passed. A second run finds
 /// nothing; one stopped by the deadline leaves the rest to the next tick.
-pub struct PurgeExpired {
+pub(crate) struct PurgeExpired {
     store: Arc<dyn Store>,
 }
 
@@ -167,13 +169,13 @@ impl ScheduledJob<Job> for PurgeExpired {
 }
 
 /// What the handler and the job are built from; no settings of its own: `()`.
-pub type Deps = TableDeps<Settings<Job, ()>>;
+pub(crate) type Deps = TableDeps<Settings<Job, ()>>;
 
-pub const TITLE_KEY_WRITES: &str = "TitleKeyWrites";
-pub const NOTES_PURGED: &str = "NotesPurged";
+pub(crate) const TITLE_KEY_WRITES: &str = "TitleKeyWrites";
+pub(crate) const NOTES_PURGED: &str = "NotesPurged";
 
 /// The notes job: its stream side, its scheduled job, what each needs.
-pub const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
+pub(crate) const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
     name: "notes",
     summary: "keeps TitleKey equal to the lowercase Title; purges expired notes",
     env: &[],
@@ -211,7 +213,7 @@ pub const NOTES: JobSpec<Job, Deps, dyn RecordProcessor> = JobSpec {
 };
 
 /// The app: the variables every app reads (`TABLE_NAME`, ...), its jobs, its table.
-pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
+pub(crate) const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     name: "notes-worker",
     namespace: "NotesWorker",
     env: worker_engine::common_env!(Job, "the notes table"),
@@ -221,7 +223,7 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
 };
 
 // (e) The command line (`worker_toolkit::cli`), and `main`: Lambda's or the CLI's.
-pub struct Minimal;
+pub(crate) struct Minimal;
 
 impl CliApp for Minimal {
     type Job = Job;

@@ -10,13 +10,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The valid records around each case: personal data too.
-pub const GOOD_EMAIL: &str = "good.user@example.org";
-pub const GOOD_NAME: &str = "Good User";
+pub(crate) const GOOD_EMAIL: &str = "good.user@example.org";
+pub(crate) const GOOD_NAME: &str = "Good User";
 
 /// How a case must fail (or not).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Class {
+pub(crate) enum Class {
     /// The bytes are not JSON: `decode_event_bytes` rejects them (Lambda's
     /// runtime never calls the handler with them).
     NotJson,
@@ -32,7 +32,7 @@ pub enum Class {
 
 /// One line of `tests/bad_input/manifest.json`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Case {
+pub(crate) struct Case {
     pub file: String,
     pub what: String,
     pub class: Class,
@@ -48,7 +48,7 @@ pub struct Case {
 
 /// `tests/bad_input/` of the workspace (this file is read by the tests of
 /// two packages).
-pub fn dir() -> PathBuf {
+pub(crate) fn dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
         .map(|d| d.join("tests/bad_input"))
@@ -56,21 +56,21 @@ pub fn dir() -> PathBuf {
         .expect("tests/bad_input/manifest.json in the workspace")
 }
 
-pub fn corpus() -> Vec<Case> {
+pub(crate) fn corpus() -> Vec<Case> {
     let text = std::fs::read_to_string(dir().join("manifest.json")).expect("manifest");
     serde_json::from_str(&text).expect("manifest.json is a list of cases")
 }
 
-pub fn bytes(case: &Case) -> Vec<u8> {
+pub(crate) fn bytes(case: &Case) -> Vec<u8> {
     std::fs::read(dir().join(&case.file)).expect("case file")
 }
 
-pub fn value(case: &Case) -> Value {
+pub(crate) fn value(case: &Case) -> Value {
     serde_json::from_slice(&bytes(case)).unwrap_or_else(|e| panic!("{}: {e}", case.file))
 }
 
 /// Every personal string of the corpus (checked against everything).
-pub fn all_private(cases: &[Case]) -> Vec<String> {
+pub(crate) fn all_private(cases: &[Case]) -> Vec<String> {
     let mut all: Vec<String> = cases.iter().flat_map(|c| c.private.clone()).collect();
     all.extend([GOOD_EMAIL.to_owned(), GOOD_NAME.to_owned()]);
     all.sort();
@@ -78,7 +78,7 @@ pub fn all_private(cases: &[Case]) -> Vec<String> {
     all
 }
 
-pub fn assert_private(text: &str, private: &[String], context: &str) {
+pub(crate) fn assert_private(text: &str, private: &[String], context: &str) {
     for p in private {
         assert!(
             !text.contains(p.as_str()),

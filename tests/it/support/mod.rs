@@ -5,14 +5,14 @@
 //! template's reading ([`template`]).
 #![allow(dead_code, unused_imports)]
 
-pub mod bad_input;
-pub mod template;
-pub mod workload;
+pub(crate) mod bad_input;
+pub(crate) mod template;
+pub(crate) mod workload;
 
-pub use worker_testkit::*;
+pub(crate) use worker_testkit::*;
 
 /// A fresh table with Nishiki's full schema (service indexes, the worker's
 /// invitation-expiry index, a NEW_AND_OLD_IMAGES stream).
-pub async fn nishiki_table() -> TestTable {
+pub(crate) async fn nishiki_table() -> TestTable {
     TestTable::with_schema(&nishiki_worker::schema::nishiki()).await
 }

@@ -7,27 +7,27 @@
 use serde_json::{Value, json};
 
 /// `infra/template.yaml` in CloudFormation's JSON form.
-pub fn template() -> Value {
+pub(crate) fn template() -> Value {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/template.yaml");
     worker_testkit::template::load(&path)
 }
 
 /// The Nishiki stack (`TableStreamArn` given), parameters overridden.
-pub fn nishiki_stack(overrides: &[(&str, &str)]) -> worker_testkit::template::Stack {
+pub(crate) fn nishiki_stack(overrides: &[(&str, &str)]) -> worker_testkit::template::Stack {
     worker_testkit::template::Stack::new(template(), "nishiki-worker-dev", STREAM_ARN, overrides)
 }
 
 /// The table stream the template is given.
-pub const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-dev-db/stream/2024-01-01T00:00:00.000";
+pub(crate) const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-dev-db/stream/2024-01-01T00:00:00.000";
 
 /// Lambda's event filtering, as the engine evaluates it for `dev`
 /// ([`worker_toolkit::template::filter`]).
-pub use worker_toolkit::template::filter::{delivered, matches};
+pub(crate) use worker_toolkit::template::filter::{delivered, matches};
 
 /// The stream function's DynamoDB event source (its `Properties`), as
 /// written in the template (no intrinsic evaluated: its batch size and
 /// filter patterns are literals).
-pub fn stream_event_source(template: &Value) -> &Value {
+pub(crate) fn stream_event_source(template: &Value) -> &Value {
     let events =
         template["Resources"][worker_testkit::deploy::STREAM_FUNCTION]["Properties"]["Events"]
             .as_object()
@@ -39,7 +39,7 @@ pub fn stream_event_source(template: &Value) -> &Value {
 }
 
 /// The filter patterns of an event source's `FilterCriteria`, parsed.
-pub fn filter_patterns(source: &Value) -> Vec<Value> {
+pub(crate) fn filter_patterns(source: &Value) -> Vec<Value> {
     let filters = source["FilterCriteria"]["Filters"]
         .as_array()
         .expect("the event source has FilterCriteria");

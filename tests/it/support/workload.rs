@@ -69,14 +69,14 @@ use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
 
 /// One write call of the live service: a single unconditional Put or Delete.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ServiceCall {
+pub(crate) enum ServiceCall {
     Put(Item),
     Delete(ItemKey),
 }
 
 impl ServiceCall {
     /// The key the call writes.
-    pub fn key(&self) -> ItemKey {
+    pub(crate) fn key(&self) -> ItemKey {
         match self {
             ServiceCall::Put(item) => {
                 ItemKey::from_attributes(item).expect("generated items have valid keys")
@@ -88,7 +88,7 @@ impl ServiceCall {
 
 /// What to generate.
 #[derive(Debug, Clone, PartialEq)]
-pub struct WorkloadSpec {
+pub(crate) struct WorkloadSpec {
     pub seed: u64,
     pub users: usize,
     pub groups: usize,
@@ -105,13 +105,13 @@ pub struct WorkloadSpec {
 }
 
 /// `2024-03-25T09:00:00Z`, the default `now` of [`WorkloadSpec`].
-pub fn default_now() -> DateTime<Utc> {
+pub(crate) fn default_now() -> DateTime<Utc> {
     "2024-03-25T09:00:00Z".parse().expect("valid datetime")
 }
 
 impl WorkloadSpec {
     /// A small workload (tens of items and calls) for randomized tests.
-    pub fn small(seed: u64) -> Self {
+    pub(crate) fn small(seed: u64) -> Self {
         WorkloadSpec {
             seed,
             users: 8,
@@ -128,7 +128,7 @@ impl WorkloadSpec {
     /// A workload scaled by its number of users: `3/4` groups per user, two
     /// containers of four foods per group, an invitation on a quarter of the
     /// groups, one operation per user, 10 % leftovers.
-    pub fn sized(seed: u64, users: usize) -> Self {
+    pub(crate) fn sized(seed: u64, users: usize) -> Self {
         let users = users.max(1);
         let groups = (users * 3 / 4).max(1);
         WorkloadSpec {
@@ -147,7 +147,7 @@ impl WorkloadSpec {
 
 /// What the service operation was (for reports and tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum OpKind {
+pub(crate) enum OpKind {
     SignUp,
     CreateGroup,
     CreateContainer,
@@ -164,7 +164,7 @@ pub enum OpKind {
 /// One service operation: `calls[calls]` of [`Workload::calls`], issued in
 /// parallel. Operations run one after the other.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Operation {
+pub(crate) struct Operation {
     pub kind: OpKind,
     /// Range into [`Workload::calls`].
     pub calls: Range<usize>,
@@ -174,7 +174,7 @@ pub struct Operation {
 
 /// A generated population and the service's calls against it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Workload {
+pub(crate) struct Workload {
     /// A consistent table, to be written before the calls.
     pub population: Vec<Item>,
     /// Every call of every operation, in operation order.
@@ -185,7 +185,7 @@ pub struct Workload {
 
 impl Workload {
     /// The calls of one operation.
-    pub fn calls_of(&self, op: &Operation) -> &[ServiceCall] {
+    pub(crate) fn calls_of(&self, op: &Operation) -> &[ServiceCall] {
         &self.calls[op.calls.clone()]
     }
 }
@@ -307,7 +307,7 @@ impl Gen {
 }
 
 /// A membership item as the service writes it (also used by tests).
-pub fn membership(user: UserId, group: GroupId) -> Item {
+pub(crate) fn membership(user: UserId, group: GroupId) -> Item {
     Entity::Membership(Membership {
         user,
         group,
@@ -317,7 +317,7 @@ pub fn membership(user: UserId, group: GroupId) -> Item {
 }
 
 /// A container link item as the service writes it (also used by tests).
-pub fn link(group: GroupId, container: ContainerId) -> Item {
+pub(crate) fn link(group: GroupId, container: ContainerId) -> Item {
     Entity::ContainerLink(ContainerLink {
         group,
         container,
@@ -339,7 +339,7 @@ fn invitation(group: GroupId, hash: &str, expiry: DateTime<Utc>) -> Item {
 /// Generate the population and the calls of `spec`.
 ///
 /// Panics if `spec.groups > 0` and `spec.users == 0` (a group needs a member).
-pub fn generate(spec: &WorkloadSpec) -> Workload {
+pub(crate) fn generate(spec: &WorkloadSpec) -> Workload {
     assert!(
         spec.users > 0 || spec.groups == 0,
         "a group needs at least one user"
@@ -657,7 +657,7 @@ fn delete_group_calls(m: &mut Model, gid: GroupId) -> Vec<ServiceCall> {
 /// users with their memberships, `containers` linked containers (each with
 /// `foods_per_container` foods) and an invitation link.
 #[derive(Debug, Clone, PartialEq)]
-pub struct BigGroup {
+pub(crate) struct BigGroup {
     pub group: GroupId,
     /// The Group item and everything that hangs off it (users included).
     pub items: Vec<Item>,
@@ -667,7 +667,12 @@ pub struct BigGroup {
 }
 
 /// A [`BigGroup`] generated from `seed` (same seed, same items).
-pub fn big_group(seed: u64, members: usize, containers: usize, now: DateTime<Utc>) -> BigGroup {
+pub(crate) fn big_group(
+    seed: u64,
+    members: usize,
+    containers: usize,
+    now: DateTime<Utc>,
+) -> BigGroup {
     let mut g = Gen {
         rng: StdRng::seed_from_u64(seed),
         now: now.trunc_subsecs(0),

@@ -16,25 +16,25 @@ mod bad_input_corpus;
 
 /// What these tests share: the engine's test kit, and Nishiki's table.
 mod support {
-    pub use worker_testkit::*;
+    pub(crate) use worker_testkit::*;
 
     /// The workspace's root, where `events/`, `infra/` and the documents
     /// are.
-    pub fn workspace() -> std::path::PathBuf {
+    pub(crate) fn workspace() -> std::path::PathBuf {
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
     }
 
     /// `nishiki-worker`, the binary this `cargo test` built, run from the
     /// workspace's root as an operator runs it (`infra/template.yaml`,
     /// `events/` found there).
-    pub fn nishiki_worker() -> std::process::Command {
+    pub(crate) fn nishiki_worker() -> std::process::Command {
         let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_nishiki-worker"));
         c.current_dir(workspace());
         c
     }
 
     /// A fresh table with Nishiki's full schema.
-    pub async fn nishiki_table() -> TestTable {
+    pub(crate) async fn nishiki_table() -> TestTable {
         TestTable::with_schema(&nishiki_worker::schema::nishiki()).await
     }
 }

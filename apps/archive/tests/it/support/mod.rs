@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-pub mod template;
+pub(crate) mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -23,31 +23,31 @@ use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 use worker_testkit::TestTable;
 use worker_testkit::app::TestApp;
 
-pub const NOW: &str = "2024-03-25T00:00:00Z";
+pub(crate) const NOW: &str = "2024-03-25T00:00:00Z";
 
-pub fn now() -> DateTime<Utc> {
+pub(crate) fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
 /// The archive worker as its tests run it, at [`NOW`]: `ARCHIVE.worker(store)`
 /// (the default settings, events recorded) or `ARCHIVE.worker_with(..)`.
-pub const ARCHIVE: TestApp<Job, UnzipSettings> = TestApp {
+pub(crate) const ARCHIVE: TestApp<Job, UnzipSettings> = TestApp {
     app: &APP,
     sharing: SHARING,
     now: NOW,
 };
 
 /// `ARCHIVE.worker(store)`.
-pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
+pub(crate) fn app(store: Arc<dyn Store>) -> Worker<Job> {
     ARCHIVE.worker(store)
 }
 
-pub fn t(pk: &str) -> FileTime {
+pub(crate) fn t(pk: &str) -> FileTime {
     FileTime::parse(pk).expect("a file time")
 }
 
 /// An archived file item, its `KeyName` derived from its time.
-pub fn file(time: FileTime) -> Item {
+pub(crate) fn file(time: FileTime) -> Item {
     ArchivedFile {
         time,
         key_name: Some(key_name(time)),
@@ -57,11 +57,11 @@ pub fn file(time: FileTime) -> Item {
     .to_item()
 }
 
-pub fn key_name(time: FileTime) -> String {
+pub(crate) fn key_name(time: FileTime) -> String {
     format!("archive/{}.zip", time.pk())
 }
 
-pub fn unzip_item(stage: Stage, created: i64, key_name: &str) -> Item {
+pub(crate) fn unzip_item(stage: Stage, created: i64, key_name: &str) -> Item {
     UnzipItem {
         stage,
         created,
@@ -70,13 +70,13 @@ pub fn unzip_item(stage: Stage, created: i64, key_name: &str) -> Item {
     .to_item()
 }
 
-pub async fn put(store: &dyn Store, items: &[Item]) {
+pub(crate) async fn put(store: &dyn Store, items: &[Item]) {
     for item in items {
         store.put(item.clone(), None).await.expect("put");
     }
 }
 
-pub async fn get(store: &dyn Store, key: ItemKey) -> Option<Item> {
+pub(crate) async fn get(store: &dyn Store, key: ItemKey) -> Option<Item> {
     store.get(&key.key(), true).await.expect("get")
 }
 
@@ -94,7 +94,7 @@ fn saved_date(item: &Item) -> Vec<String> {
 /// What a client finds walking the lookup from `root` (four levels of
 /// GetItem), checking on the way that every list is canonical (padded,
 /// sorted, no duplicate) and that every listed file exists.
-pub async fn walk(store: &dyn Store) -> BTreeSet<FileTime> {
+pub(crate) async fn walk(store: &dyn Store) -> BTreeSet<FileTime> {
     let mut files = BTreeSet::new();
     let mut pending = vec![LookupKey::Root];
     while let Some(key) = pending.pop() {
@@ -129,7 +129,7 @@ pub async fn walk(store: &dyn Store) -> BTreeSet<FileTime> {
 }
 
 /// Every lookup item of the table (`PK` → `SavedDate`), from a scan.
-pub async fn lookup_items(store: &dyn Store) -> BTreeMap<String, Vec<String>> {
+pub(crate) async fn lookup_items(store: &dyn Store) -> BTreeMap<String, Vec<String>> {
     let items = store
         .scan_all(&ScanSpec {
             consistent: true,
@@ -145,7 +145,9 @@ pub async fn lookup_items(store: &dyn Store) -> BTreeMap<String, Vec<String>> {
 }
 
 /// The lookup items the files must end with.
-pub fn expected_lookup(files: impl IntoIterator<Item = FileTime>) -> BTreeMap<String, Vec<String>> {
+pub(crate) fn expected_lookup(
+    files: impl IntoIterator<Item = FileTime>,
+) -> BTreeMap<String, Vec<String>> {
     rules::lookup_of(files)
         .into_iter()
         .map(|(k, c)| (k.pk(), rules::canonical(&c)))
@@ -153,7 +155,7 @@ pub fn expected_lookup(files: impl IntoIterator<Item = FileTime>) -> BTreeMap<St
 }
 
 /// Every item of the table, as `(PK, SK)` → item, sorted.
-pub async fn table_state(table: &TestTable) -> BTreeMap<(String, String), Item> {
+pub(crate) async fn table_state(table: &TestTable) -> BTreeMap<(String, String), Item> {
     table
         .snapshot()
         .await
@@ -170,7 +172,7 @@ pub async fn table_state(table: &TestTable) -> BTreeMap<(String, String), Item> 
 
 /// Run `changes` through `worker` as one Lambda batch, retrying from the
 /// reported failure as Lambda does (up to 5 attempts).
-pub async fn deliver(worker: &Worker<Job>, changes: &[StreamChange]) {
+pub(crate) async fn deliver(worker: &Worker<Job>, changes: &[StreamChange]) {
     let mut pending = changes.to_vec();
     for _ in 0..5 {
         let report = worker
@@ -192,7 +194,7 @@ pub async fn deliver(worker: &Worker<Job>, changes: &[StreamChange]) {
 }
 
 /// Unzip partition of an item kind.
-pub fn unzip_key(stage: Stage, created: i64) -> ItemKey {
+pub(crate) fn unzip_key(stage: Stage, created: i64) -> ItemKey {
     match stage {
         Stage::Unzipped => ItemKey::Unzipped { created },
         Stage::Unzipping => ItemKey::Unzipping { created },
@@ -202,17 +204,17 @@ pub fn unzip_key(stage: Stage, created: i64) -> ItemKey {
 /// [`worker_testkit::layers::BeforeDelete`], also for the deletes of a
 /// guarded write (a transaction): the hook runs before every delete the
 /// worker sends, however it sends it.
-pub struct BeforeAnyDelete<H> {
+pub(crate) struct BeforeAnyDelete<H> {
     inner: Arc<dyn Store>,
     hook: H,
 }
 
 impl<H: worker_testkit::layers::DeleteHook> BeforeAnyDelete<H> {
-    pub fn with_hook(inner: Arc<dyn Store>, hook: H) -> Self {
+    pub(crate) fn with_hook(inner: Arc<dyn Store>, hook: H) -> Self {
         BeforeAnyDelete { inner, hook }
     }
 
-    pub fn hook(&self) -> &H {
+    pub(crate) fn hook(&self) -> &H {
         &self.hook
     }
 }

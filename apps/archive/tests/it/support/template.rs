@@ -6,22 +6,22 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 #[allow(unused_imports)]
-pub use worker_testkit::template::{ACCOUNT, REGION, Stack, single, strings, table_arn};
+pub(crate) use worker_testkit::template::{ACCOUNT, REGION, Stack, single, strings, table_arn};
 
 /// The table stream the template is given (`TableStreamArn`).
-pub const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/archive-table-dev/stream/2024-01-01T00:00:00.000";
+pub(crate) const STREAM_ARN: &str = "arn:aws:dynamodb:us-east-1:123456789012:table/archive-table-dev/stream/2024-01-01T00:00:00.000";
 
 /// The path of `infra/archive.yaml` (the workspace's `infra/`).
-pub fn template_path() -> PathBuf {
+pub(crate) fn template_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../infra/archive.yaml")
 }
 
 /// The template in CloudFormation's JSON form.
-pub fn template() -> Value {
+pub(crate) fn template() -> Value {
     worker_testkit::template::load(&template_path())
 }
 
 /// The archive stack, parameters overridden.
-pub fn archive_stack(overrides: &[(&str, &str)]) -> Stack {
+pub(crate) fn archive_stack(overrides: &[(&str, &str)]) -> Stack {
     Stack::new(template(), "archive-worker-dev", STREAM_ARN, overrides)
 }

@@ -4,7 +4,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-pub mod race;
+pub(crate) mod race;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -27,18 +27,18 @@ use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Key, QueryStore,
 use worker_engine::stream::StreamChange;
 use worker_testkit::{Drain, TestTable};
 
-pub const NOW: &str = "2024-06-01T00:00:00Z";
+pub(crate) const NOW: &str = "2024-06-01T00:00:00Z";
 
-pub fn now() -> DateTime<Utc> {
+pub(crate) fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
-pub fn at(s: &str) -> DateTime<Utc> {
+pub(crate) fn at(s: &str) -> DateTime<Utc> {
     s.parse().expect("a time")
 }
 
 /// The six tables, the worker over them and a reader of each stream.
-pub struct Chat {
+pub(crate) struct Chat {
     pub tables: BTreeMap<Table, TestTable>,
     pub drains: BTreeMap<Table, Drain>,
     pub worker: Worker<Job>,
@@ -48,11 +48,11 @@ pub struct Chat {
 }
 
 impl Chat {
-    pub async fn new() -> Self {
+    pub(crate) async fn new() -> Self {
         Self::with(|_| {}).await
     }
 
-    pub async fn with(configure: impl FnOnce(&mut Settings)) -> Self {
+    pub(crate) async fn with(configure: impl FnOnce(&mut Settings)) -> Self {
         let mut tables = BTreeMap::new();
         for t in Table::ALL {
             tables.insert(t, TestTable::with_schema(&t.schema()).await);
@@ -81,13 +81,13 @@ impl Chat {
     }
 
     /// Another worker over the same tables (a second Lambda instance).
-    pub fn another_worker(&self) -> Worker<Job> {
+    pub(crate) fn another_worker(&self) -> Worker<Job> {
         build(&self.tables, &self.settings, &self.clock)
     }
 
     /// The worker again, its stores and transactions wrapped (the race
     /// layers of [`race`]); metrics still captured.
-    pub fn rewire(
+    pub(crate) fn rewire(
         &mut self,
         wrap: impl Fn(Table, Arc<dyn Store>) -> Arc<dyn Store>,
         wrap_tx: impl FnOnce(Arc<dyn Transactions>) -> Arc<dyn Transactions>,
@@ -102,7 +102,7 @@ impl Chat {
     }
 
     /// A worker over the same tables, its stores and transactions wrapped.
-    pub fn wrapped_worker(
+    pub(crate) fn wrapped_worker(
         &self,
         wrap: impl Fn(Table, Arc<dyn Store>) -> Arc<dyn Store>,
         wrap_tx: impl FnOnce(Arc<dyn Transactions>) -> Arc<dyn Transactions>,
@@ -123,7 +123,7 @@ impl Chat {
 
     /// Deliver `changes` as one batch and return the engine's report
     /// (failures not asserted).
-    pub async fn deliver_report(
+    pub(crate) async fn deliver_report(
         &self,
         changes: &[StreamChange],
     ) -> worker_engine::stream::BatchReport {
@@ -137,7 +137,7 @@ impl Chat {
 
     /// The records of `t` written since its last read, unhandled (the
     /// other streams are not read).
-    pub async fn read_table(&mut self, t: Table) -> Vec<StreamChange> {
+    pub(crate) async fn read_table(&mut self, t: Table) -> Vec<StreamChange> {
         self.drains
             .get_mut(&t)
             .expect("a drain per table")
@@ -146,18 +146,18 @@ impl Chat {
     }
 
     /// Handle `t`'s stream only, until it has nothing new.
-    pub async fn settle_table(&mut self, t: Table) -> usize {
+    pub(crate) async fn settle_table(&mut self, t: Table) -> usize {
         let d = self.drains.get_mut(&t).expect("a drain per table");
         d.run(&self.worker).await
     }
 
-    pub fn store(&self, t: Table) -> &Arc<DynamoStore> {
+    pub(crate) fn store(&self, t: Table) -> &Arc<DynamoStore> {
         &self.tables[&t].store
     }
 
     /// Handle every table's records, the worker's own included, until no
     /// stream has anything new.
-    pub async fn settle(&mut self) -> usize {
+    pub(crate) async fn settle(&mut self) -> usize {
         let mut total = 0;
         for _round in 0..50 {
             let mut n = 0;
@@ -173,7 +173,7 @@ impl Chat {
     }
 
     /// The records written since the last read, of every table, unhandled.
-    pub async fn read(&mut self) -> Vec<StreamChange> {
+    pub(crate) async fn read(&mut self) -> Vec<StreamChange> {
         let mut all = Vec::new();
         for d in self.drains.values_mut() {
             all.extend(d.read().await);
@@ -182,7 +182,7 @@ impl Chat {
     }
 
     /// Deliver `changes` as one Lambda batch (they must be of one table).
-    pub async fn deliver(&self, changes: &[StreamChange]) {
+    pub(crate) async fn deliver(&self, changes: &[StreamChange]) {
         let event = worker_engine::stream::encode_event(changes, None);
         use worker_engine::EventFunction;
         let report = self
@@ -193,31 +193,31 @@ impl Chat {
         assert!(report.batch_item_failures.is_empty(), "{report:?}");
     }
 
-    pub async fn tick(&self, job: &str) -> Value {
+    pub(crate) async fn tick(&self, job: &str) -> Value {
         use worker_engine::EventFunction;
         let tick =
             serde_json::json!({"job": job, "scheduledTime": keys::format_time(self.clock_now())});
         self.worker.invoke_schedule(&tick).await.expect("tick runs")
     }
 
-    pub fn clock_now(&self) -> DateTime<Utc> {
+    pub(crate) fn clock_now(&self) -> DateTime<Utc> {
         use worker_engine::clock::Clock;
         self.clock.now()
     }
 
-    pub async fn put(&self, t: Table, item: Item) {
+    pub(crate) async fn put(&self, t: Table, item: Item) {
         self.store(t).put(item, None).await.expect("put");
     }
 
-    pub async fn delete(&self, t: Table, key: Key) {
+    pub(crate) async fn delete(&self, t: Table, key: Key) {
         self.store(t).delete(&key, None).await.expect("delete");
     }
 
-    pub async fn get(&self, t: Table, key: &Key) -> Option<Item> {
+    pub(crate) async fn get(&self, t: Table, key: &Key) -> Option<Item> {
         self.store(t).get(key, true).await.expect("get")
     }
 
-    pub async fn snapshot(&self) -> BTreeMap<Table, Vec<Item>> {
+    pub(crate) async fn snapshot(&self) -> BTreeMap<Table, Vec<Item>> {
         let mut out = BTreeMap::new();
         for (t, table) in &self.tables {
             out.insert(*t, table.snapshot().await);
@@ -226,7 +226,7 @@ impl Chat {
     }
 
     /// Every entry of the sparse index (a Scan of the index).
-    pub async fn pending_index(&self) -> Vec<Item> {
+    pub(crate) async fn pending_index(&self) -> Vec<Item> {
         self.store(Table::ChatRequests)
             .scan_all(&ScanSpec {
                 index: Some(keys::PENDING_REQUESTS_INDEX.into()),
@@ -237,14 +237,14 @@ impl Chat {
     }
 
     /// A request copy as it is now.
-    pub async fn copy(&self, key: &RequestKey) -> Option<RequestCopy> {
+    pub(crate) async fn copy(&self, key: &RequestKey) -> Option<RequestCopy> {
         self.get(Table::ChatRequests, &key.key())
             .await
             .map(|i| RequestCopy::from_item(&i).expect("a request copy"))
     }
 
     /// The statuses of a request's copies: (user's, chat's).
-    pub async fn statuses(&self, r: &Request) -> (Option<Status>, Option<Status>) {
+    pub(crate) async fn statuses(&self, r: &Request) -> (Option<Status>, Option<Status>) {
         let [u, g] = r.keys();
         (
             self.copy(&u).await.map(|c| c.status),
@@ -253,7 +253,7 @@ impl Chat {
     }
 
     /// `NumMembers` of a group chat, and its `USER#` items.
-    pub async fn members(&self, chat: &str) -> (Option<i64>, Vec<String>) {
+    pub(crate) async fn members(&self, chat: &str) -> (Option<i64>, Vec<String>) {
         let items = self.tables[&Table::GroupChats].snapshot().await;
         let pk = keys::chat_pk(ChatKind::Group, chat);
         let mut n = None;
@@ -273,7 +273,7 @@ impl Chat {
     }
 
     /// A metric's total over the EMF lines written so far.
-    pub fn metric(&self, name: &str) -> f64 {
+    pub(crate) fn metric(&self, name: &str) -> f64 {
         self.lines
             .lines()
             .iter()
@@ -297,16 +297,16 @@ fn build(
     worker(stores, tx, settings.clone(), Arc::new(clock.clone()))
 }
 
-pub fn s(v: &str) -> AttributeValue {
+pub(crate) fn s(v: &str) -> AttributeValue {
     AttributeValue::S(v.to_owned())
 }
 
-pub fn n(v: i64) -> AttributeValue {
+pub(crate) fn n(v: i64) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
 /// A user, with the personal attributes a client writes.
-pub fn user(id: &str) -> Item {
+pub(crate) fn user(id: &str) -> Item {
     let mut i = keys::user(id);
     i.insert("Id".into(), s(id));
     i.insert("Username".into(), s(&format!("name-of-{id}")));
@@ -315,7 +315,7 @@ pub fn user(id: &str) -> Item {
 }
 
 /// A group chat's own item.
-pub fn group_chat(chat: &str, capacity: Option<i64>, num_members: Option<i64>) -> Item {
+pub(crate) fn group_chat(chat: &str, capacity: Option<i64>, num_members: Option<i64>) -> Item {
     let mut i = ChatItem::Chat {
         kind: ChatKind::Group,
         chat: chat.into(),
@@ -331,7 +331,7 @@ pub fn group_chat(chat: &str, capacity: Option<i64>, num_members: Option<i64>) -
     i
 }
 
-pub fn member(kind: ChatKind, chat: &str, user: &str) -> Item {
+pub(crate) fn member(kind: ChatKind, chat: &str, user: &str) -> Item {
     ChatItem::Member {
         kind,
         chat: chat.into(),
@@ -340,14 +340,14 @@ pub fn member(kind: ChatKind, chat: &str, user: &str) -> Item {
     .key()
 }
 
-pub fn community(c: &str) -> Item {
+pub(crate) fn community(c: &str) -> Item {
     CommunityItem::Community {
         community: c.into(),
     }
     .key()
 }
 
-pub fn community_member(c: &str, user: &str) -> Item {
+pub(crate) fn community_member(c: &str, user: &str) -> Item {
     CommunityItem::Member {
         community: c.into(),
         user: user.into(),
@@ -355,7 +355,7 @@ pub fn community_member(c: &str, user: &str) -> Item {
     .key()
 }
 
-pub fn community_chat(c: &str, chat: &str) -> Item {
+pub(crate) fn community_chat(c: &str, chat: &str) -> Item {
     CommunityItem::GroupChat {
         community: c.into(),
         chat: chat.into(),
@@ -365,7 +365,7 @@ pub fn community_chat(c: &str, chat: &str) -> Item {
 
 /// A chat request, as a client would write its copies.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub id: String,
     pub user: String,
     pub chat: String,
@@ -373,7 +373,7 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn new(id: &str, user: &str, chat: &str, created: &str) -> Self {
+    pub(crate) fn new(id: &str, user: &str, chat: &str, created: &str) -> Self {
         Request {
             id: id.into(),
             user: user.into(),
@@ -383,13 +383,13 @@ impl Request {
     }
 
     /// (user's copy, chat's copy).
-    pub fn keys(&self) -> [RequestKey; 2] {
+    pub(crate) fn keys(&self) -> [RequestKey; 2] {
         RequestKey::copies(&self.user, &self.chat, self.created, &self.id)
     }
 
     /// A copy (`0`: the user's, `1`: the chat's) with `status`; pending
     /// copies carry a `PendingId`, as the client writes them.
-    pub fn copy(&self, which: usize, status: Status) -> Item {
+    pub(crate) fn copy(&self, which: usize, status: Status) -> Item {
         RequestCopy {
             key: Some(self.keys()[which].clone()),
             id: self.id.clone(),
@@ -405,13 +405,13 @@ impl Request {
         .to_item()
     }
 
-    pub fn both(&self, status: Status) -> [Item; 2] {
+    pub(crate) fn both(&self, status: Status) -> [Item; 2] {
         [self.copy(0, status), self.copy(1, status)]
     }
 }
 
 /// The notifications of `user`.
-pub async fn notifications(chat: &Chat, user: &str) -> Vec<Item> {
+pub(crate) async fn notifications(chat: &Chat, user: &str) -> Vec<Item> {
     chat.tables[&Table::Notifications]
         .snapshot()
         .await

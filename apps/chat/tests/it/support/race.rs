@@ -23,10 +23,11 @@ use worker_engine::store::{Reply, Request, Store, StoreError};
 use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
 
 /// The service's write: run once, on whatever stores it captured.
-pub type ServiceAction = Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+pub(crate) type ServiceAction =
+    Box<dyn FnOnce() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 
 /// Build a [`ServiceAction`] from an async block.
-pub fn action<F>(f: impl FnOnce() -> F + Send + 'static) -> ServiceAction
+pub(crate) fn action<F>(f: impl FnOnce() -> F + Send + 'static) -> ServiceAction
 where
     F: Future<Output = ()> + Send + 'static,
 {
@@ -35,7 +36,7 @@ where
 
 /// Where the service's write goes relative to the matched request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     /// Right after the request returned (the worker has read, not yet
     /// written).
     After,
@@ -47,7 +48,7 @@ type Matcher = Box<dyn for<'a> Fn(&Request<'a>) -> bool + Send + Sync>;
 
 /// A store whose `nth` matching request (0: the first) is followed (or
 /// preceded) by one service write.
-pub struct RaceStore {
+pub(crate) struct RaceStore {
     inner: Arc<dyn Store>,
     step: Step,
     matches: Matcher,
@@ -63,7 +64,7 @@ pub struct RaceStore {
 }
 
 impl RaceStore {
-    pub fn new(
+    pub(crate) fn new(
         inner: Arc<dyn Store>,
         step: Step,
         matches: impl for<'a> Fn(&Request<'a>) -> bool + Send + Sync + 'static,
@@ -82,12 +83,12 @@ impl RaceStore {
     }
 
     /// Fire on the `nth` match instead of the first.
-    pub fn on_match(mut self, nth: usize) -> Self {
+    pub(crate) fn on_match(mut self, nth: usize) -> Self {
         self.nth = nth;
         self
     }
 
-    pub fn fired(&self) -> bool {
+    pub(crate) fn fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
     }
 
@@ -133,7 +134,7 @@ type TxMatcher = Box<dyn Fn(&[TransactOp]) -> bool + Send + Sync>;
 
 /// Transactions whose `nth` matching transaction is preceded by one
 /// service write; every transaction is recorded with its outcome.
-pub struct RaceTx {
+pub(crate) struct RaceTx {
     inner: Arc<dyn Transactions>,
     matches: TxMatcher,
     nth: usize,
@@ -145,7 +146,7 @@ pub struct RaceTx {
 }
 
 impl RaceTx {
-    pub fn new(
+    pub(crate) fn new(
         inner: Arc<dyn Transactions>,
         matches: impl Fn(&[TransactOp]) -> bool + Send + Sync + 'static,
         write: ServiceAction,
@@ -162,12 +163,12 @@ impl RaceTx {
     }
 
     /// Fire before the `nth` matching transaction instead of the first.
-    pub fn on_match(mut self, nth: usize) -> Self {
+    pub(crate) fn on_match(mut self, nth: usize) -> Self {
         self.nth = nth;
         self
     }
 
-    pub fn fired(&self) -> bool {
+    pub(crate) fn fired(&self) -> bool {
         self.fired.load(Ordering::SeqCst)
     }
 }
@@ -193,7 +194,7 @@ impl Transactions for RaceTx {
 }
 
 /// Whether `request` is a point read of `key` (alone or among others).
-pub fn reads(request: &Request<'_>, key: &worker_engine::store::Key) -> bool {
+pub(crate) fn reads(request: &Request<'_>, key: &worker_engine::store::Key) -> bool {
     match request {
         Request::Get { key: k, .. } => *k == key,
         Request::GetMany { keys, .. } => keys.contains(key),
@@ -202,12 +203,12 @@ pub fn reads(request: &Request<'_>, key: &worker_engine::store::Key) -> bool {
 }
 
 /// Whether `request` is a scan (of the table or an index).
-pub fn scans(request: &Request<'_>) -> bool {
+pub(crate) fn scans(request: &Request<'_>) -> bool {
     matches!(request, Request::ScanPage { .. })
 }
 
 /// Whether `op` touches `key` (any kind of operation).
-pub fn touches(op: &TransactOp, key: &worker_engine::store::Key) -> bool {
+pub(crate) fn touches(op: &TransactOp, key: &worker_engine::store::Key) -> bool {
     match op {
         TransactOp::Put { item, .. } => key.iter().all(|(k, v)| item.get(k) == Some(v)),
         TransactOp::Update { key: k, .. }

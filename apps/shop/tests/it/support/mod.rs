@@ -5,8 +5,8 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
-pub mod race;
-pub mod template;
+pub(crate) mod race;
+pub(crate) mod template;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -24,35 +24,35 @@ use worker_engine::store::{Expr, QuerySpec, Store};
 use worker_testkit::app::TestApp;
 use worker_testkit::workload::{Seeded, Write};
 
-pub const NOW: &str = "2024-07-01T00:00:00Z";
+pub(crate) const NOW: &str = "2024-07-01T00:00:00Z";
 /// Times of the history: the two weeks before [`NOW`].
-pub const T0: i64 = 1_718_582_400;
+pub(crate) const T0: i64 = 1_718_582_400;
 
-pub fn now() -> DateTime<Utc> {
+pub(crate) fn now() -> DateTime<Utc> {
     NOW.parse().expect("a time")
 }
 
 /// The shop worker as its tests run it, at [`NOW`]: `SHOP.worker(store)`
 /// (the default settings, events recorded) or `SHOP.worker_with(..)`.
-pub const SHOP: TestApp<Job, StuckSettings> = TestApp {
+pub(crate) const SHOP: TestApp<Job, StuckSettings> = TestApp {
     app: &APP,
     sharing: SHARING,
     now: NOW,
 };
 
 /// `SHOP.worker(store)`.
-pub fn app(store: Arc<dyn Store>) -> Worker<Job> {
+pub(crate) fn app(store: Arc<dyn Store>) -> Worker<Job> {
     SHOP.worker(store)
 }
 
-pub const STATUSES: &[&str] = &["PENDING", "PAID", "SHIPPED", "DELIVERED"];
+pub(crate) const STATUSES: &[&str] = &["PENDING", "PAID", "SHIPPED", "DELIVERED"];
 
 /// A reproducible id made at `t`.
-pub fn id_at(rng: &mut Seeded, t: i64) -> Id {
+pub(crate) fn id_at(rng: &mut Seeded, t: i64) -> Id {
     Id::at(t, rng.rng().random())
 }
 
-pub fn stamps(created_at: i64, updated_at: i64) -> Stamps {
+pub(crate) fn stamps(created_at: i64, updated_at: i64) -> Stamps {
     Stamps {
         created_at,
         updated_at,
@@ -61,7 +61,7 @@ pub fn stamps(created_at: i64, updated_at: i64) -> Stamps {
 
 /// A shop's service: the entities it made, and the history of its writes
 /// (whole-item Puts without index attributes, and Deletes).
-pub struct History {
+pub(crate) struct History {
     pub writes: Vec<Write>,
     pub categories: Vec<Id>,
     pub brands: Vec<Id>,
@@ -75,7 +75,7 @@ pub struct History {
 /// random new versions of any entity (renames, new e-mail addresses,
 /// products moved to another brand or category, order status changes) and
 /// a few deletes of products and orders.
-pub fn history(rng: &mut Seeded, n: usize) -> History {
+pub(crate) fn history(rng: &mut Seeded, n: usize) -> History {
     let mut h = History {
         writes: Vec::new(),
         categories: Vec::new(),
@@ -216,7 +216,7 @@ pub fn history(rng: &mut Seeded, n: usize) -> History {
     h
 }
 
-pub fn named(key: ItemKey, name: &str, created: i64, updated: i64) -> Item {
+pub(crate) fn named(key: ItemKey, name: &str, created: i64, updated: i64) -> Item {
     Named {
         key,
         name: Some(name.to_owned()),
@@ -226,7 +226,7 @@ pub fn named(key: ItemKey, name: &str, created: i64, updated: i64) -> Item {
 }
 
 /// The table a history leaves: the last write of each key.
-pub fn final_state(writes: &[Write]) -> BTreeMap<(String, String), Item> {
+pub(crate) fn final_state(writes: &[Write]) -> BTreeMap<(String, String), Item> {
     let mut state = BTreeMap::new();
     for w in writes {
         match w {
@@ -241,14 +241,14 @@ pub fn final_state(writes: &[Write]) -> BTreeMap<(String, String), Item> {
     state
 }
 
-pub fn s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
+pub(crate) fn s<'a>(item: &'a Item, name: &str) -> Option<&'a str> {
     match item.get(name) {
         Some(AttributeValue::S(s)) => Some(s),
         _ => None,
     }
 }
 
-pub fn num(item: &Item, name: &str) -> i64 {
+pub(crate) fn num(item: &Item, name: &str) -> i64 {
     match item.get(name) {
         Some(AttributeValue::N(n)) => n.parse().expect("a whole number"),
         other => panic!("{name} is not a number: {other:?}"),
@@ -257,7 +257,7 @@ pub fn num(item: &Item, name: &str) -> i64 {
 
 /// A Query of `pk_attr = pk`, with an optional sort key condition
 /// (`=`, `<`, `>=` or `begins_with`), on the table or an index; every page.
-pub async fn query(
+pub(crate) async fn query(
     store: &dyn Store,
     index: Option<&str>,
     (pk_attr, pk): (&str, &str),
@@ -291,12 +291,12 @@ pub async fn query(
 }
 
 /// The `(PK, SK)` of items, in order.
-pub fn keys_of(items: &[Item]) -> Vec<(String, String)> {
+pub(crate) fn keys_of(items: &[Item]) -> Vec<(String, String)> {
     items.iter().map(worker_testkit::key_of).collect()
 }
 
 /// The `(PK, SK)` sets of a list, and a check that it is sorted by `attr`.
-pub fn sorted_keys(items: &[Item], attr: &str) -> BTreeSet<(String, String)> {
+pub(crate) fn sorted_keys(items: &[Item], attr: &str) -> BTreeSet<(String, String)> {
     let values: Vec<&str> = items
         .iter()
         .map(|i| s(i, attr).expect("index key"))

@@ -10,7 +10,7 @@ use worker_engine::store::DynamoStore;
 use worker_testkit::race::{RaceBeforeWrite, ServiceOp};
 
 /// The worker on `table`, its first write preceded by `service`.
-pub fn raced(
+pub(crate) fn raced(
     table: &Arc<DynamoStore>,
     service: Vec<ServiceOp>,
 ) -> (Worker<shop_worker::keys::Job>, Arc<RaceBeforeWrite>) {

@@ -6,23 +6,23 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 #[allow(unused_imports)]
-pub use worker_testkit::template::{ACCOUNT, REGION, Stack, single, strings, table_arn};
+pub(crate) use worker_testkit::template::{ACCOUNT, REGION, Stack, single, strings, table_arn};
 
 /// The table stream the template is given (`TableStreamArn`).
-pub const STREAM_ARN: &str =
+pub(crate) const STREAM_ARN: &str =
     "arn:aws:dynamodb:us-east-1:123456789012:table/shop-table-dev/stream/2024-01-01T00:00:00.000";
 
 /// The path of `infra/shop.yaml` (the workspace's `infra/`).
-pub fn template_path() -> PathBuf {
+pub(crate) fn template_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../infra/shop.yaml")
 }
 
 /// The template in CloudFormation's JSON form.
-pub fn template() -> Value {
+pub(crate) fn template() -> Value {
     worker_testkit::template::load(&template_path())
 }
 
 /// The shop stack, parameters overridden.
-pub fn shop_stack(overrides: &[(&str, &str)]) -> Stack {
+pub(crate) fn shop_stack(overrides: &[(&str, &str)]) -> Stack {
     Stack::new(template(), "shop-worker-dev", STREAM_ARN, overrides)
 }

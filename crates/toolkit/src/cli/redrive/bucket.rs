@@ -49,7 +49,7 @@ impl std::fmt::Display for S3Location {
     }
 }
 
-pub struct Bucket {
+pub(super) struct Bucket {
     client: aws_sdk_s3::Client,
     pub location: S3Location,
     /// Where the client goes (for the report).
@@ -62,7 +62,7 @@ fn sdk_error(what: String, e: impl std::error::Error) -> CliError {
 
 impl Bucket {
     /// The objects at `location`, its client made as [`endpoints`] says.
-    pub async fn new(location: S3Location, flag: Option<&str>, aws: &AwsOpts) -> Self {
+    pub(super) async fn new(location: S3Location, flag: Option<&str>, aws: &AwsOpts) -> Self {
         let resolved = endpoints::resolve_s3(flag, |name| std::env::var(name).ok());
         let (client, region) = endpoints::s3_client(&resolved, aws).await;
         Bucket {
@@ -74,13 +74,13 @@ impl Bucket {
 
     /// Every key under the prefix, in S3's order (by mapping, shard, then
     /// time, for Lambda's keys): ListObjectsV2, every page.
-    pub async fn keys(&self) -> Result<Vec<String>, CliError> {
+    pub(super) async fn keys(&self) -> Result<Vec<String>, CliError> {
         self.keys_paged(None).await
     }
 
     /// [`Self::keys`] with pages of `page_size` keys (S3's default, 1,000,
     /// when `None`).
-    pub async fn keys_paged(&self, page_size: Option<i32>) -> Result<Vec<String>, CliError> {
+    pub(super) async fn keys_paged(&self, page_size: Option<i32>) -> Result<Vec<String>, CliError> {
         let mut keys = Vec::new();
         let mut token: Option<String> = None;
         loop {
@@ -110,7 +110,10 @@ impl Bucket {
     /// An object, read as an invocation record: `Err` says why it is not
     /// one (not JSON, not a DynamoDB stream's invocation record). A failure
     /// to read it at all is the command's error.
-    pub async fn read(&self, key: &str) -> Result<Result<InvocationRecord, String>, CliError> {
+    pub(super) async fn read(
+        &self,
+        key: &str,
+    ) -> Result<Result<InvocationRecord, String>, CliError> {
         let url = self.location.url_of(key);
         let object = self
             .client
@@ -132,7 +135,7 @@ impl Bucket {
     }
 
     /// Delete an object (every record in it is handled or parked).
-    pub async fn delete(&self, key: &str) -> Result<(), CliError> {
+    pub(super) async fn delete(&self, key: &str) -> Result<(), CliError> {
         self.client
             .delete_object()
             .bucket(&self.location.bucket)

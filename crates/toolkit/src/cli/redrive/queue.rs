@@ -24,14 +24,14 @@ const WAIT: i32 = 1;
 
 /// One message of the queue.
 #[derive(Debug, Clone)]
-pub struct Message {
+pub(super) struct Message {
     pub id: String,
     pub receipt: String,
     /// Its range, or why it is not an on-failure message.
     pub range: Result<FailureRange, String>,
 }
 
-pub struct Queue {
+pub(super) struct Queue {
     client: aws_sdk_sqs::Client,
     pub url: String,
     /// Where the client goes (for the report).
@@ -44,7 +44,7 @@ fn sdk_error(what: String, e: impl std::error::Error) -> CliError {
 
 impl Queue {
     /// The queue at `url`, its client made as [`endpoints`] says.
-    pub async fn new(url: String, flag: Option<&str>, aws: &AwsOpts) -> Self {
+    pub(super) async fn new(url: String, flag: Option<&str>, aws: &AwsOpts) -> Self {
         let resolved: Resolved =
             endpoints::resolve_sqs(flag, &url, |name| std::env::var(name).ok());
         let (client, region) = endpoints::sqs_client(&resolved, aws, &url).await;
@@ -59,7 +59,7 @@ impl Queue {
     /// ReceiveMessage (10 at a time) until a receive comes back empty. A
     /// message received twice (its visibility ran out) is listed once,
     /// with its latest receipt handle.
-    pub async fn receive_all(&self) -> Result<Vec<Message>, CliError> {
+    pub(super) async fn receive_all(&self) -> Result<Vec<Message>, CliError> {
         let mut out: Vec<Message> = Vec::new();
         loop {
             let page = self
@@ -92,7 +92,7 @@ impl Queue {
     }
 
     /// Delete a message (its range is replayed).
-    pub async fn delete(&self, message: &Message) -> Result<(), CliError> {
+    pub(super) async fn delete(&self, message: &Message) -> Result<(), CliError> {
         self.client
             .delete_message()
             .queue_url(&self.url)
@@ -110,7 +110,7 @@ impl Queue {
 
     /// Make messages visible again at once (ChangeMessageVisibility 0, ten
     /// at a time): the queue as it was. Returns how many were.
-    pub async fn release(&self, messages: &[&Message]) -> Result<usize, CliError> {
+    pub(super) async fn release(&self, messages: &[&Message]) -> Result<usize, CliError> {
         use aws_sdk_sqs::types::ChangeMessageVisibilityBatchRequestEntry as Entry;
         let mut released = 0;
         for chunk in messages.chunks(PAGE as usize) {
