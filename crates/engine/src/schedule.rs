@@ -255,7 +255,58 @@ pub struct JobReport<J: JobName> {
     pub metrics: Vec<crate::metrics::Metric>,
 }
 
-/// A job run on a schedule. Must be idempotent per tick.
+/// A job run on a schedule. Must be idempotent per tick: a tick may be
+/// delivered twice, and a run stopped at its deadline
+/// ([`JobRun::has_time`]) is continued by the next tick.
+///
+/// A job of a notes app that reports how late its tick ran, parsed from
+/// the Scheduler's input and run by a [`Scheduler`] (a real job reads and
+/// writes through its [`Store`](crate::Store)):
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use worker_engine::{HandlerError, JobReport, JobRun, ScheduledJob, async_trait, job_names};
+/// use worker_engine::schedule::{Scheduler, parse_tick};
+///
+/// job_names! {
+///     pub enum Job { PurgeExpired = "purge-expired" }
+/// }
+///
+/// struct PurgeExpired;
+///
+/// #[async_trait]
+/// impl ScheduledJob<Job> for PurgeExpired {
+///     fn job(&self) -> Job { Job::PurgeExpired }
+///     async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
+///         let late = run.tick.scheduled_time.map(|t| (run.now - t).num_seconds());
+///         Ok(JobReport {
+///             job: self.job(),
+///             complete: run.has_time(),
+///             summary: format!("0 notes purged ({} s late)", late.unwrap_or(0)),
+///             details: serde_json::json!({ "purged": 0 }),
+///             metrics: Vec::new(),
+///         })
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let tick = parse_tick::<Job>(&serde_json::json!({
+///     "job": "purge-expired", "scheduledTime": "2024-03-25T00:15:00Z"
+/// })).unwrap();
+/// let run = JobRun {
+///     now: "2024-03-25T00:15:02Z".parse().unwrap(),
+///     tick,
+///     deadline: None,
+///     margin: Duration::from_secs(2),
+/// };
+/// let scheduler = Scheduler::default().with(Arc::new(PurgeExpired));
+/// let report = scheduler.run(&run).await.unwrap();
+/// assert_eq!(report.summary, "0 notes purged (2 s late)");
+/// assert!(report.complete);
+/// # }
+/// ```
 #[async_trait]
 pub trait ScheduledJob<J: JobName>: Send + Sync {
     fn job(&self) -> J;

@@ -649,6 +649,45 @@ impl Reply {
 /// [`ItemWriter`], [`QueryStore`], [`BatchWriter`]) are implemented for
 /// every store on top of it (blanket impls; they cannot be written by
 /// hand), and a `&dyn Store` offers them all.
+///
+/// A handler's write, decided from what it read, lands only while the
+/// item is as it was read (a condition on it); and a layer that counts the
+/// puts of the store below it:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use worker_engine::{AttributeValue, Expr, Item, Store, WriteOutcome, async_trait};
+/// use worker_engine::store::{DynamoStore, ItemWriter, Reply, Request, StoreError, local_client};
+///
+/// /// Sets a note's `TitleKey` unless its `Title` changed since it was read.
+/// async fn set_title_key(store: &dyn Store, note: &Item) -> Result<bool, StoreError> {
+///     let Some(AttributeValue::S(title)) = note.get("Title") else { return Ok(false) };
+///     let mut item = note.clone();
+///     item.insert("TitleKey".into(), AttributeValue::S(title.to_lowercase()));
+///     let unchanged = Expr::new("#t = :t").name("#t", "Title").string(":t", title);
+///     Ok(store.put(item, Some(unchanged)).await? == WriteOutcome::Applied)
+/// }
+///
+/// /// A layer: it matches the requests it cares about and passes each on.
+/// struct CountPuts<S> { inner: S, puts: AtomicUsize }
+///
+/// #[async_trait]
+/// impl<S: Store> Store for CountPuts<S> {
+///     async fn call(&self, request: Request<'_>) -> Result<Reply, StoreError> {
+///         if let Request::Put { .. } = &request {
+///             self.puts.fetch_add(1, Ordering::Relaxed);
+///         }
+///         self.inner.call(request).await
+///     }
+/// }
+///
+/// // Nothing is sent until a method is called (the SDK client connects then).
+/// let dynamo = DynamoStore::new(local_client("http://127.0.0.1:8000"), "notes");
+/// let store: Arc<dyn Store> = Arc::new(CountPuts { inner: dynamo, puts: AtomicUsize::new(0) });
+/// let note = Item::new();
+/// let _write = set_title_key(store.as_ref(), &note); // a future, not polled here
+/// ```
 #[async_trait]
 pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter + GuardedWriter {
     /// Answer `request` with its [`Reply`]. A layer matches the variants it
