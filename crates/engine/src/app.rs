@@ -33,6 +33,8 @@ pub struct TableDeps<S> {
     /// the concurrent reads and writes of a batch share requests; else
     /// `store` itself.
     pub stream_store: Arc<dyn Store>,
+    /// The app's settings (in an app's worker, [`crate::Settings`]: the
+    /// common ones and the app's own, read from the environment once).
     pub settings: S,
     /// Where the jobs' events go (EventBridge on Lambda; recorded and
     /// dropped in a local run).

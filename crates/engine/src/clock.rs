@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 /// Where jobs read the time from (injected, so tests and `--now` control it).
 pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current time, in UTC.
     fn now(&self) -> DateTime<Utc>;
 }
 
@@ -25,12 +26,16 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<std::sync::Mutex<DateTime<Utc>>>);
 
 impl ManualClock {
+    /// A clock stopped at `at` until set or advanced.
     pub fn new(at: DateTime<Utc>) -> Self {
         ManualClock(Arc::new(std::sync::Mutex::new(at)))
     }
+    /// Move the clock to `at` (backwards too); its clones move with it.
     pub fn set(&self, at: DateTime<Utc>) {
         *self.0.lock().expect("clock lock") = at;
     }
+    /// Move the clock by `by` (a negative duration moves it back); its
+    /// clones move with it.
     pub fn advance(&self, by: chrono::Duration) {
         let mut t = self.0.lock().expect("clock lock");
         *t += by;

@@ -8,8 +8,11 @@ use std::str::FromStr;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{name}={value:?}: {reason}")]
 pub struct ConfigError {
+    /// The variable that does not parse (`STREAM_CONCURRENCY`).
     pub name: &'static str,
+    /// Its value, as set.
     pub value: String,
+    /// What is wrong with it and what a valid value looks like.
     pub reason: String,
 }
 
@@ -17,6 +20,8 @@ pub struct ConfigError {
 pub struct Env<'a>(&'a dyn Fn(&str) -> Option<String>);
 
 impl<'a> Env<'a> {
+    /// Variables read through `lookup` (`None`: not set); for the process
+    /// environment, `Env::new(&|name: &str| std::env::var(name).ok())`.
     pub fn new(lookup: &'a dyn Fn(&str) -> Option<String>) -> Self {
         Env(lookup)
     }

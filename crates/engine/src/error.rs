@@ -19,8 +19,11 @@ use crate::store::StoreError;
 ///   not decode, or a rule rejects it): it is logged, counted and parked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum FailureKind {
+    /// The same request may succeed in a moment: retry the record.
     Transient,
+    /// The deployment is wrong: fail the invocation, park and skip nothing.
     Environment,
+    /// The record cannot be handled, ever: log, count and park it.
     Record,
 }
 
@@ -41,6 +44,8 @@ impl FailureKind {
 /// Why a stream handler or a scheduled job could not finish.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum HandlerError {
+    /// A DynamoDB call failed; its kind is the store error's
+    /// ([`StoreError::kind`]).
     #[error(transparent)]
     Store(#[from] StoreError),
     /// The change cannot be handled, ever (retrying will not help).
@@ -49,6 +54,7 @@ pub enum HandlerError {
 }
 
 impl HandlerError {
+    /// Whether the same work may succeed later ([`FailureKind::Transient`]).
     pub fn is_retryable(&self) -> bool {
         self.kind() == FailureKind::Transient
     }

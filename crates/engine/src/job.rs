@@ -33,11 +33,14 @@ pub enum ReadBy<J> {
 /// One environment variable a job (or the app) reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EnvVar<J: 'static> {
+    /// The variable's name, as set in the template (`TABLE_NAME`).
     pub name: &'static str,
     /// Who reads it.
     pub read_by: &'static [ReadBy<J>],
     /// Its default, as a user would write it (`None`: required or off).
     pub default: Option<&'static str>,
+    /// What it sets, in one line, for the docs and the command line's
+    /// listing.
     pub meaning: &'static str,
 }
 
@@ -64,7 +67,9 @@ impl<J: JobName> EnvVar<J> {
 /// exercise, and why it is granted anyway.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fallback {
+    /// The IAM action granted (`dynamodb:DeleteItem`).
     pub action: &'static str,
+    /// The path that calls it and why the fixtures may miss it, in one line.
     pub why: &'static str,
 }
 
@@ -97,7 +102,11 @@ pub enum Schedule {
     /// Every so often: an EventBridge `rate(...)` expression.
     Rate(&'static str),
     /// Once a day, at a time of the zone an environment variable names.
-    Daily { zone_env: &'static str },
+    Daily {
+        /// The variable naming the IANA time zone (`Europe/Paris`) the
+        /// day is counted in.
+        zone_env: &'static str,
+    },
     /// Only when an operator asks (its schedule exists, disabled).
     OnDemand,
 }
@@ -109,19 +118,24 @@ pub struct StreamSpec {
     pub handler: &'static str,
     /// The metric its write requests count under.
     pub writes_metric: &'static str,
+    /// What the stream handler needs of AWS (granted to the stream
+    /// function).
     pub access: Access,
 }
 
 /// One scheduled job of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScheduleSpec<J: 'static> {
+    /// The job's name: what `WORKER_JOB` pins its schedule function to.
     pub job: J,
     /// The logical id of its schedule function in the template.
     pub function: &'static str,
+    /// When it runs when deployed.
     pub schedule: Schedule,
     /// Its default schedule in the local event-source loop: a 5-field
     /// cron in UTC, or `never`.
     pub local_cron: &'static str,
+    /// What the job needs of AWS (granted to its schedule function only).
     pub access: Access,
     /// The metrics its reports carry, besides the run counters.
     pub metrics: &'static [&'static str],
@@ -199,6 +213,8 @@ pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     pub namespace: &'static str,
     /// Variables every app reads (table, endpoint, deadline margin, ...).
     pub env: &'static [EnvVar<J>],
+    /// Its jobs, each described once; the command line, templates and
+    /// functions are built from them.
     pub jobs: &'static [&'static JobSpec<J, D, H>],
     /// Its table as it expects it (keys, attribute types, indexes,
     /// stream): what tests, the command line and templates create. An app

@@ -12,8 +12,10 @@ use crate::store::Key;
 /// Texts name the attribute, never a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum AttributeError {
+    /// The item has no attribute of this name.
     #[error("the key has no {0} attribute")]
     Missing(&'static str),
+    /// The attribute of this name holds another type than a string.
     #[error("{0} is not a string")]
     NotString(&'static str),
 }

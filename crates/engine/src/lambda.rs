@@ -121,8 +121,13 @@ where
 /// What a Lambda function's worker runs on, from its environment: the
 /// clock, the table's store and the parking table (on one client).
 pub struct Deployment {
+    /// The system clock, or `WORKER_NOW`'s in a local run
+    /// ([`crate::clock::from_env`]).
     pub clock: std::sync::Arc<dyn crate::clock::Clock>,
+    /// The function's table, on Lambda's credentials and region.
     pub store: crate::store::DynamoStore,
+    /// Where records that fail for good go; `None` when no parking table is
+    /// configured (they are only logged and counted).
     pub parking: Option<crate::park::Parking>,
 }
 

@@ -49,13 +49,16 @@ pub const MAX_VALUES: usize = 100;
 /// A CloudWatch unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unit {
+    /// Things counted (records, requests, runs).
     Count,
+    /// Durations (the stream lag, `StreamLagMs`).
     Milliseconds,
     /// Capacity units (no CloudWatch unit fits).
     None,
 }
 
 impl Unit {
+    /// The unit's name in an EMF line (`Count`, `Milliseconds`, `None`).
     pub fn as_str(self) -> &'static str {
         match self {
             Unit::Count => "Count",
@@ -68,19 +71,27 @@ impl Unit {
 /// One metric's value: a single number or a list (one data point each).
 #[derive(Debug, Clone, PartialEq)]
 pub enum MetricValue {
+    /// One data point.
     One(f64),
+    /// One data point per value (per record's lag, say); EMF takes at most
+    /// [`MAX_VALUES`], the caller keeps to that.
     Many(Vec<f64>),
 }
 
 /// A named metric with its unit and value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Metric {
+    /// The CloudWatch metric name (`RecordsHandled`); never an attribute
+    /// value.
     pub name: &'static str,
+    /// Its CloudWatch unit.
     pub unit: Unit,
+    /// Its data point(s).
     pub value: MetricValue,
 }
 
 impl Metric {
+    /// A [`Unit::Count`] metric of one data point, `n`.
     pub fn count(name: &'static str, n: u64) -> Self {
         Metric {
             name,
@@ -263,6 +274,8 @@ pub fn job_run_metrics<J: JobName>(result: Result<&JobReport<J>, &HandlerError>)
 
 /// Where EMF lines go.
 pub trait MetricsWriter: Send + Sync {
+    /// Write one EMF line (a JSON object, without its newline); failures
+    /// are dropped: metrics never fail an invocation.
     fn write_line(&self, line: &str);
 }
 
@@ -283,6 +296,7 @@ impl MetricsWriter for StdoutWriter {
 pub struct CapturedLines(Arc<Mutex<Vec<String>>>);
 
 impl CapturedLines {
+    /// Every line written so far, in order (shared by its clones).
     pub fn lines(&self) -> Vec<String> {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -306,6 +320,8 @@ pub struct Emitter {
 }
 
 impl Emitter {
+    /// Lines to `writer`, under the CloudWatch `namespace`, with `function`
+    /// as their `Function` dimension.
     pub fn new(
         namespace: &'static str,
         function: impl Into<String>,
@@ -328,10 +344,12 @@ impl Emitter {
         )
     }
 
+    /// The CloudWatch namespace of every line.
     pub fn namespace(&self) -> &'static str {
         self.namespace
     }
 
+    /// The `Function` dimension of every line.
     pub fn function(&self) -> &str {
         &self.function
     }

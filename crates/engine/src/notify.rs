@@ -26,8 +26,12 @@ pub const MAX_ENTRIES_PER_CALL: usize = 10;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct EventEntry {
+    /// The event's `source`: who sent it (the app), what rules match on.
     pub source: String,
+    /// The event's `detail-type`: what happened, the other field rules
+    /// match on.
     pub detail_type: String,
+    /// The name or ARN of the bus it goes to.
     pub event_bus_name: String,
     /// The event's `detail`: a JSON object, as text.
     pub detail: String,
@@ -48,7 +52,10 @@ pub struct PublishReport {
     "EventBridge PutEvents failed ({code}): {message} (check NOTIFY_EVENT_BUS and events:PutEvents)"
 )]
 pub struct NotifyError {
+    /// EventBridge's error code (`AccessDeniedException`); `transport` when
+    /// the call got no answer.
     pub code: String,
+    /// EventBridge's message, or the SDK's description of the failure.
     pub message: String,
 }
 

@@ -60,7 +60,11 @@ pub fn schema() -> TableSchema {
 /// Where parked records go and how long they stay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParkingSettings {
+    /// The parking table's name (`PARKING_TABLE`).
     pub table: String,
+    /// Days a parked record stays before its TTL expires it
+    /// (`PARKING_RETENTION_DAYS`, at least 1; default
+    /// [`DEFAULT_RETENTION_DAYS`]).
     pub retention_days: u64,
 }
 
@@ -115,6 +119,8 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// Its name in the parking table's `Origin` attribute (`batch`,
+    /// `failure-message`).
     pub fn as_str(self) -> &'static str {
         match self {
             Origin::Batch => "batch",
@@ -133,10 +139,16 @@ impl Origin {
 /// One parked record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ParkedRecord {
+    /// The stream the record came from (its `eventSourceARN`;
+    /// `unknown-stream` when it had none, as a hand-made event). The
+    /// table's partition key.
     pub stream_arn: String,
     /// The record's sequence number (`event#<id>` when it had none).
     pub sequence_number: String,
+    /// The shard it was read from: known for an [`Origin::FailureMessage`]
+    /// record only (a Lambda batch does not name its shard).
     pub shard_id: Option<String>,
+    /// The record's `eventID`; `None` when it had none.
     pub event_id: Option<String>,
     /// The key attributes, rendered (`PK=…, SK=…`), when known.
     pub key: Option<String>,
@@ -144,7 +156,9 @@ pub struct ParkedRecord {
     pub reason: String,
     /// The stream record as delivered (images included).
     pub record: Value,
+    /// Who parked it.
     pub origin: Origin,
+    /// When it was parked (the worker's clock); its TTL counts from here.
     pub parked_at: DateTime<Utc>,
     /// Redrives that ran it and failed again.
     pub redrives: u64,
@@ -276,6 +290,9 @@ pub struct Parking {
 }
 
 impl Parking {
+    /// The parking table behind `store` (its key `StreamArn`,
+    /// `SequenceNumber`: [`schema`]); records expire `retention_days` after
+    /// they are parked.
     pub fn new(store: Arc<dyn Store>, retention_days: u64) -> Self {
         Parking {
             store,

@@ -34,12 +34,22 @@ use crate::stream::engine::{self, BatchReport, EngineConfig, RecordProcessor};
 /// Why an event could not be run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum EventError<J: JobName> {
+    /// The event is not a DynamoDB Streams batch at all (no record ran):
+    /// the invocation fails; check the function's event source.
     #[error(transparent)]
     Stream(#[from] EnvelopeError),
+    /// The schedule event cannot be run (no job, an unknown job, a bad
+    /// time, a malformed envelope): nothing ran, the invocation fails;
+    /// check the schedule's target input.
     #[error(transparent)]
     Tick(#[from] TickError),
+    /// The job ran and failed ([`HandlerError::kind`] says whether a retry
+    /// can help); the invocation fails, an environment fault as
+    /// `EnvironmentFault`.
     #[error(transparent)]
     Job(#[from] HandlerError),
+    /// Neither a stream nor a schedule event ([`Worker::handle`]): nothing
+    /// ran.
     #[error(
         "not an event this worker handles: expected a DynamoDB Streams event (\"Records\") or a schedule event (\"job\" or \"detail-type\": \"Scheduled Event\")"
     )]
@@ -47,19 +57,31 @@ pub enum EventError<J: JobName> {
     #[error(
         "this function runs only the {pinned} job (WORKER_JOB={pinned}) but the tick names {got}: check the schedule's target"
     )]
-    WrongJob { pinned: J, got: J },
+    /// The function is pinned to one job (`WORKER_JOB`) and the tick names
+    /// another: nothing ran (the function lacks that job's permissions);
+    /// point the schedule at the right function.
+    WrongJob {
+        /// The job the function runs (`WORKER_JOB`).
+        pinned: J,
+        /// The job the tick named.
+        got: J,
+    },
 }
 
 /// What running one event did.
 #[derive(Debug)]
 pub enum EventOutcome<J: JobName> {
+    /// A stream batch ran: what happened to each record.
     Stream(BatchReport),
+    /// A schedule tick ran its job: the job's report.
     Schedule(JobReport<J>),
 }
 
 /// The app's stream side: a record processor for the records of one batch
 /// (it may learn from the batch's other records before any is handled).
 pub trait StreamSide: Send + Sync {
+    /// The processor of this batch's records (`records`: the batch as
+    /// decoded, in order, malformed records included).
     fn for_batch<'a>(
         &'a self,
         records: &[Result<StreamChange, RecordError>],
@@ -181,6 +203,9 @@ pub struct Worker<J: JobName> {
 }
 
 impl<J: JobName> Worker<J> {
+    /// A worker running stream batches through `stream` and ticks through
+    /// `scheduler`, on `clock`; without metrics, store counters or parking
+    /// until they are added (`with_*`).
     pub fn new(
         stream: Box<dyn StreamSide>,
         scheduler: Scheduler<J>,
@@ -260,10 +285,12 @@ impl<J: JobName> Worker<J> {
         self
     }
 
+    /// The clock jobs and handlers read the time from.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }
 
+    /// How the worker runs batches and ticks.
     pub fn settings(&self) -> &WorkerSettings<J> {
         &self.settings
     }

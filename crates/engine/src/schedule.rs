@@ -124,7 +124,9 @@ macro_rules! job_names {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TickSource {
+    /// An EventBridge Scheduler target's input (`{"job": ...}`).
     Scheduler,
+    /// An EventBridge rule's `Scheduled Event`.
     Rule,
     /// The command line.
     Manual,
@@ -134,8 +136,14 @@ pub enum TickSource {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Tick<J: JobName> {
+    /// The job to run.
     pub job: J,
+    /// When the tick was due, as the event says (`scheduledTime` or `time`
+    /// of the input, a rule event's `time`); `None` when it does not say
+    /// (a manual run, an input without it). Jobs read the time from
+    /// [`JobRun::now`], not from here.
     pub scheduled_time: Option<DateTime<Utc>>,
+    /// Which shape of event it came in.
     pub source: TickSource,
 }
 
@@ -145,13 +153,30 @@ pub enum TickError {
     #[error(
         "not a schedule event: expected {{\"job\": ...}} or an EventBridge \"Scheduled Event\""
     )]
+    /// Neither shape of schedule event: no `job` key and no `detail-type`
+    /// `Scheduled Event`.
     NotASchedule,
+    /// The event names no job, or not as a string: set `job` in the
+    /// target's input or the rule's detail.
     #[error("no job named: set \"job\" to one of {known} (in the input or the rule's detail)")]
-    NoJob { known: String },
+    NoJob {
+        /// The job names the app knows, listed for the message.
+        known: String,
+    },
+    /// The event names a job the app does not have.
     #[error("unknown job {name:?}: expected one of {known}")]
-    UnknownJob { name: String, known: String },
+    UnknownJob {
+        /// The name the event gave.
+        name: String,
+        /// The job names the app knows, listed for the message.
+        known: String,
+    },
+    /// The input's `scheduledTime` (or `time`) is not an RFC 3339 time; it
+    /// holds the value as given.
     #[error("bad scheduled time {0:?}: expected RFC 3339, e.g. 2024-03-25T00:00:00Z")]
     BadTime(String),
+    /// A `Scheduled Event` that does not parse as an EventBridge event;
+    /// it holds the parser's message.
     #[error("malformed EventBridge envelope: {0}")]
     Envelope(String),
 }
@@ -222,6 +247,7 @@ pub fn parse_tick<J: JobName>(v: &Value) -> Result<Tick<J>, TickError> {
 pub struct JobRun<J: JobName> {
     /// The time the job sees as "now".
     pub now: DateTime<Utc>,
+    /// The tick that started the run.
     pub tick: Tick<J>,
     /// When the run must have stopped (the Lambda deadline), if any.
     pub deadline: Option<Instant>,
@@ -242,6 +268,7 @@ impl<J: JobName> JobRun<J> {
 /// What a job run did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobReport<J: JobName> {
+    /// The job that ran.
     pub job: J,
     /// False when the run stopped early (deadline); the next tick continues.
     pub complete: bool,
@@ -309,7 +336,12 @@ pub struct JobReport<J: JobName> {
 /// ```
 #[async_trait]
 pub trait ScheduledJob<J: JobName>: Send + Sync {
+    /// The job's name: the [`Scheduler`] runs this job for its ticks.
     fn job(&self) -> J;
+    /// Run once: start a unit of work only while [`JobRun::has_time`], and
+    /// report `complete: false` when work remains (the next tick goes on).
+    /// Errors: a [`HandlerError`]; the invocation fails (an environment
+    /// fault as `EnvironmentFault`).
     async fn run(&self, run: &JobRun<J>) -> Result<JobReport<J>, HandlerError>;
 }
 
@@ -328,11 +360,14 @@ impl<J: JobName> Default for Scheduler<J> {
 }
 
 impl<J: JobName> Scheduler<J> {
+    /// Add `job` under [`ScheduledJob::job`], replacing a job of the same
+    /// name.
     pub fn with(mut self, job: Arc<dyn ScheduledJob<J>>) -> Self {
         self.jobs.insert(job.job(), job);
         self
     }
 
+    /// The names of the jobs it runs, sorted.
     pub fn jobs(&self) -> Vec<J> {
         let mut v: Vec<_> = self.jobs.keys().copied().collect();
         v.sort();

@@ -37,7 +37,9 @@ impl ScalarType {
 /// The table's primary key: a partition key and an optional sort key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KeySchema {
+    /// The partition (hash) key attribute's name.
     pub partition_key: &'static str,
+    /// The sort (range) key attribute's name; `None`: the table has none.
     pub sort_key: Option<&'static str>,
 }
 
@@ -63,8 +65,11 @@ pub const DEFAULT_KEY: KeySchema = KeySchema::composite("PK", "SK");
 /// One secondary index (global, or local when listed as such).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexSpec {
+    /// The index name, as queries name it ([`crate::store::QuerySpec::on_index`]).
     pub name: &'static str,
+    /// The index's partition key attribute (a local index: the table's).
     pub partition_key: &'static str,
+    /// The index's sort key attribute; `None`: it has none.
     pub sort_key: Option<&'static str>,
     /// `None`: keys only; `Some(attrs)`: INCLUDE those attributes.
     pub include: Option<&'static [&'static str]>,
@@ -73,9 +78,14 @@ pub struct IndexSpec {
 /// What a stream record carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StreamView {
+    /// The item before and after the change: what a handler that compares
+    /// them needs.
     NewAndOldImages,
+    /// The item after the change (nothing for a removal).
     NewImage,
+    /// The item before the change (nothing for an insert).
     OldImage,
+    /// The key attributes only: a handler reads the item itself.
     KeysOnly,
 }
 
@@ -127,6 +137,7 @@ impl std::fmt::Display for StreamView {
 /// A table as an app expects it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableSchema {
+    /// The table's primary key.
     pub key: KeySchema,
     /// Key attributes (of the table or an index) of type `N`; every other
     /// key attribute is `S`.
@@ -205,6 +216,7 @@ impl TableSchema {
         self
     }
 
+    /// Whether the table has a global or local secondary index `name`.
     pub fn has_index(&self, name: &str) -> bool {
         self.indexes
             .iter()

@@ -13,12 +13,19 @@ use crate::env::{ConfigError, Env};
 use crate::park::ParkingSettings;
 use crate::schedule::JobName;
 
+/// The app's table (its home table when it has several); required.
 pub const TABLE_NAME: &str = "TABLE_NAME";
 /// The project's alias of `AWS_ENDPOINT_URL_DYNAMODB`
 /// ([`crate::aws::endpoint_from_env`] reads both, and `AWS_ENDPOINT_URL`).
 pub const ENDPOINT: &str = crate::aws::DYNAMODB_ENDPOINT_ALIAS;
+/// Milliseconds before the Lambda deadline at which batches and jobs stop
+/// starting work ([`CommonSettings::deadline_margin`]); default 2000.
 pub const DEADLINE_MARGIN_MS: &str = "DEADLINE_MARGIN_MS";
+/// Items of a stream batch handled at once
+/// ([`CommonSettings::stream_concurrency`]); `1`: strictly in order.
 pub const STREAM_CONCURRENCY: &str = "STREAM_CONCURRENCY";
+/// The one job a schedule function runs ([`CommonSettings::job`]); a tick
+/// naming another is refused.
 pub const WORKER_JOB: &str = "WORKER_JOB";
 
 /// A larger `STREAM_CONCURRENCY` is clamped to this (the largest batch).
@@ -115,8 +122,15 @@ macro_rules! common_env {
 /// What the common variables configure.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommonSettings<J> {
+    /// The table the worker's own store is opened on (`TABLE_NAME`, or the
+    /// home table's variable of an app of several tables).
     pub table_name: String,
+    /// Another DynamoDB endpoint (DynamoDB Local), from
+    /// `AWS_ENDPOINT_URL_DYNAMODB`, [`ENDPOINT`] or `AWS_ENDPOINT_URL`;
+    /// `None`: AWS.
     pub endpoint_url: Option<String>,
+    /// Stop starting work this long before the Lambda deadline
+    /// (`DEADLINE_MARGIN_MS`; default 2 s).
     pub deadline_margin: Duration,
     /// Items of a stream batch handled at once (1 to
     /// `MAX_STREAM_CONCURRENCY`).
@@ -196,7 +210,9 @@ pub trait JobSettings: Sized + Default {
 /// `settings.event_bus` is `S`'s `event_bus`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings<J, S> {
+    /// The variables every app reads.
     pub common: CommonSettings<J>,
+    /// The app's jobs' own settings (what `Settings` dereferences to).
     pub own: S,
 }
 

@@ -85,8 +85,12 @@ pub enum StoreError {
     /// Throttling, a 5xx, a timeout or a connection failure: retry later.
     #[error("DynamoDB {operation} failed transiently ({code}): {message}")]
     Transient {
+        /// The DynamoDB operation that failed (`GetItem`, `Query`, ...).
         operation: &'static str,
+        /// The service's error code (`ThrottlingException`); `transport`
+        /// when the call got no answer (a timeout, a dropped connection).
         code: String,
+        /// The service's message, or the SDK's description of the failure.
         message: String,
     },
     /// The table or an index does not exist.
@@ -94,22 +98,32 @@ pub enum StoreError {
         "DynamoDB {operation}: {message} (create it with the worker's `table create` command, or check --table / TABLE_NAME)"
     )]
     NotFound {
+        /// The DynamoDB operation that failed.
         operation: &'static str,
+        /// The service's message (names the missing table or index).
         message: String,
     },
     /// A request the service rejects (validation, access): retrying will not help.
     #[error("DynamoDB {operation} rejected ({code}): {message}")]
     Permanent {
+        /// The DynamoDB operation that failed.
         operation: &'static str,
+        /// The service's error code (`ValidationException`,
+        /// `AccessDeniedException`, ...): [`StoreError::kind`] reads it.
         code: String,
+        /// The service's message.
         message: String,
     },
     /// BatchWriteItem (BatchGetItem) still had unprocessed items (keys)
     /// after every retry.
     #[error("{operation} left {remaining} item(s) unprocessed after {attempts} attempts")]
     Unprocessed {
+        /// `BatchWriteItem` or `BatchGetItem`.
         operation: &'static str,
+        /// Items (keys) of the last request still unprocessed.
         remaining: usize,
+        /// Requests sent for them, the first included
+        /// ([`Backoff::max_attempts`]).
         attempts: u32,
     },
 }
@@ -278,6 +292,7 @@ fn classify<E, R>(
 /// Outcome of a conditional write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum WriteOutcome {
+    /// The write took effect (its condition, if any, held).
     Applied,
     /// The condition did not hold; nothing was written.
     ConditionFailed,
@@ -286,12 +301,18 @@ pub enum WriteOutcome {
 /// An expression with its placeholders (`#name`, `:value`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Expr {
+    /// The expression as DynamoDB reads it, with `#name` and `:value`
+    /// placeholders.
     pub text: String,
+    /// `#placeholder` to attribute name ([`Expr::name`]).
     pub names: HashMap<String, String>,
+    /// `:placeholder` to value ([`Expr::value`]).
     pub values: Item,
 }
 
 impl Expr {
+    /// An expression of `text` with nothing bound yet: bind its
+    /// placeholders with [`Expr::name`] and [`Expr::value`].
     pub fn new(text: impl Into<String>) -> Self {
         Expr {
             text: text.into(),
@@ -370,12 +391,22 @@ fn placeholder(attribute: &str) -> String {
 /// A Query request (one page at a time).
 #[derive(Debug, Clone, Default)]
 pub struct QuerySpec {
+    /// The secondary index to query; `None`: the table itself.
     pub index: Option<String>,
+    /// `KeyConditionExpression`: the partition (and sort-key range) read.
     pub key_condition: Expr,
+    /// `FilterExpression`, applied after the read: filtered-out items still
+    /// consume capacity and count in [`Page::scanned_count`].
     pub filter: Option<Expr>,
+    /// `ProjectionExpression` (the attributes returned); `None`: all of them.
     pub projection: Option<Expr>,
+    /// Strongly consistent read (not allowed on a global secondary index;
+    /// twice the read capacity).
     pub consistent: bool,
+    /// Items evaluated per page, before the filter; `None`: up to 1 MB.
     pub limit: Option<i32>,
+    /// Ascending sort-key order. `Default` gives `false` (descending);
+    /// the constructors set `true`.
     pub forward: bool,
 }
 
@@ -414,6 +445,7 @@ impl QuerySpec {
         }
     }
 
+    /// The same query on the secondary index `index`.
     pub fn on_index(mut self, index: &str) -> Self {
         self.index = Some(index.to_owned());
         self
@@ -449,30 +481,41 @@ pub struct Partitions {
 /// A Scan request (one page of one segment at a time).
 #[derive(Debug, Clone, Default)]
 pub struct ScanSpec {
+    /// The secondary index to scan; `None`: the table itself.
     pub index: Option<String>,
+    /// `FilterExpression`, applied after the read (filtered-out items still
+    /// consume capacity).
     pub filter: Option<Expr>,
+    /// `ProjectionExpression` (the attributes returned); `None`: all of them.
     pub projection: Option<Expr>,
     /// `(segment, total_segments)` for parallel scans.
     pub segment: Option<(i32, i32)>,
+    /// Strongly consistent read (twice the read capacity).
     pub consistent: bool,
+    /// Items evaluated per page, before the filter; `None`: up to 1 MB.
     pub limit: Option<i32>,
 }
 
 /// One page of a Query or Scan.
 #[derive(Debug, Clone, Default)]
 pub struct Page {
+    /// The items that passed the filter, in the order DynamoDB returned them.
     pub items: Vec<Item>,
     /// Where the next page starts; `None` when this was the last page.
     pub last_evaluated_key: Option<Key>,
     /// Read capacity units this page consumed.
     pub consumed_capacity: f64,
+    /// Items read before the filter (`ScannedCount`): above `items.len()`
+    /// when the filter dropped some.
     pub scanned_count: i32,
 }
 
 /// A write inside a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteOp {
+    /// Put the whole item (it replaces any item of the same key).
     Put(Item),
+    /// Delete the item of this key (nothing happens when there is none).
     Delete(Key),
 }
 
@@ -489,17 +532,27 @@ impl WriteOp {
 /// What a batch write did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct BatchWriteReport {
+    /// Ops written, after ops on the same key were collapsed (the last wins).
     pub items: usize,
+    /// BatchWriteItem requests sent, retries included (25 ops per request).
     pub requests: u32,
+    /// Ops sent again because DynamoDB left them unprocessed (each retry
+    /// counts them again).
     pub retried_items: usize,
+    /// Write capacity units consumed, over every request.
     pub consumed_capacity: f64,
 }
 
 /// Bounded exponential backoff with full jitter.
 #[derive(Debug, Clone, Copy)]
 pub struct Backoff {
+    /// Requests sent at most, the first included, before giving up with
+    /// [`StoreError::Unprocessed`]. Default 8.
     pub max_attempts: u32,
+    /// Upper bound of the first retry's delay; doubles with every retry.
+    /// Default 50 ms.
     pub base: Duration,
+    /// Upper bound of any delay. Default 5 s.
     pub max: Duration,
 }
 
@@ -536,56 +589,92 @@ impl Backoff {
 #[derive(Debug)]
 pub enum Request<'a> {
     /// A point read ([`ItemReader::get`]); answered by [`Reply::Item`].
-    Get { key: &'a Key, consistent: bool },
+    Get {
+        /// The item's primary key.
+        key: &'a Key,
+        /// Strongly consistent read.
+        consistent: bool,
+    },
     /// Several point reads ([`ItemReader::get_many`]); answered by
     /// [`Reply::Items`], one per key in the order of `keys` (a key may
     /// repeat).
-    GetMany { keys: &'a [Key], consistent: bool },
+    GetMany {
+        /// The primary keys, in the order the answers follow.
+        keys: &'a [Key],
+        /// Strongly consistent reads.
+        consistent: bool,
+    },
     /// A put, optionally conditional ([`ItemWriter::put`]); answered by
     /// [`Reply::Written`].
-    Put { item: Item, condition: Option<Expr> },
+    Put {
+        /// The whole item, key attributes included.
+        item: Item,
+        /// `ConditionExpression`; `None`: unconditional.
+        condition: Option<Expr>,
+    },
     /// A delete, optionally conditional ([`ItemWriter::delete`]); answered
     /// by [`Reply::Written`].
     Delete {
+        /// The item's primary key.
         key: &'a Key,
+        /// `ConditionExpression`; `None`: unconditional.
         condition: Option<Expr>,
     },
     /// UpdateItem with an update expression (`SET ...`), optionally
     /// conditional ([`ItemWriter::update`]); answered by [`Reply::Written`].
     Update {
+        /// The item's primary key.
         key: &'a Key,
+        /// `UpdateExpression` (`SET ...`, `REMOVE ...`).
         update: Expr,
+        /// `ConditionExpression`; `None`: unconditional.
         condition: Option<Expr>,
     },
     /// One page of a query ([`QueryStore::query_page`]); answered by
     /// [`Reply::Page`].
     QueryPage {
+        /// The query.
         spec: &'a QuerySpec,
+        /// Where the page starts (the previous page's
+        /// [`Page::last_evaluated_key`]); `None`: the first page.
         start: Option<Key>,
     },
     /// One page of a scan ([`QueryStore::scan_page`]); answered by
     /// [`Reply::Page`].
     ScanPage {
+        /// The scan.
         spec: &'a ScanSpec,
+        /// Where the page starts (the previous page's
+        /// [`Page::last_evaluated_key`]); `None`: the first page.
         start: Option<Key>,
     },
     /// Every item of several partitions ([`QueryStore::query_partitions`]);
     /// answered by [`Reply::Partitions`], one list per value in the order
     /// of `values`.
     QueryPartitions {
+        /// The secondary index to read; `None`: the table itself.
         index: Option<&'a str>,
+        /// The partition key attribute (of the index, when there is one).
         attribute: &'a str,
+        /// One partition key value per partition read.
         values: &'a [AttributeValue],
+        /// Strongly consistent reads.
         consistent: bool,
     },
     /// Bulk unconditional writes ([`BatchWriter::batch_write`]); answered
     /// by [`Reply::Batch`].
-    BatchWrite { ops: Vec<WriteOp> },
+    BatchWrite {
+        /// The writes, in any number (sent 25 per request; ops on the same
+        /// key collapse, the last wins).
+        ops: Vec<WriteOp>,
+    },
     /// Writes that take effect only while the facts they were decided from
     /// still hold ([`GuardedWriter::write_guarded`]); answered by
     /// [`Reply::Guarded`].
     WriteGuarded {
+        /// The facts that must still hold (checked, not written).
         guards: &'a [Guard],
+        /// The writes, all or none.
         ops: Vec<GuardedOp>,
     },
 }
@@ -699,6 +788,9 @@ pub trait Store: ItemReader + ItemWriter + QueryStore + BatchWriter + GuardedWri
 /// Point reads. Implemented for every [`Store`], through [`Store::call`].
 #[async_trait]
 pub trait ItemReader: Send + Sync {
+    /// The item of `key`, or `None` when there is none (GetItem; strongly
+    /// consistent when `consistent`). Errors: the [`StoreError`] of the
+    /// request, whose [`StoreError::kind`] says whether to retry.
     async fn get(&self, key: &Key, consistent: bool) -> Result<Option<Item>, StoreError>;
 
     /// Several point reads; the answers follow the order of `keys` (a key
@@ -715,7 +807,13 @@ pub trait ItemReader: Send + Sync {
 /// [`Store`], through [`Store::call`].
 #[async_trait]
 pub trait ItemWriter: Send + Sync {
+    /// PutItem: write the whole item, replacing any of the same key. With a
+    /// `condition` that does not hold, nothing is written and the outcome is
+    /// [`WriteOutcome::ConditionFailed`] (not an error).
     async fn put(&self, item: Item, condition: Option<Expr>) -> Result<WriteOutcome, StoreError>;
+    /// DeleteItem: delete the item of `key` (applied when there is none,
+    /// too). With a `condition` that does not hold, nothing is deleted and
+    /// the outcome is [`WriteOutcome::ConditionFailed`].
     async fn delete(&self, key: &Key, condition: Option<Expr>) -> Result<WriteOutcome, StoreError>;
     /// UpdateItem with an update expression (`SET ...`), optionally conditional.
     async fn update(
@@ -730,7 +828,11 @@ pub trait ItemWriter: Send + Sync {
 /// [`QueryStore::query_all`] and [`QueryStore::scan_all`] follow the pages.
 #[async_trait]
 pub trait QueryStore: Send + Sync {
+    /// One page of a query, from `start` (`None`: the first page); the
+    /// page's [`Page::last_evaluated_key`] is the next page's `start`.
     async fn query_page(&self, spec: &QuerySpec, start: Option<Key>) -> Result<Page, StoreError>;
+    /// One page of a scan, from `start` (`None`: the first page); the
+    /// page's [`Page::last_evaluated_key`] is the next page's `start`.
     async fn scan_page(&self, spec: &ScanSpec, start: Option<Key>) -> Result<Page, StoreError>;
 
     /// Every item of several partitions (`attribute = value` on the table,
@@ -778,6 +880,11 @@ pub trait QueryStore: Send + Sync {
 /// [`Store::call`].
 #[async_trait]
 pub trait BatchWriter: Send + Sync {
+    /// Write every op, unconditionally and not atomically: 25 per request,
+    /// ops on the same key collapsed (the last wins), unprocessed ones
+    /// retried with [`Backoff`]. Errors: [`StoreError::Unprocessed`] when
+    /// some are still unprocessed after every attempt (earlier ones are
+    /// written), or the failure of a request.
     async fn batch_write(&self, ops: Vec<WriteOp>) -> Result<BatchWriteReport, StoreError>;
 }
 
@@ -950,6 +1057,8 @@ pub async fn query_partitions_by_pages<S: Store + ?Sized>(
 /// written against this so that it can be exercised on its own.
 #[async_trait]
 pub trait BatchSender: Send + Sync {
+    /// Send `requests` (at most 25) in one request; returns the ones the
+    /// service left unprocessed and the write capacity units consumed.
     async fn send_batch(
         &self,
         requests: Vec<WriteRequest>,
@@ -1076,16 +1185,26 @@ pub struct StoreMetrics {
 /// The operations counted by [`StoreMetrics`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
+    /// A point read ([`ItemReader::get`]).
     GetItem = 0,
+    /// A single-item put ([`ItemWriter::put`]).
     PutItem = 1,
+    /// A single-item delete ([`ItemWriter::delete`]).
     DeleteItem = 2,
+    /// A single-item update ([`ItemWriter::update`]).
     UpdateItem = 3,
+    /// One page of a query.
     Query = 4,
+    /// One page of a scan.
     Scan = 5,
+    /// One request of a batch write (up to 25 items), retries included.
     BatchWriteItem = 6,
+    /// One request of several point reads (up to 100 keys), retries
+    /// included.
     BatchGetItem = 7,
     /// A PartiQL SELECT (IAM action `dynamodb:PartiQLSelect`).
     ExecuteStatement = 8,
+    /// Any other request; the engine's stores count none today.
     Other = 9,
     /// A transaction (guarded writes, an app's own transactions).
     TransactWriteItems = 10,
@@ -1094,19 +1213,30 @@ pub enum Operation {
 /// A copy of the counters at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct MetricsSnapshot {
+    /// `GetItem` requests.
     pub get_item: u64,
+    /// `PutItem` requests.
     pub put_item: u64,
+    /// `DeleteItem` requests.
     pub delete_item: u64,
+    /// `UpdateItem` requests.
     pub update_item: u64,
+    /// `Query` requests (one per page).
     pub query: u64,
+    /// `Scan` requests (one per page).
     pub scan: u64,
+    /// `BatchWriteItem` requests, retries included.
     pub batch_write_item: u64,
+    /// `BatchGetItem` requests, retries included.
     pub batch_get_item: u64,
     /// PartiQL SELECTs ([`QueryStore::query_partitions`]).
     pub execute_statement: u64,
     /// `TransactWriteItems` requests (guarded writes, transactions).
     pub transact_write_items: u64,
+    /// Read capacity units consumed, as DynamoDB reported them (a request
+    /// whose answer reports none adds 0).
     pub read_capacity: f64,
+    /// Write capacity units consumed, as DynamoDB reported them.
     pub write_capacity: f64,
 }
 
@@ -1147,6 +1277,8 @@ impl MetricsSnapshot {
 }
 
 impl StoreMetrics {
+    /// Count one request of `op` and the capacity it consumed (`None`: the
+    /// answer reported none).
     pub fn record(&self, op: Operation, consumed: Option<&ConsumedCapacity>) {
         self.requests[op as usize].fetch_add(1, Ordering::Relaxed);
         if let Some(c) = consumed {
@@ -1188,6 +1320,8 @@ impl StoreMetrics {
         self.indexes.lock().expect("metrics lock").clone()
     }
 
+    /// The counters now; [`MetricsSnapshot::since`] gives what happened
+    /// between two snapshots.
     pub fn snapshot(&self) -> MetricsSnapshot {
         let r = |op: Operation| self.requests[op as usize].load(Ordering::Relaxed);
         MetricsSnapshot {
@@ -1288,15 +1422,20 @@ impl DynamoStore {
         self
     }
 
+    /// The name of the table this store reads and writes.
     pub fn table(&self) -> &str {
         &self.table
     }
+    /// The DynamoDB client, for requests the store does not make.
     pub fn client(&self) -> &Client {
         &self.client
     }
+    /// The requests and capacity of this store (shared by its clones).
     pub fn metrics(&self) -> &StoreMetrics {
         &self.metrics
     }
+    /// The table's (partition, sort) key attribute names; `PK`/`SK` unless
+    /// set with [`Self::with_key`].
     pub fn key_attributes(&self) -> (&str, &str) {
         (&self.key_attributes.0, &self.key_attributes.1)
     }

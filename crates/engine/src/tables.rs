@@ -122,6 +122,7 @@ impl<T: TableSet> Stores<T> {
 
 /// A stream handler of one table: it sees that table's records only.
 pub trait TableHandler<T>: RecordProcessor {
+    /// The table whose records this handler is given.
     fn table(&self) -> T;
 }
 
@@ -154,8 +155,11 @@ pub(crate) fn routes<T: TableSet>(
 /// each function exactly these, table by table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableAccess<T> {
+    /// The table these grants are on.
     pub table: T,
+    /// DynamoDB actions on it (`dynamodb:GetItem`, ...).
     pub actions: &'static [&'static str],
+    /// Index names it queries or scans (their ARNs are granted, no others).
     pub indexes: &'static [&'static str],
 }
 

@@ -33,7 +33,10 @@ use tracing_subscriber::util::SubscriberInitExt;
 /// Output format of log lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
+    /// One JSON object per line, to stderr: what Lambda and CloudWatch
+    /// Logs Insights read (the bootstraps' default).
     Json,
+    /// Plain human-readable lines, to stderr, for a terminal.
     Text,
 }
 

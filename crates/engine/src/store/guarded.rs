@@ -52,7 +52,9 @@ pub(crate) const MAX_TRANSACT_ACTIONS: usize = 100;
 /// was taken on. Checked in every transaction of a guarded write.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Guard {
+    /// The primary key of the item checked (of the store's table).
     pub key: Key,
+    /// What must hold of that item (a `ConditionCheck`'s expression).
     pub condition: Expr,
 }
 
@@ -83,19 +85,34 @@ impl Guard {
 /// written itself.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GuardedOp {
+    /// A PutItem of the whole item, replacing any of the same key.
     Put {
+        /// The whole item, key attributes included.
         item: Item,
+        /// A condition on this item; `Some` sends the write in a
+        /// transaction of its own, counted in [`GuardedReport::refused`]
+        /// when it fails.
         condition: Option<Expr>,
     },
+    /// A DeleteItem (applied when the item is already gone, too).
     Delete {
+        /// The primary key of the item deleted.
         key: Key,
+        /// A condition on this item; `Some` sends the write in a
+        /// transaction of its own, counted in [`GuardedReport::refused`]
+        /// when it fails.
         condition: Option<Expr>,
     },
     /// An UpdateItem (`SET ...`, `ADD ...`): changes some attributes and
     /// leaves what the service wrote meanwhile in the others.
     Update {
+        /// The primary key of the item updated.
         key: Key,
+        /// `UpdateExpression` (`SET ...`, `ADD ...`).
         update: Expr,
+        /// A condition on this item; `Some` sends the write in a
+        /// transaction of its own, counted in [`GuardedReport::refused`]
+        /// when it fails.
         condition: Option<Expr>,
     },
 }

@@ -29,26 +29,46 @@ use crate::item::Item;
 /// One write of a transaction, on the table it names.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TransactOp {
+    /// Put the whole item, replacing any of the same key.
     Put {
+        /// The table's name (any table of the account and region).
         table: String,
+        /// The whole item, key attributes included.
         item: Item,
+        /// A condition on this item; when it fails the whole transaction
+        /// is [`TransactOutcome::Cancelled`].
         condition: Option<Expr>,
     },
+    /// Change some attributes of an item (creating it when absent, unless
+    /// the condition forbids it).
     Update {
+        /// The table's name.
         table: String,
+        /// The primary key of the item updated.
         key: Key,
+        /// `UpdateExpression` (`SET ...`, `ADD ...`).
         update: Expr,
+        /// A condition on this item; when it fails the whole transaction
+        /// is cancelled.
         condition: Option<Expr>,
     },
+    /// Delete an item (applied when it is already gone, too).
     Delete {
+        /// The table's name.
         table: String,
+        /// The primary key of the item deleted.
         key: Key,
+        /// A condition on this item; when it fails the whole transaction
+        /// is cancelled.
         condition: Option<Expr>,
     },
     /// A condition on an item that is not written.
     Check {
+        /// The table's name.
         table: String,
+        /// The primary key of the item checked.
         key: Key,
+        /// What must hold of it for the transaction to apply.
         condition: Expr,
     },
 }
@@ -74,6 +94,12 @@ impl TransactOutcome {
 /// table).
 #[async_trait]
 pub trait Transactions: Send + Sync {
+    /// Run `ops` as one `TransactWriteItems` request (DynamoDB takes at
+    /// most 100, no two on the same item): [`TransactOutcome::Applied`], or
+    /// [`TransactOutcome::Cancelled`] when a condition failed. Errors:
+    /// [`StoreError::Transient`] for a conflict with another transaction or
+    /// throttling (retry decides again); [`StoreError::Permanent`] for a
+    /// request the service refuses.
     async fn transact_write(&self, ops: Vec<TransactOp>) -> Result<TransactOutcome, StoreError>;
 }
 

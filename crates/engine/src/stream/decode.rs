@@ -70,7 +70,10 @@ const SECTIONS: [&str; 3] = ["Keys", "NewImage", "OldImage"];
 /// What happened to the item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChangeKind {
+    /// The item was created (`INSERT`): no old image.
     Insert,
+    /// The item was changed (`MODIFY`): a write that changes nothing makes
+    /// no record.
     Modify,
     /// Deleted by a caller.
     Remove,
@@ -106,8 +109,10 @@ impl fmt::Display for ChangeKind {
 /// Why a string is not a stream sequence number.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SequenceNumberError {
+    /// The string is empty.
     #[error("empty sequence number")]
     Empty,
+    /// The string holds something else than the digits `0`-`9`.
     #[error("sequence number is not a string of decimal digits")]
     NotDigits,
 }
@@ -204,7 +209,10 @@ impl<'de> serde::Deserialize<'de> for SequenceNumber {
 /// attribute values.
 #[derive(Clone, PartialEq)]
 pub struct StreamChange {
+    /// The record's `eventID` (never empty): unique per record, what log
+    /// lines and reports identify it by.
     pub event_id: String,
+    /// What happened to the item.
     pub kind: ChangeKind,
     /// `None` when the engine did not send one (then the record cannot be
     /// reported alone as a batch item failure).
@@ -217,7 +225,11 @@ pub struct StreamChange {
     pub old_image: Option<Item>,
     /// `None` when absent or empty.
     pub new_image: Option<Item>,
+    /// The stream's ARN (`eventSourceARN`); `None` when the record
+    /// carries none (a hand-made event).
     pub event_source_arn: Option<String>,
+    /// The record's size in bytes as DynamoDB reports it (`SizeBytes`);
+    /// `None` when absent.
     pub size_bytes: Option<i64>,
 }
 
@@ -268,20 +280,27 @@ impl fmt::Debug for StreamChange {
 pub struct RecordError {
     /// Position in the batch.
     pub index: usize,
+    /// The record's `eventID`, when it has one that is a string.
     pub event_id: Option<String>,
+    /// The record's sequence number, when it could be read; `None`: the
+    /// record cannot be reported alone as a batch item failure.
     pub sequence_number: Option<SequenceNumber>,
     /// Only the key attributes, rendered as `PK=…, SK=…`.
     pub keys: Option<String>,
+    /// What is wrong with the record (never an attribute value).
     pub reason: String,
 }
 
 /// Why an event is not a DynamoDB Streams batch at all.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EnvelopeError {
+    /// The payload does not parse as JSON; it holds the parser's message.
     #[error("event is not JSON: {0}")]
     NotJson(String),
+    /// The event has no `Records` key: another kind of event.
     #[error("no \"Records\" array: not a DynamoDB Streams event")]
     NoRecords,
+    /// `Records` is there but holds something else than an array.
     #[error("\"Records\" is not an array")]
     RecordsNotArray,
     /// Every record names another event source (`eventSource`, or SNS's

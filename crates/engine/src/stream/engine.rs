@@ -59,33 +59,42 @@ pub trait RecordProcessor: Send + Sync {
 /// values (they are logged).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordOutcome {
+    /// The change was acted on (written, published): counted as handled.
     Handled {
+        /// What was done, for the log line (`2 writes`).
         detail: String,
     },
+    /// Nothing to do for this change (not a kind the processor acts on,
+    /// already done): counted as skipped.
     Skipped {
+        /// Why, for the log line.
         reason: String,
     },
     /// Not an item of the app (another writer's item in a shared table, or
     /// a record of another app's table): skipped like [`Self::Skipped`],
     /// counted apart, so a local run fed the wrong events says so.
     Foreign {
+        /// Why it is not the app's, for the log line.
         reason: String,
     },
 }
 
 impl RecordOutcome {
+    /// [`RecordOutcome::Handled`], with what was done.
     pub fn handled(detail: impl Into<String>) -> Self {
         RecordOutcome::Handled {
             detail: detail.into(),
         }
     }
 
+    /// [`RecordOutcome::Skipped`], with why.
     pub fn skipped(reason: impl Into<String>) -> Self {
         RecordOutcome::Skipped {
             reason: reason.into(),
         }
     }
 
+    /// [`RecordOutcome::Foreign`], with why.
     pub fn foreign(reason: impl Into<String>) -> Self {
         RecordOutcome::Foreign {
             reason: reason.into(),
@@ -99,16 +108,25 @@ pub enum ProcessError {
     /// Retrying cannot help (the change itself is unusable): the record is
     /// logged and skipped.
     #[error("permanent failure: {reason}")]
-    Permanent { reason: String },
+    Permanent {
+        /// Why, for the log line and the parking table.
+        reason: String,
+    },
     /// Retrying may help (throttling, network): the batch stops and Lambda
     /// retries from this record.
     #[error("transient failure: {reason}")]
-    Transient { reason: String },
+    Transient {
+        /// Why, for the log line.
+        reason: String,
+    },
     /// The deployment is wrong, not the record (a missing table or index,
     /// access denied, a bad credential): the batch stops and the
     /// invocation fails; nothing is parked or skipped.
     #[error("environment fault: {reason}")]
-    Environment { reason: String },
+    Environment {
+        /// Why, for the log line and the invocation's error.
+        reason: String,
+    },
 }
 
 /// A store failure, by its kind ([`StoreError::kind`]).
@@ -128,18 +146,24 @@ impl From<crate::error::HandlerError> for ProcessError {
 }
 
 impl ProcessError {
+    /// [`ProcessError::Permanent`]: the record is logged, skipped and
+    /// parked.
     pub fn permanent(reason: impl Into<String>) -> Self {
         ProcessError::Permanent {
             reason: reason.into(),
         }
     }
 
+    /// [`ProcessError::Transient`]: the batch stops, Lambda retries from
+    /// this record.
     pub fn transient(reason: impl Into<String>) -> Self {
         ProcessError::Transient {
             reason: reason.into(),
         }
     }
 
+    /// [`ProcessError::Environment`]: the batch stops and the invocation
+    /// fails.
     pub fn environment(reason: impl Into<String>) -> Self {
         ProcessError::Environment {
             reason: reason.into(),
@@ -170,6 +194,7 @@ impl ProcessError {
         matches!(self, ProcessError::Transient { .. })
     }
 
+    /// The reason given, whatever the kind.
     pub fn reason(&self) -> &str {
         match self {
             ProcessError::Permanent { reason }
@@ -235,37 +260,48 @@ impl EngineConfig {
 /// What happened to one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RecordStatus {
+    /// The processor acted on it ([`RecordOutcome::Handled`]).
     Handled {
+        /// What it did.
         detail: String,
     },
     /// Skipped by the processor (nothing to do).
     Skipped {
+        /// Why, as the processor said.
         reason: String,
     },
     /// Skipped as not an item of the app ([`RecordOutcome::Foreign`]).
     Foreign {
+        /// Why, as the processor said.
         reason: String,
     },
     /// Failed permanently (e.g. an item that does not decode): logged,
     /// counted and skipped; retrying would not help.
     Rejected {
+        /// The [`ProcessError::Permanent`] reason; what a parked record
+        /// keeps.
         reason: String,
     },
     /// Did not decode.
     Malformed {
+        /// The decoder's reason ([`RecordError`]); what a parked record
+        /// keeps.
         reason: String,
     },
     /// Failed transiently; reported to Lambda for a retry.
     Failed {
+        /// The [`ProcessError::Transient`] reason.
         reason: String,
     },
     /// Failed because the deployment is wrong ([`ProcessError::Environment`]):
     /// the invocation fails, nothing is parked.
     Environment {
+        /// The [`ProcessError::Environment`] reason.
         reason: String,
     },
     /// Not processed: after a transient failure or near the deadline.
     NotAttempted {
+        /// Why it was not started (the deadline, or the earlier failure).
         reason: String,
     },
 }
@@ -284,30 +320,46 @@ impl RecordStatus {
 /// One record's line in the batch report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecordReport {
+    /// Position in the batch (0-based), also in the event's `Records`.
     pub index: usize,
+    /// The record's `eventID`; `None` when a malformed record had none.
     pub event_id: Option<String>,
+    /// The record's sequence number; `None` when it had none (a failure
+    /// then retries the whole batch).
     pub sequence_number: Option<SequenceNumber>,
     /// Only the key attributes, `PK=…, SK=…`.
     pub keys: Option<String>,
+    /// What happened to the item; `None` when the record did not decode.
     pub kind: Option<ChangeKind>,
+    /// What the engine did with it.
     pub status: RecordStatus,
 }
 
 /// The outcome of a batch.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BatchReport {
+    /// One line per record, in batch order.
     pub records: Vec<RecordReport>,
     /// Sequence numbers to report to Lambda, in batch order.
     pub batch_item_failures: Vec<String>,
+    /// Records [`RecordStatus::Handled`].
     pub handled: usize,
+    /// Records [`RecordStatus::Skipped`].
     pub skipped: usize,
     /// Skipped as not the app's ([`RecordStatus::Foreign`]).
     pub foreign: usize,
+    /// Records [`RecordStatus::Rejected`] (failed for good; parked when a
+    /// parking table is set).
     pub rejected: usize,
+    /// Records [`RecordStatus::Malformed`] (did not decode; parked when a
+    /// parking table is set).
     pub malformed: usize,
+    /// Records [`RecordStatus::Failed`] transiently (retried by Lambda).
     pub failed: usize,
     /// Records that met an environment fault.
     pub environment: usize,
+    /// Records [`RecordStatus::NotAttempted`] (after a failure, or near the
+    /// deadline; delivered again).
     pub not_attempted: usize,
     /// The first environment fault of the batch (`#index: reason`): the
     /// entry point must fail the invocation, and nothing is parked.

@@ -127,7 +127,13 @@ pub trait TypedChange: Sized + Send + Sync + 'static {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HandlerOutcome {
     /// Wrote to the table (`writes` write requests).
-    Wrote { writes: usize, detail: String },
+    Wrote {
+        /// Write requests sent (counted under the metric the handler was
+        /// registered with, if any).
+        writes: usize,
+        /// What was written, for the log line (no attribute values).
+        detail: String,
+    },
     /// Nothing to do, and why.
     Nothing(String),
 }
