@@ -520,8 +520,8 @@ impl Drain {
                 return total;
             }
             total += records.len();
-            self.mapping.push(records);
-            self.batches.extend(settle(&mut self.mapping, app).await);
+            self.batches
+                .extend(settle(&mut self.mapping, records, app).await);
         }
         panic!("the stream did not settle after 50 rounds: the worker keeps writing");
     }
@@ -531,8 +531,9 @@ impl Drain {
     /// sequence number (up to 5 attempts).
     pub async fn run_batch(&mut self, app: &dyn EventFunction, chunk: &[StreamChange]) {
         let mut mapping = Mapping::new(mapping_config(chunk.len(), 1, &self.partition_key));
-        mapping.push(chunk.iter().map(|c| (String::new(), c.clone())).collect());
-        self.batches.extend(settle(&mut mapping, app).await);
+        let records = chunk.iter().map(|c| (String::new(), c.clone())).collect();
+        self.batches
+            .extend(settle(&mut mapping, records, app).await);
     }
 }
 
@@ -549,25 +550,31 @@ fn mapping_config(batch_size: usize, factor: usize, partition_key: &str) -> Mapp
     }
 }
 
-/// Invoke `app` through `mapping` until no record is pending; every
-/// attempt's report. A test failure on a function error, an environment
-/// fault, or records given up on.
-async fn settle(mapping: &mut Mapping, app: &dyn EventFunction) -> Vec<BatchReport> {
+/// `records` through `mapping` into `app`, polled until none is pending;
+/// every attempt's report. A test failure on a function error, an
+/// environment fault, or records given up on.
+async fn settle(
+    mapping: &mut Mapping,
+    mut records: Vec<(String, StreamChange)>,
+    app: &dyn EventFunction,
+) -> Vec<BatchReport> {
     let mut reports = Vec::new();
-    while mapping.pending() > 0 {
-        let invoked = mapping.invoke_ready(app).await;
-        if let Some(fault) = invoked.environment_fault {
+    loop {
+        let polled = mapping.poll(std::mem::take(&mut records), app).await;
+        if let Some(fault) = polled.environment_fault {
             panic!("stream event: environment fault: {fault}");
         }
-        for batch in invoked.batches {
+        for batch in polled.batches {
             match (&batch.invocation, &batch.action) {
                 (Invocation::FunctionError { error }, _) => panic!("stream event: {error}"),
                 (_, Action::Discard { .. }) => panic!("a batch kept failing: {}", batch.line()),
                 _ => reports.extend(batch.report),
             }
         }
+        if mapping.pending() == 0 {
+            return reports;
+        }
     }
-    reports
 }
 
 /// Issue `ops` with the raw SDK client: BatchWriteItem in chunks of 25, one

@@ -1,9 +1,9 @@
 //! Lambda's event source mapping for a DynamoDB stream, written once: the
 //! `dev` loop ([`crate::replay::dev::EventSourceLoop`]) runs it over a live
 //! stream, the test kit's drain over a test table's. [`Mapping`] holds the
-//! records read and not done yet; [`Mapping::push`] queues what the stream
-//! gave, [`Mapping::invoke_ready`] invokes the function with every batch
-//! that is ready. The rules:
+//! records read and not done yet; [`Mapping::poll`] queues what the stream
+//! gave and invokes the function with every batch that is ready. The
+//! rules:
 //!
 //! - **Batch cut.** A batch holds up to `batch_size` records of **one
 //!   shard, in order**; a shard's records wait for the batching window
@@ -18,7 +18,7 @@
 //!   whole-batch retry) retries the whole batch; with `bisect_on_error`
 //!   (`BisectBatchOnFunctionError`) the batch is split in two and the first
 //!   half is retried. A failed batch's retry waits for the next
-//!   [`Mapping::invoke_ready`].
+//!   [`Mapping::poll`].
 //! - **Giving up.** After `max_retries` failed retries of the same first
 //!   record, the failing records are discarded (logged), as Lambda does
 //!   once its `MaximumRetryAttempts` is exhausted. Progress (records done
@@ -35,7 +35,7 @@
 //!   in any of its lanes: where a restart resumes.
 //! - **Environment faults.** An invocation that fails with an
 //!   [`EnvironmentFault`] stops its lane at once: not a retry, nothing
-//!   checkpointed or discarded ([`Invoked::environment_fault`]).
+//!   checkpointed or discarded ([`PollReport::environment_fault`]).
 //!
 //! [`decide`] is the pure decision after each invocation; every attempt
 //! leaves a [`BatchLog`].
@@ -58,7 +58,7 @@ pub use worker_engine::{EventFunction, InvokeError};
 /// missing table or index, access denied: [`worker_engine::FailureKind`]).
 /// A function returns it as its [`InvokeError`]; the mapping stops the
 /// lane at once instead of retrying and discarding the batch, since every
-/// retry would meet the same fault ([`Invoked::environment_fault`]).
+/// retry would meet the same fault ([`PollReport::environment_fault`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("environment fault: {0}")]
 pub struct EnvironmentFault(pub String);
@@ -431,10 +431,12 @@ impl BatchLog {
     }
 }
 
-/// What one [`Mapping::invoke_ready`] did.
+/// What one [`Mapping::poll`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Invoked {
-    /// Every invocation made, lane by lane of each shard.
+pub struct PollReport {
+    /// New records read from the stream.
+    pub read: usize,
+    /// Invocations made, lane by lane of each shard.
     pub batches: Vec<BatchLog>,
     /// An invocation met an environment fault: its lane stopped there, the
     /// batch not counted as a retry and not checkpointed.
@@ -474,10 +476,37 @@ impl Mapping {
         self.shards.iter().map(ShardQueue::pending).sum()
     }
 
-    /// Queue records read from the stream, `(shard id, change)`, each
-    /// shard's in order: each goes to its shard's lane ([`lane_of`]), its
-    /// batching window starting now.
-    pub fn push(&mut self, records: Vec<(String, StreamChange)>) {
+    /// Queue the records read from the stream, `(shard id, change)` each
+    /// shard's in order, into their shards' lanes ([`lane_of`]), their
+    /// batching window starting now; then invoke `function` with every
+    /// batch that is ready, shard by shard in the order they were first
+    /// seen, until a shard keeps records pending (its retry, or its
+    /// batching window, waits for the next poll).
+    pub async fn poll(
+        &mut self,
+        records: Vec<(String, StreamChange)>,
+        function: &dyn EventFunction,
+    ) -> PollReport {
+        let mut out = PollReport {
+            read: records.len(),
+            ..PollReport::default()
+        };
+        self.push(records);
+        for queue in &mut self.shards {
+            let blocked = queue.run(&self.config, function, &mut out).await;
+            if let Some(seq) = queue.checkpoint() {
+                self.checkpoints.insert(queue.shard.clone(), seq);
+            }
+            if blocked || queue.pending() > 0 {
+                // Later shards wait (parents before children).
+                break;
+            }
+        }
+        self.shards.retain(|q| q.pending() > 0);
+        out
+    }
+
+    fn push(&mut self, records: Vec<(String, StreamChange)>) {
         let now = Instant::now();
         let factor = self.config.parallelization_factor.max(1);
         for (shard, change) in records {
@@ -492,25 +521,6 @@ impl Mapping {
             let lane = lane_of(&change.keys, self.config.partition_key.as_deref(), factor);
             self.shards[i].push(lane, now, change);
         }
-    }
-
-    /// Invoke `function` with every batch that is ready, shard by shard in
-    /// the order they were first seen, until a shard keeps records pending
-    /// (its retry, or its batching window, waits for the next call).
-    pub async fn invoke_ready(&mut self, function: &dyn EventFunction) -> Invoked {
-        let mut out = Invoked::default();
-        for queue in &mut self.shards {
-            let blocked = queue.run(&self.config, function, &mut out).await;
-            if let Some(seq) = queue.checkpoint() {
-                self.checkpoints.insert(queue.shard.clone(), seq);
-            }
-            if blocked || queue.pending() > 0 {
-                // Later shards wait (parents before children).
-                break;
-            }
-        }
-        self.shards.retain(|q| q.pending() > 0);
-        out
     }
 }
 
@@ -552,12 +562,12 @@ impl ShardQueue {
     }
 
     /// Invoke with the ready batches of every lane, the lanes concurrently;
-    /// true when a batch failed (its retry waits for the next call).
+    /// true when a batch failed (its retry waits for the next poll).
     async fn run(
         &mut self,
         config: &MappingConfig,
         function: &dyn EventFunction,
-        out: &mut Invoked,
+        out: &mut PollReport,
     ) -> bool {
         let parallel = self.lanes.len() > 1;
         let shard = self.shard.as_str();
@@ -613,7 +623,7 @@ struct LaneRun {
     logs: Vec<BatchLog>,
     /// Positions of the records done.
     done: Vec<u64>,
-    /// A batch failed: its retry waits for the next call.
+    /// A batch failed: its retry waits for the next poll.
     blocked: bool,
     /// An environment fault stopped the lane.
     fault: Option<String>,

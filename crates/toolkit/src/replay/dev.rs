@@ -9,8 +9,8 @@
 //! The mapping's rules (batch cut, partial-batch responses, retry and
 //! bisect, giving up, parallelization lanes, checkpoints) are
 //! [`crate::mapping`]'s, which the test kit's drain runs too: the loop
-//! reads, hands the records to a [`Mapping`], and polls until the stream
-//! is quiet.
+//! hands what it reads to a [`Mapping`], and polls until the stream is
+//! quiet.
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::mapping::{BatchLog, EventFunction, Mapping, MappingConfig};
+use crate::mapping::{BatchLog, EventFunction, Mapping, MappingConfig, PollReport};
 use crate::stream_reader::StreamTail;
 use worker_engine::store::StoreError;
 use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
@@ -129,18 +129,6 @@ pub fn failure_record(
     })
 }
 
-/// What one poll did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PollReport {
-    /// New records read from the source.
-    pub read: usize,
-    /// Invocations made.
-    pub batches: Vec<BatchLog>,
-    /// An invocation met an environment fault: the loop stopped there,
-    /// its batch not counted as a retry and not checkpointed.
-    pub environment_fault: Option<String>,
-}
-
 /// The event source mapping over a [`RecordSource`].
 pub struct EventSourceLoop<S: RecordSource> {
     source: S,
@@ -171,10 +159,6 @@ impl<S: RecordSource> EventSourceLoop<S> {
         &mut self.source
     }
 
-    pub fn config(&self) -> &MappingConfig {
-        self.mapping.config()
-    }
-
     /// Records read but not checkpointed yet.
     pub fn pending(&self) -> usize {
         self.mapping.pending()
@@ -186,21 +170,14 @@ impl<S: RecordSource> EventSourceLoop<S> {
     }
 
     /// Read new records, then invoke the function with every batch that is
-    /// ready ([`Mapping::invoke_ready`]). A failed batch is retried on the
-    /// next poll.
+    /// ready ([`Mapping::poll`]). A failed batch is retried on the next
+    /// poll.
     pub async fn poll_once(
         &mut self,
         function: &dyn EventFunction,
     ) -> Result<PollReport, StoreError> {
         let new = self.source.next_records().await?;
-        let read = new.len();
-        self.mapping.push(new);
-        let invoked = self.mapping.invoke_ready(function).await;
-        Ok(PollReport {
-            read,
-            batches: invoked.batches,
-            environment_fault: invoked.environment_fault,
-        })
+        Ok(self.mapping.poll(new, function).await)
     }
 
     /// Poll until the stream is quiet: nothing new was read and nothing is
