@@ -91,7 +91,7 @@ use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
 use worker_engine::stream::BatchReport;
 use worker_engine::stream::StreamChange;
-use worker_toolkit::mapping::{Action, Invocation, Mapping, MappingConfig};
+use worker_toolkit::mapping::{Action, BatchLog, Invocation, Mapping, MappingConfig};
 
 /// A table of its own on one of the test process's DynamoDB Locals
 /// ([`instance`]), deleted on drop.
@@ -520,8 +520,8 @@ impl Drain {
                 return total;
             }
             total += records.len();
-            self.batches
-                .extend(settle(&mut self.mapping, records, app).await);
+            let logs = settle(&mut self.mapping, records, app, |_| Default::default()).await;
+            self.batches.extend(reports(logs));
         }
         panic!("the stream did not settle after 50 rounds: the worker keeps writing");
     }
@@ -532,8 +532,8 @@ impl Drain {
     pub async fn run_batch(&mut self, app: &dyn EventFunction, chunk: &[StreamChange]) {
         let mut mapping = Mapping::new(mapping_config(chunk.len(), 1, &self.partition_key));
         let records = chunk.iter().map(|c| (String::new(), c.clone())).collect();
-        self.batches
-            .extend(settle(&mut mapping, records, app).await);
+        let logs = settle(&mut mapping, records, app, |_| Default::default()).await;
+        self.batches.extend(reports(logs));
     }
 }
 
@@ -550,16 +550,21 @@ fn mapping_config(batch_size: usize, factor: usize, partition_key: &str) -> Mapp
     }
 }
 
-/// `records` through `mapping` into `app`, polled until none is pending;
-/// every attempt's report. A test failure on a function error, an
-/// environment fault, or records given up on.
+/// `records` through `mapping` into `app`, polled until none is pending,
+/// waiting `pause(polls so far)` before each poll after the first; every
+/// invocation. A test failure on a function error, an environment fault,
+/// or records given up on.
 async fn settle(
     mapping: &mut Mapping,
     mut records: Vec<(String, StreamChange)>,
     app: &dyn EventFunction,
-) -> Vec<BatchReport> {
-    let mut reports = Vec::new();
-    loop {
+    pause: impl Fn(u64) -> std::time::Duration,
+) -> Vec<BatchLog> {
+    let mut logs = Vec::new();
+    for poll in 0.. {
+        if poll > 0 && !pause(poll).is_zero() {
+            tokio::time::sleep(pause(poll)).await;
+        }
         let polled = mapping.poll(std::mem::take(&mut records), app).await;
         if let Some(fault) = polled.environment_fault {
             panic!("stream event: environment fault: {fault}");
@@ -568,13 +573,19 @@ async fn settle(
             match (&batch.invocation, &batch.action) {
                 (Invocation::FunctionError { error }, _) => panic!("stream event: {error}"),
                 (_, Action::Discard { .. }) => panic!("a batch kept failing: {}", batch.line()),
-                _ => reports.extend(batch.report),
+                _ => logs.push(batch),
             }
         }
         if mapping.pending() == 0 {
-            return reports;
+            break;
         }
     }
+    logs
+}
+
+/// Every invocation's report.
+fn reports(logs: Vec<BatchLog>) -> impl Iterator<Item = BatchReport> {
+    logs.into_iter().filter_map(|b| b.report)
 }
 
 /// Issue `ops` with the raw SDK client: BatchWriteItem in chunks of 25, one

@@ -12,8 +12,9 @@
 //!   after it (so a child shard never overtakes its parent).
 //! - **Partial-batch responses.** A response with `batchItemFailures`
 //!   (`ReportBatchItemFailures`) checkpoints before the lowest failed
-//!   record: the next attempt starts **at that sequence number** (with
-//!   `bisect_on_error`, and holds only the rest of the batch).
+//!   record: the next attempt starts **at that sequence number**, with up
+//!   to a full batch (with `bisect_on_error`, only the rest of the
+//!   batch).
 //! - **Retry and bisect.** A function error (or a response asking for a
 //!   whole-batch retry) retries the whole batch; with `bisect_on_error`
 //!   (`BisectBatchOnFunctionError`) the batch is split in two and the first
