@@ -40,7 +40,6 @@ use rand::rngs::StdRng;
 
 use worker_engine::EventFunction;
 use worker_engine::stream::{SequenceNumber, StreamChange};
-use worker_toolkit::mapping::MappingConfig;
 use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
 
 use crate::TestTable;
@@ -218,14 +217,9 @@ impl Mapping {
     /// lane's retry starts at its failed record, after a pause that grows
     /// with the attempts.
     async fn invoke(&self, app: &dyn EventFunction, batch: &[StreamChange]) -> Stats {
-        let mut mapping = worker_toolkit::mapping::Mapping::new(MappingConfig {
-            batch_size: batch.len(),
-            batching_window: Duration::ZERO,
-            max_retries: self.attempts.saturating_sub(1) as u32,
-            bisect_on_error: true,
-            parallelization_factor: self.factor,
-            partition_key: Some(self.partition_key.clone()),
-        });
+        let config =
+            crate::mapping_config(batch.len(), self.factor, &self.partition_key, self.attempts);
+        let mut mapping = worker_toolkit::mapping::Mapping::new(config);
         let records = batch.iter().map(|c| (String::new(), c.clone())).collect();
         let pause = |poll| Duration::from_millis(10 + 5 * poll);
         let mut stats = Stats {

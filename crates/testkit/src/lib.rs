@@ -89,8 +89,7 @@ use worker_engine::EventFunction;
 use worker_engine::item::Item;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
-use worker_engine::stream::BatchReport;
-use worker_engine::stream::StreamChange;
+use worker_engine::stream::{BatchReport, StreamChange};
 use worker_toolkit::mapping::{Action, BatchLog, Invocation, Mapping, MappingConfig};
 
 /// A table of its own on one of the test process's DynamoDB Locals
@@ -461,7 +460,7 @@ impl Drain {
         Drain {
             tail,
             batches: Vec::new(),
-            mapping: Mapping::new(mapping_config(100, 1, &partition_key)),
+            mapping: Mapping::new(mapping_config(100, 1, &partition_key, 5)),
             partition_key,
         }
     }
@@ -484,7 +483,7 @@ impl Drain {
             (1..=parallel::MAX_PARALLELIZATION_FACTOR).contains(&n),
             "ParallelizationFactor {n}: Lambda allows 1 to 10"
         );
-        self.mapping = Mapping::new(mapping_config(100, n, &self.partition_key));
+        self.mapping = Mapping::new(mapping_config(100, n, &self.partition_key, 5));
         self
     }
 
@@ -530,23 +529,24 @@ impl Drain {
     /// the drain's mapping: on failure retried from the first failed
     /// sequence number (up to 5 attempts).
     pub async fn run_batch(&mut self, app: &dyn EventFunction, chunk: &[StreamChange]) {
-        let mut mapping = Mapping::new(mapping_config(chunk.len(), 1, &self.partition_key));
+        let mut mapping = Mapping::new(mapping_config(chunk.len(), 1, &self.partition_key, 5));
         let records = chunk.iter().map(|c| (String::new(), c.clone())).collect();
         let logs = settle(&mut mapping, records, app, |_| Default::default()).await;
         self.batches.extend(reports(logs));
     }
 }
 
-/// The drain's mapping ([`Drain`]): batches of `batch_size`, `factor`
-/// lanes by `partition_key`, bisect on, 4 retries.
-fn mapping_config(batch_size: usize, factor: usize, partition_key: &str) -> MappingConfig {
+/// The kit's mappings ([`Drain`], [`follow::Mapping`]): batches of
+/// `batch_size`, `factor` lanes by `partition_key`, no batching window,
+/// bisect on, `attempts` of a record at most.
+fn mapping_config(batch_size: usize, factor: usize, pk: &str, attempts: usize) -> MappingConfig {
     MappingConfig {
         batch_size,
         batching_window: std::time::Duration::ZERO,
-        max_retries: 4,
+        max_retries: attempts.saturating_sub(1) as u32,
         bisect_on_error: true,
         parallelization_factor: factor,
-        partition_key: Some(partition_key.to_owned()),
+        partition_key: Some(pk.to_owned()),
     }
 }
 

@@ -494,11 +494,11 @@ impl Mapping {
         };
         self.push(records);
         for queue in &mut self.shards {
-            let blocked = queue.run(&self.config, function, &mut out).await;
+            queue.run(&self.config, function, &mut out).await;
             if let Some(seq) = queue.checkpoint() {
                 self.checkpoints.insert(queue.shard.clone(), seq);
             }
-            if blocked || queue.pending() > 0 {
+            if queue.pending() > 0 {
                 // Later shards wait (parents before children).
                 break;
             }
@@ -562,14 +562,14 @@ impl ShardQueue {
         self.lanes[lane].pending.push_back((now, position, change));
     }
 
-    /// Invoke with the ready batches of every lane, the lanes concurrently;
-    /// true when a batch failed (its retry waits for the next poll).
+    /// Invoke with the ready batches of every lane, the lanes concurrently
+    /// (a failed batch's retry waits for the next poll).
     async fn run(
         &mut self,
         config: &MappingConfig,
         function: &dyn EventFunction,
         out: &mut PollReport,
-    ) -> bool {
+    ) {
         let parallel = self.lanes.len() > 1;
         let shard = self.shard.as_str();
         let runs = futures::future::join_all(
@@ -579,10 +579,8 @@ impl ShardQueue {
                 .map(|(k, lane)| lane.run(shard, parallel.then_some(k), config, function)),
         )
         .await;
-        let mut blocked = false;
         for run in runs {
             out.batches.extend(run.logs);
-            blocked |= run.blocked;
             if out.environment_fault.is_none() {
                 out.environment_fault = run.fault;
             }
@@ -590,7 +588,6 @@ impl ShardQueue {
                 self.order[(position - self.front) as usize].1 = true;
             }
         }
-        blocked
     }
 
     /// Drop the records done at the front: the new checkpoint, the last
@@ -624,8 +621,6 @@ struct LaneRun {
     logs: Vec<BatchLog>,
     /// Positions of the records done.
     done: Vec<u64>,
-    /// A batch failed: its retry waits for the next poll.
-    blocked: bool,
     /// An environment fault stopped the lane.
     fault: Option<String>,
 }
@@ -646,7 +641,6 @@ impl Lane {
                 Ok(answer) => answer,
                 Err(EnvironmentFault(fault)) => {
                     out.fault = Some(fault);
-                    out.blocked = true;
                     return out;
                 }
             };
@@ -671,7 +665,6 @@ impl Lane {
             self.retries = decision.retries;
             self.limit = decision.next_limit;
             if matches!(decision.action, Action::Retry { .. }) {
-                out.blocked = true;
                 return out;
             }
         }
