@@ -346,13 +346,14 @@ pub struct BatchLog {
 }
 
 impl BatchLog {
-    /// The log of attempt `attempt` of `batch`, on `shard` (and `lane`).
+    /// The log of attempt `attempt` of `batch`, on `shard` (and `lane`):
+    /// the function's answer and the `decision` that followed.
     fn new(
         (shard, lane): (&str, Option<usize>),
         attempt: u32,
         batch: &[StreamChange],
         (invocation, report): (Invocation, Option<BatchReport>),
-        action: Action,
+        decision: &Decision,
     ) -> Self {
         let seq = |c: Option<&StreamChange>| {
             c.and_then(|c| c.sequence_number.as_ref())
@@ -372,7 +373,7 @@ impl BatchLog {
             rejected: count(|r| r.rejected),
             malformed: count(|r| r.malformed),
             invocation,
-            action,
+            action: decision.action.clone(),
             report,
         }
     }
@@ -637,31 +638,21 @@ impl Lane {
     ) -> LaneRun {
         let mut out = LaneRun::default();
         while let Some(batch) = self.next_batch(config) {
-            let (invocation, report) = match invoke(function, &batch).await {
+            let answer = match invoke(function, &batch).await {
                 Ok(answer) => answer,
-                Err(EnvironmentFault(fault)) => {
-                    out.fault = Some(fault);
-                    return out;
+                Err(fault) => {
+                    return LaneRun {
+                        fault: Some(fault.0),
+                        ..out
+                    };
                 }
             };
-            let decision = decide(&batch, &invocation, self.retries, config);
-            let answer = (invocation, report);
-            let attempt = self.retries + 1;
-            let log = BatchLog::new(
-                (shard, lane),
-                attempt,
-                &batch,
-                answer,
-                decision.action.clone(),
-            );
+            let decision = decide(&batch, &answer.0, self.retries, config);
+            let log = BatchLog::new((shard, lane), self.retries + 1, &batch, answer, &decision);
             log.trace();
             out.logs.push(log);
-            let drained = decision.done + decision.discarded;
-            out.done.extend(
-                self.pending
-                    .drain(..drained)
-                    .map(|(_, position, _)| position),
-            );
+            let done = self.pending.drain(..decision.done + decision.discarded);
+            out.done.extend(done.map(|(_, position, _)| position));
             self.retries = decision.retries;
             self.limit = decision.next_limit;
             if matches!(decision.action, Action::Retry { .. }) {
