@@ -133,7 +133,7 @@
 //! served), `--parallelization-factor N[,M...]` (default: the template's
 //! `ParallelizationFactor`): the drain as a mapping with that factor does
 //! it, each read's records split by a hash of their partition key into N
-//! lanes (`worker_toolkit::replay::dev::split_by_partition_key`), each lane
+//! lanes (`worker_toolkit::mapping::split_by_partition_key`), each lane
 //! cut into batches and invoked in order (retried by itself), the lanes
 //! concurrently (a task each); with several factors (`1,10`) every worker
 //! run is made at each factor, the first factor's runs give every figure
@@ -562,7 +562,7 @@ async fn drain(
         empty = 0;
         s.records += changes.len();
         let lanes: Vec<Vec<StreamChange>> =
-            worker_toolkit::replay::dev::split_by_partition_key(changes, Some(PK), factor)
+            worker_toolkit::mapping::split_by_partition_key(changes, Some(PK), factor)
                 .into_iter()
                 .filter(|l| !l.is_empty())
                 .collect();

@@ -18,7 +18,8 @@ use nishiki_worker::keys::{ContainerId, GroupId, ItemKey};
 use support::TestTable;
 use worker_engine::store::{ItemWriter, Store};
 use worker_testkit::layers::{Fault, FaultOp, FaultyStore};
-use worker_toolkit::replay::dev::{Action, EventSourceLoop, Invocation, MappingConfig};
+use worker_toolkit::mapping::{Action, Invocation, MappingConfig};
+use worker_toolkit::replay::dev::EventSourceLoop;
 use worker_toolkit::replay::snapshot::{load_items, read_snapshot, snapshot_text};
 use worker_toolkit::stream_reader::{StartAt, StreamTail};
 

@@ -15,7 +15,9 @@
 //!   other, the shard's order.
 //! - **Retries.** An invocation that reports a batch item failure is
 //!   invoked again from that record (`ReportBatchItemFailures`), after a
-//!   short pause, up to [`Mapping::attempts`] times; records rejected for
+//!   short pause, up to [`Mapping::attempts`] times in a row (the
+//!   toolkit's mapping, [`worker_toolkit::mapping`], which the `dev` loop
+//!   and [`crate::Drain`] run too); records rejected for
 //!   good or malformed are counted in [`Stats`] (the worker parks those in
 //!   production).
 //! - **Following.** [`Followers`] runs one task per tail until stopped;
@@ -37,7 +39,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use worker_engine::EventFunction;
-use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::stream::{SequenceNumber, StreamChange};
 use worker_toolkit::stream_reader::{StartAt, StreamTail, local_client};
 
 use crate::TestTable;
@@ -205,47 +207,32 @@ impl Mapping {
     pub async fn handle(&self, app: &dyn EventFunction, records: Vec<StreamChange>) -> Stats {
         let mut stats = Stats::default();
         for chunk in records.chunks(self.batch_size.max(1)) {
-            let lanes = crate::parallel::lanes(
-                chunk.to_vec(),
-                Some(self.partition_key.as_str()),
-                self.factor,
-            )
-            .into_iter()
-            .filter(|l| !l.is_empty())
-            .map(|l| self.invoke(app, l));
-            for s in futures::future::join_all(lanes).await {
-                stats.add(s);
-            }
+            stats.add(self.invoke(app, chunk).await);
         }
         stats
     }
 
-    /// One batch invoked like Lambda until no record of it is to retry.
-    async fn invoke(&self, app: &dyn EventFunction, batch: Vec<StreamChange>) -> Stats {
+    /// One batch, its lanes invoked at once through the toolkit's mapping
+    /// ([`worker_toolkit::mapping`]) until no record of it is to retry: a
+    /// lane's retry starts at its failed record, after a pause that grows
+    /// with the attempts.
+    async fn invoke(&self, app: &dyn EventFunction, batch: &[StreamChange]) -> Stats {
+        let config =
+            crate::mapping_config(batch.len(), self.factor, &self.partition_key, self.attempts);
+        let mut mapping = worker_toolkit::mapping::Mapping::new(config);
+        let records = batch.iter().map(|c| (String::new(), c.clone())).collect();
+        let pause = |poll| Duration::from_millis(10 + 5 * poll);
         let mut stats = Stats {
             records: batch.len(),
             ..Stats::default()
         };
-        let mut pending = batch;
-        for attempt in 0..self.attempts {
-            if attempt > 0 {
-                stats.retries += 1;
-                tokio::time::sleep(Duration::from_millis(10 + 5 * attempt as u64)).await;
-            }
-            let report = app
-                .invoke_stream(&encode_event(&pending, None))
-                .await
-                .expect("stream event");
+        for b in crate::settle(&mut mapping, records, app, pause).await {
             stats.invocations += 1;
-            stats.rejected += report.rejected;
-            stats.malformed += report.malformed;
-            let Some(seq) = report.batch_item_failures.first() else {
-                return stats;
-            };
-            let failed: SequenceNumber = seq.parse().expect("a sequence number");
-            pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+            stats.retries += usize::from(b.attempt > 1);
+            stats.rejected += b.rejected;
+            stats.malformed += b.malformed;
         }
-        panic!("a batch kept failing after {} attempts", self.attempts);
+        stats
     }
 }
 
@@ -358,4 +345,72 @@ macro_rules! soak_tests {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use serde_json::Value;
+    use worker_engine::InvokeError;
+    use worker_engine::stream::BatchReport;
+    use worker_engine::stream::ChangeKind;
+
+    use super::*;
+
+    fn change(seq: u32) -> StreamChange {
+        StreamChange {
+            event_id: format!("e{seq}"),
+            kind: ChangeKind::Insert,
+            sequence_number: Some(seq.to_string().parse().unwrap()),
+            approximate_creation: None,
+            keys: [("PK".to_owned(), AttributeValue::S(format!("p{}", seq % 3)))].into(),
+            old_image: None,
+            new_image: None,
+            event_source_arn: None,
+            size_bytes: None,
+        }
+    }
+
+    /// Fails record 3 once; notes the first record of every invocation.
+    struct FailsThreeOnce(Mutex<(bool, Vec<String>)>);
+
+    #[async_trait]
+    impl EventFunction for FailsThreeOnce {
+        async fn invoke_stream(&self, event: &Value) -> Result<BatchReport, InvokeError> {
+            let mut seen = self.0.lock().unwrap();
+            let seqs: Vec<&str> = event["Records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["dynamodb"]["SequenceNumber"].as_str().unwrap())
+                .collect();
+            seen.1.push(seqs[0].to_owned());
+            let mut report = BatchReport::default();
+            if !seen.0 && seqs.contains(&"3") {
+                seen.0 = true;
+                report.batch_item_failures = vec!["3".to_owned()];
+            }
+            Ok(report)
+        }
+
+        async fn invoke_schedule(&self, _: &Value) -> Result<Value, InvokeError> {
+            Ok(Value::Null)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batch_item_failure_is_retried_from_that_record() {
+        let app = FailsThreeOnce(Mutex::new((false, Vec::new())));
+        let mapping = Mapping {
+            batch_size: 4,
+            ..Mapping::new(1)
+        };
+        let stats = mapping.handle(&app, (1..=6).map(change).collect()).await;
+        // Batches 1..=4 (fails at 3), 3..=4 again, then 5..=6.
+        assert_eq!(app.0.lock().unwrap().1, ["1", "3", "5"]);
+        assert_eq!((stats.records, stats.invocations, stats.retries), (6, 3, 1));
+    }
 }

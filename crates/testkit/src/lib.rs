@@ -10,7 +10,9 @@
 //!   [`lease_local`]: a second instance, lent to one test at a time, for
 //!   tables that must keep fixed names;
 //! - [`Drain`]: reads a table's stream and runs it through an app the way
-//!   Lambda's event source mapping would, until the table is quiet (with
+//!   Lambda's event source mapping would (the toolkit's
+//!   [`worker_toolkit::mapping`], which the `dev` loop runs too), until the
+//!   table is quiet (with
 //!   [`Drain::with_parallelization`], as a mapping with a
 //!   `ParallelizationFactor` does: [`parallel`]);
 //! - [`follow`]: the worker following streams in real time while a soak
@@ -87,6 +89,8 @@ use worker_engine::EventFunction;
 use worker_engine::item::Item;
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{self, DynamoStore, QueryStore, ScanSpec};
+use worker_engine::stream::{BatchReport, StreamChange};
+use worker_toolkit::mapping::{Action, BatchLog, Invocation, Mapping, MappingConfig};
 
 /// A table of its own on one of the test process's DynamoDB Locals
 /// ([`instance`]), deleted on drop.
@@ -197,9 +201,7 @@ impl TestTable {
 
     /// The table's stream ARN and every record its stream holds, as
     /// `(shard id, change)`, shard by shard in order.
-    pub async fn stream_records(
-        &self,
-    ) -> (String, Vec<(String, worker_engine::stream::StreamChange)>) {
+    pub async fn stream_records(&self) -> (String, Vec<(String, StreamChange)>) {
         let (arn, mut tail) = self.stream_tail().await;
         let records = tail.poll().await.expect("read the stream");
         (arn, records)
@@ -431,42 +433,48 @@ pub async fn seed_concurrently(store: &Arc<DynamoStore>, items: Vec<Item>, tasks
 }
 
 /// Reads the table's stream and runs it through an app, the way
-/// Lambda's event source mapping would (batches of up to 100 records,
-/// retrying from the first failed sequence number), until the table is
-/// quiet: the worker's own writes produce records too, and cascades follow
-/// them. By default one batch at a time, in stream order; with
+/// Lambda's event source mapping would, until the table is quiet: the
+/// worker's own writes produce records too, and cascades follow them. The
+/// mapping is the toolkit's ([`worker_toolkit::mapping`], the one the `dev`
+/// loop runs), set as every app's template deploys it: batches of up to
+/// 100 records (no batching window), `BisectBatchOnFunctionError` (a retry
+/// after a partial failure holds only the rest of the batch), 5 attempts
+/// of a record. By default one batch at a time, in stream order; with
 /// [`Drain::with_parallelization`] as a mapping with that
-/// `ParallelizationFactor`.
+/// `ParallelizationFactor`. A function error, an environment fault or a
+/// batch given up on is a test failure.
 pub struct Drain {
     tail: worker_toolkit::stream_reader::StreamTail,
-    pub batches: Vec<worker_engine::stream::BatchReport>,
-    /// Batches in flight at once (Lambda's `ParallelizationFactor`).
-    parallelization: usize,
+    /// Every invocation's report, in the order made.
+    pub batches: Vec<BatchReport>,
     /// The table's partition key attribute, which splits the records.
     partition_key: String,
+    mapping: Mapping,
 }
 
 impl Drain {
     /// Start following the table's stream from its beginning.
     pub async fn new(table: &TestTable) -> Self {
         let (_, tail) = table.stream_tail().await;
+        let partition_key = table.store.key_attributes().0.to_owned();
         Drain {
             tail,
             batches: Vec::new(),
-            parallelization: 1,
-            partition_key: table.store.key_attributes().0.to_owned(),
+            mapping: Mapping::new(mapping_config(100, 1, &partition_key, 5)),
+            partition_key,
         }
     }
 
     /// Drain as an event source mapping with `ParallelizationFactor` `n`
     /// (1 to 10; 1 is the default, one batch at a time in stream order):
-    /// each read's records are split by a hash of their partition key into
+    /// each shard's records are split by a hash of their partition key into
     /// `n` lanes ([`parallel::lanes`]), each lane keeps its records' order
     /// and is cut into batches of up to 100 that go to the app one after
     /// the other, each retried by itself from its first failed sequence
     /// number, and the lanes run concurrently. Records of one partition key
     /// reach the app in stream order; records of different keys in any
-    /// order. [`Drain::batches`] holds the reports lane by lane.
+    /// order. [`Drain::batches`] holds the reports lane by lane, each
+    /// retry after the lanes' turn it failed in.
     ///
     /// # Panics
     /// If `n` is not within 1 to 10 (Lambda refuses other factors).
@@ -475,13 +483,13 @@ impl Drain {
             (1..=parallel::MAX_PARALLELIZATION_FACTOR).contains(&n),
             "ParallelizationFactor {n}: Lambda allows 1 to 10"
         );
-        self.parallelization = n;
+        self.mapping = Mapping::new(mapping_config(100, n, &self.partition_key, 5));
         self
     }
 
     /// The `ParallelizationFactor` the drain runs with.
     pub fn parallelization(&self) -> usize {
-        self.parallelization
+        self.mapping.config().parallelization_factor
     }
 
     /// Skip everything written so far (e.g. a table seeded before the
@@ -491,7 +499,7 @@ impl Drain {
     }
 
     /// The records written since the last call, without handling them.
-    pub async fn read(&mut self) -> Vec<worker_engine::stream::StreamChange> {
+    pub async fn read(&mut self) -> Vec<StreamChange> {
         self.tail
             .poll()
             .await
@@ -506,67 +514,78 @@ impl Drain {
     pub async fn run(&mut self, app: &dyn EventFunction) -> usize {
         let mut total = 0;
         for _round in 0..50 {
-            let changes = self.read().await;
-            if changes.is_empty() {
+            let records = self.tail.poll().await.expect("read stream");
+            if records.is_empty() {
                 return total;
             }
-            total += changes.len();
-            if self.parallelization <= 1 {
-                for chunk in changes.chunks(100) {
-                    self.run_batch(app, chunk).await;
-                }
-                continue;
-            }
-            let lanes = parallel::lanes(changes, Some(&self.partition_key), self.parallelization);
-            let reports = futures::future::join_all(lanes.iter().map(|lane| async move {
-                let mut reports = Vec::new();
-                for chunk in lane.chunks(100) {
-                    reports.extend(invoke_like_lambda(app, chunk).await);
-                }
-                reports
-            }))
-            .await;
-            self.batches.extend(reports.into_iter().flatten());
+            total += records.len();
+            let logs = settle(&mut self.mapping, records, app, |_| Default::default()).await;
+            self.batches.extend(reports(logs));
         }
         panic!("the stream did not settle after 50 rounds: the worker keeps writing");
     }
 
-    /// Run one batch like Lambda: on failure retry from the first failed
+    /// Run `chunk` as one batch (one shard, however many records) through
+    /// the drain's mapping: on failure retried from the first failed
     /// sequence number (up to 5 attempts).
-    pub async fn run_batch(
-        &mut self,
-        app: &dyn EventFunction,
-        chunk: &[worker_engine::stream::StreamChange],
-    ) {
-        let reports = invoke_like_lambda(app, chunk).await;
-        self.batches.extend(reports);
+    pub async fn run_batch(&mut self, app: &dyn EventFunction, chunk: &[StreamChange]) {
+        let mut mapping = Mapping::new(mapping_config(chunk.len(), 1, &self.partition_key, 5));
+        let records = chunk.iter().map(|c| (String::new(), c.clone())).collect();
+        let logs = settle(&mut mapping, records, app, |_| Default::default()).await;
+        self.batches.extend(reports(logs));
     }
 }
 
-/// One batch through `app` like Lambda: on failure retried from the first
-/// failed sequence number (up to 5 attempts); every attempt's report.
-async fn invoke_like_lambda(
+/// The kit's mappings ([`Drain`], [`follow::Mapping`]): batches of
+/// `batch_size`, `factor` lanes by `partition_key`, no batching window,
+/// bisect on, `attempts` of a record at most.
+fn mapping_config(batch_size: usize, factor: usize, pk: &str, attempts: usize) -> MappingConfig {
+    MappingConfig {
+        batch_size,
+        batching_window: std::time::Duration::ZERO,
+        max_retries: attempts.saturating_sub(1) as u32,
+        bisect_on_error: true,
+        parallelization_factor: factor,
+        partition_key: Some(pk.to_owned()),
+    }
+}
+
+/// `records` through `mapping` into `app`, polled until none is pending,
+/// waiting `pause(polls so far)` before each poll after the first; every
+/// invocation. A test failure on a function error, an environment fault,
+/// or records given up on.
+async fn settle(
+    mapping: &mut Mapping,
+    mut records: Vec<(String, StreamChange)>,
     app: &dyn EventFunction,
-    chunk: &[worker_engine::stream::StreamChange],
-) -> Vec<worker_engine::stream::BatchReport> {
-    let mut reports = Vec::new();
-    let mut pending: Vec<_> = chunk.to_vec();
-    for _attempt in 0..5 {
-        let event = worker_engine::stream::encode_event(&pending, None);
-        let report = app.invoke_stream(&event).await.expect("stream event");
-        let failed = report.batch_item_failures.first().cloned();
-        reports.push(report);
-        match failed {
-            None => return reports,
-            Some(seq) => {
-                let failed: worker_engine::stream::SequenceNumber = seq
-                    .parse()
-                    .expect("Lambda item identifiers are sequence numbers");
-                pending.retain(|c| c.sequence_number.as_ref().is_some_and(|s| *s >= failed));
+    pause: impl Fn(u64) -> std::time::Duration,
+) -> Vec<BatchLog> {
+    let mut logs = Vec::new();
+    for poll in 0.. {
+        if poll > 0 && !pause(poll).is_zero() {
+            tokio::time::sleep(pause(poll)).await;
+        }
+        let polled = mapping.poll(std::mem::take(&mut records), app).await;
+        if let Some(fault) = polled.environment_fault {
+            panic!("stream event: environment fault: {fault}");
+        }
+        for batch in polled.batches {
+            match (&batch.invocation, &batch.action) {
+                (Invocation::FunctionError { error }, _) => panic!("stream event: {error}"),
+                (_, Action::Discard { .. }) => panic!("a batch kept failing: {}", batch.line()),
+                _ => logs.push(batch),
             }
         }
+        if mapping.pending() == 0 {
+            break;
+        }
     }
-    panic!("a batch kept failing after 5 attempts");
+    logs
+}
+
+/// Every invocation's report.
+fn reports(logs: Vec<BatchLog>) -> impl Iterator<Item = BatchReport> {
+    logs.into_iter().filter_map(|b| b.report)
 }
 
 /// Issue `ops` with the raw SDK client: BatchWriteItem in chunks of 25, one
@@ -668,8 +687,8 @@ pub fn on_failure_message(
 /// report.
 pub async fn handle_records<J: worker_engine::schedule::JobName>(
     worker: &worker_engine::Worker<J>,
-    records: &[worker_engine::stream::StreamChange],
-) -> worker_engine::stream::BatchReport {
+    records: &[StreamChange],
+) -> BatchReport {
     worker
         .handle_stream(&worker_engine::stream::encode_event(records, None), None)
         .await
@@ -678,7 +697,7 @@ pub async fn handle_records<J: worker_engine::schedule::JobName>(
 
 /// A test failure unless every record of `report` was handled: none failed
 /// and none is to retry.
-pub fn assert_handled(report: &worker_engine::stream::BatchReport) {
+pub fn assert_handled(report: &BatchReport) {
     assert_eq!(
         (report.failed, report.batch_item_failures.len()),
         (0, 0),

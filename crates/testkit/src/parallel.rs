@@ -2,23 +2,13 @@
 //! runs it ([`crate::Drain::with_parallelization`]): a shard's records go
 //! to up to 10 concurrent batch streams ("lanes") by a hash of their
 //! partition key, so records of one partition key stay in order and
-//! records of different keys interleave. The split is the engine's, the
-//! same the `dev` loop uses ([`worker_toolkit::replay::dev::lane_of`]).
+//! records of different keys interleave. The split is the toolkit's
+//! mapping's, the one the `dev` loop runs ([`worker_toolkit::mapping`]):
+//! [`lanes`] splits records as [`lane_of`] assigns them.
 
-use worker_engine::stream::StreamChange;
-
-pub use worker_toolkit::replay::dev::{MAX_PARALLELIZATION_FACTOR, lane_of};
-
-/// `changes` (in stream order) split into `factor.max(1)` lanes by the
-/// value of their `partition_key` attribute (`None`: every key attribute),
-/// each lane in stream order. Pure.
-pub fn lanes(
-    changes: Vec<StreamChange>,
-    partition_key: Option<&str>,
-    factor: usize,
-) -> Vec<Vec<StreamChange>> {
-    worker_toolkit::replay::dev::split_by_partition_key(changes, partition_key, factor)
-}
+pub use worker_toolkit::mapping::{
+    MAX_PARALLELIZATION_FACTOR, lane_of, split_by_partition_key as lanes,
+};
 
 #[cfg(test)]
 mod tests {
@@ -32,8 +22,8 @@ mod tests {
     use serde_json::{Value, json};
     use worker_engine::schema::{DEFAULT_KEY, TableSchema};
     use worker_engine::stream::BatchReport;
-    use worker_engine::stream::{ChangeKind, SequenceNumber};
-    use worker_toolkit::replay::dev::{EventFunction, InvokeError};
+    use worker_engine::stream::{ChangeKind, SequenceNumber, StreamChange};
+    use worker_toolkit::mapping::{EventFunction, InvokeError};
 
     use super::*;
     use crate::{Drain, TestTable};

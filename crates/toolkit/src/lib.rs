@@ -8,6 +8,9 @@
 //! - [`replay`]: DynamoDB JSON, snapshots, diffs, the writes a captured
 //!   batch describes, redaction, and the local event-source loop;
 //! - [`local`]: DynamoDB Local, installed on first use and started;
+//! - [`mapping`]: Lambda's event source mapping for a DynamoDB stream
+//!   (batch cut, partial-batch responses, retry and bisect, lanes,
+//!   checkpoints), which the dev loop and the test kit's drain both run;
 //! - [`layers`]: the store layer that records what a store was asked (the
 //!   writes a command made, a dry run's plan, what a test's worker asked);
 //! - [`template`]: the settings of an app's SAM template;
@@ -22,6 +25,7 @@ pub mod cli;
 pub mod failure_message;
 pub mod layers;
 pub mod local;
+pub mod mapping;
 pub mod replay;
 pub mod stream_reader;
 pub mod template;

@@ -29,9 +29,12 @@ use super::deployment::{DeployOpts, deadline, describe_timeout};
 use super::replay::{check_config, load_snapshot, worker};
 use super::target::{AppTable, RemoteWriteOpts, Scope, TableOpts, Target, refuse_remote_writes};
 use super::{CliApp, CliError};
+use crate::mapping::{
+    Action, BatchLog, EnvironmentFault, EventFunction, InvokeError, MAX_PARALLELIZATION_FACTOR,
+    MappingConfig,
+};
 use crate::replay::dev::{
-    Action, BatchLog, EnvironmentFault, EventFunction, EventSourceLoop, InvokeError, LoopError,
-    MAX_PARALLELIZATION_FACTOR, MappingConfig, MappingSource, Schedule, Ticker, failure_record,
+    EventSourceLoop, LoopError, MappingSource, Schedule, Ticker, failure_record,
 };
 use crate::stream_reader::{StartAt, StreamTail};
 use crate::template::{Deployment, StreamMapping};
