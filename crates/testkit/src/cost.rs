@@ -16,8 +16,8 @@
 //!   all run there;
 //! - the requests of the worker's stores by kind, and the capacity DynamoDB
 //!   Local reports for them ([`DynamoStore::metrics`]);
-//! - through a [`Timed`] layer under the worker: the time spent in the
-//!   store's calls, and what DynamoDB bills for the two kinds of request
+//! - through a [`Timed`] layer under the worker: the time at least one of
+//!   its requests was in flight ([`busy`]), and what DynamoDB bills for the two kinds of request
 //!   whose capacity DynamoDB Local reports otherwise: a guarded write
 //!   (`TransactWriteItems`: 2 write units per KB of each item written and
 //!   per condition check) and a PartiQL read (none reported on Local);
@@ -235,13 +235,75 @@ pub fn item_size(item: &Item) -> usize {
     item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
 }
 
+/// The time at least one request of a [`Timed`] layer (or a
+/// [`TimedTransactions`]) was in flight, over every layer of the process:
+/// a worker sends many requests at once, and the time each spends in
+/// flight overlaps the others'. The union of their intervals is what an
+/// invocation waited on the database.
+static BUSY: Mutex<Busy> = Mutex::new(Busy {
+    in_flight: 0,
+    since: None,
+    total: Duration::ZERO,
+});
+
+struct Busy {
+    in_flight: u32,
+    since: Option<Instant>,
+    total: Duration,
+}
+
+/// A request leaves for the database.
+fn request_started() {
+    let mut b = BUSY.lock().expect("busy lock");
+    if b.in_flight == 0 {
+        b.since = Some(Instant::now());
+    }
+    b.in_flight += 1;
+}
+
+/// A request is answered.
+fn request_ended() {
+    let mut b = BUSY.lock().expect("busy lock");
+    b.in_flight -= 1;
+    if b.in_flight == 0
+        && let Some(since) = b.since.take()
+    {
+        b.total += since.elapsed();
+    }
+}
+
+/// A request in flight, from [`InFlight::start`] until dropped (answered,
+/// or its future dropped).
+struct InFlight;
+
+impl InFlight {
+    fn start() -> Self {
+        request_started();
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        request_ended();
+    }
+}
+
+/// The time at least one request was in flight so far (the current span
+/// included).
+pub fn busy() -> Duration {
+    let b = BUSY.lock().expect("busy lock");
+    b.total + b.since.map_or(Duration::ZERO, |s| s.elapsed())
+}
+
 /// What [`Timed`] saw of the calls that went through it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Tally {
     /// Calls (a call may send several requests: a batch of more than one
     /// request's items, a guarded write of several transactions).
     pub calls: u64,
-    /// Time spent in them, end to end (concurrent calls each count theirs).
+    /// Time spent in them, end to end (concurrent calls each count theirs:
+    /// [`busy`] is the time any was in flight).
     pub in_calls: Duration,
     /// `TransactWriteItems` actions sent: writes, and each transaction's
     /// condition checks.
@@ -331,7 +393,9 @@ impl Store for Timed {
             _ => None,
         };
         let started = Instant::now();
+        let in_flight = InFlight::start();
         let reply = self.inner.call(request).await;
+        drop(in_flight);
         let took = started.elapsed();
         let mut t = self.tally.lock().expect("tally lock");
         t.calls += 1;
@@ -403,7 +467,9 @@ impl Transactions for TimedTransactions {
             })
             .sum();
         let started = Instant::now();
+        let in_flight = InFlight::start();
         let out = self.inner.transact_write(ops).await;
+        drop(in_flight);
         let took = started.elapsed();
         let mut t = self.tally.lock().expect("tally lock");
         t.calls += 1;
@@ -470,6 +536,8 @@ pub struct Run {
     pub cpu: Duration,
     /// Wall time of the invocations on DynamoDB Local.
     pub wall: Duration,
+    /// The time at least one of their requests was in flight ([`busy`]).
+    pub busy: Duration,
     /// The worker's requests and the capacity DynamoDB Local reported.
     pub metrics: MetricsSnapshot,
     /// What the [`Timed`] layers saw.
@@ -551,6 +619,7 @@ impl Meter {
             let before: Vec<MetricsSnapshot> =
                 self.stores.iter().map(|s| s.metrics().snapshot()).collect();
             let tallies: Vec<Tally> = self.timed.iter().map(|t| t.tally()).collect();
+            let busy_before = busy();
             let cpu = thread_cpu();
             let started = Instant::now();
             let report = worker
@@ -559,6 +628,7 @@ impl Meter {
                 .expect("a stream event");
             self.run.wall += started.elapsed();
             self.run.cpu += thread_cpu() - cpu;
+            self.run.busy += busy() - busy_before;
             self.run.invocations += 1;
             for (store, before) in self.stores.iter().zip(&before) {
                 let d = store.metrics().snapshot().since(before);
@@ -623,8 +693,10 @@ pub struct Costed {
     pub cpu_ms: f64,
     /// Requests per record.
     pub requests: f64,
-    /// Mean time per request on DynamoDB Local, ms: the time spent in the
-    /// store's calls over the requests they sent.
+    /// Time per request on DynamoDB Local, ms: the time at least one
+    /// request was in flight ([`busy`]) over the requests sent, so that
+    /// requests times latency is the time the invocations waited on the
+    /// database.
     pub latency_ms: f64,
     /// Read units per record: DynamoDB Local's, PartiQL reads as DynamoDB
     /// bills them.
@@ -662,7 +734,7 @@ impl Costed {
         let latency_ms = if m.requests() == 0 {
             0.0
         } else {
-            t.in_calls.as_secs_f64() * 1000.0 / m.requests() as f64
+            run.busy.as_secs_f64() * 1000.0 / m.requests() as f64
         };
         let rcu = (m.read_capacity - t.partiql_local_rcu + t.partiql_billed_rcu) / records;
         let wcu = (m.write_capacity - t.guarded_local_wcu + t.guarded_billed_wcu) / records;
@@ -730,6 +802,8 @@ impl Costed {
             },
             "transact_actions": self.run.tally.guarded_actions,
             "latency_ms_per_request_on_local": self.latency_ms,
+            "busy_ms_per_record_on_local": self.run.busy.as_secs_f64() * 1000.0 / self.run.records.max(1) as f64,
+            "in_calls_ms_per_request_on_local": self.run.tally.in_calls.as_secs_f64() * 1000.0 / m.requests().max(1) as f64,
             "rcu_per_record": self.rcu,
             "rcu_per_record_local": m.read_capacity / self.run.records.max(1) as f64,
             "wcu_per_record": self.wcu,
@@ -787,9 +861,10 @@ pub fn print(c: &Costed) {
         c.wcu_local
     );
     println!(
-        "  worker CPU {:.4} ms per record; on DynamoDB Local {:.3} ms per request, {:.3} ms of wall time per record",
+        "  worker CPU {:.4} ms per record; on DynamoDB Local: {:.3} ms per request (requests in flight {:.3} ms per record), {:.3} ms of wall time per record",
         c.cpu_ms,
         c.latency_ms,
+        r.busy.as_secs_f64() * 1000.0 / r.records.max(1) as f64,
         r.wall.as_secs_f64() * 1000.0 / r.records.max(1) as f64
     );
     println!(
