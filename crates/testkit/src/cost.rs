@@ -890,3 +890,78 @@ pub fn print(c: &Costed) {
     );
     println!("{}", c.json());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn function(memory_mb: u32, batch_size: u32) -> StreamFunction {
+        let mapping = StreamMapping {
+            function: "StreamFunction".into(),
+            event: "TableStream".into(),
+            table: None,
+            table_variables: Vec::new(),
+            batch_size,
+            batching_window_secs: 0,
+            max_retries: None,
+            bisect: false,
+            max_record_age_secs: None,
+            parallelization_factor: 1,
+            filters: Vec::new(),
+            on_failure: None,
+            starting_position: None,
+            timeout_secs: None,
+        };
+        StreamFunction {
+            template: "t.yaml".into(),
+            function: "StreamFunction".into(),
+            memory_mb,
+            architecture: "x86_64".into(),
+            mappings: vec![mapping],
+        }
+    }
+
+    #[test]
+    fn the_sum_is_the_documented_formula() {
+        // 100 records: 0.5 ms of CPU and 1.5 requests each, 20 ms in flight
+        // each; 2 WCU (one guarded put of 1 KB reported as 1), 1.5 RCU.
+        let run = Run {
+            records: 100,
+            cpu: Duration::from_millis(50),
+            busy: Duration::from_millis(2000),
+            metrics: MetricsSnapshot {
+                get_item: 150,
+                read_capacity: 150.0,
+                write_capacity: 100.0,
+                ..Default::default()
+            },
+            tally: Tally {
+                guarded_local_wcu: 100.0,
+                guarded_billed_wcu: 200.0,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let c = Costed::of("app", &function(128, 100), US_EAST_1, &run);
+        let share = 128.0 / 1769.0;
+        assert!((c.billed_cpu_ms - 100.0 * 0.5 / share).abs() < 1e-9);
+        assert!((c.billed_wait_ms - 2000.0).abs() < 1e-9);
+        assert_eq!(c.billed_ms, (100.0 * 0.5 / share + 2000.0_f64).ceil());
+        assert!((c.wcu - 2.0).abs() < 1e-12 && (c.rcu - 1.5).abs() < 1e-12);
+        let compute = 1e6 / 100.0 * c.billed_ms / 1000.0 * 0.125 * 0.000_016_666_7;
+        assert!((c.compute - compute).abs() < 1e-12);
+        assert!((c.invocations - 0.002).abs() < 1e-12);
+        assert!((c.total() - (compute + 0.002 + 2.0 * 0.625 + 1.5 * 0.125)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn sizes_count_names_and_values() {
+        let item: Item = [
+            ("PK".to_owned(), AttributeValue::S("abc".into())),
+            ("N".to_owned(), AttributeValue::N("12345".into())),
+            ("B".to_owned(), AttributeValue::Bool(true)),
+        ]
+        .into();
+        assert_eq!(item_size(&item), 2 + 3 + 1 + 4 + 1 + 1);
+    }
+}
