@@ -47,6 +47,8 @@
 //!   are one binary, and none of its files is left out of it;
 //! - [`cli`]: what every app's command line must hold;
 //! - [`mod@env`]: variables for a test, as the settings read them;
+//! - [`cost`]: what a million stream records cost an app on AWS, from a
+//!   drain of its streams on DynamoDB Local (each app's `cost` benchmark);
 //! - [`mod@bench`]: the load drivers' `--sizes`, seeded tables, metered runs
 //!   and the verdict on read capacity growth;
 //! - [`environment`]: every fixture of an app run in a broken deployment
@@ -57,6 +59,7 @@ pub mod app;
 pub mod bench;
 pub mod cargo_lambda;
 pub mod cli;
+pub mod cost;
 pub mod deploy;
 pub mod env;
 pub mod environment;
