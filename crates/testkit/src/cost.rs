@@ -34,14 +34,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::{Value, json};
+use worker_engine::Worker;
 use worker_engine::item::Item;
-use worker_engine::runtime::Worker;
 use worker_engine::schedule::JobName;
-use worker_engine::store::transact::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::store::{
     DynamoStore, GuardedOp, MetricsSnapshot, Reply, Request, Store, StoreError,
 };
-use worker_engine::stream::decode::{SequenceNumber, StreamChange, encode_event};
+use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
+use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 use worker_toolkit::stream_reader::StreamTail;
 use worker_toolkit::template::{Deployment, Evaluator, Pseudo, StreamMapping, filter};
 

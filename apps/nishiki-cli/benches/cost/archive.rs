@@ -90,7 +90,7 @@ fn lookup(files: &BTreeSet<FileTime>) -> Vec<Item> {
         .collect()
 }
 
-pub async fn run() -> Costed {
+pub(crate) async fn run() -> Costed {
     let files = arg("--files", 3000) as usize;
     let writes = arg("--writes", 5000) as usize;
     let mut rng = Seeded::new(arg("--seed", 7));

@@ -27,10 +27,10 @@ use chat_worker::keys::{self, ChatItem, ChatKind, CommunityItem, NotificationKey
 use chat_worker::schema::Table;
 use chrono::{DateTime, Duration, Utc};
 use rand::Rng;
+use worker_engine::TableNames;
 use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::store::{DynamoStore, ItemWriter, Key, Store, local_client};
-use worker_engine::tables::TableNames;
 use worker_testkit::TestTable;
 use worker_testkit::cost::{
     self, Costed, Meter, StreamFunction, Tallied, Timed, TimedTransactions, US_EAST_1,
@@ -109,7 +109,7 @@ enum Write {
     Delete(Table, Key),
 }
 
-pub async fn run() -> Costed {
+pub(crate) async fn run() -> Costed {
     let users = arg("--users", 300) as usize;
     let writes = arg("--writes", 5000) as usize;
     let mut rng = Seeded::new(arg("--seed", 7));

@@ -24,7 +24,7 @@ use worker_testkit::TestTable;
 use worker_testkit::cost::{self, Costed, Meter, StreamFunction, Tallied, Timed, US_EAST_1};
 use worker_testkit::workload::{Seeded, apply};
 
-pub async fn run() -> Costed {
+pub(crate) async fn run() -> Costed {
     let writes = arg("--writes", 5000) as usize;
     let mut rng = Seeded::new(arg("--seed", 7));
     let function = StreamFunction::of("infra/shop.yaml", "StreamFunction");
