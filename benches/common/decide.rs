@@ -543,30 +543,32 @@ fn estimates(group: &str, function: &str) -> Option<(f64, f64)> {
     ))
 }
 
-/// Print our time over each floor's, from this run's criterion estimates.
-pub fn print_ratio() {
-    let (Some(value), Some(validate), Some(ours)) = (
+/// Print each path's time over each floor's, from this run's criterion
+/// estimates (means; a path criterion did not run this time is left out):
+/// one row per path, `name ms /Value /IgnoredAny`, which `scripts/bench-cpu`
+/// puts side by side for two profiles.
+pub fn print_ratio(paths: &[&str]) {
+    let (Some(value), Some(validate)) = (
         estimates("decide", "floor_serde_json_value"),
         estimates("decide", "floor_ignored_any"),
-        estimates("decide", "decode_route_decide"),
     ) else {
         return;
     };
     println!();
     println!(
-        "decide (1,000 records): Value floor {:.3} ms, IgnoredAny floor {:.3} ms, decode+route+decide {:.3} ms (means)",
-        value.0 / 1e6,
-        validate.0 / 1e6,
-        ours.0 / 1e6,
+        "decide, 1,000 records, means: {:<24} {:>9} {:>7} {:>11}",
+        "path", "ms", "/Value", "/IgnoredAny"
     );
-    println!(
-        "  over the Value floor: {:.2}x mean, {:.2}x median (goal <= 0.50x)",
-        ours.0 / value.0,
-        ours.1 / value.1
-    );
-    println!(
-        "  over the IgnoredAny floor: {:.2}x mean, {:.2}x median",
-        ours.0 / validate.0,
-        ours.1 / validate.1
-    );
+    let floors = ["floor_serde_json_value", "floor_ignored_any"];
+    for name in floors.iter().chain(paths) {
+        let Some((mean, _)) = estimates("decide", name) else {
+            continue;
+        };
+        println!(
+            "decide: {name:<24} {:>9.3} {:>6.2}x {:>10.2}x",
+            mean / 1e6,
+            mean / value.0,
+            mean / validate.0
+        );
+    }
 }
