@@ -113,7 +113,8 @@ fn stream(c: &mut Criterion) {
 ///   decided by each job's pure rule (relationships: the cascade; expiry: the
 ///   food plans and the flag/reminder writes; invitations: the TTL stamp);
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
-///   1,000-record event of its own table ([`apps`]).
+///   1,000-record event of its own table ([`apps`]), beside the two floors
+///   on that event's bytes (`app_<name>_floor_...`).
 ///
 /// After the run, each path's ratios to both floors are printed from
 /// criterion's estimates.
@@ -145,6 +146,16 @@ fn decide(c: &mut Criterion) {
         b.iter(|| fixture.decide(black_box(&bytes)))
     });
     for app in &apps {
+        // Each app's floors on its own event's bytes.
+        let floor = |which: &str| format!("{}_{which}", app.name);
+        g.bench_function(floor("floor_serde_json_value"), |b| {
+            b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&app.bytes)).unwrap())
+        });
+        g.bench_function(floor("floor_ignored_any"), |b| {
+            b.iter(|| {
+                serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&app.bytes)).unwrap()
+            })
+        });
         g.bench_function(app.name, |b| b.iter(|| black_box(app).decide()));
     }
     g.finish();
@@ -155,7 +166,17 @@ criterion_group!(benches, keys, items, stream, decide);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    let mut paths = vec!["decode_route_decide"];
-    paths.extend(apps::cases_names());
+    let mut paths = vec![(
+        "decode_route_decide".to_owned(),
+        "floor_serde_json_value".to_owned(),
+        "floor_ignored_any".to_owned(),
+    )];
+    paths.extend(apps::cases_names().map(|app| {
+        (
+            app.to_owned(),
+            format!("{app}_floor_serde_json_value"),
+            format!("{app}_floor_ignored_any"),
+        )
+    }));
     decide_event::print_ratio(&paths);
 }

@@ -543,32 +543,33 @@ fn estimates(group: &str, function: &str) -> Option<(f64, f64)> {
     ))
 }
 
-/// Print each path's time over each floor's, from this run's criterion
-/// estimates (means; a path criterion did not run this time is left out):
-/// one row per path, `name ms /Value /IgnoredAny`, which `scripts/bench-cpu`
-/// puts side by side for two profiles.
-pub fn print_ratio(paths: &[&str]) {
-    let (Some(value), Some(validate)) = (
-        estimates("decide", "floor_serde_json_value"),
-        estimates("decide", "floor_ignored_any"),
-    ) else {
-        return;
-    };
+/// Print each path's time over its floors' (each path: its name, its
+/// `Value` floor's and its `IgnoredAny` floor's, on the same bytes), from
+/// the estimates criterion last wrote (means; a path or floor without one
+/// is left out): one row per path, `name ms /Value
+/// /IgnoredAny`, which `scripts/bench-cpu` puts side by side for two
+/// profiles. Nishiki's floors get a row of their own.
+pub fn print_ratio(paths: &[(String, String, String)]) {
     println!();
     println!(
         "decide, 1,000 records, means: {:<24} {:>9} {:>7} {:>11}",
         "path", "ms", "/Value", "/IgnoredAny"
     );
-    let floors = ["floor_serde_json_value", "floor_ignored_any"];
-    for name in floors.iter().chain(paths) {
-        let Some((mean, _)) = estimates("decide", name) else {
+    let floors = ["floor_serde_json_value", "floor_ignored_any"]
+        .map(|f| (f.to_owned(), paths[0].1.clone(), paths[0].2.clone()));
+    for (name, value, validate) in floors.iter().chain(paths) {
+        let (Some((mean, _)), Some((value, _)), Some((validate, _))) = (
+            estimates("decide", name),
+            estimates("decide", value),
+            estimates("decide", validate),
+        ) else {
             continue;
         };
         println!(
             "decide: {name:<24} {:>9.3} {:>6.2}x {:>10.2}x",
             mean / 1e6,
-            mean / value.0,
-            mean / validate.0
+            mean / value,
+            mean / validate
         );
     }
 }
