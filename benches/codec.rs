@@ -1,10 +1,13 @@
 //! CPU paths of the core, with criterion: key encoding/decoding, typed item
 //! decoding/encoding, decoding a 100-record Lambda stream event, and the
 //! stream handler's whole CPU path for a realistic 1,000-record event
-//! (group `decide`, see [`decide`]) next to the parsing floor.
+//! (group `decide`, see [`decide`]; each app's path beside it) next to the
+//! parsing floor.
 //! Run: `cargo bench --bench codec` (only the last: `cargo bench --bench
-//! codec -- decide`).
+//! codec -- decide`; at both profiles, side by side: `scripts/bench-cpu`).
 
+#[path = "common/apps.rs"]
+mod apps;
 #[path = "common/decide.rs"]
 mod decide_event;
 
@@ -108,10 +111,13 @@ fn stream(c: &mut Criterion) {
 ///   changes, each routed like [`nishiki_worker::worker::Router`] does (typed
 ///   key and images, loop guard, the handlers that want the item kind) and
 ///   decided by each job's pure rule (relationships: the cascade; expiry: the
-///   food plans and the flag/reminder writes; invitations: the TTL stamp).
+///   food plans and the flag/reminder writes; invitations: the TTL stamp);
+/// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
+///   1,000-record event of its own table ([`apps`]), beside the two floors
+///   on that event's bytes (`app_<name>_floor_...`).
 ///
-/// After the run, the ratios to both floors are printed from criterion's
-/// estimates.
+/// After the run, each path's ratios to both floors are printed from
+/// criterion's estimates.
 fn decide(c: &mut Criterion) {
     let fixture = decide_event::Fixture::new(1000);
     let bytes = fixture.bytes();
@@ -123,6 +129,11 @@ fn decide(c: &mut Criterion) {
         fixture.records(),
         bytes.len()
     );
+    let apps = apps::cases();
+    for app in &apps {
+        app.check();
+        eprintln!("decide: {}, {} bytes", app.name, app.bytes.len());
+    }
     let mut g = c.benchmark_group("decide");
     g.throughput(Throughput::Elements(fixture.records() as u64));
     g.bench_function("floor_serde_json_value", |b| {
@@ -134,6 +145,19 @@ fn decide(c: &mut Criterion) {
     g.bench_function("decode_route_decide", |b| {
         b.iter(|| fixture.decide(black_box(&bytes)))
     });
+    for app in &apps {
+        // Each app's floors on its own event's bytes.
+        let floor = |which: &str| format!("{}_{which}", app.name);
+        g.bench_function(floor("floor_serde_json_value"), |b| {
+            b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&app.bytes)).unwrap())
+        });
+        g.bench_function(floor("floor_ignored_any"), |b| {
+            b.iter(|| {
+                serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&app.bytes)).unwrap()
+            })
+        });
+        g.bench_function(app.name, |b| b.iter(|| black_box(app).decide()));
+    }
     g.finish();
 }
 
@@ -142,5 +166,17 @@ criterion_group!(benches, keys, items, stream, decide);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    decide_event::print_ratio();
+    let mut paths = vec![(
+        "decode_route_decide".to_owned(),
+        "floor_serde_json_value".to_owned(),
+        "floor_ignored_any".to_owned(),
+    )];
+    paths.extend(apps::cases_names().map(|app| {
+        (
+            app.to_owned(),
+            format!("{app}_floor_serde_json_value"),
+            format!("{app}_floor_ignored_any"),
+        )
+    }));
+    decide_event::print_ratio(&paths);
 }

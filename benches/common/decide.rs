@@ -543,30 +543,33 @@ fn estimates(group: &str, function: &str) -> Option<(f64, f64)> {
     ))
 }
 
-/// Print our time over each floor's, from this run's criterion estimates.
-pub(crate) fn print_ratio() {
-    let (Some(value), Some(validate), Some(ours)) = (
-        estimates("decide", "floor_serde_json_value"),
-        estimates("decide", "floor_ignored_any"),
-        estimates("decide", "decode_route_decide"),
-    ) else {
-        return;
-    };
+/// Print each path's time over its floors' (each path: its name, its
+/// `Value` floor's and its `IgnoredAny` floor's, on the same bytes), from
+/// the estimates criterion last wrote (means; a path or floor without one
+/// is left out): one row per path, `name ms /Value
+/// /IgnoredAny`, which `scripts/bench-cpu` puts side by side for two
+/// profiles. Nishiki's floors get a row of their own.
+pub(crate) fn print_ratio(paths: &[(String, String, String)]) {
     println!();
     println!(
-        "decide (1,000 records): Value floor {:.3} ms, IgnoredAny floor {:.3} ms, decode+route+decide {:.3} ms (means)",
-        value.0 / 1e6,
-        validate.0 / 1e6,
-        ours.0 / 1e6,
+        "decide, 1,000 records, means: {:<24} {:>9} {:>7} {:>11}",
+        "path", "ms", "/Value", "/IgnoredAny"
     );
-    println!(
-        "  over the Value floor: {:.2}x mean, {:.2}x median (goal <= 0.50x)",
-        ours.0 / value.0,
-        ours.1 / value.1
-    );
-    println!(
-        "  over the IgnoredAny floor: {:.2}x mean, {:.2}x median",
-        ours.0 / validate.0,
-        ours.1 / validate.1
-    );
+    let floors = ["floor_serde_json_value", "floor_ignored_any"]
+        .map(|f| (f.to_owned(), paths[0].1.clone(), paths[0].2.clone()));
+    for (name, value, validate) in floors.iter().chain(paths) {
+        let (Some((mean, _)), Some((value, _)), Some((validate, _))) = (
+            estimates("decide", name),
+            estimates("decide", value),
+            estimates("decide", validate),
+        ) else {
+            continue;
+        };
+        println!(
+            "decide: {name:<24} {:>9.3} {:>6.2}x {:>10.2}x",
+            mean / 1e6,
+            mean / value,
+            mean / validate
+        );
+    }
 }

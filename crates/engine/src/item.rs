@@ -60,9 +60,16 @@ pub fn redact_serde(msg: &str) -> String {
     out
 }
 
-/// `T` from an item's attributes (`serde_dynamo`); the error says `what`
-/// does not decode and why, no value in it ([`redact_serde`]).
+/// `T` from an item's attributes, as `serde_dynamo` reads them; the error
+/// says `what` does not decode and why, no value in it ([`redact_serde`]).
+///
+/// Read in place ([`borrowed::read`]: no copy of the item); through
+/// serde_dynamo, over a copy, only when that read gives up, for the error
+/// text (or a value only serde_dynamo reads, such as a binary one).
 pub fn decode<T: DeserializeOwned>(item: &Item, what: &str) -> Result<T, String> {
+    if let Some(typed) = borrowed::read(item, |_| true) {
+        return Ok(typed);
+    }
     serde_dynamo::from_item(item.clone())
         .map_err(|e| format!("{what} does not decode: {}", redact_serde(&e.to_string())))
 }
