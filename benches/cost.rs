@@ -24,23 +24,10 @@ use nishiki_worker::config::{Config, ManualClock};
 use nishiki_worker::keys::Job;
 use support::workload::{self, ServiceCall, WorkloadSpec};
 use worker_engine::store::{self, DynamoStore, ItemWriter, Store, WriteOutcome};
-use worker_testkit::cost::{self, Costed, Meter, StreamFunction, Tallied, Timed, US_EAST_1};
+use worker_testkit::cost::{self, Costed, Meter, StreamFunction, Tallied, Timed, US_EAST_1, arg};
 use worker_toolkit::stream_reader::{self, StartAt, StreamTail};
 
 const TABLE: &str = "cost-nishiki";
-
-fn arg(name: &str, default: u64) -> u64 {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == name {
-            return args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name}: a number"));
-        }
-    }
-    default
-}
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {

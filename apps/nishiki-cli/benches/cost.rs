@@ -18,20 +18,6 @@ mod chat;
 #[path = "cost/shop.rs"]
 mod shop;
 
-/// The number given after option `name`, else `default`.
-fn arg(name: &str, default: u64) -> u64 {
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        if a == name {
-            return args
-                .next()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name}: a number"));
-        }
-    }
-    default
-}
-
 /// The apps `--app` names, else all three.
 fn apps() -> Vec<String> {
     let mut args = std::env::args().skip(1);

@@ -891,6 +891,21 @@ pub fn print(c: &Costed) {
     println!("{}", c.json());
 }
 
+/// The number given after the bench's option `name` (`-- --users 300`),
+/// else `default`; any other argument (cargo's `--bench`) is ignored.
+pub fn arg(name: &str, default: u64) -> u64 {
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        if a == name {
+            return args
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: a number"));
+        }
+    }
+    default
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -720,11 +720,12 @@ fn lowest(ids: &[String]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use worker_engine::stream::ChangeKind;
 
-    fn change(seq: u32) -> StreamChange {
+    /// A record of key `k<seq>` at sequence number `seq`.
+    pub(crate) fn change(seq: u32) -> StreamChange {
         StreamChange {
             event_id: format!("e{seq}"),
             kind: ChangeKind::Insert,

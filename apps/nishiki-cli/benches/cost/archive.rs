@@ -17,7 +17,6 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::arg;
 use archive_worker::app::{APP, SHARING};
 use archive_worker::items::{ArchivedFile, Stage, UnzipItem};
 use archive_worker::keys::{self, FileTime, Job};
@@ -31,6 +30,7 @@ use worker_engine::item::Item;
 use worker_engine::store::{DynamoStore, Store, local_client};
 use worker_testkit::TestTable;
 use worker_testkit::app::TestApp;
+use worker_testkit::cost::arg;
 use worker_testkit::cost::{self, Costed, Meter, StreamFunction, Tallied, Timed, US_EAST_1};
 use worker_testkit::workload::{Seeded, Write, apply};
 

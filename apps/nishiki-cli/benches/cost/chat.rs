@@ -18,7 +18,6 @@
 
 use std::sync::Arc;
 
-use super::arg;
 use aws_sdk_dynamodb::types::AttributeValue;
 use chat_worker::app::{Stores, worker};
 use chat_worker::config::for_tables;
@@ -32,6 +31,7 @@ use worker_engine::clock::ManualClock;
 use worker_engine::item::Item;
 use worker_engine::store::{DynamoStore, ItemWriter, Key, Store, local_client};
 use worker_testkit::TestTable;
+use worker_testkit::cost::arg;
 use worker_testkit::cost::{
     self, Costed, Meter, StreamFunction, Tallied, Timed, TimedTransactions, US_EAST_1,
 };

@@ -17,10 +17,10 @@ mod support;
 
 use std::sync::Arc;
 
-use super::arg;
 use shop_worker::schema::schema;
 use worker_engine::store::{DynamoStore, Store, local_client};
 use worker_testkit::TestTable;
+use worker_testkit::cost::arg;
 use worker_testkit::cost::{self, Costed, Meter, StreamFunction, Tallied, Timed, US_EAST_1};
 use worker_testkit::workload::{Seeded, apply};
 

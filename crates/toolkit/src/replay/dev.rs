@@ -404,25 +404,8 @@ mod tests {
     use std::sync::Mutex;
     use worker_engine::item::Item;
     use worker_engine::stream::BatchReport;
-    use worker_engine::stream::ChangeKind;
 
-    fn change(seq: u32) -> StreamChange {
-        StreamChange {
-            event_id: format!("e{seq}"),
-            kind: ChangeKind::Insert,
-            sequence_number: Some(seq.to_string().parse().unwrap()),
-            approximate_creation: None,
-            keys: [(
-                "PK".to_owned(),
-                aws_sdk_dynamodb::types::AttributeValue::S(format!("k{seq}")),
-            )]
-            .into(),
-            old_image: None,
-            new_image: None,
-            event_source_arn: None,
-            size_bytes: None,
-        }
-    }
+    use crate::mapping::tests::change;
 
     fn config(bisect: bool) -> MappingConfig {
         MappingConfig {
