@@ -605,6 +605,7 @@ async fn the_proxy_injects_each_fault_kind() {
     // besides the clean put and get (drop-after, latency).
     assert_eq!(stats.requests, 8, "{stats:?}");
     assert_eq!(stats.forwarded, 4, "{stats:?}");
+    assert_eq!(stats.index_requests, 0, "puts and gets name no index");
 
     // The SDK's own retry (2 attempts) hides a single fault.
     let retrying = DynamoStore::new(client_via(&proxy, 2), &table.name);

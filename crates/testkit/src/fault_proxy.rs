@@ -133,6 +133,9 @@ pub struct FaultStats {
     /// Requests received, by DynamoDB operation (`X-Amz-Target`: `Scan`,
     /// `PutItem`, ...).
     pub operations: BTreeMap<String, u64>,
+    /// Requests whose body names an index (`"IndexName"`: a Query or Scan
+    /// of a secondary index).
+    pub index_requests: u64,
 }
 
 impl FaultStats {
@@ -156,6 +159,7 @@ impl FaultStats {
             *self.operations.entry(k.clone()).or_default() += n;
         }
         self.requests += other.requests;
+        self.index_requests += other.index_requests;
         self.forwarded += other.forwarded;
         self.upstream_reconnects += other.upstream_reconnects;
         for (k, n) in &other.faults {
@@ -175,8 +179,12 @@ struct State {
 
 impl State {
     /// Decide the fate of the next request (and count it).
-    fn decide(&mut self, operation: Option<&str>) -> (Option<FaultKind>, Duration) {
+    fn decide(&mut self, request: &Message) -> (Option<FaultKind>, Duration) {
+        let operation = request.operation.as_deref();
         self.stats.requests += 1;
+        if request.names_index {
+            self.stats.index_requests += 1;
+        }
         if let Some(op) = operation {
             *self.stats.operations.entry(op.to_owned()).or_default() += 1;
         }
@@ -324,6 +332,8 @@ struct Message {
     raw: Vec<u8>,
     /// The DynamoDB operation of a request (`X-Amz-Target`'s last part).
     operation: Option<String>,
+    /// A request whose body names an index (`"IndexName"`).
+    names_index: bool,
     /// The sender asked to close the connection after this message.
     close: bool,
 }
@@ -441,9 +451,11 @@ impl Conn {
             raw.append(&mut self.buf);
             close = true;
         }
+        let names_index = !is_response && find(&raw[end..], b"\"IndexName\"").is_some();
         Ok(Some(Message {
             raw,
             operation,
+            names_index,
             close,
         }))
     }
@@ -480,11 +492,7 @@ async fn serve(client: TcpStream, shared: &Shared) -> io::Result<()> {
         let Some(request) = client.message(false).await? else {
             return Ok(());
         };
-        let (fault, delay) = shared
-            .state
-            .lock()
-            .expect("state lock")
-            .decide(request.operation.as_deref());
+        let (fault, delay) = shared.state.lock().expect("state lock").decide(&request);
         let canned = match fault {
             Some(FaultKind::Throttle) => Some(error_response(
                 "400 Bad Request",
