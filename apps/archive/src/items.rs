@@ -46,11 +46,13 @@ pub fn is_unzipped(item: &Item) -> Option<bool> {
 /// An archived file: `PK` its time, `SK` the same in epoch seconds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchivedFile {
+    /// The file's time, which is its key: `PK` and `SK` (see [`FileTime`]).
     pub time: FileTime,
     /// The S3 object key (absent: the file cannot be unzipped).
     pub key_name: Option<String>,
     /// Absent counts as not unzipped.
     pub is_unzipped: Option<bool>,
+    /// `Vault`: the Glacier vault the file is in (absent: not recorded).
     pub vault: Option<String>,
 }
 
@@ -96,9 +98,12 @@ pub enum Stage {
 /// An `Unzipped` or `Unzipping` item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnzipItem {
+    /// Which partition the item is in (`PK`).
     pub stage: Stage,
     /// `CreatedDate` (the `SK`), epoch seconds.
     pub created: i64,
+    /// `KeyName`: the S3 object key of the file (absent or empty: `None`,
+    /// and the item matches no file).
     pub key_name: Option<String>,
 }
 
@@ -117,6 +122,8 @@ impl UnzipItem {
         })
     }
 
+    /// The item's key as an [`ItemKey`] (`Unzipped` or `Unzipping`, by
+    /// [`UnzipItem::stage`]).
     pub fn item_key(&self) -> ItemKey {
         match self.stage {
             Stage::Unzipped => ItemKey::Unzipped {
@@ -128,6 +135,7 @@ impl UnzipItem {
         }
     }
 
+    /// The item's key attributes, canonical (`PK` the stage, `SK` `CreatedDate`).
     pub fn key(&self) -> Key {
         self.item_key().key()
     }
@@ -137,6 +145,7 @@ impl UnzipItem {
         DateTime::from_timestamp(self.created, 0)
     }
 
+    /// The item as stored: its key, and `KeyName` when there is one.
     pub fn to_item(&self) -> Item {
         let mut item = self.key();
         if let Some(k) = &self.key_name {
@@ -151,11 +160,15 @@ impl UnzipItem {
 /// pass completes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// The job the checkpoint belongs to (its key is `WorkerCheckpoint#<job>`).
     pub job: Job,
     /// The job's phase (its own names).
     pub phase: String,
-    /// The job's cutoffs for the pass, epoch seconds.
+    /// `expire-unzipped` only: `Unzipped` items created before this epoch
+    /// second expire (`None` for `rebuild-lookup`).
     pub cutoff: Option<i64>,
+    /// `expire-unzipped` only: `Unzipping` items created before this epoch
+    /// second are reported stuck (`None` for `rebuild-lookup`).
     pub stuck_cutoff: Option<i64>,
     /// Where the pass resumes, its start, ticks and totals.
     pub pass: Pass,
@@ -173,6 +186,8 @@ pub const PASS_ATTRIBUTES: PassAttributes = PassAttributes {
 };
 
 impl Checkpoint {
+    /// A new pass of `job` started at `now`, at the start of `phase`, with no
+    /// cutoffs yet (the job sets its own).
     pub fn new(job: Job, phase: &str, now: DateTime<Utc>) -> Self {
         Checkpoint {
             job,
@@ -199,6 +214,8 @@ impl Checkpoint {
         })
     }
 
+    /// The item as stored under `WorkerCheckpoint#<job>`: the phase, the
+    /// cutoffs that are set, and the [`Pass`] under [`PASS_ATTRIBUTES`].
     pub fn to_item(&self) -> Item {
         let mut item = keys::checkpoint(self.job);
         item.insert(keys::PHASE.into(), AttributeValue::S(self.phase.clone()));

@@ -29,7 +29,9 @@ use worker_engine::item::Item;
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
 
+/// The partition key attribute (S) of every item.
 pub const PK: &str = "PK";
+/// The sort key attribute (N) of every item: epoch seconds, or `0`.
 pub const SK: &str = "SK";
 /// Archived file: whether it is unzipped now (BOOL).
 pub const IS_UNZIPPED: &str = "IsUnzipped";
@@ -44,13 +46,20 @@ pub const SAVED_DATE: &str = "SavedDate";
 /// [`crate::schema::BY_KEY_NAME`]).
 pub const BY_KEY_NAME_INDEX: &str = "ArchiveByKeyName";
 
-/// Checkpoint attributes (worker-owned items only).
+/// Checkpoint attributes (worker-owned items only); this one the job's
+/// phase (S), e.g. `expire` or `stuck`.
 pub const PHASE: &str = "Phase";
+/// Checkpoint: where the pass resumes (M, the key last read).
 pub const POSITION: &str = "Position";
+/// Checkpoint: the expiry cutoff of the pass, epoch seconds (N).
 pub const CUTOFF: &str = "Cutoff";
+/// Checkpoint: the stuck cutoff of the pass, epoch seconds (N).
 pub const STUCK_CUTOFF: &str = "StuckCutoff";
+/// Checkpoint: when the pass started, epoch seconds (N).
 pub const PASS_STARTED: &str = "PassStarted";
+/// Checkpoint: the ticks the pass has taken so far (N).
 pub const TICKS: &str = "Ticks";
+/// Checkpoint: the pass's running totals by name (M of N).
 pub const TOTALS: &str = "Totals";
 
 const ROOT: &str = "root";
@@ -73,26 +82,43 @@ worker_engine::job_names! {
 /// A key that does not read. Texts carry key values only.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// `PK` or `SK` is absent (the attribute named).
     #[error("the key has no {0} attribute")]
     Missing(&'static str),
+    /// `PK` or `SK` is not of the key's type (`PK` S, `SK` N).
     #[error("{attribute} is not of type {expected}")]
     WrongType {
+        /// The key attribute (`PK` or `SK`).
         attribute: &'static str,
+        /// The type it should have (`S` or `N`).
         expected: &'static str,
     },
     /// Not an item of the archive table's design (left alone).
     #[error("PK {pk:?} is not a partition of the archive table")]
-    Foreign { pk: String },
+    Foreign {
+        /// The partition, as read.
+        pk: String,
+    },
+    /// A file's, a lookup item's `PK` or the `SK` does not parse (bad
+    /// numbers, a date that does not exist).
     #[error("{what} {value:?} is malformed: {reason}")]
     Malformed {
+        /// What was read (`file PK`, `lookup PK`, `SK`).
         what: &'static str,
+        /// The value, cut at 64 characters.
         value: String,
+        /// Why it does not parse.
         reason: &'static str,
     },
+    /// The `SK` is not the one the `PK` implies: a file's time in epoch
+    /// seconds, `0` for a lookup item or a checkpoint.
     #[error("PK {pk:?} has SK {sk}, expected {expected}")]
     WrongSk {
+        /// The partition, as read.
         pk: String,
+        /// The sort key, as read.
         sk: String,
+        /// The sort key the partition implies.
         expected: String,
     },
 }
@@ -157,6 +183,7 @@ impl FileTime {
         self.0.and_utc().timestamp()
     }
 
+    /// The UTC day of the file: the day lookup item listing it.
     pub fn date(self) -> NaiveDate {
         self.0.date()
     }
@@ -233,7 +260,12 @@ pub enum LookupKey {
     /// Listed entries: files of the day, `hh-mm-ss`.
     Day(NaiveDate),
     /// Listed entries: days, `DD`.
-    Month { year: i32, month: u32 },
+    Month {
+        /// The year, 1 to 9999.
+        year: i32,
+        /// The month, 1 to 12.
+        month: u32,
+    },
     /// Listed entries: months, `MM`.
     Year(i32),
     /// Listed entries: years, `YYYY`.
@@ -243,11 +275,14 @@ pub enum LookupKey {
 /// What a lookup item's entry names: a lookup item below, or a file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Child {
+    /// A date lookup item, listed by the level above (a year by the root).
     Lookup(LookupKey),
+    /// An archived file: its day's lookup item lists it.
     File(FileTime),
 }
 
 impl LookupKey {
+    /// The lookup item of the day `date`.
     pub fn day(date: NaiveDate) -> Self {
         LookupKey::Day(date)
     }
@@ -379,15 +414,21 @@ impl Child {
 /// Any item of the table, by its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ItemKey {
+    /// An archived file (`PK` its time, `SK` its epoch seconds).
     File(FileTime),
+    /// A date lookup item (`SK = 0`).
     Lookup(LookupKey),
-    /// `CreatedDate`: epoch seconds.
+    /// A file unzipped and available (`PK = Unzipped`).
     Unzipped {
+        /// `CreatedDate`: epoch seconds.
         created: i64,
     },
+    /// A retrieval requested, not yet finished (`PK = Unzipping`).
     Unzipping {
+        /// `CreatedDate`: epoch seconds.
         created: i64,
     },
+    /// The worker's checkpoint of a job (`PK = WorkerCheckpoint#<job>`, `SK = 0`).
     Checkpoint(Job),
 }
 

@@ -61,10 +61,16 @@ pub const APP: AppSpec<Job, Deps, dyn TableHandler<Table>> = AppSpec {
 
 /// What the handlers and jobs are built from.
 pub struct Deps {
+    /// One store per table (by [`Table`]), named as in
+    /// `settings.tables`.
     pub stores: Stores,
     /// Transactions over the tables (by name: `settings.tables`).
     pub tx: Arc<dyn Transactions>,
+    /// The settings, read from the environment once (the tables' names and
+    /// the jobs' own).
     pub settings: Settings,
+    /// Where the time comes from: an acceptance's `JoinedAt` and its
+    /// notification's time (a fixed clock in tests and with `--now`).
     pub clock: Arc<dyn Clock>,
     /// The stream handlers' writes (and conflicts), by metric.
     pub writes: Arc<WriteCounter>,

@@ -188,6 +188,7 @@ fn key_of(item: Item) -> Key {
 pub struct Guard {
     /// Its table's name.
     pub table: String,
+    /// The removed item's key in that table (the user's, the community's).
     pub key: Key,
 }
 

@@ -28,7 +28,10 @@ use crate::keys::Job;
 use crate::requests::RequestSettings;
 use crate::schema::Table;
 
+/// A variable the chat worker reads: its name, default, meaning and which
+/// function reads it (the rows of the table above).
 pub type EnvVar = worker_engine::EnvVar<Job>;
+/// Who reads a variable: every function or one scheduled job.
 pub type ReadBy = worker_engine::ReadBy<Job>;
 
 const fn table_var(t: Table, meaning: &'static str) -> EnvVar {
@@ -58,7 +61,10 @@ pub type Settings = worker_engine::settings::Settings<Job, ChatSettings>;
 /// The chat worker's own settings: the tables' names and its jobs'.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ChatSettings {
+    /// Each table's name as deployed, from its own variable (`USERS_TABLE`, ...).
     pub tables: TableNames<Table>,
+    /// The expiry's and the twin audit's settings (`REQUEST_EXPIRY_DAYS`,
+    /// `TWIN_GRACE_MINUTES`).
     pub requests: RequestSettings,
 }
 

@@ -13,14 +13,23 @@ use crate::keys::{self, RequestKey};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Open: neither accepted nor refused yet; the copy carries `PendingId`.
     Pending,
+    /// Accepted (by a client); from the group chat's copy the worker then
+    /// makes the user a member, once per request.
     Accepted,
+    /// Refused (by a client, or by the worker: the chat full, `capacity`, or
+    /// gone, `chat-deleted`).
     Rejected,
+    /// Cancelled (by a client, or by the worker when the user was deleted:
+    /// `user-deleted`).
     Cancelled,
+    /// Still pending after `REQUEST_EXPIRY_DAYS` (set by `expire-requests`).
     Expired,
 }
 
 impl Status {
+    /// The value stored in `Status` (`pending`, `accepted`, ...).
     pub fn as_str(self) -> &'static str {
         match self {
             Status::Pending => "pending",
@@ -31,6 +40,8 @@ impl Status {
         }
     }
 
+    /// Whether the status is final (anything but `pending`): it never changes
+    /// back.
     pub fn is_terminal(self) -> bool {
         self != Status::Pending
     }
@@ -40,19 +51,32 @@ impl Status {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct RequestCopy {
+    /// The copy's key: set by [`Self::from_item`], never stored as an attribute.
     #[serde(skip)]
     pub key: Option<RequestKey>,
+    /// `Id`: the request's id, the same on both copies and in the `SK`.
     pub id: String,
+    /// `UserId`: the user asking to join.
     pub user_id: String,
+    /// `ChatId`: the group chat asked to join.
     pub chat_id: String,
+    /// `CreatedAt`: ISO-8601, as the client wrote it.
     pub created_at: String,
+    /// `Status`: where the request stands.
     pub status: Status,
+    /// `Seen`: whether the user has seen the copy (absent: `false`).
     #[serde(default)]
     pub seen: bool,
+    /// `PendingId`: present while pending only; the sort key of the sparse
+    /// `PendingRequestsIndex`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_id: Option<String>,
+    /// `StatusReason`: why the worker set a terminal status (`capacity`,
+    /// `user-deleted`, `chat-deleted`, `expired`); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
+    /// `JoinedAt` (the group chat's copy): when the worker made the user a
+    /// member; `None` until then, and after a client rewrites the copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub joined_at: Option<String>,
 }
@@ -76,6 +100,11 @@ impl RequestCopy {
         Ok(copy)
     }
 
+    /// The copy's key.
+    ///
+    /// # Panics
+    ///
+    /// On a copy not read by [`Self::from_item`] (which sets the key).
     pub fn key(&self) -> &RequestKey {
         self.key.as_ref().expect("a decoded copy has its key")
     }
@@ -102,13 +131,18 @@ impl RequestCopy {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct GroupChat {
+    /// `Capacity`: the most members the chat takes (`None`: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity: Option<i64>,
+    /// `NumMembers`: the worker's count of the chat's member items (`None`:
+    /// not written yet; the acceptance counts it as 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_members: Option<i64>,
 }
 
 impl GroupChat {
+    /// The chat's attributes, or why they do not decode (no attribute value in
+    /// the text).
     pub fn from_item(item: &Item) -> Result<GroupChat, String> {
         decode(item, "group chat")
     }
@@ -118,12 +152,17 @@ impl GroupChat {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Notification {
+    /// `Id`: `chatrequest-<request>-accepted`, one per request.
     pub id: String,
+    /// `NotificationType`: `ChatRequestAccepted`.
     pub notification_type: String,
     /// The chat the notification is about.
     pub target: String,
+    /// `CreatedAt`: the acceptance's `JoinedAt`, ISO-8601.
     pub created_at: String,
+    /// `Read`: `false` when the worker writes it.
     pub read: bool,
+    /// `Seen`: `false` when the worker writes it.
     pub seen: bool,
 }
 

@@ -25,7 +25,9 @@ use worker_engine::keys::{AttributeError, string, strings};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
 
+/// The partition key attribute (S) of every table.
 pub const PK: &str = "PK";
+/// The sort key attribute (S) of every table but Users.
 pub const SK: &str = "SK";
 
 /// Chat requests: the request's id (S).
@@ -56,8 +58,9 @@ pub const NOTIFICATION_TYPE: &str = "NotificationType";
 pub const TARGET: &str = "Target";
 /// Notifications (BOOL).
 pub const READ: &str = "Read";
-/// Checkpoints: the `PK` and `SK` of the last item read (S).
+/// Checkpoints: the `PK` of the last item read (S).
 pub const POSITION_PK: &str = "PositionPK";
+/// Checkpoints: the `SK` of the last item read (S).
 pub const POSITION_SK: &str = "PositionSK";
 
 /// `StatusReason` of a request rejected because the chat was full.
@@ -109,14 +112,23 @@ pub enum KeyError {
     /// Not an item of this table's design (left alone).
     #[error("{attribute} {value:?} is not a key of the {table} table")]
     Foreign {
+        /// The table's name (`Users`, `ChatRequests`, ...).
         table: &'static str,
+        /// The attribute that does not read (`PK` or `SK`).
         attribute: &'static str,
+        /// Its value, as read.
         value: String,
     },
+    /// An item of the design whose key does not parse: an empty id, an id
+    /// holding `#`, a time that is not ISO-8601, an `SK` naming another
+    /// partition than its `PK`.
     #[error("{what} {value:?} is malformed: {reason}")]
     Malformed {
+        /// What was read (`user id`, `chat request SK`, ...).
         what: &'static str,
+        /// The value, as read.
         value: String,
+        /// Why it does not parse.
         reason: &'static str,
     },
 }
@@ -198,12 +210,29 @@ pub fn parse_user(item: &Item) -> Result<String, KeyError> {
 /// An item of the Communities table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommunityItem {
-    Community { community: String },
-    Member { community: String, user: String },
-    GroupChat { community: String, chat: String },
+    /// The community's own item (`SK` = its `PK`).
+    Community {
+        /// The community's id.
+        community: String,
+    },
+    /// A member of the community (`SK = USER#<user>`).
+    Member {
+        /// The community's id.
+        community: String,
+        /// The member's user id.
+        user: String,
+    },
+    /// A group chat of the community (`SK = GROUPCHAT#<chat>`).
+    GroupChat {
+        /// The community's id.
+        community: String,
+        /// The group chat's id.
+        chat: String,
+    },
 }
 
 impl CommunityItem {
+    /// The community the item belongs to (its `PK`).
     pub fn community(&self) -> &str {
         match self {
             CommunityItem::Community { community }
@@ -212,6 +241,7 @@ impl CommunityItem {
         }
     }
 
+    /// The item's key: `COMMUNITY#<c>` and its `SK`.
     pub fn key(&self) -> Key {
         let pk = format!("{COMMUNITY}{}", self.community());
         let sk = match self {
@@ -222,6 +252,7 @@ impl CommunityItem {
         strings([(PK, pk), (SK, sk)])
     }
 
+    /// A Communities item from its key, or why it is not one.
     pub fn parse(item: &Item) -> Result<Self, KeyError> {
         let pk = string(item, PK)?;
         let sk = string(item, SK)?;
@@ -257,7 +288,9 @@ pub fn community_member_sk(user: &str) -> String {
 /// A group chat or a private chat (two tables of one design).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ChatKind {
+    /// A group chat (GroupChats table, `GROUPCHAT#`).
     Group,
+    /// A private chat (PrivateChats table, `PRIVATECHAT#`).
     Private,
 }
 
@@ -280,24 +313,37 @@ impl ChatKind {
 /// An item of the GroupChats or PrivateChats table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChatItem {
+    /// The chat's own item (`SK` = its `PK`).
     Chat {
+        /// Which of the two tables.
         kind: ChatKind,
+        /// The chat's id.
         chat: String,
     },
+    /// A member of the chat (`SK = USER#<user>`).
     Member {
+        /// Which of the two tables.
         kind: ChatKind,
+        /// The chat's id.
         chat: String,
+        /// The member's user id.
         user: String,
     },
+    /// A message (`SK = MESSAGE#<time>#<id>`).
     Message {
+        /// Which of the two tables.
         kind: ChatKind,
+        /// The chat's id.
         chat: String,
+        /// When the message was sent (the `<time>` of its `SK`).
         time: DateTime<Utc>,
+        /// The message's id.
         id: String,
     },
 }
 
 impl ChatItem {
+    /// Which table the item is in.
     pub fn kind(&self) -> ChatKind {
         match self {
             ChatItem::Chat { kind, .. }
@@ -306,6 +352,7 @@ impl ChatItem {
         }
     }
 
+    /// The chat's id (its partition).
     pub fn chat(&self) -> &str {
         match self {
             ChatItem::Chat { chat, .. }
@@ -314,6 +361,8 @@ impl ChatItem {
         }
     }
 
+    /// The item's key, canonical (times written as [`format_time`] writes
+    /// them).
     pub fn key(&self) -> Key {
         let pk = chat_pk(self.kind(), self.chat());
         let sk = match self {
@@ -367,19 +416,25 @@ pub const MEMBER_SK_PREFIX: &str = USER;
 /// A notification (Notifications table).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotificationKey {
+    /// The user it is for (`PK = USER#<user>`).
     pub user: String,
+    /// Read (`NOTIFICATIONREAD#...`) or not (`NOTIFICATION#UNREAD#...`).
     pub read: bool,
+    /// The `<time>` of its `SK`: when it was created.
     pub time: DateTime<Utc>,
+    /// The notification's id (the worker's: [`acceptance_notification_id`]).
     pub id: String,
 }
 
 impl NotificationKey {
+    /// The notification's key (Notifications table).
     pub fn key(&self) -> Key {
         let prefix = if self.read { READ_PREFIX } else { UNREAD };
         let sk = format!("{prefix}{}#{}", format_time(self.time), self.id);
         strings([(PK, user_pk(&self.user)), (SK, sk)])
     }
 
+    /// A notification from its key, or why it is not one.
     pub fn parse(item: &Item) -> Result<Self, KeyError> {
         let pk = string(item, PK)?;
         let sk = string(item, SK)?;
@@ -412,11 +467,14 @@ pub fn acceptance_notification_id(request: &str) -> String {
 /// Who a request copy is filed under.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Owner {
+    /// The user's copy (`PK = USER#<user>`).
     User(String),
+    /// The group chat's copy (`PK = GROUPCHAT#<chat>`).
     GroupChat(String),
 }
 
 impl Owner {
+    /// The copy's `PK`.
     pub fn pk(&self) -> String {
         match self {
             Owner::User(u) => user_pk(u),
@@ -424,6 +482,7 @@ impl Owner {
         }
     }
 
+    /// The owner of a ChatRequests `PK`, or why it has none.
     pub fn parse(pk: &str) -> Result<Self, KeyError> {
         if let Some(u) = prefixed(pk, USER) {
             Ok(Owner::User(id("user id", u)?.to_owned()))
@@ -438,8 +497,11 @@ impl Owner {
 /// One copy of a chat request (ChatRequests table).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RequestKey {
+    /// Who the copy is filed under.
     pub owner: Owner,
+    /// When the request was made (the `<time>` of the `SK`).
     pub created: DateTime<Utc>,
+    /// The request's id (the `<request>` of the `SK`, its `Id`).
     pub request: String,
 }
 
@@ -457,6 +519,7 @@ impl RequestKey {
         ]
     }
 
+    /// `CHATREQUEST#<time>#<request>`: the same on both copies.
     pub fn sk(&self) -> String {
         format!(
             "{CHATREQUEST}{}#{}",
@@ -465,6 +528,7 @@ impl RequestKey {
         )
     }
 
+    /// The copy's key.
     pub fn key(&self) -> Key {
         strings([(PK, self.owner.pk()), (SK, self.sk())])
     }
@@ -477,6 +541,7 @@ impl RequestKey {
         }
     }
 
+    /// A request copy from its key, or why it is not one.
     pub fn parse(item: &Item) -> Result<Self, KeyError> {
         let pk = string(item, PK)?;
         let sk = string(item, SK)?;
@@ -500,8 +565,11 @@ impl RequestKey {
 /// and the notification (leaves, reads, deletes).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct JoinMark {
+    /// The group chat joined.
     pub chat: String,
+    /// When the request was made (as in its copies' `SK`).
     pub created: DateTime<Utc>,
+    /// The request's id.
     pub request: String,
 }
 
@@ -515,6 +583,7 @@ impl JoinMark {
         }
     }
 
+    /// The mark's key: `JOINED#<chat>`, the request's `SK`.
     pub fn key(&self) -> Key {
         let copy = RequestKey {
             owner: Owner::GroupChat(self.chat.clone()),
@@ -529,12 +598,17 @@ impl JoinMark {
 /// or a join mark.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RequestsItem {
+    /// One of a request's two copies.
     Copy(RequestKey),
+    /// A scheduled job's checkpoint (`WORKER#<job>` / `CHECKPOINT`).
     Checkpoint(Job),
+    /// A request's join mark.
     Joined(JoinMark),
 }
 
 impl RequestsItem {
+    /// A ChatRequests item from its key, or why it is not one of the design
+    /// (a `WORKER#` partition of no job is foreign).
     pub fn parse(item: &Item) -> Result<Self, KeyError> {
         let pk = string(item, PK)?;
         if let Some(job) = prefixed(pk, WORKER) {

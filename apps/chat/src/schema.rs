@@ -29,14 +29,23 @@ use crate::keys;
 /// One of the six tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Table {
+    /// Users: `USER#<user>`, no sort key.
     Users,
+    /// Communities: the community, its members and group-chat links.
     Communities,
+    /// Notifications: a user's notifications.
     Notifications,
+    /// GroupChats: the chat, its members and messages.
     GroupChats,
+    /// PrivateChats: the chat, its members and messages.
     PrivateChats,
+    /// ChatRequests: request copies, and the worker's join marks and
+    /// checkpoints.
     ChatRequests,
 }
 
+/// `CommunityMembersIndex` (Communities): inverted, a user's communities
+/// (see the module's doc).
 pub const COMMUNITY_MEMBERS: IndexSpec = IndexSpec {
     name: keys::COMMUNITY_MEMBERS_INDEX,
     partition_key: keys::SK,
@@ -44,6 +53,8 @@ pub const COMMUNITY_MEMBERS: IndexSpec = IndexSpec {
     include: None,
 };
 
+/// `ChatMembersIndex` (GroupChats, PrivateChats, the worker's own):
+/// inverted, a user's chat memberships.
 pub const CHAT_MEMBERS: IndexSpec = IndexSpec {
     name: keys::CHAT_MEMBERS_INDEX,
     partition_key: keys::SK,
@@ -51,6 +62,7 @@ pub const CHAT_MEMBERS: IndexSpec = IndexSpec {
     include: None,
 };
 
+/// `PendingRequestsIndex` (ChatRequests, sparse): pending copies only.
 pub const PENDING_REQUESTS: IndexSpec = IndexSpec {
     name: keys::PENDING_REQUESTS_INDEX,
     partition_key: keys::PK,
@@ -59,6 +71,7 @@ pub const PENDING_REQUESTS: IndexSpec = IndexSpec {
 };
 
 impl Table {
+    /// Every table, once each (`Users` first).
     pub const ALL: [Table; 6] = [
         Table::Users,
         Table::Communities,

@@ -17,6 +17,7 @@ pub struct StoredPass {
 }
 
 impl StoredPass {
+    /// The checkpoint of `job` in `store` (nothing read until [`Self::load`]).
     pub fn new(store: Arc<dyn Store>, job: Job) -> Self {
         StoredPass { store, job }
     }

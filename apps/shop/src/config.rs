@@ -17,6 +17,8 @@
 use crate::keys::Job;
 use crate::stuck::StuckSettings;
 
+/// A variable the shop worker reads: its name, default, meaning and which
+/// function reads it (the rows of the table above).
 pub type EnvVar = worker_engine::EnvVar<Job>;
 
 /// What `TABLE_NAME` names.

@@ -21,7 +21,9 @@ use crate::keys::{self, At, Id, ItemKey, Job};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field} {reason}")]
 pub struct FieldError {
+    /// The field, as named in the item (`brand_id`, `created_at`, ...).
     pub field: &'static str,
+    /// Why it does not read (`is not a KSUID`, ...): never the value.
     pub reason: String,
 }
 
@@ -88,7 +90,9 @@ fn put_n(item: &mut Item, field: &str, v: Option<String>) {
 /// Created and updated, epoch seconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stamps {
+    /// `created_at`: when the entity was created, epoch seconds.
     pub created_at: i64,
+    /// `updated_at`: when it was last changed, epoch seconds.
     pub updated_at: i64,
 }
 
@@ -102,12 +106,17 @@ impl Stamps {
 /// A category or a brand (the same fields).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Named {
+    /// Its key: [`ItemKey::Category`] or [`ItemKey::Brand`].
     pub key: ItemKey,
+    /// `name` (`None`: not written; the item then has no `SKU`).
     pub name: Option<String>,
+    /// `created_at` and `updated_at`.
     pub stamps: Stamps,
 }
 
 impl Named {
+    /// The item as a client writes it: key, `name`, times (no derived
+    /// attributes).
     pub fn to_item(&self) -> Item {
         let mut item = self.key.key();
         put_s(&mut item, keys::NAME, self.name.as_deref());
@@ -119,9 +128,14 @@ impl Named {
 /// A user. Its `Debug` leaves the e-mail address out.
 #[derive(Clone, PartialEq)]
 pub struct User {
+    /// The user's id (`SK = USER#<id>`).
     pub id: Id,
+    /// `name` (`None`: not written).
     pub name: Option<String>,
+    /// `email` (`None`: not written; the item then has no `SKU`). Personal
+    /// data: never logged.
     pub email: Option<String>,
+    /// `created_at` and `updated_at`.
     pub stamps: Stamps,
 }
 
@@ -134,6 +148,8 @@ impl std::fmt::Debug for User {
 }
 
 impl User {
+    /// The item as a client writes it: key, `name`, `email`, times (no
+    /// derived attributes).
     pub fn to_item(&self) -> Item {
         let mut item = ItemKey::User(self.id.clone()).key();
         put_s(&mut item, keys::NAME, self.name.as_deref());
@@ -146,20 +162,32 @@ impl User {
 /// A product.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Product {
+    /// The product's id (`SK = PRO#<id>`).
     pub id: Id,
+    /// `name` (`None`: not written).
     pub name: Option<String>,
+    /// `price` (`None`: not written).
     pub price: Option<f64>,
+    /// `stock`, units (`None`: not written).
     pub stock: Option<i64>,
+    /// `brand_id`: the brand it references (`None`: not written; the product
+    /// is then in neither global index).
     pub brand_id: Option<Id>,
+    /// `category_id`: the category it references (`None`: not written; the
+    /// product is then in neither global index).
     pub category_id: Option<Id>,
+    /// `created_at` and `updated_at`.
     pub stamps: Stamps,
 }
 
 impl Product {
+    /// The product's key (`PK = PROD`, `SK = PRO#<id>`).
     pub fn key(&self) -> Key {
         ItemKey::Product(self.id.clone()).key()
     }
 
+    /// The item as a client writes it: key and the fields that are set (no
+    /// derived attributes).
     pub fn to_item(&self) -> Item {
         let mut item = self.key();
         put_s(&mut item, keys::NAME, self.name.as_deref());
@@ -183,8 +211,11 @@ impl Product {
 /// What the worker reads of a product: its references.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProductRefs {
+    /// The product's id.
     pub id: Id,
+    /// `brand_id` (`None`: absent, empty or not a KSUID).
     pub brand_id: Option<Id>,
+    /// `category_id` (`None`: absent, empty or not a KSUID).
     pub category_id: Option<Id>,
     /// The worker's flag: the references found missing (field names).
     pub missing: Vec<String>,
@@ -226,14 +257,21 @@ fn id_lenient(item: &Item, field: &'static str) -> Option<Id> {
 /// An order.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Order {
+    /// The ordering user's id (`PK = USER#<user>`, and `user_id`).
     pub user: Id,
+    /// The order's id (`SK = ORDER#<id>`).
     pub id: Id,
+    /// `status`, e.g. `PENDING` (`None`: not written; the order is then not in
+    /// `GSI1`).
     pub status: Option<String>,
+    /// `total_price` (`None`: not written).
     pub total_price: Option<f64>,
+    /// `created_at` and `updated_at`.
     pub stamps: Stamps,
 }
 
 impl Order {
+    /// The order's key.
     pub fn key(&self) -> Key {
         ItemKey::Order {
             user: self.user.clone(),
@@ -242,6 +280,8 @@ impl Order {
         .key()
     }
 
+    /// The item as a client writes it: key, `user_id`, the fields that are set
+    /// (no derived attributes).
     pub fn to_item(&self) -> Item {
         let mut item = self.key();
         put_s(&mut item, keys::USER_ID, Some(self.user.as_str()));
@@ -261,6 +301,7 @@ impl Order {
 /// completes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// The job the checkpoint belongs to (`SK = CHECKPOINT#<job>`).
     pub job: Job,
     /// Where the pass resumes, its start, ticks and totals.
     pub pass: Pass,
@@ -278,6 +319,7 @@ pub const PASS_ATTRIBUTES: PassAttributes = PassAttributes {
 };
 
 impl Checkpoint {
+    /// A new pass of `job`, started at `now`, from the table's start.
     pub fn new(job: Job, now: DateTime<Utc>) -> Self {
         Checkpoint {
             job,
@@ -297,6 +339,8 @@ impl Checkpoint {
         })
     }
 
+    /// The item as stored under `WORKER` / `CHECKPOINT#<job>`: the [`Pass`]
+    /// under [`PASS_ATTRIBUTES`].
     pub fn to_item(&self) -> Item {
         let mut item = keys::checkpoint(self.job);
         self.pass.put(&mut item, &PASS_ATTRIBUTES);

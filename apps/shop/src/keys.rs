@@ -27,41 +27,69 @@ use worker_engine::keys::{AttributeError, string};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
 
+/// The partition key attribute (S).
 pub const PK: &str = "PK";
+/// The sort key attribute (S).
 pub const SK: &str = "SK";
 /// The local index's sort key (names, e-mail addresses).
 pub const SKU: &str = "SKU";
+/// `GSI1`'s partition key (S): `BRAND#<brand_id>` of a product,
+/// `ORDER#STATUS#<status>` of an order. Derived by the worker.
 pub const GSI1PK: &str = "GSI1PK";
+/// `GSI1`'s sort key (S): `CAT#<category_id>#AT#<created_at>` of a product,
+/// `AT#<updated_at>` of an order. Derived by the worker.
 pub const GSI1SK: &str = "GSI1SK";
+/// `GSI2`'s partition key (S): `CAT#<category_id>` of a product. Derived by
+/// the worker.
 pub const GSI2PK: &str = "GSI2PK";
+/// `GSI2`'s sort key (S): `BRAND#<brand_id>#AT#<created_at>` of a product.
+/// Derived by the worker.
 pub const GSI2SK: &str = "GSI2SK";
 
-/// Index names.
+/// Index names; this one the local index, a partition's items by [`SKU`].
 pub const LSI: &str = "LSI";
+/// The global index of a brand's products and of the orders in a status
+/// ([`GSI1PK`], [`GSI1SK`]).
 pub const GSI1: &str = "GSI1";
+/// The global index of a category's products ([`GSI2PK`], [`GSI2SK`]).
 pub const GSI2: &str = "GSI2";
 
-/// The entities' fields (the seed's entity diagram).
+/// The entities' fields (the seed's entity diagram); this one the name of a
+/// category, brand, product or user (S).
 pub const NAME: &str = "name";
+/// User: the e-mail address (S); personal data, never logged.
 pub const EMAIL: &str = "email";
+/// Product: the brand's id (S, KSUID).
 pub const BRAND_ID: &str = "brand_id";
+/// Product: the category's id (S, KSUID).
 pub const CATEGORY_ID: &str = "category_id";
+/// Order: the ordering user's id (S, KSUID).
 pub const USER_ID: &str = "user_id";
+/// Order: its status (S), e.g. `PENDING`, `PAID`.
 pub const STATUS: &str = "status";
+/// Product: its price (N).
 pub const PRICE: &str = "price";
+/// Product: units in stock (N).
 pub const STOCK: &str = "stock";
+/// Order: its total (N).
 pub const TOTAL_PRICE: &str = "total_price";
+/// Every entity: when it was created, epoch seconds (N).
 pub const CREATED_AT: &str = "created_at";
+/// Every entity: when it was last changed, epoch seconds (N).
 pub const UPDATED_AT: &str = "updated_at";
 
 /// Product, worker-owned: the references (`brand_id`, `category_id`) that
 /// name no existing item (SS). No index reads it.
 pub const MISSING_REFS: &str = "worker_missing_refs";
 
-/// Checkpoint attributes (worker-owned items only).
+/// Checkpoint attributes (worker-owned items only); this one where the
+/// pass resumes (M, the Scan's or Query's last key).
 pub const POSITION: &str = "position";
+/// Checkpoint: when the pass started, epoch seconds (N).
 pub const PASS_STARTED: &str = "pass_started";
+/// Checkpoint: the ticks the pass has taken so far (N).
 pub const TICKS: &str = "ticks";
+/// Checkpoint: the pass's running totals by name (M of N).
 pub const TOTALS: &str = "totals";
 
 const CAT: &str = "CAT";
@@ -108,7 +136,9 @@ pub enum KeyError {
     /// writer put there, an e-mail address included.
     #[error("{what} is malformed: {reason}")]
     Malformed {
+        /// What was read (`SK`, `category id`, `GSI1SK`, ...).
         what: &'static str,
+        /// Why it does not read.
         reason: &'static str,
     },
 }
@@ -155,6 +185,7 @@ impl Id {
         Id::of(Ksuid::from_seconds(Some(secs), Some(&payload)))
     }
 
+    /// The id's text (27 characters).
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -180,7 +211,9 @@ impl fmt::Display for Id {
 pub struct At(i64);
 
 impl At {
+    /// The first time of ten digits: 2001-09-09T01:46:40Z.
     pub const MIN: i64 = 1_000_000_000;
+    /// The last time of ten digits: 2286-11-20T17:46:39Z.
     pub const MAX: i64 = 9_999_999_999;
 
     /// The time of `secs`; `what` names the field in the error.
@@ -195,6 +228,7 @@ impl At {
         }
     }
 
+    /// Epoch seconds.
     pub fn secs(self) -> i64 {
         self.0
     }
@@ -231,11 +265,22 @@ pub fn check_status(status: &str) -> Result<(), KeyError> {
 /// Any item of the table, by its `PK` and `SK`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ItemKey {
+    /// A category: `CAT` / `CAT#<id>`.
     Category(Id),
+    /// A brand: `BRAND` / `BRAND#<id>`.
     Brand(Id),
+    /// A product: `PROD` / `PRO#<id>`.
     Product(Id),
+    /// A user: `USER` / `USER#<id>`.
     User(Id),
-    Order { user: Id, order: Id },
+    /// An order: `USER#<user>` / `ORDER#<order>`.
+    Order {
+        /// The ordering user's id.
+        user: Id,
+        /// The order's id.
+        order: Id,
+    },
+    /// The worker's checkpoint of a job: `WORKER` / `CHECKPOINT#<job>`.
     Checkpoint(Job),
 }
 
@@ -307,13 +352,18 @@ impl fmt::Display for ItemKey {
 /// The partition of a kind of item, for listing them (`PK = CAT`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listing {
+    /// `PK = CAT`.
     Categories,
+    /// `PK = BRAND`.
     Brands,
+    /// `PK = PROD`.
     Products,
+    /// `PK = USER`.
     Users,
 }
 
 impl Listing {
+    /// The partition's `PK`.
     pub fn pk(self) -> &'static str {
         match self {
             Listing::Categories => CAT,
@@ -332,7 +382,9 @@ pub fn orders_of(user: &Id) -> (String, &'static str) {
 /// A local index sort key (`SKU`).
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Sku {
+    /// A category's: `CAT#NAME#<name>`.
     CategoryName(String),
+    /// A brand's: `BRAND#NAME#<name>`.
     BrandName(String),
     /// Personal data: never in a log line (its `Debug` hides it).
     Email(String),
@@ -385,6 +437,7 @@ impl Sku {
     pub fn category_name_prefix(prefix: &str) -> String {
         format!("{CAT_NAME_PREFIX}{prefix}")
     }
+    /// The same for brand names: `BRAND#NAME#<prefix>`.
     pub fn brand_name_prefix(prefix: &str) -> String {
         format!("{BRAND_NAME_PREFIX}{prefix}")
     }
@@ -395,15 +448,25 @@ impl Sku {
 pub enum Gsi1 {
     /// A product under its brand: `BRAND#<brand>`, `CAT#<category>#AT#<created>`.
     ProductByBrand {
+        /// The product's `brand_id`.
         brand: Id,
+        /// The product's `category_id`.
         category: Id,
+        /// The product's `created_at`.
         created: At,
     },
     /// An order under its status: `ORDER#STATUS#<status>`, `AT#<updated>`.
-    OrderByStatus { status: String, updated: At },
+    OrderByStatus {
+        /// The order's `status`.
+        status: String,
+        /// The order's `updated_at`.
+        updated: At,
+    },
 }
 
 impl Gsi1 {
+    /// An order's key under `status`; an error when the status cannot be in a
+    /// key (see [`check_status`]).
     pub fn order_by_status(status: &str, updated: At) -> Result<Gsi1, KeyError> {
         check_status(status)?;
         Ok(Gsi1::OrderByStatus {
@@ -412,6 +475,7 @@ impl Gsi1 {
         })
     }
 
+    /// `(GSI1PK, GSI1SK)`.
     pub fn parts(&self) -> (String, String) {
         match self {
             Gsi1::ProductByBrand {
@@ -426,6 +490,8 @@ impl Gsi1 {
         }
     }
 
+    /// Parse `GSI1PK` and `GSI1SK`: an order's when the partition is
+    /// `ORDER#STATUS#`, else a product's.
     pub fn parse(pk: &str, sk: &str) -> Result<Gsi1, KeyError> {
         if let Some(status) = pk.strip_prefix(ORDER_STATUS_PREFIX) {
             check_status(status)?;
@@ -450,12 +516,16 @@ impl Gsi1 {
 /// `BRAND#<brand>#AT#<created>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Gsi2 {
+    /// The product's `category_id`.
     pub category: Id,
+    /// The product's `brand_id`.
     pub brand: Id,
+    /// The product's `created_at`.
     pub created: At,
 }
 
 impl Gsi2 {
+    /// `(GSI2PK, GSI2SK)`.
     pub fn parts(&self) -> (String, String) {
         (
             category_partition(&self.category),
@@ -467,6 +537,7 @@ impl Gsi2 {
         )
     }
 
+    /// Parse `GSI2PK` and `GSI2SK`.
     pub fn parse(pk: &str, sk: &str) -> Result<Gsi2, KeyError> {
         let category = pk
             .strip_prefix(CAT_PREFIX)
@@ -515,11 +586,11 @@ pub fn status_partition(status: &str) -> String {
     format!("{ORDER_STATUS_PREFIX}{status}")
 }
 
-/// The `GSI1SK` prefix of a brand's products in a category (and the
-/// `GSI2SK` prefix of a category's products of a brand): `CAT#<id>#`.
+/// The `GSI1SK` prefix of a brand's products in a category: `CAT#<id>#`.
 pub fn category_prefix(category: &Id) -> String {
     format!("{CAT_PREFIX}{category}#")
 }
+/// The `GSI2SK` prefix of a category's products of a brand: `BRAND#<id>#`.
 pub fn brand_prefix(brand: &Id) -> String {
     format!("{BRAND_PREFIX}{brand}#")
 }

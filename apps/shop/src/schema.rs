@@ -30,6 +30,7 @@ pub const LISTED: &[&str] = &[
     keys::UPDATED_AT,
 ];
 
+/// `LSI`: a partition's items by `SKU` (names, e-mail addresses).
 pub const LSI: IndexSpec = IndexSpec {
     name: keys::LSI,
     partition_key: keys::PK,
@@ -37,6 +38,8 @@ pub const LSI: IndexSpec = IndexSpec {
     include: Some(LISTED),
 };
 
+/// `GSI1`: a brand's products by category and creation, the orders in a
+/// status by last update.
 pub const GSI1: IndexSpec = IndexSpec {
     name: keys::GSI1,
     partition_key: keys::GSI1PK,
@@ -44,6 +47,7 @@ pub const GSI1: IndexSpec = IndexSpec {
     include: Some(LISTED),
 };
 
+/// `GSI2`: a category's products by brand and creation.
 pub const GSI2: IndexSpec = IndexSpec {
     name: keys::GSI2,
     partition_key: keys::GSI2PK,

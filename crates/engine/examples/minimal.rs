@@ -121,6 +121,7 @@ impl RecordProcessor for TitleKeys {
 worker_engine::job_names! {
     /// The app's jobs, by the names the command line and ticks use.
     pub enum Job {
+        /// Deletes the notes whose `ExpiresAt` has passed (`PurgeExpired`).
         PurgeExpired = "purge-expired",
     }
 }

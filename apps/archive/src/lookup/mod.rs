@@ -102,6 +102,7 @@ pub struct DateLookup {
 }
 
 impl DateLookup {
+    /// The handler over the stream store and write counter of `deps`.
     pub fn new(deps: &Deps) -> Self {
         DateLookup {
             store: deps.stream_store.clone(),

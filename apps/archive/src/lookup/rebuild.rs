@@ -78,6 +78,7 @@ pub struct RebuildLookup {
 }
 
 impl RebuildLookup {
+    /// The job over the table of `deps`, [`PAGE_SIZE`] items a Scan page.
     pub fn new(deps: &Deps) -> Self {
         RebuildLookup {
             store: deps.store.clone(),

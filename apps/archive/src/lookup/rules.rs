@@ -93,6 +93,7 @@ pub enum Op {
 /// What to write to the item.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
+    /// The item already lists what `ops` ask: no write.
     Unchanged,
     /// `SavedDate` becomes this list.
     Write(Vec<String>),
@@ -103,6 +104,7 @@ pub enum Change {
 /// The write for `ops`, applied in order to the item as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The write, if any.
     pub change: Change,
     /// The children listed after the change.
     pub after: BTreeSet<Child>,

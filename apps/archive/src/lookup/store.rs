@@ -96,17 +96,20 @@ pub struct Applied {
 /// A lookup item as read.
 #[derive(Debug, Clone)]
 pub struct Seen {
+    /// The item's key.
     pub key: LookupKey,
     /// The item exists.
     pub exists: bool,
     /// Its `SavedDate`, as stored (the write's condition).
     pub saved: Option<AttributeValue>,
+    /// The children `SavedDate` names, read leniently.
     pub listed: Listed,
     /// The item as read.
     pub item: Option<Item>,
 }
 
 impl Seen {
+    /// What `item` (`None`: absent) shows of the lookup item `key`.
     pub fn from_item(key: LookupKey, item: Option<&Item>) -> Seen {
         let saved = item.and_then(|i| i.get(keys::SAVED_DATE)).cloned();
         Seen {

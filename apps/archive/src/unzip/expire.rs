@@ -44,8 +44,9 @@ const EXPIRE: &str = "expire";
 const STUCK: &str = "stuck";
 /// Stuck items' `CreatedDate`s listed in a report.
 pub const MAX_LISTED: usize = 20;
-/// The event's source and detail type.
+/// The event's source.
 pub const EVENT_SOURCE: &str = "archive.worker";
+/// The event's detail type.
 pub const EVENT_TYPE: &str = "UnzippedFileExpired";
 const STUCK_PAGE: i32 = 100;
 
@@ -120,6 +121,7 @@ impl Figures {
     }
 }
 
+/// The `expire-unzipped` job (hourly): see the module's doc.
 pub struct ExpireUnzipped {
     store: Arc<dyn Store>,
     settings: UnzipSettings,
@@ -127,6 +129,7 @@ pub struct ExpireUnzipped {
 }
 
 impl ExpireUnzipped {
+    /// The job over the table, unzip settings and publisher of `deps`.
     pub fn new(deps: &Deps) -> Self {
         ExpireUnzipped {
             store: deps.store.clone(),

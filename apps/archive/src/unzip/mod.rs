@@ -88,8 +88,11 @@ pub const EXPIRY_EVENTS: &str = "UnzippedExpiryEvents";
 /// Unzipping items older than `UNZIP_STUCK_HOURS`.
 pub const UNZIPPING_STUCK: &str = "UnzippingStuck";
 
+/// Hours an unzipped file is kept (default 24).
 pub const UNZIPPED_RETENTION_HOURS: &str = "UNZIPPED_RETENTION_HOURS";
+/// Hours after which an unzipping file is reported stuck (default 48).
 pub const UNZIP_STUCK_HOURS: &str = "UNZIP_STUCK_HOURS";
+/// The EventBridge bus of `UnzippedFileExpired` events (unset: none).
 pub const NOTIFY_EVENT_BUS: &str = "NOTIFY_EVENT_BUS";
 
 const JOB_ENV: &[ReadBy<Job>] = &[ReadBy::Job(Job::ExpireUnzipped)];
@@ -168,7 +171,11 @@ pub const SPEC: JobSpec = JobSpec {
 /// The settings of the unzip job (the variables of [`SPEC`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnzipSettings {
+    /// `UNZIPPED_RETENTION_HOURS`: unzipped files created more than this many
+    /// hours ago expire.
     pub retention_hours: u64,
+    /// `UNZIP_STUCK_HOURS`: unzipping files created more than this many hours
+    /// ago are reported.
     pub stuck_hours: u64,
     /// Where `UnzippedFileExpired` events go (`None`: not published).
     pub event_bus: Option<String>,

@@ -39,6 +39,7 @@ use crate::schema::Table;
 /// Items scanned per page.
 pub const PAGE: i32 = 100;
 
+/// The `audit-requests` job (daily): see the module's doc.
 pub struct AuditRequests {
     store: Arc<dyn Store>,
     tx: Arc<dyn Transactions>,
@@ -59,6 +60,8 @@ fn unchanged_pending(copy: &RequestCopy) -> Expr {
 }
 
 impl AuditRequests {
+    /// The job over the ChatRequests table, its transactions and
+    /// `TWIN_GRACE_MINUTES` from `d`.
     pub fn new(d: &Deps) -> Self {
         AuditRequests {
             store: d.stores.get(Table::ChatRequests).clone(),

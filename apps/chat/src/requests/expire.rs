@@ -40,6 +40,7 @@ use crate::schema::Table;
 /// Index entries read per page.
 pub const PAGE: i32 = 500;
 
+/// The `expire-requests` job (hourly): see the module's doc.
 pub struct ExpireRequests {
     store: Arc<dyn Store>,
     expiry_days: u64,
@@ -51,6 +52,7 @@ pub fn cutoff(now: DateTime<Utc>, days: u64) -> DateTime<Utc> {
 }
 
 impl ExpireRequests {
+    /// The job over the ChatRequests table and `REQUEST_EXPIRY_DAYS` from `d`.
     pub fn new(d: &Deps) -> Self {
         ExpireRequests {
             store: d.stores.get(Table::ChatRequests).clone(),

@@ -168,14 +168,20 @@ pub const AUDIT_TABLES: &[TableAccess] = &[TableAccess {
     indexes: &[],
 }];
 
+/// Days after its creation a pending request expires (default 30).
 pub const REQUEST_EXPIRY_DAYS: &str = "REQUEST_EXPIRY_DAYS";
+/// Minutes a copy's twin may be missing before the audit acts (default 60).
 pub const TWIN_GRACE_MINUTES: &str = "TWIN_GRACE_MINUTES";
 
 /// The settings of the expiry and the twin audit (the variables of
 /// [`SPEC`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestSettings {
+    /// `REQUEST_EXPIRY_DAYS`: pending requests created more than this many
+    /// days ago expire (capped at 100 years).
     pub expiry_days: u64,
+    /// `TWIN_GRACE_MINUTES`: a copy created less than this many minutes ago
+    /// may still be waiting for its twin; the audit leaves it alone.
     pub twin_grace_minutes: u64,
 }
 
@@ -189,6 +195,8 @@ impl Default for RequestSettings {
 }
 
 impl RequestSettings {
+    /// The settings from `env`, defaults for unset variables; an error when
+    /// one is set but not a whole number.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let d = RequestSettings::default();
         Ok(RequestSettings {
@@ -425,6 +433,8 @@ fn count_member(table: String, chat: Key) -> TransactOp {
 }
 
 impl RequestSync {
+    /// The handler over the tables, transactions, settings, clock and write
+    /// counter of `d`.
     pub fn new(d: &Deps) -> Self {
         RequestSync {
             stores: d.stores.clone(),

@@ -33,8 +33,11 @@ pub struct Plan {
 /// twin: the write carries a check that the twin still holds `status`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Follow {
+    /// The pending copy to update.
     pub copy: RequestKey,
+    /// The twin's terminal status, to copy.
     pub status: Status,
+    /// The twin's `StatusReason`, copied with it.
     pub reason: Option<String>,
     /// The copy the status is read from.
     pub twin: RequestKey,

@@ -34,11 +34,21 @@ pub const CONCURRENCY: usize = 16;
 /// What a pass did so far.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Figures {
+    /// Scan pages read by this tick.
     pub pages: u64,
+    /// Items scanned by the pass so far (earlier ticks' total from the
+    /// checkpoint, plus this tick's).
     pub scanned: u64,
+    /// Items written by the pass so far (earlier ticks' total from the
+    /// checkpoint, plus this tick's).
     pub written: u64,
+    /// Items of this tick already right: no write.
     pub up_to_date: u64,
+    /// Items of this tick changed or deleted since the Scan read them: left to
+    /// their own stream records.
     pub changed_since: u64,
+    /// Items of this tick whose attributes cannot be derived (a malformed key
+    /// or field; logged by key, not written).
     pub malformed: u64,
 }
 
@@ -49,6 +59,7 @@ pub struct Backfill {
 }
 
 impl Backfill {
+    /// The job over `store`, [`PAGE_SIZE`] items a page.
     pub fn new(store: Arc<dyn Store>) -> Self {
         Backfill {
             store,

@@ -86,6 +86,8 @@ pub enum Derived {
     NotAnEntity,
     /// Already right: no write.
     UpToDate,
+    /// The derived attributes were wrong or missing: updated (conditional on
+    /// the fields seen).
     Written,
     /// The item changed (or went) since it was read: left to the newer
     /// write's own record.

@@ -24,16 +24,25 @@ use crate::keys::{self, Gsi1, Gsi2, ItemKey, KeyError, Sku};
 /// Why an item's attributes cannot be derived.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DeriveError {
+    /// The item's `PK`/`SK` does not read.
     #[error("malformed key: {0}")]
     Key(#[from] KeyError),
+    /// A source field does not read (not a string, not a KSUID, not ten
+    /// digits of epoch seconds, a status with `#`).
     #[error("{key}: {error}")]
-    Field { key: String, error: FieldError },
+    Field {
+        /// The item's key, as `PK/SK` (ids and fixed words only).
+        key: String,
+        /// The field and why it does not read.
+        error: FieldError,
+    },
 }
 
 /// The derived attributes an item's fields call for, and the fields (with
 /// the values seen) they were derived from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Derivation {
+    /// The item's key.
     pub key: ItemKey,
     /// Each source field and the value seen (`None`: absent).
     pub sources: Vec<(&'static str, Option<AttributeValue>)>,

@@ -35,12 +35,14 @@ use crate::keys::{self, Id, ItemKey, Job, Listing};
 /// Products per Query page (one unit of work).
 pub const PAGE_SIZE: i32 = 200;
 
+/// The `audit` job (daily): see the module's doc.
 pub struct Audit {
     store: Arc<dyn Store>,
     page_size: i32,
 }
 
 impl Audit {
+    /// The job over `store`, [`PAGE_SIZE`] products a page.
     pub fn new(store: Arc<dyn Store>) -> Self {
         Audit {
             store,

@@ -37,8 +37,12 @@ pub const STUCK_EVENTS: &str = "OrderStuckEvents";
 /// `OrderStuck` events the bus rejected or a failed call did not send.
 pub const STUCK_EVENTS_FAILED: &str = "OrderStuckEventsFailed";
 
+/// Comma-separated order statuses an order can be stuck in (default
+/// `PENDING,PAID`).
 pub const STUCK_STATUSES: &str = "STUCK_STATUSES";
+/// Hours in one status after which an order is stuck (default 48).
 pub const STUCK_AFTER_HOURS: &str = "STUCK_AFTER_HOURS";
+/// The EventBridge bus of `OrderStuck` events (unset: none).
 pub const NOTIFY_EVENT_BUS: &str = "NOTIFY_EVENT_BUS";
 
 /// Orders per Query page.
@@ -48,6 +52,7 @@ pub const MAX_LISTED: usize = 50;
 
 const JOB_ENV: &[ReadBy<Job>] = &[ReadBy::Job(Job::StuckOrders)];
 
+/// The `stuck-orders` job: its variables, schedule, access and metrics.
 pub const SPEC: JobSpec = JobSpec {
     name: "stuck-orders",
     summary: "orders that stayed in one of STUCK_STATUSES longer than STUCK_AFTER_HOURS are reported and published as OrderStuck events",
@@ -92,8 +97,13 @@ pub const SPEC: JobSpec = JobSpec {
 /// The settings of `stuck-orders`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StuckSettings {
+    /// `STUCK_STATUSES`: the statuses read (each a `GSI1` partition), none
+    /// empty or holding `#`.
     pub statuses: Vec<String>,
+    /// `STUCK_AFTER_HOURS`: an order not updated for this many hours is stuck.
     pub after_hours: u64,
+    /// `NOTIFY_EVENT_BUS`: where `OrderStuck` events go (`None`: not
+    /// published).
     pub event_bus: Option<String>,
 }
 
@@ -130,6 +140,7 @@ impl JobSettings for StuckSettings {
     }
 }
 
+/// The `stuck-orders` job: see the module's doc.
 pub struct StuckOrders {
     store: Arc<dyn Store>,
     settings: StuckSettings,
@@ -137,6 +148,7 @@ pub struct StuckOrders {
 }
 
 impl StuckOrders {
+    /// The job over the table, `stuck-orders` settings and publisher of `deps`.
     pub fn new(deps: &Deps) -> Self {
         StuckOrders {
             store: deps.store.clone(),

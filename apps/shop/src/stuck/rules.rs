@@ -14,8 +14,9 @@ use worker_engine::keys::AttributeError;
 
 use crate::keys::{At, Gsi1, Id, ItemKey, KeyError};
 
-/// The event's source and detail type.
+/// The event's source.
 pub const EVENT_SOURCE: &str = "shop.worker";
+/// The event's detail type.
 pub const EVENT_TYPE: &str = "OrderStuck";
 
 /// The cutoff of a run: orders updated before it are stuck.
@@ -26,9 +27,13 @@ pub fn cutoff(now: DateTime<Utc>, after_hours: u64) -> i64 {
 /// A stuck order, as read from `GSI1` (ids and times only).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct StuckOrder {
+    /// The order's id.
     pub order_id: Id,
+    /// The ordering user's id.
     pub user_id: Id,
+    /// The status it is stuck in.
     pub status: String,
+    /// Its `updated_at`, epoch seconds (from its `GSI1SK`).
     pub updated_at: i64,
 }
 
