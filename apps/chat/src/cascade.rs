@@ -233,9 +233,9 @@ async fn delete_guarded(
             }
             o if o.failed(0) => return Ok(Err(Stopped)),
             TransactOutcome::Cancelled(_) => {
-                return Err(ProcessError::Transient {
-                    reason: "a cascade transaction was cancelled on no condition; again".into(),
-                });
+                return Err(ProcessError::transient(
+                    "a cascade transaction was cancelled on no condition; again",
+                ));
             }
         }
     }
@@ -417,9 +417,7 @@ impl RecordProcessor for UserCascade {
             Ok(u) => u,
             Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::foreign(e.to_string())),
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(ProcessError::permanent(e.to_string()));
             }
         };
         if self
@@ -482,9 +480,7 @@ impl RecordProcessor for CommunityCascade {
             Ok(_) => return Ok(RecordOutcome::skipped("a link removed")),
             Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::foreign(e.to_string())),
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(ProcessError::permanent(e.to_string()));
             }
         };
         let own = CommunityItem::Community {

@@ -143,7 +143,7 @@ impl MemberCount {
             return Ok(RecordOutcome::skipped("chat gone"));
         };
         let seen = GroupChat::from_item(&item)
-            .map_err(|reason| ProcessError::Permanent { reason })?
+            .map_err(ProcessError::permanent)?
             .num_members;
         let counted = self.count(chat).await?;
         if seen == Some(counted) {
@@ -173,9 +173,7 @@ impl RecordProcessor for MemberCount {
                 return Ok(RecordOutcome::foreign(e.to_string()));
             }
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(ProcessError::permanent(e.to_string()));
             }
         };
         if !moves_count(&item, change) {

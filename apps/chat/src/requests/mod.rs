@@ -457,10 +457,7 @@ impl RequestSync {
         for item in read.into_iter() {
             decoded.push(match item {
                 None => None,
-                Some(i) => Some(
-                    RequestCopy::from_item(&i)
-                        .map_err(|reason| ProcessError::Permanent { reason })?,
-                ),
+                Some(i) => Some(RequestCopy::from_item(&i).map_err(ProcessError::permanent)?),
             });
         }
         let twin_copy = decoded.pop().flatten();
@@ -557,9 +554,9 @@ impl RequestSync {
                 let refusal = self.chat_refusal(copy).await?;
                 self.refuse(copy, refusal).await
             }
-            Accepted::Changed => Err(ProcessError::Transient {
-                reason: "the acceptance's items changed meanwhile; deciding again".into(),
-            }),
+            Accepted::Changed => Err(ProcessError::transient(
+                "the acceptance's items changed meanwhile; deciding again",
+            )),
         }
     }
 
@@ -681,13 +678,13 @@ impl RequestSync {
         let Some(item) = chat_item else {
             return Ok(Refusal::ChatGone);
         };
-        let g = GroupChat::from_item(&item).map_err(|reason| ProcessError::Permanent { reason })?;
+        let g = GroupChat::from_item(&item).map_err(ProcessError::permanent)?;
         if g.capacity.is_some() {
             Ok(Refusal::Full)
         } else {
-            Err(ProcessError::Transient {
-                reason: "the chat changed during the acceptance; deciding again".into(),
-            })
+            Err(ProcessError::transient(
+                "the chat changed during the acceptance; deciding again",
+            ))
         }
     }
 
@@ -700,14 +697,12 @@ impl RequestSync {
         mark: &JoinMark,
     ) -> Result<&'static str, ProcessError> {
         let Some(item) = self.requests().get(&mark.key(), true).await? else {
-            return Err(ProcessError::Transient {
-                reason: "the join mark is not readable yet; deciding again".into(),
-            });
+            return Err(ProcessError::transient(
+                "the join mark is not readable yet; deciding again",
+            ));
         };
         let Some(joined_at) = item.get(keys::JOINED_AT).and_then(|v| v.as_s().ok()) else {
-            return Err(ProcessError::Permanent {
-                reason: "the join mark has no JoinedAt".into(),
-            });
+            return Err(ProcessError::permanent("the join mark has no JoinedAt"));
         };
         let update = Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone()));
         let cond = status_is(":acc", Status::Accepted).and(Expr::unchanged(keys::JOINED_AT, None));
@@ -773,10 +768,9 @@ impl RequestSync {
             (Refused::Applied, Refusal::ChatGone) => "chat gone: request rejected",
             (Refused::Applied, Refusal::UserGone) => "user gone: request cancelled",
             (Refused::ReasonGone, _) => {
-                return Err(ProcessError::Transient {
-                    reason: "the refusal's reason stopped holding before it landed; deciding again"
-                        .into(),
-                });
+                return Err(ProcessError::transient(
+                    "the refusal's reason stopped holding before it landed; deciding again",
+                ));
             }
             (Refused::Joined, _) => "joined before: not refused",
             (Refused::Changed | Refused::NoCopies, _) => "request changed meanwhile",
@@ -917,19 +911,15 @@ impl RecordProcessor for RequestSync {
                 return Ok(RecordOutcome::foreign(e.to_string()));
             }
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(ProcessError::permanent(e.to_string()));
             }
         };
         let Some(image) = change.new_image.as_ref() else {
-            return Err(ProcessError::Permanent {
-                reason: "the record has no new image (the stream must carry NEW_AND_OLD_IMAGES)"
-                    .into(),
-            });
+            return Err(ProcessError::permanent(
+                "the record has no new image (the stream must carry NEW_AND_OLD_IMAGES)",
+            ));
         };
-        let seen =
-            RequestCopy::from_item(image).map_err(|reason| ProcessError::Permanent { reason })?;
+        let seen = RequestCopy::from_item(image).map_err(ProcessError::permanent)?;
         let (user, chat) = self.copies(&key, &seen.twin_key()).await?;
         if user.is_none() && chat.is_none() {
             return Ok(RecordOutcome::skipped("request gone"));
