@@ -162,7 +162,7 @@ mod tests {
     use chrono::{DateTime, Utc};
     use std::sync::Arc;
     use worker_engine::FailureKind;
-    use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+    use worker_engine::stream::{RecordOutcome, RecordProcessor};
 
     fn record(kind: ChangeKind, key: &ItemKey, image: Option<Item>) -> StreamChange {
         let (old_image, new_image) = if kind.is_removal() {
@@ -222,7 +222,7 @@ mod tests {
     async fn process_with(
         first: fn() -> Result<HandlerOutcome, HandlerError>,
         second: fn() -> Result<HandlerOutcome, HandlerError>,
-    ) -> Result<RecordOutcome, ProcessError> {
+    ) -> Result<RecordOutcome, HandlerError> {
         let barrier = Arc::new(tokio::sync::Barrier::new(2));
         let router = Router::new(Arc::new(crate::config::ManualClock::new(Utc::now())))
             .with(Arc::new(Meeting {
