@@ -1,5 +1,5 @@
-//! The error every job returns, and the three kinds of failure the worker
-//! tells apart.
+//! The error every handler, record processor and job returns, and the
+//! three kinds of failure the worker tells apart.
 
 use std::fmt;
 use std::sync::Arc;
@@ -55,7 +55,9 @@ impl FailureKind {
 ///   else with [`HandlerError::from_source`]), it keeps that error:
 ///   [`std::error::Error::source`] returns it (the SDK's failure stays
 ///   reachable in an error chain), its text is the reason and, for a store
-///   error, its kind is the store error's ([`StoreError::kind`]).
+///   error, its kind is the store error's ([`StoreError::kind`]). It
+///   displays as that error does (what log lines and messages have always
+///   shown), so a printer that also walks the sources shows the text twice.
 /// - Made from a reason alone: [`HandlerError::permanent`],
 ///   [`HandlerError::transient`] or [`HandlerError::environment`] (displayed
 ///   after its kind: `transient failure: throttled`), or

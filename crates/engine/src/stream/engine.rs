@@ -105,10 +105,6 @@ impl RecordOutcome {
     }
 }
 
-/// The error a processor returns, under its former name (until the
-/// workspace names [`HandlerError`] everywhere).
-pub type ProcessError = HandlerError;
-
 /// How the engine runs a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
