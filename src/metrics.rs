@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn a_failed_job_counts_an_error() {
-        let e = HandlerError::Invalid("x".into());
+        let e = HandlerError::invalid("x");
         let m = job_metrics(Err(&e), None);
         assert_eq!(get(&m, "JobErrors"), Some(1.0));
         assert!(get(&m, "JobRuns").is_none());

@@ -161,7 +161,8 @@ mod tests {
     use async_trait::async_trait;
     use chrono::{DateTime, Utc};
     use std::sync::Arc;
-    use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
+    use worker_engine::FailureKind;
+    use worker_engine::stream::{RecordOutcome, RecordProcessor};
 
     fn record(kind: ChangeKind, key: &ItemKey, image: Option<Item>) -> StreamChange {
         let (old_image, new_image) = if kind.is_removal() {
@@ -221,7 +222,7 @@ mod tests {
     async fn process_with(
         first: fn() -> Result<HandlerOutcome, HandlerError>,
         second: fn() -> Result<HandlerOutcome, HandlerError>,
-    ) -> Result<RecordOutcome, ProcessError> {
+    ) -> Result<RecordOutcome, HandlerError> {
         let barrier = Arc::new(tokio::sync::Barrier::new(2));
         let router = Router::new(Arc::new(crate::config::ManualClock::new(Utc::now())))
             .with(Arc::new(Meeting {
@@ -262,7 +263,7 @@ mod tests {
     }
 
     fn throttled() -> Result<HandlerOutcome, HandlerError> {
-        Err(HandlerError::Store(
+        Err(HandlerError::from(
             worker_engine::store::StoreError::Transient {
                 operation: "BatchGetItem",
                 code: "ThrottlingException".into(),
@@ -272,7 +273,7 @@ mod tests {
     }
 
     fn invalid() -> Result<HandlerOutcome, HandlerError> {
-        Err(HandlerError::Invalid("bad food".into()))
+        Err(HandlerError::invalid("bad food"))
     }
 
     #[tokio::test]
@@ -292,7 +293,8 @@ mod tests {
         // finish, and the record is reported permanent only then.
         let outcome = process_with(invalid, throttled).await;
         match outcome {
-            Err(ProcessError::Transient { reason }) => {
+            Err(e) if e.kind() == FailureKind::Transient => {
+                let reason = e.reason();
                 assert!(reason.starts_with("second: "), "{reason}");
                 assert!(reason.contains("first: bad food"), "{reason}");
             }
@@ -300,7 +302,7 @@ mod tests {
         }
         let outcome = process_with(wrote, invalid).await;
         assert!(
-            matches!(&outcome, Err(ProcessError::Permanent { reason }) if reason == "second: bad food"),
+            matches!(&outcome, Err(e) if e.kind() == FailureKind::Record && e.reason() == "second: bad food"),
             "{outcome:?}"
         );
     }

@@ -687,7 +687,7 @@ impl ScheduledJob<Job> for SweepInvitations {
             complete: report.complete,
             summary: report.summary(),
             details: serde_json::to_value(&report).map_err(|e| {
-                HandlerError::Invalid(format!("cannot serialize the sweep report: {e}"))
+                HandlerError::invalid(format!("cannot serialize the sweep report: {e}"))
             })?,
             metrics: vec![
                 Metric::count(LINKS_SWEPT, report.deleted),

@@ -8,10 +8,9 @@ use std::sync::Mutex;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde_json::json;
+use worker_engine::HandlerError;
 use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
-use worker_engine::stream::{
-    EngineConfig, ProcessError, RecordOutcome, RecordProcessor, run_batch,
-};
+use worker_engine::stream::{EngineConfig, RecordOutcome, RecordProcessor, run_batch};
 
 const U: &str = "3f1c2b4e-8a9d-4c6e-b1f2-0a1b2c3d4e5f";
 
@@ -57,10 +56,10 @@ struct Chatty;
 
 #[async_trait::async_trait]
 impl RecordProcessor for Chatty {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         tracing::info!("processor line");
         if change.event_id == "e2" {
-            return Err(ProcessError::transient("throttled"));
+            return Err(HandlerError::transient("throttled"));
         }
         Ok(RecordOutcome::handled("done"))
     }

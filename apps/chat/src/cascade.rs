@@ -56,8 +56,8 @@ use worker_engine::metrics::WriteCounter;
 use worker_engine::store::{Expr, Key, QuerySpec, Store};
 use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::stream::{ChangeKind, StreamChange};
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{Access, HandlerError, StreamSpec};
 
 use crate::app::{JobSpec, Stores, TableAccess, TableHandler};
 use crate::items::{RequestCopy, Status};
@@ -166,7 +166,7 @@ async fn partition(
     index: Option<&str>,
     attribute: &str,
     value: &str,
-) -> Result<Vec<Item>, ProcessError> {
+) -> Result<Vec<Item>, HandlerError> {
     let mut spec = QuerySpec::partition(attribute, value);
     spec.index = index.map(str::to_owned);
     spec.consistent = index.is_none();
@@ -216,7 +216,7 @@ async fn delete_guarded(
     keys: Vec<Key>,
     writes: &WriteCounter,
     done: &mut usize,
-) -> Result<Result<usize, Stopped>, ProcessError> {
+) -> Result<Result<usize, Stopped>, HandlerError> {
     let mut n = 0;
     for chunk in keys.chunks(CHUNK) {
         let mut ops = vec![guard.check()];
@@ -234,9 +234,9 @@ async fn delete_guarded(
             }
             o if o.failed(0) => return Ok(Err(Stopped)),
             TransactOutcome::Cancelled(_) => {
-                return Err(ProcessError::Transient {
-                    reason: "a cascade transaction was cancelled on no condition; again".into(),
-                });
+                return Err(HandlerError::transient(
+                    "a cascade transaction was cancelled on no condition; again",
+                ));
             }
         }
     }
@@ -265,7 +265,7 @@ struct Removed {
 }
 
 impl UserCascade {
-    async fn run(&self, user: &str) -> Result<Removed, ProcessError> {
+    async fn run(&self, user: &str) -> Result<Removed, HandlerError> {
         let member_sk = keys::community_member_sk(user);
         let guard = Guard {
             table: self.tables.name(Table::Users).to_owned(),
@@ -360,7 +360,7 @@ impl UserCascade {
         &self,
         user: &str,
         done: &mut usize,
-    ) -> Result<Result<usize, Stopped>, ProcessError> {
+    ) -> Result<Result<usize, Stopped>, HandlerError> {
         let store = self.stores.get(Table::ChatRequests);
         let mine = partition(store.as_ref(), None, keys::PK, &keys::user_pk(user)).await?;
         let mut cancelled = 0;
@@ -410,7 +410,7 @@ fn stopped(mut r: Removed) -> Removed {
 
 #[async_trait]
 impl RecordProcessor for UserCascade {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         if change.kind == ChangeKind::Insert || change.kind == ChangeKind::Modify {
             return Ok(RecordOutcome::skipped("user not removed"));
         }
@@ -418,9 +418,7 @@ impl RecordProcessor for UserCascade {
             Ok(u) => u,
             Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::foreign(e.to_string())),
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(HandlerError::permanent(e.to_string()));
             }
         };
         if self
@@ -474,7 +472,7 @@ pub struct CommunityCascade {
 
 #[async_trait]
 impl RecordProcessor for CommunityCascade {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         if !change.kind.is_removal() {
             return Ok(RecordOutcome::skipped("community not removed"));
         }
@@ -483,9 +481,7 @@ impl RecordProcessor for CommunityCascade {
             Ok(_) => return Ok(RecordOutcome::skipped("a link removed")),
             Err(e @ KeyError::Foreign { .. }) => return Ok(RecordOutcome::foreign(e.to_string())),
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(HandlerError::permanent(e.to_string()));
             }
         };
         let own = CommunityItem::Community {

@@ -47,8 +47,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::metrics::WriteCounter;
 use worker_engine::store::{Expr, QuerySpec, Store, WriteOutcome};
 use worker_engine::stream::{ChangeKind, StreamChange};
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{Access, HandlerError, StreamSpec};
 
 use crate::app::{JobSpec, TableAccess, TableHandler};
 use crate::items::GroupChat;
@@ -117,7 +117,7 @@ fn moves_count(item: &ChatItem, change: &StreamChange) -> bool {
 
 impl MemberCount {
     /// The number of `USER#` items of `chat` (consistent).
-    async fn count(&self, chat: &str) -> Result<i64, ProcessError> {
+    async fn count(&self, chat: &str) -> Result<i64, HandlerError> {
         let spec = QuerySpec {
             key_condition: Expr::new("#pk = :pk AND begins_with(#sk, :user)")
                 .name("#pk", keys::PK)
@@ -133,7 +133,7 @@ impl MemberCount {
     }
 
     /// Recount `chat`; what it did.
-    pub async fn recount(&self, chat: &str) -> Result<RecordOutcome, ProcessError> {
+    pub async fn recount(&self, chat: &str) -> Result<RecordOutcome, HandlerError> {
         let key = ChatItem::Chat {
             kind: ChatKind::Group,
             chat: chat.to_owned(),
@@ -143,7 +143,7 @@ impl MemberCount {
             return Ok(RecordOutcome::skipped("chat gone"));
         };
         let seen = GroupChat::from_item(&item)
-            .map_err(|reason| ProcessError::Permanent { reason })?
+            .map_err(HandlerError::permanent)?
             .num_members;
         let counted = self.count(chat).await?;
         if seen == Some(counted) {
@@ -166,16 +166,14 @@ impl MemberCount {
 
 #[async_trait]
 impl RecordProcessor for MemberCount {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         let item = match ChatItem::parse(ChatKind::Group, &change.keys) {
             Ok(i) => i,
             Err(e @ keys::KeyError::Foreign { .. }) => {
                 return Ok(RecordOutcome::foreign(e.to_string()));
             }
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(HandlerError::permanent(e.to_string()));
             }
         };
         if !moves_count(&item, change) {

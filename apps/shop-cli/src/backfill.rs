@@ -4,7 +4,6 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use worker_engine::HandlerError;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_toolkit::cli::target::{AppTable, Scope, TableOpts, Target};
 use worker_toolkit::cli::{CliError, output};
@@ -58,10 +57,13 @@ pub async fn run(args: BackfillArgs) -> Result<ExitCode, CliError> {
         pb.set_position(f.scanned);
         pb.set_message(format!("read, {} written", f.written));
     };
-    let report = backfill.tick(&run, &progress).await.map_err(|e| match e {
-        HandlerError::Store(e) => e.into(),
-        other => CliError::Usage(other.to_string()),
-    })?;
+    let report = backfill
+        .tick(&run, &progress)
+        .await
+        .map_err(|e| match e.store_error() {
+            Some(store) => store.clone().into(),
+            None => CliError::Usage(e.to_string()),
+        })?;
     pb.finish_and_clear();
     if args.json {
         println!(

@@ -90,11 +90,11 @@ pub(crate) struct TitleKeys {
 
 #[async_trait]
 impl RecordProcessor for TitleKeys {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         let Some(image) = &change.new_image else {
             return Ok(RecordOutcome::skipped("removed"));
         };
-        let Some(note) = Note::from_item(image).map_err(ProcessError::permanent)? else {
+        let Some(note) = Note::from_item(image).map_err(HandlerError::permanent)? else {
             return Ok(RecordOutcome::skipped("not a note"));
         };
         let wanted = note.title.to_lowercase();

@@ -73,7 +73,7 @@ pub use schedule::{JobReport, JobRun, ScheduledJob};
 pub use schema::{IndexSpec, KeySchema, TableSchema};
 pub use settings::Settings;
 pub use store::{Expr, Key, QuerySpec, Store, WriteOutcome};
-pub use stream::{ProcessError, RecordOutcome, RecordProcessor, StreamChange};
+pub use stream::{RecordOutcome, RecordProcessor, StreamChange};
 
 /// What the engine's macros name (`job_names!`), not an API.
 #[doc(hidden)]

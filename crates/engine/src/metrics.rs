@@ -620,7 +620,7 @@ mod tests {
                 ("Merged", MetricValue::One(2.0)),
             ]
         );
-        let e = HandlerError::Invalid("x".into());
+        let e = HandlerError::invalid("x");
         let m = job_run_metrics::<Compact>(Err(&e));
         assert_eq!(get(&m, "JobErrors"), Some(MetricValue::One(1.0)));
         assert!(get(&m, "JobRuns").is_none());

@@ -111,10 +111,7 @@ pub(crate) struct AllHandlers(pub(crate) Vec<Arc<dyn RecordProcessor>>);
 
 #[async_trait::async_trait]
 impl RecordProcessor for AllHandlers {
-    async fn process(
-        &self,
-        change: &StreamChange,
-    ) -> Result<engine::RecordOutcome, engine::ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<engine::RecordOutcome, HandlerError> {
         let mut handled = Vec::new();
         let mut skipped = Vec::new();
         let mut foreign = None;
@@ -143,10 +140,7 @@ impl RecordProcessor for AllHandlers {
 
 #[async_trait::async_trait]
 impl<P: RecordProcessor> RecordProcessor for Borrowed<'_, P> {
-    async fn process(
-        &self,
-        change: &StreamChange,
-    ) -> Result<engine::RecordOutcome, engine::ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<engine::RecordOutcome, HandlerError> {
         self.0.process(change).await
     }
 }

@@ -377,7 +377,7 @@ impl<J: JobName> Scheduler<J> {
     /// Run the job of a tick.
     pub async fn run(&self, run: &JobRun<J>) -> Result<JobReport<J>, HandlerError> {
         let job = self.jobs.get(&run.tick.job).ok_or_else(|| {
-            HandlerError::Invalid(format!(
+            HandlerError::invalid(format!(
                 "job {} is not available in this build",
                 run.tick.job
             ))

@@ -517,7 +517,7 @@ pub(crate) const FLAG_ATTEMPTS: usize = 4;
 /// A container that changed under every attempt: transient, so the record
 /// is retried (and decides from the container as it is then).
 pub(crate) fn still_changing(container: ContainerId) -> HandlerError {
-    HandlerError::Store(StoreError::Transient {
+    HandlerError::from(StoreError::Transient {
         operation: "TransactWriteItems",
         code: "ContainerStillChanging".into(),
         message: format!(
@@ -713,7 +713,7 @@ impl ExpiryHandler {
                     )));
                 }
                 Err(reason) => {
-                    return Err(HandlerError::Invalid(format!(
+                    return Err(HandlerError::invalid(format!(
                         "container {container} does not decode: {reason}"
                     )));
                 }

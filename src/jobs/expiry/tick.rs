@@ -54,7 +54,7 @@ async fn load_checkpoint<T: for<'de> Deserialize<'de> + Default>(
     item.remove(PK);
     item.remove(SK);
     serde_dynamo::from_item(item).map_err(|e| {
-        HandlerError::Invalid(format!(
+        HandlerError::invalid(format!(
             "checkpoint of {job} does not decode ({}); delete the item WorkerCheckpoint/{job} to start over",
             crate::items::redact_quoted(&e.to_string())
         ))

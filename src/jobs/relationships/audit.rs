@@ -230,7 +230,7 @@ impl AuditJob {
         report.write_requests = io.writes();
         report.bookkeeping_writes = report.write_requests - report.repair_writes;
         report.elapsed_ms = started.elapsed().as_millis() as u64;
-        result.map_err(HandlerError::Store)?;
+        result.map_err(HandlerError::from)?;
         Ok(report)
     }
 

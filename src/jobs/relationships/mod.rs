@@ -910,6 +910,6 @@ impl ChangeHandler<Change> for RelationshipHandler {
                 Ok(HandlerOutcome::Nothing("not a relationship item".into()))
             }
         };
-        r.map_err(HandlerError::Store)
+        r.map_err(HandlerError::from)
     }
 }

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use worker_engine::store::{Key, Store, StoreError};
 use worker_engine::stream::{ChangeKind, StreamChange};
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{Access, Fallback, HandlerError, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::{Deps, JobSpec};
 use crate::keys::{FileTime, ItemKey, Job};
@@ -135,12 +135,12 @@ pub async fn file_exists(
 
 #[async_trait]
 impl RecordProcessor for DateLookup {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         let t = match ItemKey::from_item(&change.keys) {
             Ok(ItemKey::File(t)) => t,
             Ok(_) => return Ok(RecordOutcome::skipped("not an archived file")),
             Err(e) if e.about_file() => {
-                return Err(ProcessError::permanent(format!(
+                return Err(HandlerError::permanent(format!(
                     "archived file with a malformed key: {e}"
                 )));
             }

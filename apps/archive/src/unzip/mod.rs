@@ -71,8 +71,10 @@ use worker_engine::settings::JobSettings;
 use worker_engine::store::{Expr, Key, QuerySpec, Store, StoreError, WriteOutcome};
 use worker_engine::store::{Guard, GuardedOp};
 use worker_engine::stream::{ChangeKind, StreamChange};
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, EnvVar, Fallback, ReadBy, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{
+    Access, EnvVar, Fallback, HandlerError, ReadBy, Schedule, ScheduleSpec, StreamSpec,
+};
 use worker_engine::{ConfigError, Env};
 
 use crate::app::JobSpec;
@@ -502,7 +504,7 @@ impl UnzipLifecycle {
 
 #[async_trait]
 impl RecordProcessor for UnzipLifecycle {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         let stage = match ItemKey::from_item(&change.keys) {
             Ok(ItemKey::Unzipped { .. }) => Stage::Unzipped,
             Ok(ItemKey::Unzipping { .. }) => Stage::Unzipping,

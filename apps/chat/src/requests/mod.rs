@@ -86,8 +86,8 @@ use worker_engine::metrics::WriteCounter;
 use worker_engine::store::{Expr, Key, Store, StoreError, WriteOutcome};
 use worker_engine::store::{TransactOp, TransactOutcome, Transactions};
 use worker_engine::stream::StreamChange;
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{Access, HandlerError, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::{Deps, JobSpec, Stores, TableAccess, TableHandler};
 use crate::config::{EnvVar, ReadBy, Settings};
@@ -458,7 +458,7 @@ impl RequestSync {
         &self,
         key: &RequestKey,
         twin: &RequestKey,
-    ) -> Result<(Option<RequestCopy>, Option<RequestCopy>), ProcessError> {
+    ) -> Result<(Option<RequestCopy>, Option<RequestCopy>), HandlerError> {
         let read = self
             .requests()
             .get_many(&[key.key(), twin.key()], true)
@@ -467,10 +467,7 @@ impl RequestSync {
         for item in read.into_iter() {
             decoded.push(match item {
                 None => None,
-                Some(i) => Some(
-                    RequestCopy::from_item(&i)
-                        .map_err(|reason| ProcessError::Permanent { reason })?,
-                ),
+                Some(i) => Some(RequestCopy::from_item(&i).map_err(HandlerError::permanent)?),
             });
         }
         let twin_copy = decoded.pop().flatten();
@@ -494,7 +491,7 @@ impl RequestSync {
         &self,
         plan: &Plan,
         chat_copy: Option<&RequestCopy>,
-    ) -> Result<Vec<&'static str>, ProcessError> {
+    ) -> Result<Vec<&'static str>, HandlerError> {
         let mut done = Vec::new();
         for (key, status) in &plan.drop_pending_id {
             let update = Expr::new("REMOVE #pid").name("#pid", keys::PENDING_ID);
@@ -557,7 +554,7 @@ impl RequestSync {
 
     /// The member, its count and the notification of an accepted request,
     /// once; or its refusal.
-    async fn join(&self, copy: &RequestCopy) -> Result<&'static str, ProcessError> {
+    async fn join(&self, copy: &RequestCopy) -> Result<&'static str, HandlerError> {
         let acceptance = self.acceptance(copy);
         match self.accept(&acceptance).await? {
             Accepted::Done(what) => Ok(what),
@@ -567,9 +564,9 @@ impl RequestSync {
                 let refusal = self.chat_refusal(copy).await?;
                 self.refuse(copy, refusal).await
             }
-            Accepted::Changed => Err(ProcessError::Transient {
-                reason: "the acceptance's items changed meanwhile; deciding again".into(),
-            }),
+            Accepted::Changed => Err(HandlerError::transient(
+                "the acceptance's items changed meanwhile; deciding again",
+            )),
         }
     }
 
@@ -633,7 +630,7 @@ impl RequestSync {
     /// joined some other way, the notification of an earlier acceptance of
     /// the same request rewritten by a client) are left out and the rest
     /// tried again, three attempts in all. How it ended.
-    async fn accept(&self, acceptance: &Acceptance) -> Result<Accepted, ProcessError> {
+    async fn accept(&self, acceptance: &Acceptance) -> Result<Accepted, HandlerError> {
         let (mut with_notification, mut with_member) = (true, true);
         for _attempt in 0..3 {
             let attempt = acceptance.attempt(with_notification, with_member);
@@ -678,7 +675,7 @@ impl RequestSync {
     /// Why the chat refused the member of `copy`'s request (its count's
     /// condition failed): the chat is gone, or full; an error when neither
     /// holds (it changed meanwhile).
-    async fn chat_refusal(&self, copy: &RequestCopy) -> Result<Refusal, ProcessError> {
+    async fn chat_refusal(&self, copy: &RequestCopy) -> Result<Refusal, HandlerError> {
         let chat = ChatItem::Chat {
             kind: ChatKind::Group,
             chat: copy.chat_id.clone(),
@@ -691,13 +688,13 @@ impl RequestSync {
         let Some(item) = chat_item else {
             return Ok(Refusal::ChatGone);
         };
-        let g = GroupChat::from_item(&item).map_err(|reason| ProcessError::Permanent { reason })?;
+        let g = GroupChat::from_item(&item).map_err(HandlerError::permanent)?;
         if g.capacity.is_some() {
             Ok(Refusal::Full)
         } else {
-            Err(ProcessError::Transient {
-                reason: "the chat changed during the acceptance; deciding again".into(),
-            })
+            Err(HandlerError::transient(
+                "the chat changed during the acceptance; deciding again",
+            ))
         }
     }
 
@@ -708,16 +705,14 @@ impl RequestSync {
         &self,
         copy: &RequestCopy,
         mark: &JoinMark,
-    ) -> Result<&'static str, ProcessError> {
+    ) -> Result<&'static str, HandlerError> {
         let Some(item) = self.requests().get(&mark.key(), true).await? else {
-            return Err(ProcessError::Transient {
-                reason: "the join mark is not readable yet; deciding again".into(),
-            });
+            return Err(HandlerError::transient(
+                "the join mark is not readable yet; deciding again",
+            ));
         };
         let Some(joined_at) = item.get(keys::JOINED_AT).and_then(|v| v.as_s().ok()) else {
-            return Err(ProcessError::Permanent {
-                reason: "the join mark has no JoinedAt".into(),
-            });
+            return Err(HandlerError::permanent("the join mark has no JoinedAt"));
         };
         let update = Expr::set(keys::JOINED_AT, AttributeValue::S(joined_at.clone()));
         let cond = status_is(":acc", Status::Accepted).and(Expr::unchanged(keys::JOINED_AT, None));
@@ -765,7 +760,7 @@ impl RequestSync {
         &self,
         copy: &RequestCopy,
         refusal: Refusal,
-    ) -> Result<&'static str, ProcessError> {
+    ) -> Result<&'static str, HandlerError> {
         let (status, reason) = refusal.outcome();
         let (user_copy, chat_copy) = self.copies(copy.key(), &copy.twin_key()).await?;
         let outcome = refuse_copies(
@@ -783,10 +778,9 @@ impl RequestSync {
             (Refused::Applied, Refusal::ChatGone) => "chat gone: request rejected",
             (Refused::Applied, Refusal::UserGone) => "user gone: request cancelled",
             (Refused::ReasonGone, _) => {
-                return Err(ProcessError::Transient {
-                    reason: "the refusal's reason stopped holding before it landed; deciding again"
-                        .into(),
-                });
+                return Err(HandlerError::transient(
+                    "the refusal's reason stopped holding before it landed; deciding again",
+                ));
             }
             (Refused::Joined, _) => "joined before: not refused",
             (Refused::Changed | Refused::NoCopies, _) => "request changed meanwhile",
@@ -800,7 +794,7 @@ impl RequestSync {
         &self,
         user: Option<&RequestCopy>,
         chat: Option<&RequestCopy>,
-    ) -> Result<Option<RecordOutcome>, ProcessError> {
+    ) -> Result<Option<RecordOutcome>, HandlerError> {
         let copies: Vec<&RequestCopy> = [user, chat].into_iter().flatten().collect();
         let open = |c: &&RequestCopy| {
             c.status == Status::Pending || (c.status == Status::Accepted && c.joined_at.is_none())
@@ -913,7 +907,7 @@ pub async fn refuse_copies(
 
 #[async_trait]
 impl RecordProcessor for RequestSync {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         if change.kind.is_removal() {
             return Ok(RecordOutcome::skipped(
                 "copy removed (the audit looks after its twin)",
@@ -927,19 +921,15 @@ impl RecordProcessor for RequestSync {
                 return Ok(RecordOutcome::foreign(e.to_string()));
             }
             Err(e) => {
-                return Err(ProcessError::Permanent {
-                    reason: e.to_string(),
-                });
+                return Err(HandlerError::permanent(e.to_string()));
             }
         };
         let Some(image) = change.new_image.as_ref() else {
-            return Err(ProcessError::Permanent {
-                reason: "the record has no new image (the stream must carry NEW_AND_OLD_IMAGES)"
-                    .into(),
-            });
+            return Err(HandlerError::permanent(
+                "the record has no new image (the stream must carry NEW_AND_OLD_IMAGES)",
+            ));
         };
-        let seen =
-            RequestCopy::from_item(image).map_err(|reason| ProcessError::Permanent { reason })?;
+        let seen = RequestCopy::from_item(image).map_err(HandlerError::permanent)?;
         let (user, chat) = self.copies(&key, &seen.twin_key()).await?;
         if user.is_none() && chat.is_none() {
             return Ok(RecordOutcome::skipped("request gone"));

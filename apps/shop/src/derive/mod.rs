@@ -21,8 +21,8 @@ use async_trait::async_trait;
 use worker_engine::metrics::WriteCounter;
 use worker_engine::store::{Store, StoreError, WriteOutcome};
 use worker_engine::stream::StreamChange;
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{Access, Fallback, HandlerError, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::JobSpec;
 use crate::keys::Job;
@@ -125,7 +125,7 @@ pub struct DeriveKeys {
 
 #[async_trait]
 impl RecordProcessor for DeriveKeys {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         if let Err(e) = crate::keys::ItemKey::from_item(&change.keys)
             && e.is_foreign()
         {
@@ -135,12 +135,12 @@ impl RecordProcessor for DeriveKeys {
             return Ok(RecordOutcome::skipped("removed"));
         }
         let Some(image) = &change.new_image else {
-            return Err(ProcessError::permanent(
+            return Err(HandlerError::permanent(
                 "no new image (the stream must be NEW_AND_OLD_IMAGES)",
             ));
         };
         match derive(self.store.as_ref(), image).await? {
-            Err(e) => Err(ProcessError::permanent(e.to_string())),
+            Err(e) => Err(HandlerError::permanent(e.to_string())),
             Ok(Derived::NotAnEntity) => Ok(RecordOutcome::skipped("not an entity")),
             Ok(Derived::UpToDate) => Ok(RecordOutcome::skipped("derived attributes up to date")),
             Ok(Derived::ChangedSince) => Ok(RecordOutcome::skipped(

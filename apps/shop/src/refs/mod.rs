@@ -44,8 +44,8 @@ use worker_engine::metrics::WriteCounter;
 use worker_engine::store::Guard;
 use worker_engine::store::{QuerySpec, Store};
 use worker_engine::stream::StreamChange;
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{Access, Fallback, Schedule, ScheduleSpec, StreamSpec};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{Access, Fallback, HandlerError, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::JobSpec;
 use crate::items::ProductRefs;
@@ -121,7 +121,7 @@ pub struct DeletedReferences {
 
 #[async_trait]
 impl RecordProcessor for DeletedReferences {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         if !change.kind.is_removal() {
             return Ok(RecordOutcome::skipped("not a removal"));
         }

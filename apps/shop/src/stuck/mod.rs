@@ -166,7 +166,7 @@ impl ScheduledJob<Job> for StuckOrders {
 
     async fn run(&self, run: &JobRun<Job>) -> Result<JobReport<Job>, HandlerError> {
         let cutoff = rules::cutoff(run.now, self.settings.after_hours);
-        let bound = rules::cutoff_key(cutoff).map_err(|e| HandlerError::Invalid(e.to_string()))?;
+        let bound = rules::cutoff_key(cutoff).map_err(|e| HandlerError::invalid(e.to_string()))?;
         let (mut stuck, mut published, mut failed, mut malformed) = (0u64, 0u64, 0u64, 0u64);
         let mut listed: Vec<StuckOrder> = Vec::new();
         let mut by_status = serde_json::Map::new();

@@ -6,16 +6,19 @@
 //! items at once (DynamoDB Streams orders records per item only, and every
 //! processor must already cope with items arriving in any order):
 //!
-//! - a malformed record (decode error) or a [`ProcessError::Permanent`] is
-//!   logged, counted and skipped; processing continues (the worker then
-//!   parks it, [`crate::park`], before the batch is reported);
-//! - a [`ProcessError::Environment`] (a missing table or index, access
-//!   denied, a bad credential: [`crate::error::FailureKind`]) stops the
-//!   batch as a transient failure does, and more: nothing of the batch is
-//!   parked and [`BatchReport::environment_fault`] is set, so the entry
-//!   point fails the invocation (the mapping retries the whole batch, then
-//!   sends it to its on-failure destination) and the alarm fires;
-//! - a [`ProcessError::Transient`] stops the batch: the earliest failed
+//! - a malformed record (decode error) or a record's failure
+//!   ([`FailureKind::Record`], [`HandlerError::permanent`]) is logged,
+//!   counted and skipped; processing continues (the worker then parks it,
+//!   [`crate::park`], before the batch is reported);
+//! - an environment fault ([`FailureKind::Environment`],
+//!   [`HandlerError::environment`]: a missing table or index, access
+//!   denied, a bad credential) stops the batch as a transient failure
+//!   does, and more: nothing of the batch is parked and
+//!   [`BatchReport::environment_fault`] is set, so the entry point fails
+//!   the invocation (the mapping retries the whole batch, then sends it to
+//!   its on-failure destination) and the alarm fires;
+//! - a transient failure ([`FailureKind::Transient`],
+//!   [`HandlerError::transient`]) stops the batch: the earliest failed
 //!   record's sequence number is the only batch item failure (Lambda retries
 //!   from there) and no record after it starts any more: they are
 //!   [`RecordStatus::NotAttempted`], except those of other items that had
@@ -42,7 +45,7 @@ use futures::StreamExt;
 use tracing::{Instrument, Span};
 
 use super::decode::{ChangeKind, RecordError, SequenceNumber, StreamChange};
-use crate::error::FailureKind;
+use crate::error::{FailureKind, HandlerError};
 
 /// Reason of records left after the deadline check stopped the batch.
 const DEADLINE_REASON: &str = "Lambda deadline near";
@@ -52,7 +55,7 @@ const DEADLINE_REASON: &str = "Lambda deadline near";
 pub trait RecordProcessor: Send + Sync {
     /// Handle one decoded change. Must be idempotent: after a failure Lambda
     /// delivers records again, some of them already handled.
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError>;
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError>;
 }
 
 /// What a processor did with a change. Texts must not contain attribute
@@ -98,108 +101,6 @@ impl RecordOutcome {
     pub fn foreign(reason: impl Into<String>) -> Self {
         RecordOutcome::Foreign {
             reason: reason.into(),
-        }
-    }
-}
-
-/// Why a processor failed. Reasons must not contain attribute values.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProcessError {
-    /// Retrying cannot help (the change itself is unusable): the record is
-    /// logged and skipped.
-    #[error("permanent failure: {reason}")]
-    Permanent {
-        /// Why, for the log line and the parking table.
-        reason: String,
-    },
-    /// Retrying may help (throttling, network): the batch stops and Lambda
-    /// retries from this record.
-    #[error("transient failure: {reason}")]
-    Transient {
-        /// Why, for the log line.
-        reason: String,
-    },
-    /// The deployment is wrong, not the record (a missing table or index,
-    /// access denied, a bad credential): the batch stops and the
-    /// invocation fails; nothing is parked or skipped.
-    #[error("environment fault: {reason}")]
-    Environment {
-        /// Why, for the log line and the invocation's error.
-        reason: String,
-    },
-}
-
-/// A store failure, by its kind ([`StoreError::kind`]).
-///
-/// [`StoreError::kind`]: crate::store::StoreError::kind
-impl From<crate::store::StoreError> for ProcessError {
-    fn from(e: crate::store::StoreError) -> Self {
-        ProcessError::of_kind(e.kind(), e.to_string())
-    }
-}
-
-/// A handler's failure, by its kind.
-impl From<crate::error::HandlerError> for ProcessError {
-    fn from(e: crate::error::HandlerError) -> Self {
-        ProcessError::of_kind(e.kind(), e.to_string())
-    }
-}
-
-impl ProcessError {
-    /// [`ProcessError::Permanent`]: the record is logged, skipped and
-    /// parked.
-    pub fn permanent(reason: impl Into<String>) -> Self {
-        ProcessError::Permanent {
-            reason: reason.into(),
-        }
-    }
-
-    /// [`ProcessError::Transient`]: the batch stops, Lambda retries from
-    /// this record.
-    pub fn transient(reason: impl Into<String>) -> Self {
-        ProcessError::Transient {
-            reason: reason.into(),
-        }
-    }
-
-    /// [`ProcessError::Environment`]: the batch stops and the invocation
-    /// fails.
-    pub fn environment(reason: impl Into<String>) -> Self {
-        ProcessError::Environment {
-            reason: reason.into(),
-        }
-    }
-
-    /// The error of a failure of `kind`.
-    pub(crate) fn of_kind(kind: FailureKind, reason: impl Into<String>) -> Self {
-        match kind {
-            FailureKind::Transient => ProcessError::transient(reason),
-            FailureKind::Environment => ProcessError::environment(reason),
-            FailureKind::Record => ProcessError::permanent(reason),
-        }
-    }
-
-    /// Which of the three kinds of failure this is.
-    pub fn kind(&self) -> FailureKind {
-        match self {
-            ProcessError::Permanent { .. } => FailureKind::Record,
-            ProcessError::Transient { .. } => FailureKind::Transient,
-            ProcessError::Environment { .. } => FailureKind::Environment,
-        }
-    }
-
-    /// Whether Lambda should deliver the record again by itself (a
-    /// transient failure; an environment fault fails the invocation).
-    pub fn is_retryable(&self) -> bool {
-        matches!(self, ProcessError::Transient { .. })
-    }
-
-    /// The reason given, whatever the kind.
-    pub fn reason(&self) -> &str {
-        match self {
-            ProcessError::Permanent { reason }
-            | ProcessError::Transient { reason }
-            | ProcessError::Environment { reason } => reason,
         }
     }
 }
@@ -278,7 +179,7 @@ pub enum RecordStatus {
     /// Failed permanently (e.g. an item that does not decode): logged,
     /// counted and skipped; retrying would not help.
     Rejected {
-        /// The [`ProcessError::Permanent`] reason; what a parked record
+        /// The [`HandlerError::reason`] of a record failure; what a parked record
         /// keeps.
         reason: String,
     },
@@ -290,13 +191,13 @@ pub enum RecordStatus {
     },
     /// Failed transiently; reported to Lambda for a retry.
     Failed {
-        /// The [`ProcessError::Transient`] reason.
+        /// The [`HandlerError::reason`] of a transient failure.
         reason: String,
     },
-    /// Failed because the deployment is wrong ([`ProcessError::Environment`]):
+    /// Failed because the deployment is wrong ([`FailureKind::Environment`]):
     /// the invocation fails, nothing is parked.
     Environment {
-        /// The [`ProcessError::Environment`] reason.
+        /// The [`HandlerError::reason`] of an environment fault.
         reason: String,
     },
     /// Not processed: after a transient failure or near the deadline.
@@ -729,9 +630,14 @@ async fn run_record(
         Ok(RecordOutcome::Handled { detail }) => RecordStatus::Handled { detail },
         Ok(RecordOutcome::Skipped { reason }) => RecordStatus::Skipped { reason },
         Ok(RecordOutcome::Foreign { reason }) => RecordStatus::Foreign { reason },
-        Err(ProcessError::Permanent { reason }) => RecordStatus::Rejected { reason },
-        Err(ProcessError::Transient { reason }) => RecordStatus::Failed { reason },
-        Err(ProcessError::Environment { reason }) => RecordStatus::Environment { reason },
+        Err(e) => {
+            let reason = e.reason().to_owned();
+            match e.kind() {
+                FailureKind::Record => RecordStatus::Rejected { reason },
+                FailureKind::Transient => RecordStatus::Failed { reason },
+                FailureKind::Environment => RecordStatus::Environment { reason },
+            }
+        }
     };
     outcome(outcome_label(&status));
     match &status {
@@ -811,15 +717,15 @@ mod tests {
 
     #[async_trait::async_trait]
     impl RecordProcessor for Recorder {
-        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
             let id = change.event_id.clone();
             self.seen.lock().unwrap().push(id.clone());
             if self.transient.contains(&id) {
-                Err(ProcessError::transient("throttled"))
+                Err(HandlerError::transient("throttled"))
             } else if self.permanent.contains(&id) {
-                Err(ProcessError::permanent("unusable change"))
+                Err(HandlerError::permanent("unusable change"))
             } else if self.environment.contains(&id) {
-                Err(ProcessError::environment("table missing"))
+                Err(HandlerError::environment("table missing"))
             } else if self.skip.contains(&id) {
                 Ok(RecordOutcome::skipped("not interesting"))
             } else {
@@ -1079,13 +985,13 @@ mod tests {
         };
         for e in [denied, index, missing] {
             assert_eq!(
-                ProcessError::from(e.clone()).kind(),
+                HandlerError::from(e.clone()).kind(),
                 FailureKind::Environment,
                 "{e}"
             );
         }
-        assert_eq!(ProcessError::from(too_large).kind(), FailureKind::Record);
-        assert_eq!(ProcessError::from(throttled).kind(), FailureKind::Transient);
+        assert_eq!(HandlerError::from(too_large).kind(), FailureKind::Record);
+        assert_eq!(HandlerError::from(throttled).kind(), FailureKind::Transient);
     }
 
     #[tokio::test]
@@ -1124,7 +1030,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl RecordProcessor for Slow {
-        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+        async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
             let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
             self.peak.fetch_max(now, Ordering::SeqCst);
             let ms: u64 = change.event_id.split(':').nth(1).unwrap().parse().unwrap();
@@ -1132,7 +1038,7 @@ mod tests {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
             self.order.lock().unwrap().push(change.event_id.clone());
             if self.transient.contains(&change.event_id) {
-                return Err(ProcessError::transient("throttled"));
+                return Err(HandlerError::transient("throttled"));
             }
             Ok(RecordOutcome::handled("done"))
         }
@@ -1307,10 +1213,10 @@ mod tests {
 
     #[test]
     fn process_error_helpers() {
-        assert!(ProcessError::transient("x").is_retryable());
-        assert!(!ProcessError::permanent("x").is_retryable());
+        assert!(HandlerError::transient("x").is_retryable());
+        assert!(!HandlerError::permanent("x").is_retryable());
         assert_eq!(
-            ProcessError::permanent("bad").to_string(),
+            HandlerError::permanent("bad").to_string(),
             "permanent failure: bad"
         );
     }

@@ -24,8 +24,8 @@ pub use decode::{
     encode_event, encode_event_as, is_stream_event,
 };
 pub use engine::{
-    BatchItemFailure, BatchReport, BatchResponse, EngineConfig, ProcessError, RecordOutcome,
-    RecordProcessor, RecordReport, RecordStatus, run_batch,
+    BatchItemFailure, BatchReport, BatchResponse, EngineConfig, RecordOutcome, RecordProcessor,
+    RecordReport, RecordStatus, run_batch,
 };
 pub use routed::{ChangeHandler, HandlerOutcome, InBatch, Router, TypedChange};
 pub use source::{ByTable, table_name};

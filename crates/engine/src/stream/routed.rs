@@ -98,7 +98,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::decode::{RecordError, StreamChange};
-use super::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use super::engine::{RecordOutcome, RecordProcessor};
 use crate::clock::Clock;
 use crate::error::{FailureKind, HandlerError};
 use crate::metrics::WriteCounter;
@@ -230,8 +230,8 @@ impl<C: TypedChange> Router<C> {
         &self,
         raw: &StreamChange,
         batch: &C::Facts,
-    ) -> Result<RecordOutcome, ProcessError> {
-        let change = C::decode(raw).map_err(|reason| ProcessError::Permanent { reason })?;
+    ) -> Result<RecordOutcome, HandlerError> {
+        let change = C::decode(raw).map_err(HandlerError::permanent)?;
         let kind = change.kind();
         if C::is_worker_owned(kind) {
             return Ok(RecordOutcome::Skipped {
@@ -262,13 +262,13 @@ impl<C: TypedChange> Router<C> {
                     done.push(format!("{name}: {detail} ({writes} writes)"))
                 }
                 Ok(HandlerOutcome::Nothing(why)) => done.push(format!("{name}: {why}")),
-                Err(e) => failures.push((e.kind(), format!("{name}: {e}"))),
+                Err(e) => failures.push((e.kind(), format!("{name}: {}", e.reason()))),
             }
         }
         if let Some(kind) = FailureKind::worst(failures.iter().map(|(k, _)| *k)) {
             failures.sort_by_key(|(k, _)| (*k != kind, *k));
             let reasons: Vec<String> = failures.into_iter().map(|(_, r)| r).collect();
-            return Err(ProcessError::of_kind(kind, reasons.join("; ")));
+            return Err(HandlerError::of_kind(kind, reasons.join("; ")));
         }
         if done.is_empty() {
             return Ok(RecordOutcome::Skipped {
@@ -293,7 +293,7 @@ impl<C: TypedChange> StreamSide for Router<C> {
 
 #[async_trait]
 impl<C: TypedChange> RecordProcessor for Router<C> {
-    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         self.process_in(raw, &C::Facts::default()).await
     }
 }
@@ -306,7 +306,7 @@ pub struct InBatch<'a, C: TypedChange> {
 
 #[async_trait]
 impl<C: TypedChange> RecordProcessor for InBatch<'_, C> {
-    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, raw: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         self.router.process_in(raw, &self.facts).await
     }
 }
@@ -413,7 +413,7 @@ mod tests {
         );
         let bad = router.process(batch[2].as_ref().unwrap()).await;
         assert!(
-            matches!(&bad, Err(ProcessError::Permanent { reason }) if reason == "PK \"x\" is no kind#id"),
+            matches!(&bad, Err(e) if e.kind() == FailureKind::Record && e.reason() == "PK \"x\" is no kind#id"),
             "{bad:?}"
         );
         let unwanted = Router::<Toy>::new(Arc::new(ManualClock::new(Utc::now())))

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::decode::StreamChange;
-use super::engine::{ProcessError, RecordOutcome, RecordProcessor};
+use super::engine::{RecordOutcome, RecordProcessor};
+use crate::error::HandlerError;
 
 /// The table name in a stream (or table) ARN; `None` when the ARN names
 /// no table.
@@ -32,30 +33,29 @@ impl ByTable {
     }
 
     /// The processor of the change's table.
-    pub fn route(&self, change: &StreamChange) -> Result<&Arc<dyn RecordProcessor>, ProcessError> {
+    pub fn route(&self, change: &StreamChange) -> Result<&Arc<dyn RecordProcessor>, HandlerError> {
         let Some(arn) = change.event_source_arn.as_deref() else {
-            return Err(ProcessError::Permanent {
-                reason: "the record has no eventSourceARN: its table is unknown".into(),
-            });
+            return Err(HandlerError::permanent(
+                "the record has no eventSourceARN: its table is unknown",
+            ));
         };
-        let name = table_name(arn).ok_or_else(|| ProcessError::Permanent {
-            reason: "the record's eventSourceARN names no table".into(),
-        })?;
+        let name = table_name(arn)
+            .ok_or_else(|| HandlerError::permanent("the record's eventSourceARN names no table"))?;
         self.routes
             .iter()
             .find(|(t, _)| t == name)
             .map(|(_, p)| p)
-            .ok_or_else(|| ProcessError::Permanent {
-                reason: format!(
+            .ok_or_else(|| {
+                HandlerError::permanent(format!(
                     "the record is from table {name:?}, which this worker does not serve"
-                ),
+                ))
             })
     }
 }
 
 #[async_trait]
 impl RecordProcessor for ByTable {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         self.route(change)?.process(change).await
     }
 }

@@ -20,8 +20,8 @@ use worker_engine::schedule::{JobName, Scheduler};
 use worker_engine::schema::{DEFAULT_KEY, TableSchema};
 use worker_engine::store::{DynamoStore, ItemReader, ItemWriter, Store, local_client};
 use worker_engine::stream::{ChangeKind, SequenceNumber, StreamChange, encode_event};
-use worker_engine::stream::{ProcessError, RecordOutcome, RecordProcessor};
-use worker_engine::{EveryBatch, Worker, WorkerSettings};
+use worker_engine::stream::{RecordOutcome, RecordProcessor};
+use worker_engine::{EveryBatch, HandlerError, Worker, WorkerSettings};
 use worker_testkit::{TestTable, ddb, on_failure_message};
 use worker_toolkit::cli::capture::{CaptureArgs, capture};
 use worker_toolkit::cli::redrive::{Verdict, park_range, redrive_parked, redrive_range};
@@ -58,7 +58,7 @@ struct Marker {
 
 #[async_trait::async_trait]
 impl RecordProcessor for Marker {
-    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, ProcessError> {
+    async fn process(&self, change: &StreamChange) -> Result<RecordOutcome, HandlerError> {
         let Some(new) = &change.new_image else {
             return Ok(RecordOutcome::skipped("no new image"));
         };
@@ -68,7 +68,7 @@ impl RecordProcessor for Marker {
         if self.reject_drafts.load(Ordering::SeqCst)
             && new.get("Kind") == Some(&AttributeValue::S("draft".into()))
         {
-            return Err(ProcessError::permanent("drafts are not supported"));
+            return Err(HandlerError::permanent("drafts are not supported"));
         }
         let mut marked = change.keys.clone();
         marked.insert("Seen".into(), AttributeValue::Bool(true));
