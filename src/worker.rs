@@ -19,10 +19,16 @@ use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
 /// A stream record of the Nishiki table, typed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
+    /// The record's `eventID` (what a batch item failure reports).
     pub event_id: String,
+    /// INSERT, MODIFY, REMOVE, or a TTL removal.
     pub kind: ChangeKind,
+    /// The item's key, from the record's `Keys`.
     pub key: ItemKey,
+    /// The item before the change (`OldImage`); `None` for an INSERT, and
+    /// for a REMOVE that came without an image.
     pub old: Option<Entity>,
+    /// The item after the change (`NewImage`); `None` for a removal.
     pub new: Option<Entity>,
 }
 
