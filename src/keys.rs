@@ -263,7 +263,8 @@ pub enum Violation {
 }
 
 impl Violation {
-    /// Every violation, in the order the audit reports them.
+    /// Every violation, in declaration order (the audit's report lists
+    /// each, zeros included).
     pub const ALL: [Violation; 9] = [
         Violation::MembershipWithoutUser,
         Violation::MembershipWithoutGroup,

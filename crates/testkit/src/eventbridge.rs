@@ -30,8 +30,8 @@ pub struct RoutedBus {
     /// The rule on the bus that routes the matching events to the queue
     /// (`<bus>-to-queue`).
     pub rule: String,
-    /// The URL of the rule's target queue on moto, which [`RoutedBus`]
-    /// reads the delivered events from.
+    /// The URL of the rule's target queue on moto, which
+    /// [`RoutedBus::received`] reads the delivered events from.
     pub queue_url: String,
     sqs: aws_sdk_sqs::Client,
 }

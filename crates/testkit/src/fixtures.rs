@@ -47,7 +47,7 @@ pub struct Fixture {
     #[serde(rename = "applyWrites")]
     pub apply_writes: bool,
     /// The tables the replay must end with (a file relative to the
-    /// manifest's folder, `golden/<name>.json`).
+    /// manifest's folder, under `golden/`).
     pub golden: String,
 }
 

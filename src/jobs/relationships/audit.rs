@@ -62,9 +62,9 @@ pub struct AuditReport {
     /// Consumed read capacity of scans and queries (GetItem calls are counted
     /// in `get_requests`: the store returns no capacity for them).
     pub read_capacity: f64,
-    /// GetItem requests (consistent re-checks and lookups).
+    /// GetItem requests sent.
     pub get_requests: u64,
-    /// Query requests (index lookups and the suspects' partition).
+    /// Query requests sent.
     pub query_requests: u64,
     /// Every write request (single or inside a batch).
     pub write_requests: u64,
