@@ -81,12 +81,16 @@ impl App {
         self
     }
 
+    /// The configuration the worker was assembled with.
     pub fn config(&self) -> &Config {
         &self.config
     }
+    /// The store every job reads and writes (as given to [`App::new`]).
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
+    /// The clock every handler and job reads `now` from (a fixed one in
+    /// tests and replays).
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.clock
     }

@@ -63,8 +63,13 @@ pub type Config = worker_engine::settings::Settings<Job, JobsSettings>;
 /// Each job's own settings (read by the job's module).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct JobsSettings {
+    /// The cascades' and the audit's settings (grace periods, empty-group
+    /// policy, scan segments).
     pub relationships: RelationshipSettings,
+    /// The invitation sweep's settings (`INVITATION_TTL`).
     pub invitations: InvitationSettings,
+    /// The expiry job's settings (horizon, time zone, retention, event
+    /// bus).
     pub expiry: ExpirySettings,
 }
 

@@ -13,7 +13,9 @@ use serde::{Deserialize, Deserializer, Serializer};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{value:?} is not an ISO 8601 datetime like 2024-03-22T22:03:33.123Z ({reason})")]
 pub struct DateTimeError {
+    /// The stored text as read.
     pub value: String,
+    /// What is wrong with it (`too short`, `no such date`, ...).
     pub reason: &'static str,
 }
 
@@ -96,10 +98,13 @@ impl<'de> Deserialize<'de> for Lenient {
 pub mod serde_lenient {
     use super::*;
 
+    /// Write `at` in the canonical form ([`format()`]).
     pub fn serialize<S: Serializer>(at: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format(*at))
     }
 
+    /// Read a string in any stored form ([`parse`]); anything else is an
+    /// error naming the value.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
         Ok(Lenient::deserialize(d)?.0)
     }
@@ -109,6 +114,7 @@ pub mod serde_lenient {
 pub mod serde_lenient_opt {
     use super::*;
 
+    /// Write `Some` in the canonical form ([`format()`]), `None` as `NULL`.
     pub fn serialize<S: Serializer>(at: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
         match at {
             Some(at) => s.serialize_some(&format(*at)),
@@ -116,6 +122,8 @@ pub mod serde_lenient_opt {
         }
     }
 
+    /// Read `NULL` as `None`, a string in any stored form ([`parse`]) as
+    /// `Some`.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
         Ok(Option::<Lenient>::deserialize(d)?.map(|at| at.0))
     }

@@ -22,10 +22,17 @@ pub use worker_engine::item::{Item, redact_quoted};
 /// Attribute names the service's indexes are keyed on. Worker-owned items
 /// must never carry any of them.
 pub mod attr {
+    /// A membership's group id (index `UserAndGroupRelationship`).
     pub const GROUP_ID: &str = "GroupId";
+    /// A container link's container id (index
+    /// `GroupAndContainerRelationship`).
     pub const CONTAINER_ID: &str = "ContainerId";
+    /// An invitation link's hash (the service's lookup of a link).
     pub const INVITATION_LINK_HASH: &str = "InvitationLinkHash";
+    /// An invitation link's expiry (sparse index `InvitationLinkExpiry`).
     pub const LINK_EXPIRY_DATETIME: &str = "LinkExpiryDatetime";
+    /// A user's e-mail address (User items; personal data, indexed by the
+    /// service).
     pub const EMAIL_ADDRESS: &str = "EMailAddress";
     /// A user's name (User items; personal data, not indexed).
     pub const USER_NAME: &str = "UserName";
@@ -50,12 +57,19 @@ pub mod attr {
 /// Why an item does not decode.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ItemError {
+    /// `PK`/`SK` are not a key of this table.
     #[error("bad key: {0}")]
     Key(#[from] KeyError),
+    /// The key is fine, the other attributes are not what its kind holds
+    /// (missing, wrong type, or an id that disagrees with the key).
     #[error("item {pk}/{sk}: {reason}")]
     Attributes {
+        /// The item's `PK`.
         pk: String,
+        /// The item's `SK`.
         sk: String,
+        /// What is wrong, quoted values redacted ([`redact_quoted`]): no
+        /// personal data reaches a log through it.
         reason: String,
     },
 }
@@ -75,11 +89,16 @@ impl ItemError {
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct User {
+    /// The user's id, from `PK`.
     #[serde(skip)]
     pub id: UserId,
+    /// `UserName`: personal data, never logged (`Debug` redacts it).
     pub user_name: String,
+    /// `EMailAddress`: personal data, never logged (`Debug` redacts it).
     #[serde(rename = "EMailAddress")]
     pub email_address: String,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -99,10 +118,15 @@ impl fmt::Debug for User {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Membership {
+    /// The member, from `PK`.
     #[serde(skip)]
     pub user: UserId,
+    /// `GroupId`: the group, equal to the one in `SK` (an item where they
+    /// differ does not decode).
     #[serde(rename = "GroupId")]
     pub group: GroupId,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -111,9 +135,13 @@ pub struct Membership {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Group {
+    /// The group's id, from `PK`.
     #[serde(skip)]
     pub id: GroupId,
+    /// `GroupName`, as people wrote it.
     pub group_name: String,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -122,10 +150,15 @@ pub struct Group {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct ContainerLink {
+    /// The owning group, from `PK`.
     #[serde(skip)]
     pub group: GroupId,
+    /// `ContainerId`: the container, equal to the one in `SK` (an item
+    /// where they differ does not decode).
     #[serde(rename = "ContainerId")]
     pub container: ContainerId,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -134,12 +167,17 @@ pub struct ContainerLink {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct InvitationLink {
+    /// The group the link invites to, from `PK`.
     #[serde(skip)]
     pub group: GroupId,
     /// 32 lowercase hex characters; opaque (a renewal keeps it).
     pub invitation_link_hash: String,
+    /// `LinkExpiryDatetime`: the link is expired once this instant has
+    /// passed (read in any stored form, written canonically).
     #[serde(with = "datetime::serde_lenient")]
     pub link_expiry_datetime: DateTime<Utc>,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -148,11 +186,17 @@ pub struct InvitationLink {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Container {
+    /// The container's id, from `PK`.
     #[serde(skip)]
     pub id: ContainerId,
+    /// `ContainerName`, as people wrote it.
     pub container_name: String,
+    /// `Foods`, in stored order (absent or an empty untagged list reads as
+    /// none).
     #[serde(default, deserialize_with = "lenient_list")]
     pub foods: Vec<Food>,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -161,14 +205,23 @@ pub struct Container {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Food {
+    /// `FoodId`: the food's id within its container (a list that repeats
+    /// one counts the first).
     pub food_id: FoodId,
+    /// `Name` (1 to 30 characters in the app); copied onto its expiry
+    /// flag.
     pub name: String,
+    /// `Unit` of the quantity, free text; `None` is stored as `NULL`.
     pub unit: Option<String>,
+    /// `Quantity`, in `unit`; `None` is stored as `NULL`.
     pub quantity: Option<f64>,
     /// Free text; the app uses keys such as `vegetables` or `unselected`.
     pub category: Option<String>,
+    /// `Expiry`: when the food expires; `None` (stored `NULL`) is never
+    /// flagged.
     #[serde(with = "datetime::serde_lenient_opt")]
     pub expiry: Option<DateTime<Utc>>,
+    /// `CreatedAt`: when the food was added.
     #[serde(with = "datetime::serde_lenient")]
     pub created_at: DateTime<Utc>,
 }
@@ -177,8 +230,11 @@ pub struct Food {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct CategoryList {
+    /// The `Category` attribute's entries, in stored order.
     #[serde(rename = "Category", default, deserialize_with = "lenient_list")]
     pub categories: Vec<CategoryName>,
+    /// Every other attribute, as read (`PK`, `SK` and the fields above
+    /// excepted): written back unchanged.
     #[serde(skip)]
     pub extra: Item,
 }
@@ -186,18 +242,26 @@ pub struct CategoryList {
 /// One entry of the category list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CategoryName {
+    /// The category's `name` key (e.g. `vegetables`).
     pub name: String,
 }
 
 /// Any item of the table, typed by its key.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entity {
+    /// A `User` item.
     User(User),
+    /// A membership (`SK=Group#<groupId>`).
     Membership(Membership),
+    /// A `Group` item.
     Group(Group),
+    /// A container link (`SK=Container#<containerId>`).
     ContainerLink(ContainerLink),
+    /// An invitation link (`SK=InvitationLinkHash`).
     InvitationLink(InvitationLink),
+    /// A `Container` item with its foods.
     Container(Container),
+    /// The `Category` item.
     Category(CategoryList),
     /// An item the worker owns; its job module gives it a type.
     Worker(ItemKey, Item),

@@ -49,23 +49,64 @@ const CHECKPOINT_PK: &str = "WorkerCheckpoint";
 /// Why a `(PK, SK)` pair is not a key of this table.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
+    /// `PK`, `SK` or an id inside one is the empty string; names which
+    /// (`PK`, `SK`, `group id`, ...).
     #[error("empty {0}")]
     Empty(&'static str),
+    /// The sort key is none this partition can hold (or a reminder's or
+    /// suspect's sort key lacks its `#` parts).
     #[error("unknown sort key {sk:?} for partition {pk:?}")]
-    UnknownSortKey { pk: String, sk: String },
+    UnknownSortKey {
+        /// The partition key as read.
+        pk: String,
+        /// The sort key as read.
+        sk: String,
+    },
+    /// The sort key is a literal of the table in another case (`user`
+    /// for `User`): the service writes them exactly.
     #[error("sort key {found:?} has the wrong case; the service writes {expected:?}")]
     WrongCase {
+        /// The sort key as read.
         found: String,
+        /// The literal (or prefix, e.g. `Group#`) it was meant to be.
         expected: &'static str,
     },
+    /// An id is not a UUID as the service writes it: 36 characters,
+    /// lowercase, hyphenated.
     #[error("{what} {value:?} is not a lowercase hyphenated UUID")]
-    BadUuid { what: &'static str, value: String },
+    BadUuid {
+        /// Which id (`user id`, `group id`, `container id`, `food id`).
+        what: &'static str,
+        /// The text as read.
+        value: String,
+    },
+    /// A `#` where the key has none (an id with a `#`, or an audit
+    /// suspect about a worker-owned item other than a flag).
     #[error("stray '#' in {what} {value:?}")]
-    StrayHash { what: &'static str, value: String },
+    StrayHash {
+        /// Which part (an id, or `audit suspect subject`).
+        what: &'static str,
+        /// The text as read.
+        value: String,
+    },
+    /// A reminder's date is not `YYYY-MM-DD`.
     #[error("{what} {value:?} is not a YYYY-MM-DD date")]
-    BadDate { what: &'static str, value: String },
+    BadDate {
+        /// Which date (`reminder date`).
+        what: &'static str,
+        /// The text as read.
+        value: String,
+    },
+    /// A name that is none of its kind's (a job, a violation).
     #[error("unknown {what} {value:?}")]
-    Unknown { what: &'static str, value: String },
+    Unknown {
+        /// Which kind of name (`job`, `violation`).
+        what: &'static str,
+        /// The text as read.
+        value: String,
+    },
+    /// An item lacks a key attribute, or holds it as a non-string; names
+    /// which (`PK`, `SK`).
     #[error("missing or non-string key attribute {0}")]
     MissingAttribute(&'static str),
 }
@@ -174,9 +215,16 @@ fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid, KeyError> {
 worker_engine::job_names! {
     /// A worker job, as named in checkpoints and on the command line.
     pub enum Job {
+        /// Deletes expired invitation links (every 15 minutes).
         SweepInvitations = "sweep-invitations",
+        /// The relationship audit: finds and repairs drift (daily).
         Audit = "audit",
+        /// The daily expiry tick: re-decides the foods of the reminders
+        /// due, puts or deletes their flags, announces the new ones.
         FlagExpiring = "flag-expiring",
+        /// Writes the flags and reminders the stream would have written
+        /// for every existing container (on demand, resumable: enabling a
+        /// stream replays no existing item).
         Backfill = "backfill",
     }
 }
@@ -215,6 +263,8 @@ pub enum Violation {
 }
 
 impl Violation {
+    /// Every violation, in declaration order (the audit's report lists
+    /// each, zeros included).
     pub const ALL: [Violation; 9] = [
         Violation::MembershipWithoutUser,
         Violation::MembershipWithoutGroup,
@@ -227,6 +277,8 @@ impl Violation {
         Violation::OrphanWorkerItem,
     ];
 
+    /// The violation's name as stored in a suspect's `SK` and reported
+    /// (the variant's name, e.g. `EmptyGroup`).
     pub fn as_str(self) -> &'static str {
         match self {
             Violation::MembershipWithoutUser => "MembershipWithoutUser",
@@ -264,16 +316,27 @@ impl FromStr for Violation {
 /// What kind of item a key addresses; handlers register by kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ItemKind {
+    /// A user item ([`ItemKey::User`]).
     User,
+    /// A user's membership of a group ([`ItemKey::Membership`]).
     Membership,
+    /// A group item ([`ItemKey::Group`]).
     Group,
+    /// A group's link to a container ([`ItemKey::ContainerLink`]).
     ContainerLink,
+    /// A group's invitation link ([`ItemKey::InvitationLink`]).
     InvitationLink,
+    /// A container item, with its foods ([`ItemKey::Container`]).
     Container,
+    /// The category list ([`ItemKey::Category`]).
     Category,
+    /// Worker-owned: an expiring-food flag ([`ItemKey::ExpiringFood`]).
     ExpiringFood,
+    /// Worker-owned: an expiry reminder ([`ItemKey::ExpiryReminder`]).
     ExpiryReminder,
+    /// Worker-owned: an audit suspect ([`ItemKey::AuditSuspect`]).
     AuditSuspect,
+    /// Worker-owned: a job's checkpoint ([`ItemKey::Checkpoint`]).
     Checkpoint,
 }
 
@@ -297,12 +360,19 @@ pub enum ItemKey {
     /// `PK=<userId>`, `SK=User`.
     User(UserId),
     /// `PK=<userId>`, `SK=Group#<groupId>`.
-    Membership { user: UserId, group: GroupId },
+    Membership {
+        /// The member (the partition).
+        user: UserId,
+        /// The group they belong to.
+        group: GroupId,
+    },
     /// `PK=<groupId>`, `SK=Group`.
     Group(GroupId),
     /// `PK=<groupId>`, `SK=Container#<containerId>`.
     ContainerLink {
+        /// The group that owns the container (the partition).
         group: GroupId,
+        /// The linked container.
         container: ContainerId,
     },
     /// `PK=<groupId>`, `SK=InvitationLinkHash`.
@@ -314,21 +384,29 @@ pub enum ItemKey {
     /// Worker-owned flag of a food nearing or past expiry, in the group's
     /// partition: `PK=<groupId>`, `SK=ExpiringFood#<containerId>#<foodId>`.
     ExpiringFood {
+        /// The group that owns the container (the partition).
         group: GroupId,
+        /// The food's container.
         container: ContainerId,
+        /// The food, in its container's `Foods`.
         food: FoodId,
     },
     /// Worker-owned reminder to look at a food on a given day:
     /// `PK=ExpiryReminder#<YYYY-MM-DD>`, `SK=<containerId>#<foodId>`.
     ExpiryReminder {
+        /// The day the food is looked at (in `EXPIRY_TIME_ZONE`).
         date: NaiveDate,
+        /// The food's container.
         container: ContainerId,
+        /// The food, in its container's `Foods`.
         food: FoodId,
     },
     /// Worker-owned record of a suspected invariant violation:
     /// `PK=AuditSuspect`, `SK=<Violation>#<subject PK>#<subject SK>`.
     AuditSuspect {
+        /// The invariant the subject seemed to break.
         violation: Violation,
+        /// The key of the item the suspect is about.
         subject: Box<ItemKey>,
     },
     /// Worker-owned checkpoint of a job: `PK=WorkerCheckpoint`, `SK=<job>`.

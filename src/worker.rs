@@ -1,12 +1,12 @@
 //! Nishiki's side of the stream engine: a raw stream change becomes a typed
 //! [`Change`] (decoded key, typed old/new images), and the engine's
-//! [`Router`] ([`worker_engine::stream::routed`]) ignores worker-owned
-//! items (loop guard) and gives the change to every [`ChangeHandler`]
-//! registered for its item kind, with the [`BatchFacts`] of its batch. The
-//! handlers of a record run at once (a Container REMOVE concerns both the
-//! relationship and the expiry job, and both check the same container and
-//! links: at once, a sharing store reads each of those once). A transient
-//! failure of any of them has the record retried.
+//! [`Router`] ignores worker-owned items (loop guard) and gives the
+//! change to every [`ChangeHandler`] registered for its item kind, with
+//! the [`BatchFacts`] of its batch. The handlers of a record run at once
+//! (a Container REMOVE concerns both the relationship and the expiry job,
+//! and both check the same container and links: at once, a sharing store
+//! reads each of those once). A transient failure of any of them has the
+//! record retried.
 
 use std::collections::HashSet;
 
@@ -19,10 +19,16 @@ use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
 /// A stream record of the Nishiki table, typed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Change {
+    /// The record's `eventID` (what a batch item failure reports).
     pub event_id: String,
+    /// INSERT, MODIFY, REMOVE, or a TTL removal.
     pub kind: ChangeKind,
+    /// The item's key, from the record's `Keys`.
     pub key: ItemKey,
+    /// The item before the change (`OldImage`); `None` for an INSERT, and
+    /// for a REMOVE that came without an image.
     pub old: Option<Entity>,
+    /// The item after the change (`NewImage`); `None` for a removal.
     pub new: Option<Entity>,
 }
 
@@ -120,11 +126,11 @@ impl BatchFacts {
     }
 }
 
-/// Nishiki's changes on the engine's router
-/// ([`worker_engine::stream::routed`]): decoded by [`Change::from_stream`]
-/// (a reason naming a key that holds an e-mail address has its quoted
-/// values hidden), routed by [`ItemKind`], worker-owned kinds ignored (the
-/// loop guard), each batch's [`BatchFacts`] given to the handlers.
+/// Nishiki's changes on the engine's router ([`Router`]): decoded by
+/// [`Change::from_stream`] (a reason naming a key that holds an e-mail
+/// address has its quoted values hidden), routed by [`ItemKind`],
+/// worker-owned kinds ignored (the loop guard), each batch's
+/// [`BatchFacts`] given to the handlers.
 impl TypedChange for Change {
     type Kind = ItemKind;
     type Facts = BatchFacts;

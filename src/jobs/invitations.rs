@@ -238,15 +238,18 @@ pub fn fallback_scan(upper: &str, page_size: Option<i32>) -> ScanSpec {
 /// An expired link, exactly as it was read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExpiredLink {
+    /// The link's group (its `PK`).
     pub group: GroupId,
     /// `LinkExpiryDatetime` as stored (the delete condition compares it).
     pub seen_expiry: String,
     /// `InvitationLinkHash` as stored. Never logged.
     pub hash: String,
+    /// `seen_expiry` parsed: the instant the link expired (before `now`).
     pub expired_at: DateTime<Utc>,
 }
 
 impl ExpiredLink {
+    /// The link item's key (`PK=<groupId>`, `SK=InvitationLinkHash`).
     pub fn key(&self) -> Key {
         ItemKey::InvitationLink(self.group).to_attributes()
     }
@@ -371,6 +374,8 @@ pub fn same_expiry(stored: &Item, expected: DateTime<Utc>) -> Option<String> {
 pub struct SweepReport {
     /// Expired links read (before deleting).
     pub expired_found: u64,
+    /// Expired links deleted (the condition held: the link was still the
+    /// one read).
     pub deleted: u64,
     /// The delete's condition failed and the link is still there: renewed
     /// (or replaced) since it was read. Kept.
@@ -456,10 +461,13 @@ pub struct SweepInvitations {
 }
 
 impl SweepInvitations {
+    /// The sweep over the table's store.
     pub fn new(deps: &JobDeps) -> Self {
         SweepInvitations::with_store(deps.store.clone())
     }
 
+    /// The sweep over `store`: DynamoDB's own page size,
+    /// [`DEFAULT_DELETE_CONCURRENCY`] deletes in flight.
     pub fn with_store(store: Arc<dyn Store>) -> Self {
         SweepInvitations {
             store,
@@ -713,10 +721,14 @@ pub struct InvitationTtl {
 }
 
 impl InvitationTtl {
+    /// The handler over the stream store, stamping links when the settings
+    /// say `INVITATION_TTL=on`.
     pub fn new(deps: &JobDeps) -> Self {
         InvitationTtl::with_store(deps.stream_store.clone(), deps.settings.invitations.ttl)
     }
 
+    /// The handler over `store`; `enabled`: stamp [`TTL_ATTRIBUTE`] (else
+    /// it only counts TTL removals).
     pub fn with_store(store: Arc<dyn Store>, enabled: bool) -> Self {
         InvitationTtl {
             store,

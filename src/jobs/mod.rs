@@ -25,7 +25,7 @@ use worker_engine::store::{Store, StoreError};
 /// handlers' write counter (`worker_engine::app`).
 pub type JobDeps = worker_engine::TableDeps<Config>;
 
-/// A job of the Nishiki worker, described once (see [`worker_engine::job`]):
+/// A job of the Nishiki worker, described once (see [`worker_engine::JobSpec`]):
 /// each job's module holds its `SPEC`.
 pub type JobSpec = worker_engine::JobSpec<Job, JobDeps, dyn ChangeHandler<Change>>;
 

@@ -16,6 +16,8 @@ use worker_engine::{Sharing, TableDeps};
 
 /// An app on one table, as its tests build its worker.
 pub struct TestApp<J: 'static, S: 'static> {
+    /// The app's spec (its `APP` static): the namespace its metrics go
+    /// to and how it builds a worker over one table.
     pub app: &'static AppSpec<J, TableDeps<Settings<J, S>>, dyn RecordProcessor>,
     /// How its stream handlers share requests (the app's own choice).
     pub sharing: Sharing,

@@ -64,7 +64,9 @@ pub fn sizes_at_least(default: &[usize], min: usize, unit: &str) -> Vec<usize> {
 /// A table of its own DynamoDB Local, seeded (keep `local` alive with
 /// the table).
 pub struct Seeded {
+    /// The table's own DynamoDB Local: dropping it stops the JVM it started.
     pub local: DynamoDbLocal,
+    /// The seeded table (deleted on drop).
     pub table: TestTable,
     /// Seconds the seeding took.
     pub seed_s: f64,
@@ -90,9 +92,11 @@ pub async fn seeded(
 
 /// What a run returned, with what it cost the store and how long it took.
 pub struct Metered<T> {
+    /// What the run returned.
     pub value: T,
     /// The store's metrics over the run.
     pub cost: MetricsSnapshot,
+    /// Wall-clock time of the run, in milliseconds.
     pub run_ms: f64,
 }
 
@@ -113,7 +117,9 @@ pub async fn metered<T>(store: &Arc<DynamoStore>, run: impl Future<Output = T>) 
 /// largest.
 #[derive(Debug, Clone, Copy)]
 pub struct Growth {
+    /// The smallest table's size (the runs' `size`, e.g. items seeded).
     pub smallest: usize,
+    /// The largest table's size, in the same unit.
     pub largest: usize,
     /// The largest's read capacity over the smallest's.
     pub ratio: f64,

@@ -163,7 +163,10 @@ impl Drop for Watch {
 /// Which function serves an event file: the stream function for a
 /// DynamoDB Streams event (`Records`), the schedule function otherwise.
 pub struct Functions<'a> {
+    /// The stream function's binary name, as `cargo lambda watch` serves
+    /// it (e.g. `chat-stream`).
     pub stream: &'a str,
+    /// The schedule function's binary name (e.g. `chat-schedule`).
     pub schedule: &'a str,
 }
 

@@ -25,7 +25,7 @@
 //!
 //! [`Costed::of`] turns a run into the cost of a million records at the
 //! template's `MemorySize` and `Architectures` and the [`Prices`] stated,
-//! by the formula its fields spell out (printed by [`print`]).
+//! by the formula its fields spell out (printed by [`print()`]).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -356,6 +356,7 @@ pub struct Timed {
 }
 
 impl Timed {
+    /// A layer over `inner` (the table's [`DynamoStore`]), its tally empty.
     pub fn new(inner: Arc<dyn Store>) -> Self {
         Timed {
             inner,
@@ -483,6 +484,7 @@ impl Transactions for TimedTransactions {
 
 /// A layer the [`Meter`] reads: a [`Timed`] store or [`TimedTransactions`].
 pub trait Tallied: Send + Sync {
+    /// What the layer saw so far.
     fn tally(&self) -> Tally;
 }
 
@@ -517,7 +519,11 @@ fn add_metrics(a: &MetricsSnapshot, b: &MetricsSnapshot) -> MetricsSnapshot {
 
 /// A stream to drain: its reader and the mapping that delivers it.
 pub struct Stream {
+    /// A reader of the table's stream: the drain reads on from where it
+    /// stands (a fresh tail, from the stream's beginning).
     pub tail: StreamTail,
+    /// The template's mapping of that stream: its `BatchSize` and
+    /// `FilterCriteria` ([`StreamFunction::mappings`]).
     pub mapping: StreamMapping,
 }
 
@@ -548,6 +554,7 @@ pub struct Run {
 pub struct Meter {
     stores: Vec<Arc<DynamoStore>>,
     timed: Vec<Arc<dyn Tallied>>,
+    /// What the drains so far measured, summed ([`Costed::of`] reads it).
     pub run: Run,
 }
 
@@ -683,9 +690,13 @@ pub fn batches(changes: &[StreamChange], batch_size: usize) -> Vec<&[StreamChang
 /// A drain's cost per record and per million records.
 #[derive(Debug, Clone)]
 pub struct Costed {
+    /// The app's name as the figures print it (e.g. `shop`).
     pub app: String,
+    /// The stream function the cost is of, as its template deploys it.
     pub function: StreamFunction,
+    /// The prices the dollar figures assume.
     pub prices: Prices,
+    /// The drain the figures come from.
     pub run: Run,
     /// Records per invocation the cost assumes: the mappings' `BatchSize`.
     pub batch_size: usize,
@@ -714,11 +725,15 @@ pub struct Costed {
     pub billed_cpu_ms: f64,
     /// Its requests' part, ms.
     pub billed_wait_ms: f64,
-    /// $ per million records: Lambda compute, Lambda requests, DynamoDB
-    /// writes, DynamoDB reads.
+    /// $ per million records, Lambda compute: the invocations of
+    /// `batch_size` records it takes, each `billed_ms` at `MemorySize`.
     pub compute: f64,
+    /// $ per million records, Lambda requests (one per `batch_size`
+    /// records).
     pub invocations: f64,
+    /// $ per million records, DynamoDB writes (`wcu` per record).
     pub writes: f64,
+    /// $ per million records, DynamoDB reads (`rcu` per record).
     pub reads: f64,
 }
 

@@ -58,6 +58,9 @@ pub enum Broken {
 }
 
 impl Broken {
+    /// Every broken deployment, in the order
+    /// [`every_fixture_stops_on_environment_faults`] runs
+    /// them.
     pub const ALL: [Broken; 3] = [Broken::Denied, Broken::TableMissing, Broken::IndexesMissing];
 }
 

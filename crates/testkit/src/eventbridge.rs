@@ -27,7 +27,11 @@ use crate::runtime_api::{Running, RuntimeApi, function_command};
 pub struct RoutedBus {
     /// The bus's name (unique to this test process and call).
     pub bus: String,
+    /// The rule on the bus that routes the matching events to the queue
+    /// (`<bus>-to-queue`).
     pub rule: String,
+    /// The URL of the rule's target queue on moto, which
+    /// [`RoutedBus::received`] reads the delivered events from.
     pub queue_url: String,
     sqs: aws_sdk_sqs::Client,
 }

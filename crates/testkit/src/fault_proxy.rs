@@ -40,16 +40,29 @@ use tokio::task::AbortHandle;
 /// One kind of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FaultKind {
+    /// HTTP 400 `ThrottlingException`; nothing forwarded.
     Throttle,
+    /// HTTP 400 `ProvisionedThroughputExceededException`; nothing
+    /// forwarded.
     ThroughputExceeded,
+    /// HTTP 500 `InternalServerError`; nothing forwarded.
     InternalError,
+    /// The client's connection is closed before anything is forwarded.
     DropBeforeForward,
+    /// The request is forwarded and applied, then the connection is closed
+    /// before the response reaches the client.
     DropAfterForward,
+    /// The request is forwarded after a delay drawn from
+    /// [`FaultConfig::latency_ms`]; the client sees it succeed.
     Latency,
+    /// HTTP 400 `AccessDeniedException`, as for a role whose policy lacks
+    /// the action: an environment fault, not in [`FaultKind::ALL`].
     AccessDenied,
 }
 
 impl FaultKind {
+    /// The transient kinds, which [`FaultPlan::random`] draws from: all
+    /// but [`FaultKind::AccessDenied`].
     pub const ALL: [FaultKind; 6] = [
         FaultKind::Throttle,
         FaultKind::ThroughputExceeded,
@@ -72,9 +85,19 @@ pub enum FaultPlan {
     None,
     /// Each request fails with probability `rate`, the kind drawn uniformly
     /// from `kinds`.
-    Random { rate: f64, kinds: Vec<FaultKind> },
+    Random {
+        /// Probability of a fault per request, 0.0 to 1.0 (clamped).
+        rate: f64,
+        /// The kinds drawn from; empty means no fault.
+        kinds: Vec<FaultKind>,
+    },
     /// The first `n` requests (from now) get `kind`, then none.
-    FirstN { n: u64, kind: FaultKind },
+    FirstN {
+        /// How many requests are faulted.
+        n: u64,
+        /// The fault each of them gets.
+        kind: FaultKind,
+    },
     /// Every request (from now) gets `kind`.
     Always(FaultKind),
 }
@@ -92,7 +115,11 @@ impl FaultPlan {
 /// How the proxy behaves.
 #[derive(Debug, Clone)]
 pub struct FaultConfig {
+    /// Which requests get which fault, from the first request on
+    /// ([`FaultProxy::set_plan`] changes it later).
     pub plan: FaultPlan,
+    /// Seed of the proxy's [`StdRng`]: the same seed and requests in the
+    /// same order draw the same faults and delays.
     pub seed: u64,
     /// Delay range of [`FaultKind::Latency`], in milliseconds (inclusive).
     pub latency_ms: (u64, u64),
@@ -108,6 +135,8 @@ impl FaultConfig {
         }
     }
 
+    /// [`FaultPlan::random`] at `rate` with the RNG seeded by `seed`,
+    /// latency faults of 20 to 120 ms.
     pub fn random(seed: u64, rate: f64) -> Self {
         FaultConfig {
             plan: FaultPlan::random(rate),
@@ -139,6 +168,7 @@ pub struct FaultStats {
 }
 
 impl FaultStats {
+    /// Faults of `kind` injected (0 if none).
     pub fn count(&self, kind: FaultKind) -> u64 {
         self.faults.get(&kind).copied().unwrap_or(0)
     }
@@ -154,6 +184,8 @@ impl FaultStats {
     pub fn operation(&self, name: &str) -> u64 {
         self.operations.get(name).copied().unwrap_or(0)
     }
+    /// Add `other`'s counts to these (the stats of several proxies, or
+    /// of several runs, summed).
     pub fn add(&mut self, other: &FaultStats) {
         for (k, n) in &other.operations {
             *self.operations.entry(k.clone()).or_default() += n;
@@ -298,6 +330,7 @@ impl FaultProxy {
         format!("http://{}", self.addr)
     }
 
+    /// What the proxy saw and did since it started (a copy).
     pub fn stats(&self) -> FaultStats {
         self.shared.state.lock().expect("state lock").stats.clone()
     }

@@ -27,13 +27,27 @@ use crate::{Drain, TestTable};
 /// One entry of a manifest.
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize)]
 pub struct Fixture {
+    /// The fixture's name, unique in its manifest (e.g. `group-deleted`):
+    /// what a test selects it by.
     pub name: String,
+    /// What the fixture shows, in a sentence for the reader of the
+    /// manifest.
     pub about: String,
+    /// The event files replayed in order (stream events, ticks), relative
+    /// to the manifest's folder.
     pub events: Vec<String>,
+    /// The table the fixture starts from (a snapshot file, relative to the
+    /// manifest's folder).
     pub snapshot: String,
+    /// The time every handler and job sees (RFC 3339, `replay --now`).
     pub now: String,
+    /// Whether the service's own writes of each stream event are applied
+    /// to the table before the worker handles it (`replay
+    /// --apply-writes`).
     #[serde(rename = "applyWrites")]
     pub apply_writes: bool,
+    /// The tables the replay must end with (a file relative to the
+    /// manifest's folder, under `golden/`).
     pub golden: String,
 }
 

@@ -151,15 +151,21 @@ impl Tail {
 /// What the followers did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {
+    /// Records handed to the mapping (each once, whatever its retries).
     pub records: usize,
+    /// Invocations of the app, retries included.
     pub invocations: usize,
     /// Invocations again after a batch item failure.
     pub retries: usize,
+    /// Records the worker rejected for good (parked in production).
     pub rejected: usize,
+    /// Records that did not decode (parked in production).
     pub malformed: usize,
 }
 
 impl Stats {
+    /// Add `o`'s counts to these (the stats of several batches or
+    /// followers, summed).
     pub fn add(&mut self, o: Stats) {
         self.records += o.records;
         self.invocations += o.invocations;

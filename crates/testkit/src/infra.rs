@@ -48,7 +48,10 @@ use crate::template::{
 /// What the checks read of the app's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SettingsView<J> {
+    /// The job a schedule function is pinned to (`WORKER_JOB`); `None` for
+    /// the stream function.
     pub job: Option<J>,
+    /// The table the function works on (`TABLE_NAME`).
     pub table_name: String,
     /// The event bus of the jobs that publish, if set.
     pub event_bus: Option<String>,
@@ -68,6 +71,8 @@ impl<J: Clone> SettingsView<J> {
 /// An app's template and what it is checked against: its `AppSpec`'s
 /// functions and table schema, and:
 pub struct AppTemplate<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
+    /// The app's description: its functions (binaries, variables, grants),
+    /// table schema and metrics namespace.
     pub app: &'static AppSpec<J, D, H>,
     /// The table of the default stage (`<prefix>dev`).
     pub table: &'static str,
@@ -79,6 +84,8 @@ pub struct AppTemplate<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     pub binary_prefix: &'static str,
     /// The package's folder (its `Cargo.toml` names the binaries).
     pub manifest_dir: &'static str,
+    /// The template file (e.g. `infra/shop.yaml`): read for the comments
+    /// on the event source's settings, and named in failures.
     pub template_path: PathBuf,
     /// The stream ARN the stack is given.
     pub stream_arn: &'static str,
@@ -131,6 +138,10 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
 
     // ------------------------------------------------------------------ the table
 
+    /// With `CreateTable=true` the sandbox table's properties equal the
+    /// schema in code, it is retained on delete and replace, and its name
+    /// follows `Stage` or `TableName`; without it, the only table is the
+    /// parking table.
     pub fn the_sandbox_table_is_the_schema_in_code(&self) {
         let stack = (self.stack)(&[("CreateTable", "true")]);
         let table = stack.resource(self.sandbox_table);
@@ -197,6 +208,12 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
 
     // ------------------------------------------------------------------ functions
 
+    /// One template function per function of the app, each built from its
+    /// binary of the package's `Cargo.toml`, with exactly the variables its
+    /// `FunctionSpec` lists (`WORKER_JOB` pinned for a job), values the
+    /// app's settings reader accepts, with and without an event bus; the
+    /// sandbox table's name with `CreateTable=true`; the `provided.al2023`
+    /// runtime on x86_64.
     pub fn every_function_runs_its_binary_with_exactly_its_variables(&self) {
         let cargo = std::fs::read_to_string(format!("{}/Cargo.toml", self.manifest_dir))
             .expect("Cargo.toml");
@@ -275,6 +292,12 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
 
     // ------------------------------------------------------------------ roles
 
+    /// One role per function, granting exactly its `FunctionSpec`'s
+    /// DynamoDB actions on the table and its indexes, the stream reads on
+    /// the stream only to the function that reads it, `events:PutEvents`
+    /// only where declared and a bus is set, and otherwise only its own
+    /// queue and log group; no wildcard. The operations grants are
+    /// [`AppTemplate::operations`]'.
     pub fn every_role_grants_exactly_what_its_function_calls(&self) {
         let mut roles = BTreeSet::new();
         for (bus, stack) in [
@@ -364,6 +387,12 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
 
     // ------------------------------------------------------------------ event source, schedules, operations
 
+    /// The stream function's one DynamoDB event source: from
+    /// `TRIM_HORIZON`, `ReportBatchItemFailures` and bisection on, retries,
+    /// record age, batch size and window bounded, failures to the queue,
+    /// each setting with a comment giving its reason, the sandbox table's
+    /// stream with `CreateTable=true`, and `ParallelizationFactor` from its
+    /// parameter (default 1, at most 10).
     pub fn the_stream_event_source_reports_batch_item_failures_and_is_bounded(&self) {
         let stack = (self.stack)(&[]);
         let f = stack.resource(STREAM_FUNCTION);
@@ -467,6 +496,12 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
         );
     }
 
+    /// One schedule per job, targeting the job's function with a tick of
+    /// that job as input, at its `Schedule`'s rate (enabled) or disabled
+    /// for an on-demand job, with a retry policy and a dead-letter queue
+    /// its function's failures go to as well; `SchedulesState=DISABLED`
+    /// turns them all off; the scheduler's role may invoke exactly the
+    /// schedule functions.
     pub fn every_job_has_a_schedule_with_its_expression_and_a_dead_letter_queue(&self) {
         let stack = (self.stack)(&[]);
         let schedules = stack.resources_of("AWS::Scheduler::Schedule");
@@ -540,6 +575,10 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppTemplate<J, D, H> {
         assert_eq!(invoke, want);
     }
 
+    /// Every function has an `Errors` alarm, an output and a log group of
+    /// its own (`/aws/lambda/<name>`, 30 days); the stream function an
+    /// `IteratorAge` alarm; the queues (stream failures and a DLQ per job)
+    /// each a backlog alarm and an output.
     pub fn logs_alarms_and_outputs_cover_every_function_and_queue(&self) {
         let stack = (self.stack)(&[]);
         let alarms = stack.resources_of("AWS::CloudWatch::Alarm");

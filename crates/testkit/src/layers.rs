@@ -15,8 +15,11 @@ use worker_engine::store::{
 /// The kind of call a fault applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum FaultOp {
+    /// Gets, queries and scans (a scan is checked as the empty key).
     Read,
+    /// Puts, deletes, updates, batch and guarded writes.
     Write,
+    /// Any call of the two.
     Any,
 }
 
@@ -24,8 +27,12 @@ pub enum FaultOp {
 /// contains `key_contains` fail transiently, `times` times.
 #[derive(Debug, Clone)]
 pub struct Fault {
+    /// The calls it applies to.
     pub op: FaultOp,
+    /// A piece of the key as rendered (`PK=...,SK=...`, attributes sorted
+    /// by name), e.g. `SK=Group#...`; empty matches every key.
     pub key_contains: String,
+    /// How many matching calls fail; the fault is spent after that.
     pub times: u32,
 }
 
@@ -37,6 +44,7 @@ pub struct FaultyStore {
 }
 
 impl FaultyStore {
+    /// `inner` with no fault injected yet ([`FaultyStore::inject`]).
     pub fn new(inner: Arc<dyn Store>) -> Self {
         FaultyStore {
             inner,
@@ -140,6 +148,8 @@ impl Store for FaultyStore {
 /// write racing the job, a slow network, ...
 #[async_trait]
 pub trait DeleteHook: Send + Sync {
+    /// Run before the delete of `key` goes on to `inner` (the store under
+    /// the layer); an error fails the request before it is made.
     async fn before_delete(&self, key: &Key, inner: &dyn Store) -> Result<(), StoreError>;
 }
 
@@ -151,10 +161,12 @@ pub struct BeforeDelete<H> {
 }
 
 impl<H: DeleteHook> BeforeDelete<H> {
+    /// `inner` with `hook` run before each of its deletes.
     pub fn with_hook(inner: Arc<dyn Store>, hook: H) -> Self {
         BeforeDelete { inner, hook }
     }
 
+    /// The hook, for a test to read what it saw or did.
     pub fn hook(&self) -> &H {
         &self.hook
     }
@@ -228,6 +240,8 @@ impl DeleteHook for ServiceWriteOnce {
 pub type RaceBeforeDelete = BeforeDelete<ServiceWriteOnce>;
 
 impl BeforeDelete<ServiceWriteOnce> {
+    /// `inner`, the service making `write` right before the first delete
+    /// of `target` (once; later deletes of it go straight through).
     pub fn new(inner: Arc<dyn Store>, target: Key, write: ServiceWrite) -> Self {
         BeforeDelete::with_hook(
             inner,

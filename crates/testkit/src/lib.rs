@@ -98,8 +98,13 @@ use worker_toolkit::mapping::{Action, BatchLog, Invocation, Mapping, MappingConf
 /// A table of its own on one of the test process's DynamoDB Locals
 /// ([`instance`]), deleted on drop.
 pub struct TestTable {
+    /// A store of the table with the schema's key attributes, on its own
+    /// client to the instance.
     pub store: Arc<DynamoStore>,
+    /// The table's name: the one given, or `test-<pid>-<n>-<test name>`
+    /// for the pool's tables.
     pub name: String,
+    /// The instance's endpoint (e.g. `http://127.0.0.1:PORT`).
     pub endpoint: String,
     /// The pool's instance the table is on, kept running while it lives.
     instance: Option<Arc<Instance>>,
@@ -606,7 +611,10 @@ pub async fn raw_batch_write(
 /// What [`raw_batch_write_with`] sent.
 #[derive(Debug, Clone, Copy)]
 pub struct RawWrites {
+    /// BatchWriteItem requests sent, retries of unprocessed items
+    /// included.
     pub requests: usize,
+    /// Wall-clock time of all of them.
     pub time: std::time::Duration,
     /// Write capacity DynamoDB reported (0 unless it was asked for).
     pub consumed_capacity: f64,

@@ -77,6 +77,7 @@ impl Moto {
             .build()
     }
 
+    /// An SQS client of this server ([`Self::sdk_config`]).
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
         aws_sdk_sqs::Client::new(&self.sdk_config())
     }
@@ -89,10 +90,13 @@ impl Moto {
         aws_sdk_s3::Client::from_conf(config)
     }
 
+    /// An EventBridge client of this server ([`Self::sdk_config`]).
     pub fn eventbridge(&self) -> aws_sdk_eventbridge::Client {
         aws_sdk_eventbridge::Client::new(&self.sdk_config())
     }
 
+    /// An STS client of this server ([`Self::sdk_config`]), for the
+    /// account a command checks (`GetCallerIdentity`).
     pub fn sts(&self) -> aws_sdk_sts::Client {
         aws_sdk_sts::Client::new(&self.sdk_config())
     }
@@ -122,11 +126,23 @@ pub enum MotoError {
          venv and pip (Debian: `apt-get install python3-venv`) and PyPI, or set {ENDPOINT_ENV} \
          to a moto server you run yourself"
     )]
-    Install { dir: String, reason: String },
-    #[error("moto did not start: {reason} (log {log}: {tail})")]
-    Start {
+    /// The virtual environment could not be made, or pip could not
+    /// install moto into it.
+    Install {
+        /// The install folder ([`install_dir`]).
+        dir: String,
+        /// What failed: the command's error or its output.
         reason: String,
+    },
+    #[error("moto did not start: {reason} (log {log}: {tail})")]
+    /// moto is installed but its server did not come up.
+    Start {
+        /// What failed (no free port, the process exited, no answer in
+        /// time).
+        reason: String,
+        /// The server's log file (empty if none was made yet).
         log: String,
+        /// The log's last lines, newest first, joined by ` | `.
         tail: String,
     },
 }

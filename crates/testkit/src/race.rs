@@ -17,7 +17,9 @@ use worker_engine::store::{Key, Reply, Request, Store, StoreError, WriteOp};
 /// One write of the service: a plain Put or Delete, as the service writes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServiceOp {
+    /// Put this whole item (replacing the one of its key, if any).
     Put(Item),
+    /// Delete the item of this key (nothing if it is absent).
     Delete(Key),
 }
 
@@ -40,6 +42,8 @@ pub struct RaceBeforeWrite {
 }
 
 impl RaceBeforeWrite {
+    /// `inner`, the service making `service`'s writes in order (once)
+    /// right before the first write request that matches `trigger`.
     pub fn new(inner: Arc<dyn Store>, trigger: Trigger, service: Vec<ServiceOp>) -> Self {
         RaceBeforeWrite {
             inner,

@@ -28,8 +28,12 @@ use worker_toolkit::layers::{Asked, Call};
 /// A single-item write, as it was asked.
 #[derive(Clone)]
 pub enum Single {
+    /// A PutItem of the item, under its condition if any.
     Put(Item, Option<Expr>),
+    /// A DeleteItem of the key, under its condition if any.
     Delete(Key, Option<Expr>),
+    /// An UpdateItem of the key: the update expression, then its
+    /// condition if any.
     Update(Key, Expr, Option<Expr>),
 }
 
@@ -112,8 +116,13 @@ impl Log {
 /// Requests sent and time taken by a replay.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Replayed {
+    /// Requests sent to DynamoDB, BatchWriteItem's retries of unprocessed
+    /// items included.
     pub requests: usize,
+    /// What the requests carried: keys read, partitions queried (a query
+    /// counts as one), items written.
     pub items: usize,
+    /// Wall-clock time of the whole replay.
     pub time: Duration,
 }
 

@@ -74,7 +74,14 @@ pub enum Outcome {
     /// `POST …/response`: the body.
     Response(Vec<u8>),
     /// `POST …/error`: `Lambda-Runtime-Function-Error-Type` and the body.
-    Error { error_type: String, body: Vec<u8> },
+    Error {
+        /// The `Lambda-Runtime-Function-Error-Type` header (empty if the
+        /// function sent none).
+        error_type: String,
+        /// The body as posted (Lambda's error JSON: `errorType`,
+        /// `errorMessage`).
+        body: Vec<u8>,
+    },
 }
 
 impl Outcome {

@@ -139,6 +139,8 @@ pub fn strings(v: &Value) -> BTreeSet<String> {
     }
 }
 
+/// The ARN of table `table` as the evaluated template names it, in
+/// [`REGION`] and [`ACCOUNT`].
 pub fn table_arn(table: &str) -> String {
     format!("arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{table}")
 }

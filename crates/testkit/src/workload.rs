@@ -18,7 +18,9 @@ use worker_engine::store::{Key, Store};
 /// a service writes).
 #[derive(Debug, Clone, PartialEq)]
 pub enum Write {
+    /// Put this whole item (replacing the one of its key, if any).
     Put(Item),
+    /// Delete the item of this key (nothing if it is absent).
     Delete(Key),
 }
 
@@ -28,6 +30,7 @@ pub enum Write {
 pub struct Seeded(StdRng);
 
 impl Seeded {
+    /// The generator of `seed`: the same seed makes the same choices.
     pub fn new(seed: u64) -> Self {
         Seeded(StdRng::seed_from_u64(seed))
     }

@@ -11,6 +11,7 @@ use std::time::Instant;
 pub enum Kind {
     /// The item exists after the write.
     Put,
+    /// The item is gone after the write.
     Delete,
 }
 
@@ -19,12 +20,15 @@ pub enum Kind {
 pub trait Landed {
     /// What it did, when it started and when it ended.
     fn span(&self) -> (Kind, Instant, Instant);
+    /// What it did: [`Landed::span`]'s kind.
     fn kind(&self) -> Kind {
         self.span().0
     }
+    /// When its first attempt was sent.
     fn start(&self) -> Instant {
         self.span().1
     }
+    /// When its reply came back.
     fn end(&self) -> Instant {
         self.span().2
     }

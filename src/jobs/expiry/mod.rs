@@ -334,9 +334,17 @@ pub const SPEC: JobSpec = JobSpec {
 /// The job's settings (the variables of [`SPEC`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExpirySettings {
+    /// `EXPIRY_HORIZON_DAYS` (default 3, at most 365): foods expiring up to
+    /// the end of today + this many days are nearing.
     pub horizon_days: u32,
+    /// `EXPIRY_TIME_ZONE` (an IANA zone, default UTC): the zone days are
+    /// counted in.
     pub time_zone: chrono_tz::Tz,
+    /// `FLAG_RETENTION_DAYS` (default 7, at most 3650): a flag is retired
+    /// (and expires by TTL) this long after its food expired.
     pub flag_retention_days: u32,
+    /// `NOTIFY_EVENT_BUS`: the EventBridge bus the tick announces newly
+    /// flagged foods on; `None` (unset or empty) announces nothing.
     pub notify_event_bus: Option<String>,
 }
 
@@ -537,6 +545,7 @@ pub struct ExpiryHandler {
 }
 
 impl ExpiryHandler {
+    /// The handler over the stream store, its calendar from the settings.
     pub fn new(deps: &JobDeps) -> Self {
         ExpiryHandler {
             store: deps.stream_store.clone(),

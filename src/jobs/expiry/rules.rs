@@ -32,18 +32,29 @@ pub const MAX_FOODS_PER_EVENT: usize = 100;
 
 /// Attribute names of the flag item.
 pub mod flag_attr {
+    /// The food's name, copied from the container.
     pub const NAME: &str = crate::items::attr::FOOD_NAME;
+    /// The food's expiry instant (canonical datetime).
     pub const EXPIRY: &str = "Expiry";
+    /// The expiry's date in the zone (`YYYY-MM-DD`).
     pub const EXPIRY_DATE: &str = "ExpiryDate";
+    /// `nearing` or `expired` ([`super::FlagStatus`]).
     pub const STATUS: &str = "Status";
+    /// `ExpiryDate - CheckedOn`, in days (a Number; 0 or less once
+    /// expired).
     pub const DAYS_LEFT: &str = "DaysLeft";
+    /// The date the flag was computed for (`YYYY-MM-DD`).
     pub const CHECKED_ON: &str = "CheckedOn";
+    /// When the flag was written (canonical datetime).
     pub const FLAGGED_AT: &str = "FlaggedAt";
 }
 
 /// Attribute names of the reminder item.
 pub mod reminder_attr {
+    /// Why the reminder exists ([`super::ReminderReason`]), for people
+    /// reading the table.
     pub const REASON: &str = "Reason";
+    /// When it was written (canonical datetime), for people too.
     pub const WRITTEN_AT: &str = "WrittenAt";
 }
 
@@ -56,8 +67,13 @@ const DATE_FORMAT: &str = "%Y-%m-%d";
 /// Horizon, zone and retention: everything the decisions depend on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ExpiryRules {
+    /// `h`: a food expiring up to the end of today + `h` days is nearing
+    /// (`EXPIRY_HORIZON_DAYS`).
     pub horizon_days: u32,
+    /// The zone days are counted in (`EXPIRY_TIME_ZONE`).
     pub zone: Tz,
+    /// Days after its expiry a food's flag is retired
+    /// (`FLAG_RETENTION_DAYS`).
     pub retention_days: u32,
 }
 
@@ -65,14 +81,23 @@ pub struct ExpiryRules {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Window {
     /// Outside the horizon; enters it on `enters_on`.
-    Far { enters_on: NaiveDate },
+    Far {
+        /// The date it becomes nearing: `expiry date - h`.
+        enters_on: NaiveDate,
+    },
     /// Inside the horizon, not passed; re-checked on `expires_check_on`.
     Nearing {
+        /// Expiry date minus today, in days (0 to `h`).
         days_left: i64,
+        /// The first day whose start is at or after the expiry instant
+        /// ([`ExpiryRules::expired_check_on`]).
         expires_check_on: NaiveDate,
     },
     /// The expiry instant has passed (`days_left` <= 0).
-    Expired { days_left: i64 },
+    Expired {
+        /// Expiry date minus today, in days (0 or less).
+        days_left: i64,
+    },
     /// Expired longer ago than the retention: no flag.
     Retired,
 }
@@ -119,6 +144,7 @@ fn reminder_date_ok(date: NaiveDate) -> bool {
 }
 
 impl ExpiryRules {
+    /// The rules of the expiry job's settings ([`crate::config::JobsSettings::expiry`]).
     pub fn from_config(config: &Config) -> Self {
         ExpiryRules {
             horizon_days: config.expiry.horizon_days,
@@ -228,11 +254,14 @@ impl ExpiryRules {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FlagStatus {
+    /// Not expired yet, expiring within the horizon.
     Nearing,
+    /// The expiry instant has passed (the flag stays until retired).
     Expired,
 }
 
 impl FlagStatus {
+    /// The stored `Status`: `nearing` or `expired`.
     pub fn as_str(self) -> &'static str {
         match self {
             FlagStatus::Nearing => "nearing",
@@ -244,14 +273,23 @@ impl FlagStatus {
 /// The content of one flag (the group comes with the write).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FlagData {
+    /// The food's container (in the flag's `SK`).
     pub container: ContainerId,
+    /// The food (in the flag's `SK`).
     pub food: FoodId,
+    /// [`flag_attr::NAME`]: the food's name as the container holds it.
     pub name: String,
+    /// [`flag_attr::EXPIRY`]: the food's expiry instant.
     pub expiry: DateTime<Utc>,
+    /// [`flag_attr::EXPIRY_DATE`]: the expiry's date in the zone.
     pub expiry_date: NaiveDate,
+    /// [`flag_attr::STATUS`].
     pub status: FlagStatus,
+    /// [`flag_attr::DAYS_LEFT`]: `expiry_date - checked_on`, in days.
     pub days_left: i64,
+    /// [`flag_attr::CHECKED_ON`]: today, when the flag was decided.
     pub checked_on: NaiveDate,
+    /// [`flag_attr::FLAGGED_AT`]: `now`, when the flag was decided.
     pub flagged_at: DateTime<Utc>,
     /// [`TTL_ATTRIBUTE`]: epoch seconds.
     pub expires_at: i64,
@@ -346,6 +384,8 @@ pub enum ReminderReason {
 }
 
 impl ReminderReason {
+    /// The stored [`reminder_attr::REASON`] (`enters-window`, `expires`,
+    /// `retry-unlinked`).
     pub fn as_str(self) -> &'static str {
         match self {
             ReminderReason::EntersWindow => "enters-window",
@@ -358,17 +398,25 @@ impl ReminderReason {
 /// A reminder to put.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reminder {
+    /// The day the tick looks at the food (the reminder's partition).
     pub date: NaiveDate,
+    /// Why.
     pub reason: ReminderReason,
 }
 
 /// Everything planned for one food of one container.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoodPlan {
+    /// The food's container.
     pub container: ContainerId,
+    /// The food.
     pub food: FoodId,
+    /// What happens to its flag, in every owning group.
     pub flag: FlagAction,
+    /// The dates of its reminders to delete (one already gone is no
+    /// error).
     pub delete_reminders: Vec<NaiveDate>,
+    /// The reminder to put, if the food needs one.
     pub put_reminder: Option<Reminder>,
 }
 
@@ -732,22 +780,31 @@ pub enum StreamPlan {
     /// the same batch; its plans keep only the reminders
     /// ([`leave_flags_to_link`]) and it needs no group.
     Container {
+        /// The container.
         id: ContainerId,
+        /// Whether the record removed it.
         removal: bool,
+        /// The record's old image, if any.
         before: Option<Container>,
+        /// The foods' plans from the record's images.
         plans: Vec<FoodPlan>,
+        /// Whether its link's INSERT in the same batch places the flags.
         flags_by_link: bool,
     },
     /// A container link was inserted: place the container's flags in the
     /// group (after reading the container).
     PlaceFlags {
+        /// The group the link is in.
         group: GroupId,
+        /// The linked container.
         container: ContainerId,
     },
     /// A container link was removed: remove the container's flags from the
     /// group (unless the link exists again).
     RemoveFlags {
+        /// The group the link was in.
         group: GroupId,
+        /// The container it linked.
         container: ContainerId,
     },
     /// Nothing to do, and why.

@@ -83,6 +83,8 @@ pub struct TickCheckpoint {
     /// Notification entries not accepted yet; sent first next time.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pending_events: Vec<EventEntry>,
+    /// When a tick last saved it (canonical datetime); `None` before the
+    /// first run.
     #[serde(default)]
     pub updated_at: Option<String>,
 }
@@ -94,16 +96,30 @@ pub struct TickCheckpoint {
 /// What one tick did (`JobReport.details`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TickReport {
+    /// Today in `EXPIRY_TIME_ZONE`: the last reminder date the tick reads.
     pub today: Option<NaiveDate>,
+    /// The first reminder date read: the checkpoint's `NextDate` (first
+    /// run: today minus the lookback), never after today.
     pub from_date: Option<NaiveDate>,
+    /// Reminder dates read to their last page.
     pub dates_read: u64,
+    /// Query pages read from the reminder partitions.
     pub pages: u64,
+    /// Reminders read.
     pub reminders: u64,
+    /// Container reads (consistent GetItem), retries after a withheld
+    /// write included.
     pub containers_read: u64,
+    /// Flags put where none of that status existed: foods newly flagged
+    /// (these are announced).
     pub flags_new: u64,
+    /// Flags put over one of the same status (values brought up to date).
     pub flags_refreshed: u64,
+    /// Flags deleted (food gone, expiry removed, far again, retired).
     pub flags_deleted: u64,
+    /// Next reminders put.
     pub reminders_written: u64,
+    /// Reminders deleted, the processed ones included.
     pub reminders_deleted: u64,
     /// Foods inside the window whose container has no group link.
     pub unlinked: u64,
@@ -121,7 +137,11 @@ pub struct TickReport {
     pub malformed: u64,
     /// Containers left for the next run (deadline).
     pub deferred: u64,
+    /// Notification entries EventBridge accepted (earlier runs' pending
+    /// ones included).
     pub events_sent: u64,
+    /// Entries kept in the checkpoint for the next tick (rejected or not
+    /// sent).
     pub events_pending: u64,
 }
 
@@ -554,12 +574,17 @@ pub struct BackfillCheckpoint {
     /// Where the Scan continues: the `PK`/`SK` of the last evaluated key.
     #[serde(default)]
     pub scan_position: Option<BTreeMap<String, String>>,
+    /// What the backfill did so far, over all its runs.
     #[serde(default)]
     pub progress: BackfillProgress,
+    /// Whether the Scan reached the end of the table: further runs do
+    /// nothing until [`BackfillJob::reset`].
     #[serde(default)]
     pub complete: bool,
+    /// When the first run of this backfill started (canonical datetime).
     #[serde(default)]
     pub started_at: Option<String>,
+    /// When a run last saved it (canonical datetime).
     #[serde(default)]
     pub updated_at: Option<String>,
 }
@@ -609,6 +634,8 @@ pub struct BackfillJob {
 }
 
 impl BackfillJob {
+    /// The backfill over the table's store, scanning pages of
+    /// [`DEFAULT_BACKFILL_PAGE`] items, with no page limit per run.
     pub fn new(deps: &JobDeps) -> Self {
         BackfillJob {
             store: deps.store.clone(),

@@ -52,13 +52,19 @@ pub struct KindCounts {
 /// What one audit tick did (the job's `details`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct AuditReport {
+    /// Counts per violation, by name ([`Violation::as_str`]); every
+    /// violation is listed, zeros included.
     pub violations: BTreeMap<String, KindCounts>,
+    /// Items the scan read in this tick (every kind).
     pub items_scanned: u64,
+    /// Scan pages read in this tick.
     pub pages: u64,
     /// Consumed read capacity of scans and queries (GetItem calls are counted
     /// in `get_requests`: the store returns no capacity for them).
     pub read_capacity: f64,
+    /// GetItem requests sent.
     pub get_requests: u64,
+    /// Query requests sent.
     pub query_requests: u64,
     /// Every write request (single or inside a batch).
     pub write_requests: u64,
@@ -66,8 +72,13 @@ pub struct AuditReport {
     pub repair_writes: u64,
     /// Of which suspect records and the checkpoint.
     pub bookkeeping_writes: u64,
+    /// Items whose key is not a key of this table ([`Graph::unreadable_keys`]):
+    /// reported, never touched.
     pub unreadable_keys: u64,
+    /// Memberships and links whose index attribute disagrees with their
+    /// sort key ([`Graph::index_attribute_mismatches`]): reported.
     pub index_attribute_mismatches: u64,
+    /// Suspect records that did not decode: deleted, with a warning.
     pub unusable_suspect_records: u64,
     /// Suspects deferred because the tick ran out of time.
     pub deferred_suspects: u64,
@@ -75,12 +86,15 @@ pub struct AuditReport {
     pub whole_table: bool,
     /// Whether the scan pass finished in this tick.
     pub pass_complete: bool,
+    /// When the current pass started (canonical datetime).
     pub pass_started_at: String,
+    /// Ticks spent on the current pass so far.
     pub pass_ticks: u64,
     /// Everything this tick had to do was done (else the next tick continues).
     pub complete: bool,
     /// Repaired subjects as `PK / SK` (ids only), at most 200.
     pub repaired_keys: Vec<String>,
+    /// Wall-clock time of the tick, in milliseconds.
     pub elapsed_ms: u64,
 }
 
@@ -199,6 +213,8 @@ enum Step {
 }
 
 impl AuditJob {
+    /// The audit over the table's store, with the relationship settings
+    /// and the default [`AuditOptions`].
     pub fn new(deps: &JobDeps) -> Self {
         AuditJob {
             store: deps.store.clone(),
@@ -207,6 +223,7 @@ impl AuditJob {
         }
     }
 
+    /// The same audit with `options` (tests and benchmarks).
     pub fn with_options(mut self, options: AuditOptions) -> Self {
         self.options = options;
         self

@@ -232,9 +232,16 @@ impl std::str::FromStr for EmptyGroupPolicy {
 /// The job's settings (the variables of [`SPEC`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RelationshipSettings {
+    /// `AUDIT_GRACE_SECS` (default 1 hour): how long a violation must
+    /// persist before the audit repairs it.
     pub audit_grace: std::time::Duration,
+    /// `EMPTY_GROUP_GRACE_SECS` (default 1 day): the same, for a group
+    /// without members.
     pub empty_group_grace: std::time::Duration,
+    /// `EMPTY_GROUP_POLICY` (`delete`, the default, or `report`).
     pub empty_group_policy: EmptyGroupPolicy,
+    /// `AUDIT_SEGMENTS` (default 4, kept within 1 to 64): segments of the
+    /// audit's parallel scan.
     pub audit_segments: u32,
 }
 
@@ -272,18 +279,24 @@ impl RelationshipSettings {
 /// What a cascade deleted.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CascadeReport {
+    /// Memberships deleted.
     pub memberships: usize,
+    /// Container links deleted.
     pub links: usize,
+    /// Containers deleted.
     pub containers: usize,
     /// Containers kept because another live group links them.
     pub containers_kept: usize,
     /// Linked containers already gone (the service deletes a group's
     /// containers itself): nothing to delete.
     pub containers_gone: usize,
+    /// Invitation links deleted (0 or 1).
     pub invitations: usize,
     /// Invitations kept because they changed since they were read.
     pub invitations_kept: usize,
+    /// Expiry flags deleted.
     pub flags: usize,
+    /// Deletes that landed, all kinds together.
     pub writes: usize,
     /// Deletes not made because what they were decided from changed before
     /// they landed (the group, or a group that linked a container, exists
@@ -749,6 +762,8 @@ pub struct RelationshipHandler {
 }
 
 impl RelationshipHandler {
+    /// The handler over the stream store (its point reads and writes
+    /// shared with the batch's other records).
     pub fn new(deps: &JobDeps) -> Self {
         RelationshipHandler {
             store: deps.stream_store.clone(),

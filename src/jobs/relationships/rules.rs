@@ -23,23 +23,35 @@ pub const ORPHAN_ITEMS: &str = "Items";
 /// At most this many orphan keys are listed in one suspect record (the rest
 /// are found again by a later pass).
 pub const MAX_LISTED_ORPHANS: usize = 500;
-/// Checkpoint attributes.
+/// Checkpoint attribute: when the pass started (canonical datetime).
 pub const PASS_STARTED_AT: &str = "PassStartedAt";
+/// Checkpoint attribute: the pass's scan segments (a Number).
 pub const TOTAL_SEGMENTS: &str = "TotalSegments";
+/// Checkpoint attribute: each segment's [`Position`], in segment order
+/// (`NULL` to start, the last evaluated key, or `done`).
 pub const POSITIONS: &str = "Positions";
+/// Checkpoint attribute: ticks spent on the pass so far (a Number).
 pub const TICKS: &str = "Ticks";
 const DONE: &str = "done";
 
 /// The relationship graph of the items one tick read (keys only).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Graph {
+    /// Users whose `User` item was read.
     pub users: BTreeSet<UserId>,
+    /// Groups whose `Group` item was read.
     pub groups: BTreeSet<GroupId>,
+    /// Containers whose `Container` item was read.
     pub containers: BTreeSet<ContainerId>,
+    /// Memberships read, as `(user, group)` from their keys.
     pub memberships: BTreeSet<(UserId, GroupId)>,
+    /// Container links read, as `(group, container)`.
     pub links: BTreeSet<(GroupId, ContainerId)>,
+    /// Groups whose invitation link was read.
     pub invitations: BTreeSet<GroupId>,
+    /// Expiry flags read, as `(group, container, food)`.
     pub flags: BTreeSet<(GroupId, ContainerId, FoodId)>,
+    /// Expiry reminders read, as `(date, container, food)`.
     pub reminders: BTreeSet<(NaiveDate, ContainerId, FoodId)>,
     /// Items read (every kind).
     pub items: u64,
@@ -128,7 +140,9 @@ impl Graph {
 /// Answers about items outside the graph (targeted lookups of a partial pass).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Lookups {
+    /// Items outside the graph a lookup found.
     pub present: BTreeSet<ItemKey>,
+    /// Items outside the graph a lookup found missing.
     pub absent: BTreeSet<ItemKey>,
     /// Every membership of a group (from the index).
     pub members: BTreeMap<GroupId, Vec<UserId>>,
@@ -148,6 +162,7 @@ pub struct Needed {
 }
 
 impl Needed {
+    /// Whether nothing needs looking up.
     pub fn is_empty(&self) -> bool {
         self.gets.is_empty() && self.members_of.is_empty() && self.links_of.is_empty()
     }
@@ -190,8 +205,12 @@ pub fn lookups_needed(graph: &Graph) -> Needed {
 /// whole table (then absence is absence), and lookups.
 #[derive(Debug, Clone, Copy)]
 pub struct Facts<'a> {
+    /// What the tick read.
     pub graph: &'a Graph,
+    /// Whether the graph is the whole table: an item not in it is absent.
+    /// Otherwise only [`Facts::lookups`] say what is absent.
     pub whole_table: bool,
+    /// What the targeted lookups answered (empty for a whole-table pass).
     pub lookups: &'a Lookups,
 }
 
@@ -216,6 +235,7 @@ impl Facts<'_> {
 /// One violation found by a scan.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Found {
+    /// The invariant broken.
     pub violation: Violation,
     /// The offending item; for [`Violation::OrphanWorkerItem`], the missing
     /// owner (a Group or a Container).
@@ -225,6 +245,7 @@ pub struct Found {
 }
 
 impl Found {
+    /// A violation about `subject`, with no orphan worker items.
     pub fn new(violation: Violation, subject: ItemKey) -> Self {
         Found {
             violation,
@@ -455,14 +476,18 @@ pub fn grace(violation: Violation, config: &RelationshipSettings) -> chrono::Dur
 /// A recorded suspect.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Suspect {
+    /// The invariant the subject seemed to break.
     pub violation: Violation,
+    /// The item it is about (for `OrphanWorkerItem`, the missing owner).
     pub subject: ItemKey,
+    /// When a scan first found it: the grace period counts from here.
     pub first_seen: DateTime<Utc>,
     /// Orphan worker items (only for `OrphanWorkerItem`).
     pub items: Vec<ItemKey>,
 }
 
 impl Suspect {
+    /// The suspect of `found`, first seen `now`.
     pub fn new(found: &Found, now: DateTime<Utc>) -> Self {
         Suspect {
             violation: found.violation,
@@ -472,6 +497,7 @@ impl Suspect {
         }
     }
 
+    /// The key of its record (`PK=AuditSuspect`).
     pub fn key(&self) -> ItemKey {
         suspect_key(self.violation, &self.subject)
     }
@@ -633,21 +659,28 @@ pub fn unchanged(item: Option<&Item>, attributes: &[&str]) -> Expr {
 /// Where one scan segment is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Position {
+    /// Not read yet in this pass (stored as `NULL`).
     Start,
+    /// Read up to this key: the next page starts after it (the Scan's
+    /// last evaluated key).
     At(Key),
+    /// Read to its end (stored as `done`).
     Done,
 }
 
 /// The audit's resumable pass (`WorkerCheckpoint`/`audit`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// When the pass's first tick ran.
     pub pass_started: DateTime<Utc>,
+    /// Each scan segment's position, one per segment.
     pub positions: Vec<Position>,
     /// Ticks spent on this pass so far.
     pub ticks: u64,
 }
 
 impl Checkpoint {
+    /// A fresh pass starting `now`, with `segments` segments (at least 1).
     pub fn new(now: DateTime<Utc>, segments: u32) -> Self {
         Checkpoint {
             pass_started: now,
@@ -656,18 +689,22 @@ impl Checkpoint {
         }
     }
 
+    /// Where it is stored: `WorkerCheckpoint`/`audit`.
     pub fn key() -> ItemKey {
         ItemKey::Checkpoint(Job::Audit)
     }
 
+    /// Whether no segment has been read yet.
     pub fn is_fresh(&self) -> bool {
         self.positions.iter().all(|p| *p == Position::Start)
     }
 
+    /// Whether every segment has been read to its end: the pass is over.
     pub fn is_done(&self) -> bool {
         self.positions.iter().all(|p| *p == Position::Done)
     }
 
+    /// The checkpoint as its stored item (key and attributes).
     pub fn to_item(&self) -> Item {
         let mut item = Self::key().to_attributes();
         item.insert(
@@ -1254,7 +1291,12 @@ pub enum StreamCascade {
     /// A removed container: delete the links to it.
     Container(ContainerId),
     /// A removed membership: the group may now be empty.
-    Membership { user: UserId, group: GroupId },
+    Membership {
+        /// The user who left.
+        user: UserId,
+        /// The group they left.
+        group: GroupId,
+    },
     /// A removal of an item no relationship rule concerns.
     NotRelationship,
 }
