@@ -18,6 +18,8 @@ pub struct BackfillArgs {
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table and its endpoint (by default an embedded DynamoDB Local,
+    /// empty).
     #[command(flatten)]
     pub table: TableOpts,
 }

@@ -70,9 +70,14 @@ use worker_engine::stream::SequenceNumber;
 /// (both ends included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailureRange {
+    /// `DDBStreamBatchInfo.streamArn`: the stream the batch was read from.
     pub stream_arn: String,
+    /// `DDBStreamBatchInfo.shardId`: the shard that held the batch.
     pub shard_id: String,
+    /// `DDBStreamBatchInfo.startSequenceNumber`: the batch's first record.
     pub start: SequenceNumber,
+    /// `DDBStreamBatchInfo.endSequenceNumber`: the batch's last record
+    /// (never before [`FailureRange::start`]).
     pub end: SequenceNumber,
     /// How many records the batch had.
     pub batch_size: Option<u64>,
@@ -152,6 +157,7 @@ pub fn parse_all(v: &Value) -> Result<Vec<FailureRange>, NotAFailureMessage> {
 /// where the batch was, and its records as the function received them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InvocationRecord {
+    /// Where the batch was (the record's `DDBStreamBatchInfo`).
     pub range: FailureRange,
     /// The batch's records (`payload.Records`), as delivered.
     pub records: Vec<Value>,

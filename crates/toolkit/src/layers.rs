@@ -41,35 +41,60 @@ use worker_engine::store::{
 /// [`GuardedOp`]).
 #[derive(Debug, Clone)]
 pub enum Asked {
+    /// A point read ([`Request::Get`]).
     Get {
+        /// The item's primary key.
         key: Key,
+        /// Whether the read was strongly consistent.
         consistent: bool,
     },
+    /// Several point reads ([`Request::GetMany`]).
     GetMany {
+        /// The primary keys, in the order asked (a key may repeat).
         keys: Vec<Key>,
+        /// Whether the reads were strongly consistent.
         consistent: bool,
     },
     /// A PutItem, DeleteItem or UpdateItem, as the store's own op.
     Write(GuardedOp),
+    /// One page of a query ([`Request::QueryPage`]).
     QueryPage {
+        /// The query.
         spec: QuerySpec,
+        /// Where the page starts (the previous page's last key); `None`: the
+        /// first page.
         start: Option<Key>,
     },
+    /// One page of a scan ([`Request::ScanPage`]).
     ScanPage {
+        /// The scan.
         spec: ScanSpec,
+        /// Where the page starts (the previous page's last key); `None`: the
+        /// first page.
         start: Option<Key>,
     },
+    /// Every item of several partitions ([`Request::QueryPartitions`]).
     QueryPartitions {
+        /// The secondary index read; `None`: the table itself.
         index: Option<String>,
+        /// The partition key attribute (of the index, when there is one).
         attribute: String,
+        /// One partition key value per partition read, in the order asked.
         values: Vec<AttributeValue>,
+        /// Whether the reads were strongly consistent.
         consistent: bool,
     },
+    /// Bulk unconditional writes ([`Request::BatchWrite`]).
     BatchWrite {
+        /// The writes, in the order given.
         ops: Vec<WriteOp>,
     },
+    /// Writes that apply only while their guards hold
+    /// ([`Request::WriteGuarded`]).
     WriteGuarded {
+        /// The facts that had to still hold (checked, not written).
         guards: Vec<Guard>,
+        /// The writes, all or none.
         ops: Vec<GuardedOp>,
     },
 }
@@ -197,8 +222,13 @@ pub enum Answer {
     /// A read ([`Reply::Item`], [`Reply::Items`], [`Reply::Page`],
     /// [`Reply::Partitions`]).
     Read,
+    /// A single write's outcome ([`Reply::Written`]): applied, or its
+    /// condition failed.
     Written(WriteOutcome),
+    /// A batch's report ([`Reply::Batch`]).
     Batch(BatchWriteReport),
+    /// A guarded write's report ([`Reply::Guarded`]): how many of its
+    /// writes applied.
     Guarded(GuardedReport),
 }
 
@@ -263,17 +293,31 @@ impl Call {
 /// their expressions' text.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PlannedWrite {
+    /// A PutItem of the whole item.
     Put {
+        /// The item written, key attributes included.
         item: Item,
+        /// The condition it was sent with, as expression text (its own and
+        /// every guard's as `guard(<condition>)`, joined by `AND`); `None`:
+        /// unconditional.
         condition: Option<String>,
     },
+    /// A DeleteItem.
     Delete {
+        /// The primary key of the item deleted.
         key: Key,
+        /// The condition it was sent with, as for [`PlannedWrite::Put`];
+        /// `None`: unconditional.
         condition: Option<String>,
     },
+    /// An UpdateItem.
     Update {
+        /// The primary key of the item updated.
         key: Key,
+        /// The update expression's text (`SET ...`, `REMOVE ...`).
         update: String,
+        /// The condition it was sent with, as for [`PlannedWrite::Put`];
+        /// `None`: unconditional.
         condition: Option<String>,
     },
 }

@@ -1062,6 +1062,7 @@ fn http_probe(port: u16) -> io::Result<()> {
 pub struct Server {
     /// The JVM's process id.
     pub pid: u32,
+    /// The port it listens on, on 127.0.0.1.
     pub port: u16,
     /// `http://127.0.0.1:<port>`.
     pub endpoint: String,

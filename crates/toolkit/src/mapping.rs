@@ -194,12 +194,18 @@ pub enum Invocation {
     /// Every record done.
     Succeeded,
     /// `batchItemFailures`: the lowest failed sequence number.
-    PartialFailure { failed_sequence: String },
+    PartialFailure {
+        /// The lowest sequence number the response reported failed.
+        failed_sequence: String,
+    },
     /// The response asked for the whole batch again (a record without a
     /// sequence number failed).
     WholeBatchRetry,
     /// The invocation failed.
-    FunctionError { error: String },
+    FunctionError {
+        /// The error the invocation returned, as text.
+        error: String,
+    },
 }
 
 /// What the loop does after an invocation.
@@ -211,12 +217,19 @@ pub enum Action {
     /// Checkpoint before `from_sequence` and invoke again from there with
     /// at most `records` records.
     Retry {
+        /// The sequence number of the first record to invoke again; `None`
+        /// when that record has none.
         from_sequence: Option<String>,
+        /// The most records the next invocation takes (at least 1; fewer
+        /// than a full batch when bisecting on error).
         records: usize,
     },
     /// Give up on `records` records starting at `from_sequence`.
     Discard {
+        /// The sequence number of the first record given up on; `None`
+        /// when that record has none.
         from_sequence: Option<String>,
+        /// How many records are given up on (the rest of the batch).
         records: usize,
     },
 }
@@ -228,6 +241,7 @@ pub struct Decision {
     pub done: usize,
     /// Records after those that are dropped (discarded).
     pub discarded: usize,
+    /// What the loop does next.
     pub action: Action,
     /// Failed attempts of the (new) first pending record.
     pub retries: u32,
@@ -320,6 +334,7 @@ fn whole_batch_retry_len(len: usize, config: &MappingConfig) -> usize {
 /// One invocation of the function with a batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BatchLog {
+    /// The id of the stream shard the batch was read from.
     pub shard: String,
     /// The shard's lane (from 0) with a parallelization factor above 1.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -327,17 +342,29 @@ pub struct BatchLog {
     /// 1 for the first attempt of the batch's first record, 2 for its
     /// first retry, ...
     pub attempt: u32,
+    /// Records in the batch.
     pub records: usize,
+    /// The sequence number of the batch's first record (`None`: it has
+    /// none).
     pub first_sequence: Option<String>,
+    /// The sequence number of the batch's last record (`None`: it has
+    /// none).
     pub last_sequence: Option<String>,
+    /// Records the function handled (0 when the invocation failed).
     pub handled: usize,
+    /// Records the function skipped (nothing to do for the app).
     pub skipped: usize,
     /// Skipped as not the app's.
     pub foreign: usize,
+    /// Records the function rejected: failed for good (parked when a
+    /// parking table is set).
     pub rejected: usize,
+    /// Records that did not decode (parked when a parking table is set).
     pub malformed: usize,
+    /// What the function answered.
     #[serde(flatten)]
     pub invocation: Invocation,
+    /// What the loop did after it.
     #[serde(flatten)]
     pub action: Action,
     /// The function's report (`None`: the invocation failed).
@@ -455,6 +482,7 @@ pub struct Mapping {
 }
 
 impl Mapping {
+    /// A mapping with nothing read yet, run with `config`.
     pub fn new(config: MappingConfig) -> Self {
         Mapping {
             config,
@@ -463,6 +491,7 @@ impl Mapping {
         }
     }
 
+    /// The settings it runs with.
     pub fn config(&self) -> &MappingConfig {
         &self.config
     }

@@ -112,6 +112,8 @@ fn err(operation: &'static str, e: impl std::error::Error) -> StoreError {
 }
 
 impl StreamTail {
+    /// A reader of the stream `stream_arn` through `client`, starting
+    /// shards it has not read yet at `start`; nothing is read until asked.
     pub fn new(client: Client, stream_arn: impl Into<String>, start: StartAt) -> Self {
         StreamTail {
             client,
@@ -122,6 +124,7 @@ impl StreamTail {
         }
     }
 
+    /// The ARN of the stream it follows.
     pub fn stream_arn(&self) -> &str {
         &self.stream_arn
     }

@@ -22,7 +22,10 @@ use serde_json::{Map, Value, json};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{file}: {problem}")]
 pub struct TemplateError {
+    /// The template's path, as given.
     pub file: String,
+    /// What is wrong with it (cannot read, not YAML, no `Resources`, an
+    /// unsupported or invalid setting).
     pub problem: String,
 }
 
@@ -457,10 +460,15 @@ pub struct StreamMapping {
     /// The function's environment variables that name that table
     /// (`!Ref <Table>`): how a local run finds the table among the app's.
     pub table_variables: Vec<String>,
+    /// `BatchSize`: the most records per invocation (100 when absent).
     pub batch_size: u32,
+    /// `MaximumBatchingWindowInSeconds`: how long records gather before an
+    /// invocation (0 when absent).
     pub batching_window_secs: u32,
     /// `MaximumRetryAttempts`; `None`: unbounded (-1 or absent).
     pub max_retries: Option<u32>,
+    /// `BisectBatchOnFunctionError` (false when absent): a failed batch is
+    /// split in two and retried.
     pub bisect: bool,
     /// `MaximumRecordAgeInSeconds`; `None`: unbounded (-1 or absent).
     pub max_record_age_secs: Option<u64>,
@@ -500,10 +508,13 @@ pub struct ScheduleSetting {
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Deployment {
+    /// The template's path, as given (in messages).
     pub file: String,
     /// Every DynamoDB event source, in the template's order of functions
     /// and events (by logical id).
     pub streams: Vec<StreamMapping>,
+    /// Every schedule (`AWS::Scheduler::Schedule` or `AWS::Events::Rule`)
+    /// whose input names a job, by logical id.
     pub schedules: Vec<ScheduleSetting>,
     /// The `Timeout` of the function pinned to each job (`WORKER_JOB`).
     pub job_timeouts: BTreeMap<String, u64>,

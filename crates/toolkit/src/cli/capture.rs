@@ -67,6 +67,7 @@ pub struct CaptureArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table and its endpoint.
     #[command(flatten)]
     pub endpoint: EndpointOpts,
 }
@@ -81,8 +82,12 @@ impl CaptureArgs {
 /// What a capture wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Captured {
+    /// Records written to the file (every record the stream still held
+    /// in the range asked).
     pub records: usize,
+    /// Distinct shards those records came from.
     pub shards: usize,
+    /// The ARN of the table's stream, as read.
     pub stream_arn: String,
     /// The stream's view type, written into every record.
     pub view: StreamView,

@@ -18,6 +18,7 @@ use worker_engine::store::{ItemReader, ItemWriter, WriteOutcome};
 /// Options of `checkpoints`.
 #[derive(Debug, Clone, Args)]
 pub struct CheckpointsArgs {
+    /// `list` or `reset`.
     #[command(subcommand)]
     pub command: CheckpointsCommand,
 }
@@ -38,6 +39,7 @@ pub struct ListArgs {
     /// Print the checkpoints as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table and its endpoint.
     #[command(flatten)]
     pub endpoint: EndpointOpts,
 }
@@ -51,8 +53,10 @@ pub struct ResetArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table and its endpoint.
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    /// Whether a table not on this machine may be written to.
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
 }

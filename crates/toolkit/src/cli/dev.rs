@@ -156,10 +156,15 @@ pub struct DevArgs {
     /// (repeatable), e.g. --env LOG_FORMAT=text.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
+    /// The table and its endpoint (by default an embedded DynamoDB Local).
     #[command(flatten)]
     pub table: TableOpts,
+    /// Whether a table not on this machine may be followed (the worker
+    /// writes to it).
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
+    /// The template whose event sources and schedules the loop follows,
+    /// and the functions' timeout.
     #[command(flatten)]
     pub deploy: DeployOpts,
 }
@@ -168,9 +173,18 @@ pub struct DevArgs {
 /// template's event source over the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DevMapping {
+    /// Batch size, batching window, retries, bisect and parallelization
+    /// factor (without flags or template: 1000 records, no window, 5
+    /// retries, no bisect, factor 1).
     pub config: MappingConfig,
+    /// Records older than this are given up on (to the failure file);
+    /// `None`: no limit.
     pub max_record_age: Option<Duration>,
+    /// The template's `FilterCriteria` patterns; empty: every record is
+    /// delivered.
     pub filters: Vec<Value>,
+    /// Where records given up on are written (one on-failure message a
+    /// line); `None`: they are only logged.
     pub failure_file: Option<PathBuf>,
     /// The timeout of the function the event source invokes.
     pub timeout: Option<Duration>,
@@ -360,6 +374,8 @@ pub struct DevState {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SourceState {
+    /// The ARN of the stream read: a position for another stream (the
+    /// table was recreated) is not used.
     pub stream_arn: String,
     /// Where reading started the first time this file was used (absent in
     /// the one-stream form).
@@ -741,6 +757,7 @@ pub struct SourcePlan {
     /// The table whose stream it reads: `None` the target table, else the
     /// index of one of the app's other tables.
     pub other: Option<usize>,
+    /// The settings it runs with.
     pub mapping: DevMapping,
 }
 

@@ -14,9 +14,18 @@ use worker_engine::stream;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
     /// A DynamoDB Streams event with this many records.
-    Stream { records: usize },
+    Stream {
+        /// How many records `Records` holds.
+        records: usize,
+    },
     /// A schedule tick for this job.
-    Schedule { job: String, source: TickSource },
+    Schedule {
+        /// The job's name, one of the app's.
+        job: String,
+        /// Its form: an EventBridge Scheduler target's input or a rule's
+        /// `Scheduled Event`.
+        source: TickSource,
+    },
 }
 
 impl EventKind {
@@ -52,7 +61,9 @@ impl EventKind {
 pub struct EventFile {
     /// The path as given.
     pub path: String,
+    /// The file's JSON, as read.
     pub value: Value,
+    /// What it holds.
     pub kind: EventKind,
 }
 

@@ -24,6 +24,7 @@ use crate::local::{self, Server};
 /// Options of `local`.
 #[derive(Debug, Clone, Args)]
 pub struct LocalArgs {
+    /// `start`, `stop` or `status`.
     #[command(subcommand)]
     pub command: LocalCommand,
 }

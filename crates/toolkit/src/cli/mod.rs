@@ -87,9 +87,9 @@ pub fn exit_status(failed: bool, incomplete: bool) -> std::process::ExitCode {
 pub trait CliApp: Send + Sync + 'static {
     /// The app's jobs.
     type Job: JobName;
-    /// What the app's jobs are built from, and its handlers' type (the
-    /// parameters of its [`AppSpec`]).
+    /// What the app's jobs are built from (the `D` of its [`AppSpec`]).
     type Deps: ?Sized + 'static;
+    /// Its handlers' type (the `H` of its [`AppSpec`]).
     type Handler: ?Sized + 'static;
     /// Subcommands of the app's own, beside the toolkit's ([`NoExtra`]:
     /// none).
@@ -201,6 +201,8 @@ impl Command {
 /// An app's own subcommands beside the toolkit's (a `clap::Subcommand`
 /// enum), each run to an exit status.
 pub trait ExtraCommand: clap::Subcommand + std::fmt::Debug + Send + 'static {
+    /// Run the subcommand; `Ok` carries the exit status ([`exit_status`]),
+    /// `Err` is printed as one line and exits 1.
     fn run(self) -> impl Future<Output = Result<ExitCode, CliError>> + Send;
 }
 
@@ -243,8 +245,10 @@ impl ExtraCommand for NoExtra {
 // Parsed once per process: the larger variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 pub enum AppCommand<E: ExtraCommand> {
+    /// One of the toolkit's subcommands (`replay`, `run`, `table`, ...).
     #[command(flatten)]
     Toolkit(Command),
+    /// One of the app's own ([`CliApp::Extra`]).
     #[command(flatten)]
     App(E),
 }
@@ -257,6 +261,7 @@ pub struct Cli<E: ExtraCommand> {
     /// More log output on stderr (-v: info, -vv: debug; RUST_LOG overrides).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
+    /// The subcommand given.
     #[command(subcommand)]
     pub command: AppCommand<E>,
 }
@@ -427,15 +432,25 @@ pub fn examples_of(name: &str, examples: &str) -> Vec<(String, String)> {
 pub enum CliError {
     /// A file given on the command line is unusable.
     #[error("{file}: {problem}")]
-    Input { file: String, problem: String },
+    Input {
+        /// The file's path, as given.
+        file: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A snapshot file cannot be read or written.
     #[error(transparent)]
     Snapshot(#[from] SnapshotError),
+    /// The target table does not exist at the endpoint.
     #[error(
         "table {table:?} does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint} --table {table_arg}` (or check --table)"
     )]
     NoTable {
+        /// The app's name ([`CliApp::NAME`]), in the command to run.
         app: &'static str,
+        /// The DynamoDB endpoint asked.
         endpoint: String,
+        /// The table's name.
         table: String,
         /// `--table`'s value that names it: the name, or `ROLE=NAME` for an
         /// app of several tables.
@@ -446,17 +461,25 @@ pub enum CliError {
         "table {table:?} ({var}) does not exist at {endpoint}: run `{app} table create --endpoint-url {endpoint}` with the same table names (it creates every table of the app), or check {var} and --table"
     )]
     NoOtherTable {
+        /// The app's name ([`CliApp::NAME`]), in the command to run.
         app: &'static str,
+        /// The DynamoDB endpoint asked.
         endpoint: String,
+        /// The missing table's name.
         table: String,
+        /// The variable that names it.
         var: &'static str,
     },
+    /// The table has no stream: `capture` and `dev` read one.
     #[error(
         "table {table:?} at {endpoint} has no stream: enable a NEW_AND_OLD_IMAGES stream on it (`{app} table create` makes tables with one)"
     )]
     NoStream {
+        /// The app's name ([`CliApp::NAME`]), in the command to run.
         app: &'static str,
+        /// The DynamoDB endpoint asked.
         endpoint: String,
+        /// The table's name.
         table: String,
     },
     /// The table's stream does not carry what the app's handlers read
@@ -465,8 +488,11 @@ pub enum CliError {
         "table {table:?} at {endpoint} has a {view} stream, but {app} needs {accepted} (its handlers read images a {view} record lacks): replace the stream with `aws dynamodb update-table --endpoint-url {endpoint} --table-name {table} --stream-specification StreamEnabled=false` then `aws dynamodb update-table --endpoint-url {endpoint} --table-name {table} --stream-specification StreamEnabled=true,StreamViewType={wanted}`, or create a table with `{app} table create --endpoint-url {endpoint} --table NEW-NAME`"
     )]
     StreamView {
+        /// The app's name ([`CliApp::NAME`]), in the commands to run.
         app: &'static str,
+        /// The DynamoDB endpoint asked.
         endpoint: String,
+        /// The table's name.
         table: String,
         /// The stream's view type (DescribeStream's), or what stands for
         /// a missing one.
@@ -481,16 +507,28 @@ pub enum CliError {
     #[error(
         "refusing to write to {endpoint} with `{command}`: it is not on this machine. Check --endpoint-url and --table (AWS_ENDPOINT_URL_DYNAMODB, DYNAMODB_ENDPOINT_URL, AWS_ENDPOINT_URL, TABLE_NAME); to write there, add --allow-remote-writes"
     )]
-    RemoteWrites { command: String, endpoint: String },
+    RemoteWrites {
+        /// The command refused, as the user knows it (`dev`, `table create`,
+        /// ...).
+        command: String,
+        /// The endpoint it was pointed at.
+        endpoint: String,
+    },
     /// Nothing answers at the endpoint.
     #[error(
         "nothing answers at {endpoint} ({reason}): start a DynamoDB Local (`{app} local start` prints its endpoint) or point --endpoint-url (AWS_ENDPOINT_URL_DYNAMODB) at one that runs"
     )]
     Unreachable {
+        /// The program's name as run (its file name; `<app>` when unknown),
+        /// in the command to run.
         app: String,
+        /// The endpoint's address (`http://HOST:PORT`), or `the DynamoDB
+        /// endpoint` when the connector's message does not say it.
         endpoint: String,
+        /// Why, in a few words (`connection refused`, ...).
         reason: &'static str,
     },
+    /// Any other store error, as the store gave it.
     #[error("{0}")]
     Store(StoreError),
     /// The deployment, not the records, is wrong (a missing table or
@@ -500,6 +538,7 @@ pub enum CliError {
         "environment fault, nothing parked or skipped (the table, index, credentials or permissions, not the records): {0}"
     )]
     Environment(String),
+    /// The embedded DynamoDB Local could not be installed or started.
     #[error("cannot start DynamoDB Local: {0}")]
     Local(#[from] LocalError),
     /// Options that do not fit together, or a value the parser let through.
@@ -537,6 +576,8 @@ impl From<StoreError> for CliError {
 }
 
 impl CliError {
+    /// [`CliError::Input`]: `file` (a path, as given) is unusable because
+    /// of `problem`.
     pub fn input(file: impl std::fmt::Display, problem: impl Into<String>) -> Self {
         CliError::Input {
             file: file.to_string(),

@@ -125,8 +125,11 @@ pub struct RedriveArgs {
     /// Set a worker configuration variable (repeatable).
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
+    /// The app's table and its endpoint (the parking table is on the same
+    /// endpoint).
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    /// Whether `--apply` may write to a table not on this machine.
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
 }
@@ -135,37 +138,63 @@ pub struct RedriveArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Handled (or skipped: nothing to do).
-    Handled { detail: String },
+    Handled {
+        /// What the handler did (`skipped: <reason>` for a record skipped).
+        detail: String,
+    },
     /// Failed for good: kept parked (a parked record), parked now (a
     /// failed batch's record, `--apply`), would be parked (a dry run).
-    FailedAgain { reason: String },
+    FailedAgain {
+        /// Why it failed.
+        reason: String,
+    },
     /// Failed for good, or copied with `--park`, and found in the parking
     /// table already: the first copy is kept.
-    AlreadyParked { reason: String },
+    AlreadyParked {
+        /// Why it failed, or why it was copied (`--park`).
+        reason: String,
+    },
     /// Failed transiently or not attempted (kept parked / not parked).
-    Retry { reason: String },
+    Retry {
+        /// Why it failed, or why it was not attempted.
+        reason: String,
+    },
     /// Failed and not parked: not this app's record, or the parking table
     /// refused it. Its message (object) is left for another run.
-    NotParked { reason: String },
+    NotParked {
+        /// Why it failed, and why it could not be parked.
+        reason: String,
+    },
     /// Copied to the parking table as it is, handlers not run (`--park`).
-    Parked { reason: String },
+    Parked {
+        /// The reason stored with it (given up on by the event source
+        /// mapping, and the mapping's condition).
+        reason: String,
+    },
 }
 
 /// One record's line in a redrive report.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedriveEntry {
+    /// The ARN of the stream the record came from.
     pub stream_arn: String,
+    /// The record's sequence number (empty when it has none).
     pub sequence_number: String,
+    /// The item's key, `PK/SK`, when it could be read.
     pub key: Option<String>,
     /// The reason it was parked (parked records only).
     pub parked_for: Option<String>,
+    /// What happened (or would happen) to it.
     pub verdict: Verdict,
 }
 
 /// What a redrive did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RedriveReport {
+    /// It was run with `--apply` (otherwise a dry run: nothing written,
+    /// parked or deleted).
     pub applied: bool,
+    /// One entry per record, in the order run.
     pub entries: Vec<RedriveEntry>,
     /// Parked records removed (handled now).
     pub removed: usize,
@@ -181,6 +210,7 @@ pub struct RedriveReport {
 }
 
 impl RedriveReport {
+    /// Records handled (or skipped: nothing to do).
     pub fn handled(&self) -> usize {
         self.count(|v| matches!(v, Verdict::Handled { .. }))
     }
@@ -361,12 +391,19 @@ fn raw_sequence_number(raw: &Value) -> String {
 /// fails for good with `apply`), or straight into the parking table
 /// (`park`).
 pub struct Replay<'a, J: JobName> {
+    /// The worker whose handlers run the records.
     pub worker: &'a Worker<J>,
+    /// The dry-run store the worker writes through (without `apply`);
+    /// `None`: its writes go to the table.
     pub dry: Option<&'a DryRunStore>,
+    /// The parking table; `None`: none is set (nothing can be parked).
     pub parking: Option<&'a Parking>,
     /// The table's key attribute names (the rendered key of a record).
     pub keys: (&'static str, &'static str),
+    /// `--park`: copy the records into the parking table, handlers not
+    /// run.
     pub park: bool,
+    /// `--apply`: write for real (otherwise a dry run).
     pub apply: bool,
 }
 

@@ -91,10 +91,14 @@ pub struct ReplayArgs {
     /// --env LOG_FORMAT=text.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
+    /// The table and its endpoint (by default an embedded DynamoDB Local).
     #[command(flatten)]
     pub table: TableOpts,
+    /// Whether a table not on this machine may be written to (without it,
+    /// a dry run).
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
+    /// The template and timeout the run follows.
     #[command(flatten)]
     pub deploy: DeployOpts,
 }
@@ -102,7 +106,9 @@ pub struct ReplayArgs {
 /// What `--apply-writes` did before a stream file was handled.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AppliedWrites {
+    /// Writes performed (one per record that stands for one).
     pub applied: usize,
+    /// Records that stand for no write, and why (in record order).
     pub not_applied: Vec<NotApplied>,
     /// The tables before and after the service's writes.
     pub diff: TablesDiff,
@@ -111,13 +117,19 @@ pub struct AppliedWrites {
 /// What one event file did.
 #[derive(Debug, Clone)]
 pub struct FileReport<J: JobName> {
+    /// The event file's path, as given.
     pub file: String,
     /// The table's key attribute names (for rendering keys).
     pub keys: (&'static str, &'static str),
+    /// What the file holds: a stream batch or a schedule tick.
     pub kind: EventKind,
+    /// Stream files with `--apply-writes`: the writes the batch describes,
+    /// made before the handlers ran; `None` otherwise.
     pub applied: Option<AppliedWrites>,
     /// Stream files: the batch engine's report and one line per record.
     pub batch: Option<BatchReport>,
+    /// Stream files: one line per record, in batch order (empty for a
+    /// schedule tick).
     pub records: Vec<RecordLine>,
     /// Schedule files: the job's report.
     pub job: Option<JobReport<J>>,
@@ -139,8 +151,6 @@ pub struct FileReport<J: JobName> {
 }
 
 impl<J: JobName> FileReport<J> {
-    /// Whether something failed: the invocation, a record (Lambda would
-    /// retry it), or the whole batch.
     /// Whether Lambda would see a failure: the invocation failed, or it
     /// would be asked to deliver records again (`batchItemFailures`, the
     /// whole batch). A rejected or malformed record, parked and skipped, is
@@ -278,6 +288,7 @@ impl<J: JobName> FileReport<J> {
 /// What a replay did.
 #[derive(Debug, Clone)]
 pub struct ReplayReport<J: JobName> {
+    /// One report per event file, in the order given.
     pub files: Vec<FileReport<J>>,
     /// `--write-snapshot`: the file and how many items of each table it
     /// holds.
@@ -285,6 +296,8 @@ pub struct ReplayReport<J: JobName> {
 }
 
 impl<J: JobName> ReplayReport<J> {
+    /// Whether any file failed ([`FileReport::failed`]): exit status
+    /// [`EXIT_FAILURES`](super::EXIT_FAILURES).
     pub fn failed(&self) -> bool {
         self.files.iter().any(FileReport::failed)
     }

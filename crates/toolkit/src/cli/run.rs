@@ -66,10 +66,14 @@ pub struct RunArgs {
     /// (repeatable), e.g. --env LOG_FORMAT=text.
     #[arg(long = "env", value_name = "NAME=VALUE", value_parser = super::replay::env_pair)]
     pub env: Vec<String>,
+    /// The table and its endpoint (by default an embedded DynamoDB Local).
     #[command(flatten)]
     pub table: TableOpts,
+    /// Whether a table not on this machine may be written to (without it,
+    /// a dry run).
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
+    /// The template and timeout the run follows.
     #[command(flatten)]
     pub deploy: DeployOpts,
 }

@@ -20,6 +20,7 @@ use worker_engine::store::{BatchWriteReport, StoreError};
 /// Options of `table`.
 #[derive(Debug, Clone, Args)]
 pub struct TableArgs {
+    /// `create`, `snapshot` or `load`.
     #[command(subcommand)]
     pub command: TableCommand,
 }
@@ -46,8 +47,10 @@ pub struct CreateArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table (every table of the app) and its endpoint.
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    /// Whether a table not on this machine may be created.
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
 }
@@ -61,6 +64,7 @@ pub struct SnapshotArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table and its endpoint.
     #[command(flatten)]
     pub endpoint: EndpointOpts,
 }
@@ -77,8 +81,10 @@ pub struct LoadArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// The table and its endpoint.
     #[command(flatten)]
     pub endpoint: EndpointOpts,
+    /// Whether a table not on this machine may be written to.
     #[command(flatten)]
     pub remote: RemoteWriteOpts,
 }

@@ -61,6 +61,8 @@ pub struct OtherTable {
     /// Its name for a command: the variable's value, else the default
     /// ([`OtherTable::of`]), else what `--table` says ([`name_tables`]).
     pub name: String,
+    /// The table as the app expects it (keys, indexes, stream): what
+    /// `table create` creates.
     pub schema: TableSchema,
 }
 
@@ -201,8 +203,11 @@ fn role_error(app: &AppTable, value: &str, problem: &str) -> CliError {
 /// Another table of a command, open.
 #[derive(Clone)]
 pub struct OpenTable {
+    /// The table as the app declares it.
     pub table: OtherTable,
+    /// Its name for this command (the same as `table.name`).
     pub name: String,
+    /// The store on it, on the command's client.
     pub store: Arc<DynamoStore>,
 }
 
@@ -254,6 +259,7 @@ pub struct WorkerParts<'a> {
     /// The process environment with the command's `--env` overrides and
     /// `TABLE_NAME` set to the target table.
     pub lookup: &'a dyn Fn(&str) -> Option<String>,
+    /// The worker's clock: the system's, or fixed at `--now`.
     pub clock: Arc<dyn Clock>,
 }
 
@@ -317,9 +323,14 @@ impl WorkerParts<'_> {
 /// sent and written down with their outcome).
 #[derive(Clone)]
 pub struct WriteLayer {
+    /// The table's name.
     pub table: String,
+    /// Its key attribute names (for rendering keys; an empty sort key: it
+    /// has none).
     pub keys: (&'static str, &'static str),
+    /// The dry-run layer, for a dry run (writes planned, not sent).
     pub dry: Option<Arc<DryRunStore>>,
+    /// The recording layer, otherwise (writes sent, with their outcome).
     pub recorder: Option<Arc<RecordingStore>>,
 }
 
@@ -355,8 +366,12 @@ impl WriteLayer {
 /// order it made them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableWrites<W> {
+    /// The table's name.
     pub table: String,
+    /// Its key attribute names (for rendering keys; an empty sort key: it
+    /// has none).
     pub keys: (&'static str, &'static str),
+    /// The writes, in the order made.
     pub writes: Vec<W>,
 }
 
@@ -454,13 +469,16 @@ pub async fn apply_by_table(
 /// ([`Target::tables`]).
 #[derive(Clone, Copy)]
 pub struct CommandTable<'a> {
+    /// The table's name.
     pub name: &'a str,
     /// Its key attribute names (an empty sort key: it has none).
     pub keys: (&'static str, &'static str),
+    /// The store on it.
     pub store: &'a Arc<DynamoStore>,
 }
 
 impl<'a> CommandTable<'a> {
+    /// The table as a snapshot of the app's tables names it.
     pub fn snapshot(&self) -> SnapshotTable<'a> {
         SnapshotTable {
             name: self.name,
@@ -517,7 +535,9 @@ pub fn diff_all(target: &Target, before: &[Vec<Item>], after: &[Vec<Item>]) -> T
 /// the order of [`Target::tables`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SnapshotWritten {
+    /// The snapshot's path, as given.
     pub file: String,
+    /// `(table name, items written)` per table.
     pub tables: Vec<(String, usize)>,
 }
 

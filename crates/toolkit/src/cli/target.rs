@@ -19,9 +19,13 @@ use worker_engine::store::{self, DynamoStore, StoreError};
 /// [`AppTable::named`] then applies a command's `--table` values.
 #[derive(Debug, Clone)]
 pub struct AppTable {
+    /// The app's name ([`CliApp::NAME`]), in messages and in the commands
+    /// they suggest.
     pub app: &'static str,
     /// The target (home) table's keys, indexes and stream.
     pub schema: TableSchema,
+    /// The attributes that hold personal data, each with the placeholder
+    /// `capture --redact` puts in its place ([`CliApp::personal_attributes`]).
     pub personal: Vec<(&'static str, Placeholder)>,
     /// The tables its worker serves besides this one ([`CliApp::other_tables`]).
     pub others: Vec<super::tables::OtherTable>,
@@ -36,6 +40,8 @@ pub struct AppTable {
 }
 
 impl AppTable {
+    /// App `A`'s tables, each named as the app's variables do (else its
+    /// default name).
     pub fn of<A: CliApp>() -> Self {
         let others = A::other_tables();
         AppTable {
@@ -134,6 +140,7 @@ pub struct TableOpts {
     /// The table (the app gives the default).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
     pub table: Vec<String>,
+    /// `--region` and `--profile`.
     #[command(flatten)]
     pub aws: AwsOpts,
 }
@@ -152,6 +159,7 @@ pub struct EndpointOpts {
     /// The table (the app gives the default).
     #[arg(long, env = "TABLE_NAME", value_name = "NAME")]
     pub table: Vec<String>,
+    /// `--region` and `--profile`.
     #[command(flatten)]
     pub aws: AwsOpts,
 }
@@ -170,8 +178,12 @@ pub struct RemoteWriteOpts {
 
 /// An open table.
 pub struct Target {
+    /// The store on the target table.
     pub store: Arc<DynamoStore>,
+    /// The DynamoDB endpoint: `--endpoint-url`, or the embedded DynamoDB
+    /// Local's `http://127.0.0.1:<port>`.
     pub endpoint: String,
+    /// The target table's name.
     pub table: String,
     /// Whose table it is.
     pub app: AppTable,
@@ -542,9 +554,14 @@ pub fn unreachable(message: &str) -> Option<&'static str> {
 /// (its `Display`: `writing to table T at URL (account A, region R)`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct WriteDestination {
+    /// The AWS account (STS GetCallerIdentity), or why it is unknown, or
+    /// `n/a (not an AWS endpoint)`.
     pub account: String,
+    /// The region of the command's AWS settings, or `(none)`.
     pub region: String,
+    /// The target table's name.
     pub table: String,
+    /// The DynamoDB endpoint written to.
     pub endpoint: String,
 }
 

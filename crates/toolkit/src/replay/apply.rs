@@ -15,20 +15,27 @@ use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
 pub struct RecordWrite {
     /// Position of the record in its batch.
     pub index: usize,
+    /// The write: a put of `NewImage` (with the key attributes of `Keys`)
+    /// for INSERT and MODIFY, a delete of `Keys` for REMOVE.
     pub op: WriteOp,
 }
 
 /// A record that stands for no write, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NotApplied {
+    /// Position of the record in its batch.
     pub index: usize,
+    /// Why: a malformed record, or an INSERT or MODIFY without
+    /// `NewImage` (a stream that carries no new images).
     pub reason: String,
 }
 
 /// The writes of a batch, in record order.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct WritePlan {
+    /// The records that stand for a write, in record order.
     pub writes: Vec<RecordWrite>,
+    /// The records that stand for none, in record order.
     pub not_applied: Vec<NotApplied>,
 }
 

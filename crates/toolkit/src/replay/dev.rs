@@ -28,6 +28,9 @@ use worker_engine::stream::{SequenceNumber, StreamChange, encode_event};
 /// order, every record once.
 #[async_trait]
 pub trait RecordSource: Send {
+    /// The records that arrived since the last call, as `(shard id,
+    /// change)` pairs (empty when none); an error when the source cannot be
+    /// read.
     async fn next_records(&mut self) -> Result<Vec<(String, StreamChange)>, StoreError>;
 }
 
@@ -52,6 +55,8 @@ pub struct MappingSource<S: RecordSource> {
 }
 
 impl<S: RecordSource> MappingSource<S> {
+    /// `inner` through `filters` (Lambda's `FilterCriteria` patterns; none:
+    /// every record passes) and `max_age` (`None`: records never expire).
     pub fn new(inner: S, filters: Vec<Value>, max_age: Option<Duration>) -> Self {
         MappingSource {
             inner,
@@ -62,6 +67,7 @@ impl<S: RecordSource> MappingSource<S> {
         }
     }
 
+    /// The source it reads.
     pub fn inner(&self) -> &S {
         &self.inner
     }
@@ -136,6 +142,7 @@ pub struct EventSourceLoop<S: RecordSource> {
 }
 
 impl<S: RecordSource> EventSourceLoop<S> {
+    /// The mapping of `config` over `source`, nothing read yet.
     pub fn new(source: S, config: MappingConfig) -> Self {
         EventSourceLoop {
             source,
@@ -216,12 +223,19 @@ impl<S: RecordSource> EventSourceLoop<S> {
 /// Why the loop stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum LoopError {
+    /// The source could not be read.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Records kept coming or stayed pending until the timeout.
     #[error(
         "the stream did not become idle in time: {pending} records pending after {batches} batches"
     )]
-    NotIdle { pending: usize, batches: usize },
+    NotIdle {
+        /// Records read and not done at the timeout.
+        pending: usize,
+        /// Invocations made before it.
+        batches: usize,
+    },
     /// The function met an environment fault
     /// ([`crate::mapping::EnvironmentFault`]).
     #[error("environment fault: {0}")]
@@ -248,7 +262,9 @@ pub enum Schedule {
     "bad schedule {expr:?}: {reason} (use 5-field cron \"0 3 * * *\", EventBridge \"cron(0 3 * * ? *)\", \"rate(15 minutes)\" or \"never\")"
 )]
 pub struct ScheduleError {
+    /// The expression, trimmed.
     pub expr: String,
+    /// What is wrong with it (the cron parser's message, or the rate's).
     pub reason: String,
 }
 
@@ -346,10 +362,13 @@ impl Schedule {
 /// One scheduled job of the loop.
 #[derive(Debug, Clone)]
 pub struct TickEntry {
+    /// The job's name.
     pub name: String,
     /// The expression as given.
     pub expr: String,
+    /// When it fires.
     pub schedule: Schedule,
+    /// Its next fire time; `None`: never ([`Schedule::Never`]).
     pub next: Option<DateTime<Utc>>,
 }
 
@@ -378,6 +397,7 @@ impl Ticker {
         }
     }
 
+    /// The scheduled jobs, in the order given, with their next fire times.
     pub fn entries(&self) -> &[TickEntry] {
         &self.entries
     }

@@ -15,6 +15,7 @@ use worker_engine::item::Item;
 /// entry (`Meta.Owner`) or a list element (`Parts[2].Expiry`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttributeChange {
+    /// Where the value is: `Name`, `Meta.Owner`, `Parts[2].Expiry`.
     pub path: String,
     /// `None`: the value was absent.
     pub old: Option<AttributeValue>,
@@ -25,25 +26,34 @@ pub struct AttributeChange {
 /// An item present before and after, with different attributes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ItemChange {
+    /// The whole item before.
     pub before: Item,
+    /// The whole item after.
     pub after: Item,
+    /// The values that differ, by path, sorted by attribute name.
     pub changes: Vec<AttributeChange>,
 }
 
 /// What changed in a table, each list sorted by key.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TableDiff {
+    /// Items present only after.
     pub added: Vec<Item>,
+    /// Items present before and after, with different attributes.
     pub changed: Vec<ItemChange>,
+    /// Items present only before.
     pub removed: Vec<Item>,
 }
 
 /// What changed in one table among the tables of a command.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NamedDiff {
+    /// The table's name at the endpoint (`--table`, its variable or the
+    /// app's default).
     pub table: String,
     /// The table's key attribute names (an empty sort key: it has none).
     pub keys: (&'static str, &'static str),
+    /// What changed in it.
     pub diff: TableDiff,
 }
 
@@ -53,6 +63,7 @@ pub struct NamedDiff {
 /// its table.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TablesDiff {
+    /// One entry per table compared, the target table first.
     pub tables: Vec<NamedDiff>,
 }
 
@@ -77,6 +88,7 @@ impl TablesDiff {
             .map(|t| &t.diff)
     }
 
+    /// Whether no table changed at all.
     pub fn is_empty(&self) -> bool {
         self.tables.iter().all(|t| t.diff.is_empty())
     }
@@ -187,6 +199,7 @@ fn diff_values(
 }
 
 impl TableDiff {
+    /// Whether nothing was added, changed or removed.
     pub fn is_empty(&self) -> bool {
         self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty()
     }

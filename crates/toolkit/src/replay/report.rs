@@ -11,18 +11,23 @@ use worker_engine::stream::{RecordError, StreamChange};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecordLine {
+    /// Position of the record in its batch, from 0.
     pub index: usize,
     /// `INSERT`, `MODIFY`, `REMOVE` or `REMOVE (TTL)`; `None` when the
     /// record did not decode.
     pub event_name: Option<String>,
     /// `PK/SK`, when it could be read.
     pub key: Option<String>,
+    /// The record's `SequenceNumber`, when it has one.
     pub sequence_number: Option<String>,
+    /// The record's `eventID`, when it has one.
     pub event_id: Option<String>,
     /// `handled`, `skipped`, `foreign` (not the app's, skipped), `rejected`
     /// (failed permanently, skipped),
-    /// `malformed`, `failed` or `not-attempted`.
+    /// `malformed`, `failed`, `environment-fault` or `not-attempted`.
     pub outcome: &'static str,
+    /// What the worker said of it: what it did, or why it skipped or failed
+    /// it (empty when it said nothing).
     pub detail: String,
 }
 

@@ -27,38 +27,74 @@ use worker_engine::store::{
 /// Why a snapshot cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// The file cannot be read.
     #[error("{file}: cannot read: {reason}")]
-    Read { file: String, reason: String },
+    Read {
+        /// The snapshot's path, as given.
+        file: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// The file is not JSON.
     #[error("{file}: not JSON: {reason}")]
-    NotJson { file: String, reason: String },
+    NotJson {
+        /// The snapshot's path, as given.
+        file: String,
+        /// The parser's error, quoted values redacted.
+        reason: String,
+    },
+    /// The file is JSON but neither an array of items nor a Scan output.
     #[error(
         "{file}: not a snapshot: expected a JSON array of items in DynamoDB JSON (or a Scan output with \"Items\"), found {found}"
     )]
-    NotSnapshot { file: String, found: &'static str },
+    NotSnapshot {
+        /// The snapshot's path, as given.
+        file: String,
+        /// What the file holds instead (`null`, `a JSON scalar`, ...).
+        found: &'static str,
+    },
+    /// One item is not an item in DynamoDB JSON, or lacks a key attribute.
     #[error("{file}: {table}item #{index}{key}: {reason}")]
     BadItem {
+        /// The snapshot's path, as given.
         file: String,
         /// `Customers ` (the table, a space) in a snapshot of several tables,
         /// else empty.
         table: String,
+        /// The item's position in its table's array, from 0.
         index: usize,
         /// ` (PK/SK)` when the key could be read.
         key: String,
+        /// What is wrong, naming the attribute, never a value.
         reason: String,
     },
+    /// The file cannot be written (or its directory created).
     #[error("{file}: cannot write: {reason}")]
-    Write { file: String, reason: String },
+    Write {
+        /// The snapshot's path, as given.
+        file: String,
+        /// The I/O error.
+        reason: String,
+    },
+    /// A snapshot of several tables names a table the app does not have.
     #[error("{file}: {table:?} is not a table of this app: expected {expected}")]
     UnknownTable {
+        /// The snapshot's path, as given.
         file: String,
+        /// The name the file holds.
         table: String,
         /// The names expected, quoted, comma-separated.
         expected: String,
     },
+    /// A snapshot of several tables holds something other than an array
+    /// under a table's name.
     #[error("{file}: {table:?}: expected a JSON array of the table's items, found {found}")]
     NotTableItems {
+        /// The snapshot's path, as given.
         file: String,
+        /// The table's name.
         table: String,
+        /// What it holds instead (`null`, `a JSON scalar`, `an object`).
         found: &'static str,
     },
 }
@@ -67,7 +103,9 @@ pub enum SnapshotError {
 /// sort key name: the table has none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotTable<'a> {
+    /// The table's name, as a snapshot of several tables names it.
     pub name: &'a str,
+    /// Its partition and sort key attribute names (`""`: no sort key).
     pub keys: (&'a str, &'a str),
 }
 

@@ -12,12 +12,15 @@ use crate::failure_message::{self, InvocationRecord};
 /// `s3://BUCKET/PREFIX`, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Location {
+    /// The bucket's name.
     pub bucket: String,
     /// Keys under it (may be empty: the whole bucket).
     pub prefix: String,
 }
 
 impl S3Location {
+    /// Parse `--s3`'s value; a [`CliError::Usage`] saying what is wrong
+    /// when it is not `s3://BUCKET[/PREFIX]` with a bucket.
     pub fn parse(url: &str) -> Result<Self, CliError> {
         let usage = |why: &str| {
             CliError::Usage(format!(
