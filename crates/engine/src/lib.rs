@@ -22,8 +22,6 @@
 //!
 //! See `docs/ENGINE.md` for how to serve a new table.
 
-#![warn(missing_docs)]
-
 mod app;
 pub mod aws;
 mod checkpoint;
