@@ -204,12 +204,22 @@ fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid, KeyError> {
     if s.len() != 36 {
         return Err(bad());
     }
-    let uuid = Uuid::parse_str(s).map_err(|_| bad())?;
-    let mut buf = Uuid::encode_buffer();
-    if uuid.hyphenated().encode_lower(&mut buf) != s {
-        return Err(bad());
+    // The canonical form is the whole check: hyphens at 8, 13, 18 and 23,
+    // lowercase hex digits elsewhere (what parsing, then writing the id
+    // again and comparing, accepted: the tests hold the two side by side),
+    // read in the same pass.
+    let mut value = 0u128;
+    for (i, b) in s.bytes().enumerate() {
+        let digit = match b {
+            b'-' if matches!(i, 8 | 13 | 18 | 23) => continue,
+            _ if matches!(i, 8 | 13 | 18 | 23) => return Err(bad()),
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => return Err(bad()),
+        };
+        value = value << 4 | u128::from(digit);
     }
-    Ok(uuid)
+    Ok(Uuid::from_u128(value))
 }
 
 worker_engine::job_names! {
@@ -728,6 +738,48 @@ mod tests {
         fn arbitrary_strings_never_panic(pk in ".{0,60}", sk in ".{0,60}") {
             let _ = ItemKey::decode(&pk, &sk);
         }
+
+        /// The one-pass reading of an id gives what parsing it, writing it
+        /// again and comparing gave: ids, ids in capitals, ids with a
+        /// character changed, any text of their length.
+        #[test]
+        fn ids_read_as_parsing_and_writing_again(
+            u in any::<u128>(), at in 0usize..36, c in any::<char>(), text in ".{36}|[0-9a-fA-F-]{36}"
+        ) {
+            let canonical = Uuid::from_u128(u).hyphenated().to_string();
+            let mut changed: Vec<char> = canonical.chars().collect();
+            changed[at] = c;
+            let changed: String = changed.into_iter().collect();
+            for s in [canonical.clone(), canonical.to_uppercase(), changed, text] {
+                prop_assert_eq!(parse_uuid("id", &s), parse_uuid_twice("id", &s), "{}", s);
+            }
+        }
+    }
+
+    /// The reading [`parse_uuid`] replaced: parse, write again, compare.
+    fn parse_uuid_twice(what: &'static str, s: &str) -> Result<Uuid, KeyError> {
+        if s.is_empty() {
+            return Err(KeyError::Empty(what));
+        }
+        if s.contains('#') {
+            return Err(KeyError::StrayHash {
+                what,
+                value: s.to_owned(),
+            });
+        }
+        let bad = || KeyError::BadUuid {
+            what,
+            value: s.to_owned(),
+        };
+        if s.len() != 36 {
+            return Err(bad());
+        }
+        let uuid = Uuid::parse_str(s).map_err(|_| bad())?;
+        let mut buf = Uuid::encode_buffer();
+        if uuid.hyphenated().encode_lower(&mut buf) != s {
+            return Err(bad());
+        }
+        Ok(uuid)
     }
 
     proptest! {

@@ -154,6 +154,9 @@ impl KeyError {
     }
 }
 
+/// The largest KSUID (2¹⁶⁰ - 1), in base62.
+const MAX_KSUID: &str = "aWgEPTl1tmebfsQzFP4bxwgy80V";
+
 /// A KSUID id: 27 base62 characters, canonical (what it parses from is
 /// what it writes).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -167,6 +170,21 @@ impl Id {
         if s.len() != 27 || !s.bytes().all(|b| b.is_ascii_alphanumeric()) {
             return Err(bad("not a KSUID (27 base62 characters)"));
         }
+        // Base62 digits sort as their ASCII bytes, so a text of 27 of them
+        // up to the largest KSUID's is a KSUID, and its canonical text (the
+        // strict reading below, decoded and encoded again, gives back every
+        // such text: the tests hold the two side by side). One comparison
+        // instead of a big-number decode and encode per id.
+        if s <= MAX_KSUID {
+            return Ok(Id(s.to_owned()));
+        }
+        Id::parse_strict(what, s)
+    }
+
+    /// [`Id::parse_as`] by decoding the KSUID and encoding it again: the
+    /// reason for a text over the largest KSUID.
+    fn parse_strict(what: &'static str, s: &str) -> Result<Id, KeyError> {
+        let bad = |reason| KeyError::malformed(what, reason);
         let k = Ksuid::from_str(s).map_err(|_| bad("not a KSUID"))?;
         if k.to_string() != s {
             return Err(bad("not a canonical KSUID"));
@@ -748,7 +766,50 @@ mod tests {
         (At::MIN..=At::MAX).prop_map(|t| At::new("t", t).unwrap())
     }
 
+    /// The strict reading alone: decode, encode again, compare.
+    fn parse_strict_only(s: &str) -> Result<Id, KeyError> {
+        if s.len() != 27 || !s.bytes().all(|b| b.is_ascii_alphanumeric()) {
+            return Err(KeyError::malformed(
+                "id",
+                "not a KSUID (27 base62 characters)",
+            ));
+        }
+        Id::parse_strict("id", s)
+    }
+
+    #[test]
+    fn the_largest_ksuid_bounds_the_quick_check() {
+        assert_eq!(Ksuid::from_bytes([0xff; 20]).to_string(), MAX_KSUID);
+        let zero = "0".repeat(27);
+        let over = "aWgEPTl1tmebfsQzFP4bxwgy80W";
+        for s in [
+            MAX_KSUID,
+            zero.as_str(),
+            over,
+            "zzzzzzzzzzzzzzzzzzzzzzzzzzz",
+            "b00000000000000000000000000",
+        ] {
+            assert_eq!(Id::parse_as("id", s), parse_strict_only(s), "{s}");
+        }
+        assert!(Id::parse_as("id", MAX_KSUID).is_ok());
+        assert!(Id::parse_as("id", over).is_err());
+    }
+
     proptest! {
+        /// The quick check gives the strict reading's result, for any text
+        /// of 27 base62 characters (around the largest KSUID's too).
+        #[test]
+        fn quick_check_reads_as_the_strict_one(
+            s in "[0-9A-Za-z]{27}",
+            near in "aWgE[0-9A-Za-z]{23}",
+            zeros in (0usize..=27, "[0-9A-Za-z]{27}")
+                .prop_map(|(k, s)| format!("{}{}", "0".repeat(k), &s[k..])),
+        ) {
+            for s in [s, near, zeros] {
+                prop_assert_eq!(Id::parse_as("id", &s), parse_strict_only(&s), "{}", s);
+            }
+        }
+
         #[test]
         fn item_keys_roundtrip(a in arb_id(), b in arb_id(), kind in 0..6u8) {
             let key = match kind {

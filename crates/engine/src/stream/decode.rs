@@ -1961,6 +1961,21 @@ mod tests {
                 .event_id,
             "y"
         );
+        // Not UTF-8 (in a string): the `Value` path's error, as before.
+        let latin1 = b"{\"Records\": [{\"eventID\": \"\xe9\", \"eventName\": \"REMOVE\",
+            \"dynamodb\": {\"Keys\": {\"PK\": {\"S\": \"a\"}}}}]}";
+        assert_eq!(direct::decode(latin1), None);
+        let Err(EnvelopeError::NotJson(reason)) = decode_event_bytes(latin1) else {
+            panic!("not JSON");
+        };
+        assert_eq!(
+            reason,
+            redact(
+                &serde_json::from_slice::<Value>(latin1)
+                    .unwrap_err()
+                    .to_string()
+            )
+        );
     }
 
     // ---- property tests ----

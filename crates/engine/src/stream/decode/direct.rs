@@ -30,7 +30,11 @@ use crate::item::Item;
 /// The event's records, or `None` when this path does not read the event
 /// (then the `Value` path decides).
 pub(super) fn decode(bytes: &[u8]) -> Option<Vec<StreamChange>> {
-    let mut de = serde_json::Deserializer::from_slice(bytes);
+    // UTF-8 checked once, over the whole event (ASCII at a time), instead
+    // of string by string as the reader of bytes does; an event that is not
+    // UTF-8 is not JSON, left to the `Value` path, which says so.
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut de = serde_json::Deserializer::from_str(text);
     let records = de.deserialize_map(EventVisitor).ok()?;
     de.end().ok()?;
     records
