@@ -857,7 +857,7 @@ pub(crate) mod tests {
     }
 
     /// Record `seq` of item (`pk`, `s<seq>`).
-    fn keyed(seq: u32, pk: &str) -> StreamChange {
+    pub(crate) fn keyed(seq: u32, pk: &str) -> StreamChange {
         StreamChange {
             keys: keys(pk, &format!("s{seq}")),
             ..change(seq)

@@ -420,12 +420,10 @@ impl Ticker {
 mod tests {
     use super::*;
     use crate::mapping::{Action, EnvironmentFault, InvokeError, split_by_partition_key};
-    use aws_sdk_dynamodb::types::AttributeValue;
     use std::sync::Mutex;
-    use worker_engine::item::Item;
     use worker_engine::stream::BatchReport;
 
-    use crate::mapping::tests::change;
+    use crate::mapping::tests::{change, keyed};
 
     fn config(bisect: bool) -> MappingConfig {
         MappingConfig {
@@ -588,22 +586,6 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let r = l.poll_once(&f).await.unwrap();
         assert_eq!(r.batches.len(), 1);
-    }
-
-    fn keys(pk: &str, sk: &str) -> Item {
-        [
-            ("PK".to_owned(), AttributeValue::S(pk.to_owned())),
-            ("SK".to_owned(), AttributeValue::S(sk.to_owned())),
-        ]
-        .into()
-    }
-
-    /// Record `seq` of item (`pk`, `s<seq>`).
-    fn keyed(seq: u32, pk: &str) -> StreamChange {
-        StreamChange {
-            keys: keys(pk, &format!("s{seq}")),
-            ..change(seq)
-        }
     }
 
     /// Handles the records of each batch in order, failing the record
