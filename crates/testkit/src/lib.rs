@@ -5,7 +5,7 @@
 //!   time;
 //! - [`TestTable`]: a fresh table of any [`TableSchema`] on the test
 //!   process's pool of DynamoDB Locals ([`instance`]: two at a time, each
-//!   replaced after a few dozen tables; started on first use, installed if
+//!   replaced after two dozen tests; started on first use, installed if
 //!   absent);
 //!   [`lease_local`]: a second instance, lent to one test at a time, for
 //!   tables that must keep fixed names;
@@ -254,7 +254,8 @@ impl Drop for TestTable {
 /// One DynamoDB Local of the test process's pool.
 pub struct Instance {
     endpoint: String,
-    tables: AtomicU32,
+    /// The tests (threads) that made their first table here.
+    tests: AtomicU32,
     /// `None` for an instance of `DYNAMODB_LOCAL_ENDPOINT`'s.
     _local: Option<worker_toolkit::local::DynamoDbLocal>,
 }
@@ -270,17 +271,21 @@ impl Instance {
 /// requests on about one core, so two keep a 2-core machine busy while the
 /// tests run two at a time.
 const POOL_SIZE: usize = 2;
-/// Tables made on one instance before the pool starts a fresh one for the
-/// next tables. DynamoDB Local keeps the stream records of a deleted table
+/// Tests served by one instance before the pool starts a fresh one for the
+/// next tests. DynamoDB Local keeps the stream records of a deleted table
 /// and slows down as they pile up (1.6x slower writes after 30,000 records,
 /// even once their table is gone), so a long test process would time the
 /// database more and more. A replaced instance stops when its last table is
-/// dropped.
-const TABLES_PER_INSTANCE: u32 = 24;
+/// dropped. Counted by test, not by table: a chat test makes seven tables
+/// (the app's six and a parking table), and counting by table started a
+/// fresh JVM every three or four chat tests (18 JVMs in chat-worker's test
+/// run instead of 9, and about 76 CPU-s of DynamoDB Local instead of 63:
+/// each JVM pays its start and its JIT's warm-up again).
+const TESTS_PER_INSTANCE: u32 = 24;
 
 /// An instance of the process's pool for a new table: the pool's instances
-/// in turn, each replaced by a fresh one after `TABLES_PER_INSTANCE`
-/// tables (started on first use, installed if absent). With
+/// in turn, each replaced by a fresh one after `TESTS_PER_INSTANCE`
+/// tests (started on first use, installed if absent). With
 /// `DYNAMODB_LOCAL_ENDPOINT` set, always that one. Keep the `Arc` as long
 /// as the tables made on it ([`TestTable`] does).
 pub async fn instance() -> Arc<Instance> {
@@ -292,8 +297,8 @@ pub async fn instance() -> Arc<Instance> {
         static AFFINITY: std::cell::RefCell<std::sync::Weak<Instance>> =
             const { std::cell::RefCell::new(std::sync::Weak::new()) };
     }
+    // A test's later tables do not count: the instance counts tests.
     if let Some(instance) = AFFINITY.with(|a| a.borrow().upgrade()) {
-        instance.tables.fetch_add(1, Ordering::Relaxed);
         return instance;
     }
     let instance = next_instance().await;
@@ -317,9 +322,9 @@ pub async fn next_instance() -> Arc<Instance> {
     };
     let mut current = slot.lock().await;
     if let Some(instance) = current.as_ref()
-        && (external || instance.tables.load(Ordering::Relaxed) < TABLES_PER_INSTANCE)
+        && (external || instance.tests.load(Ordering::Relaxed) < TESTS_PER_INSTANCE)
     {
-        instance.tables.fetch_add(1, Ordering::Relaxed);
+        instance.tests.fetch_add(1, Ordering::Relaxed);
         return instance.clone();
     }
     let instance = if external {
@@ -328,14 +333,14 @@ pub async fn next_instance() -> Arc<Instance> {
             .expect("DYNAMODB_LOCAL_ENDPOINT");
         Instance {
             endpoint: shared.endpoint_url(),
-            tables: AtomicU32::new(1),
+            tests: AtomicU32::new(1),
             _local: None,
         }
     } else {
         let local = start_local().await;
         Instance {
             endpoint: local.endpoint_url(),
-            tables: AtomicU32::new(1),
+            tests: AtomicU32::new(1),
             _local: Some(local),
         }
     };
