@@ -5,7 +5,7 @@
 //!   time;
 //! - [`TestTable`]: a fresh table of any [`TableSchema`] on the test
 //!   process's pool of DynamoDB Locals ([`instance`]: two at a time, each
-//!   replaced after two dozen tests; started on first use, installed if
+//!   replaced after a dozen tests; started on first use, installed if
 //!   absent);
 //!   [`lease_local`]: a second instance, lent to one test at a time, for
 //!   tables that must keep fixed names;
@@ -276,12 +276,13 @@ const POOL_SIZE: usize = 2;
 /// and slows down as they pile up (1.6x slower writes after 30,000 records,
 /// even once their table is gone), so a long test process would time the
 /// database more and more. A replaced instance stops when its last table is
-/// dropped. Counted by test, not by table: a chat test makes seven tables
-/// (the app's six and a parking table), and counting by table started a
-/// fresh JVM every three or four chat tests (18 JVMs in chat-worker's test
-/// run instead of 9, and about 76 CPU-s of DynamoDB Local instead of 63:
-/// each JVM pays its start and its JIT's warm-up again).
-const TESTS_PER_INSTANCE: u32 = 24;
+/// dropped. Counted by test, not by table: a chat test makes six tables
+/// (one per table of the app), and counting 24 tables started a fresh JVM
+/// every four chat tests, each paying its start and its JIT's warm-up
+/// again: chat-worker's tests ran 19 JVMs and 75 CPU-s of DynamoDB Local
+/// by tables, 11 and 54 by tests. Twelve tests keep Nishiki's rate (18
+/// JVMs and 92 CPU-s by tables, 20 and 95 by tests).
+const TESTS_PER_INSTANCE: u32 = 12;
 
 /// An instance of the process's pool for a new table: the pool's instances
 /// in turn, each replaced by a fresh one after `TESTS_PER_INSTANCE`
