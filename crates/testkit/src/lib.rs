@@ -254,7 +254,8 @@ impl Drop for TestTable {
 /// One DynamoDB Local of the test process's pool.
 pub struct Instance {
     endpoint: String,
-    /// The tests (threads) that made their first table here.
+    /// What [`next_instance`] handed this instance out for: a test's first
+    /// table, or each lane of a test that spreads its load over the pool.
     tests: AtomicU32,
     /// `None` for an instance of `DYNAMODB_LOCAL_ENDPOINT`'s.
     _local: Option<worker_toolkit::local::DynamoDbLocal>,
