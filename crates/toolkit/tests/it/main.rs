@@ -1,7 +1,8 @@
 //! The toolkit's integration tests, one binary (`cargo test -p
-//! worker-toolkit --test it`): parking and redrive, and the commands'
-//! guard against an AWS account.
+//! worker-toolkit --test it`): parking and redrive, the commands' guard
+//! against an AWS account, and the DynamoDB Local harness.
 
+mod local_harness;
 mod parking;
 mod remote_account;
 

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use worker_toolkit::local;
 
 /// Env var that turns `watchdog_child_scenario` into the child side of the watchdog tests.
-const CHILD_MODE_ENV: &str = "NISHIKI_LOCAL_HARNESS_CHILD_MODE";
-const CHILD_MARKER: &str = "NISHIKI_CHILD_READY";
+const CHILD_MODE_ENV: &str = "WORKER_LOCAL_HARNESS_CHILD_MODE";
+const CHILD_MARKER: &str = "WORKER_LOCAL_HARNESS_CHILD_READY";
 
 /// A real, signed-looking (DynamoDB Local accepts any credentials) ListTables call.
 fn list_tables(port: u16) -> std::io::Result<(u16, String)> {
@@ -175,7 +175,7 @@ fn spawn_child(mode: &str, envs: &[(&str, &str)]) -> (std::process::Child, Child
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
-            "watchdog_child_scenario",
+            "local_harness::watchdog_child_scenario",
             "--exact",
             "--nocapture",
             "--test-threads=1",
@@ -268,7 +268,7 @@ fn shared_uses_endpoint_from_environment() {
 /// A JVM that cannot start yields `StartFailed` quickly, with the JVM's own error in it.
 #[tokio::test]
 async fn failed_start_reports_the_log_tail() {
-    let dir = std::env::temp_dir().join(format!("nishiki-local-badjar-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("worker-local-badjar-{}", std::process::id()));
     let lib_dir = dir.join("DynamoDBLocal_lib");
     std::fs::create_dir_all(&lib_dir).unwrap();
     let jar = dir.join("DynamoDBLocal.jar");
