@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Regenerates the bad-input corpus (tests/bad_input/*.json and manifest.json).
-Run: python3 tests/bad_input/generate.py; then cargo test --test bad_input."""
+Run: python3 tests/bad_input/generate.py; then cargo test --test it bad_input::."""
 import json, os, copy
 OUT = os.path.dirname(os.path.abspath(__file__))
 os.makedirs(OUT, exist_ok=True)

@@ -1,15 +1,17 @@
 //! Nishiki's integration tests, one binary (`cargo test --test it`), a
 //! module per subject: the stream cascades, the audit, the sweep, expiry
 //! flags, races with the live service, faults, the workload soak, the
-//! template and the Lambda processes. Three tests keep a process of their
-//! own (`tests/observability.rs`, `tests/bad_input.rs`: a global log
-//! subscriber; `tests/local_harness.rs`: it re-runs and exits itself); the
-//! command line's tests live beside it, in `apps/nishiki-cli/tests`.
+//! template, the Lambda processes, logs and metrics, and the bad-input
+//! corpus. Two tests run in a child process of this binary, as they
+//! install a process-wide log subscriber (`observability`, `bad_input`:
+//! [`worker_testkit::in_own_process`]); the command line's tests live
+//! beside it, in `apps/nishiki-cli/tests`.
 
 mod service;
 mod support;
 
 mod audit;
+mod bad_input;
 mod cargo_lambda;
 mod coalesce;
 mod concurrent;
@@ -24,6 +26,7 @@ mod foundation;
 mod function_process;
 mod infra;
 mod invitations;
+mod observability;
 mod races;
 mod relationships;
 mod workload;

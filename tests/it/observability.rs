@@ -16,17 +16,21 @@
 //! - no e-mail address or user name found anywhere in `events/` appears in
 //!   any captured line.
 //!
-//! `cargo test --test observability` (`OBSERVABILITY_DUMP=DIR` writes the
-//! captured lines to `DIR/logs.jsonl` and `DIR/metrics.jsonl`)
+//! The test installs the process-wide log subscriber and reads back every
+//! line the process logs, so it runs in a child process of its own
+//! ([`worker_testkit::in_own_process`]): another test's lines would mix in.
+//!
+//! `cargo test --test it observability::` (`OBSERVABILITY_DUMP=DIR` writes
+//! the captured lines to `DIR/logs.jsonl` and `DIR/metrics.jsonl`)
 
-#[path = "it/support/mod.rs"]
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::support::TestTable;
 use chrono::{DateTime, Utc};
 use nishiki_cli::KEYS;
 use nishiki_cli::worker_config;
@@ -35,7 +39,6 @@ use nishiki_worker::config::ManualClock;
 use nishiki_worker::keys::Job;
 use nishiki_worker::metrics::{CapturedLines, Emitter, MAX_VALUES, NAMESPACE};
 use serde_json::Value;
-use support::TestTable;
 use tracing_subscriber::EnvFilter;
 use worker_engine::schedule::JobReport;
 use worker_engine::stream::BatchReport;
@@ -85,7 +88,7 @@ fn logs() -> &'static LogBuffer {
             EnvFilter::new("info,nishiki_worker=debug,worker_engine=debug"),
             move || writer.clone(),
         ))
-        .expect("no other subscriber in this test binary");
+        .expect("no other subscriber in this test's own process");
         buf
     })
 }
@@ -405,6 +408,9 @@ fn app(table: &TestTable, env: &[String], now: DateTime<Utc>, metrics: &Captured
 
 #[tokio::test]
 async fn fixtures_log_json_with_spans_and_emf_metrics_without_personal_data() {
+    if !worker_testkit::in_own_process() {
+        return;
+    }
     let logs = logs();
     let metrics = CapturedLines::default();
     let personal = personal_data();
@@ -555,7 +561,7 @@ async fn fixtures_log_json_with_spans_and_emf_metrics_without_personal_data() {
     // No personal data anywhere.
     let metric_lines = metrics.lines();
     if let Some(dir) = std::env::var_os("OBSERVABILITY_DUMP") {
-        // To look at the lines: OBSERVABILITY_DUMP=/tmp/obs cargo test --test observability
+        // To look at the lines: OBSERVABILITY_DUMP=/tmp/obs cargo test --test it observability::
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("logs.jsonl"), log_lines.join("\n")).unwrap();

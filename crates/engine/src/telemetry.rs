@@ -20,7 +20,7 @@
 //! `record` span (`index`, `event_id`, `sequence_number`, `key`,
 //! `outcome`); on the schedule path a `job` span (`job`, `source`). No line
 //! carries attribute values: keys are the encoded `PK`/`SK` only (ids), and
-//! e-mail addresses and user names never appear (`tests/observability.rs`).
+//! e-mail addresses and user names never appear (`tests/it/observability.rs`).
 //! Metrics are separate: CloudWatch Embedded Metric Format lines on stdout.
 
 use tracing::Subscriber;

@@ -45,6 +45,8 @@
 //!   S3) receives, built as Lambda builds it;
 //! - [`assert_every_file_is_a_module`]: each package's integration tests
 //!   are one binary, and none of its files is left out of it;
+//!   [`in_own_process`]: a test of that binary that needs the process to
+//!   itself runs in a child of it;
 //! - [`cli`]: what every app's command line must hold;
 //! - [`mod@env`]: variables for a test, as the settings read them;
 //! - [`cost`]: what a million stream records cost an app on AWS, from a
@@ -71,7 +73,7 @@ pub mod infra;
 pub mod lambda_process;
 pub mod layers;
 mod modules;
-pub use modules::assert_every_file_is_a_module;
+pub use modules::{assert_every_file_is_a_module, in_own_process};
 pub mod moto;
 pub mod on_failure;
 pub mod parallel;

@@ -1,5 +1,5 @@
 //! The bad-input corpus as its tests read it: `manifest.json`'s cases and
-//! the personal data no output may show. Read by `tests/bad_input.rs` (the
+//! the personal data no output may show. Read by `tests/it/bad_input.rs` (the
 //! Lambda path) and `apps/nishiki-cli/tests/it/bad_input.rs` (the command
 //! line).
 #![allow(dead_code)] // each test binary uses a part
