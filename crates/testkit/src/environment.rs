@@ -11,10 +11,12 @@
 //! - the table created without its indexes (a `Query` on an index that
 //!   does not exist).
 //!
-//! Each fixture's files run one by one, first on a working table, then on
-//! a broken one, both loaded with the fixture's snapshot and without the
-//! service's writes (a denied table cannot take them); the proxy in front
-//! of the broken table counts the requests of each file.
+//! Each fixture's files run one by one on a working table, once, then on a
+//! broken one in each deployment (the three side by side), all loaded with
+//! the fixture's snapshot and without the service's writes (a denied table
+//! cannot take them); the proxy in front of a broken table counts the
+//! requests of each file, and each file's broken run is judged against its
+//! working run.
 
 use std::path::Path;
 
@@ -59,7 +61,7 @@ pub enum Broken {
 
 impl Broken {
     /// Every broken deployment, in the order
-    /// [`every_fixture_stops_on_environment_faults`] runs
+    /// [`every_fixture_stops_on_environment_faults`] returns
     /// them.
     pub const ALL: [Broken; 3] = [Broken::Denied, Broken::TableMissing, Broken::IndexesMissing];
 }
@@ -177,85 +179,104 @@ pub async fn every_fixture_stops_on_environment_faults<A: CliApp>(
     dir: &Path,
 ) -> Vec<(Broken, Outcome)> {
     let app = AppTable::of::<A>();
-    let mut outcomes = Vec::new();
-    for broken in Broken::ALL {
-        let mut out = Outcome::default();
-        for f in &manifest(dir) {
-            // The working deployment.
-            let good_table = TestTable::with_schema(&A::schema()).await;
-            let good = Target::connect(&good_table.endpoint, &good_table.name, &app).await;
-            load_snapshot(&good, &dir.join(&f.snapshot))
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e}", f.name));
-            // The broken one, behind a proxy that counts (and denies).
-            let schema = match broken {
-                Broken::IndexesMissing => TableSchema {
-                    indexes: Vec::new(),
-                    local_indexes: Vec::new(),
-                    ..A::schema()
-                },
-                _ => A::schema(),
-            };
-            let bad_table = TestTable::with_schema(&schema).await;
-            let proxy = FaultProxy::start(&bad_table.endpoint, FaultConfig::none())
-                .await
-                .expect("the proxy starts");
-            let bad = Target::connect(&proxy.endpoint_url(), &bad_table.name, &app).await;
-            load_snapshot(&bad, &dir.join(&f.snapshot))
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e}", f.name));
-            match broken {
-                Broken::Denied => proxy.set_plan(FaultPlan::Always(FaultKind::AccessDenied)),
-                Broken::TableMissing => bad_table
-                    .store
-                    .client()
-                    .delete_table()
-                    .table_name(&bad_table.name)
-                    .send()
-                    .await
-                    .map(|_| ())
-                    .expect("delete the table"),
-                Broken::IndexesMissing => {}
-            }
-            for file in &f.events {
-                let path = dir.join(file);
-                let name = format!("{}: {file}", f.name);
-                let good_run = replay::<A>(
-                    &good,
-                    &args(
-                        vec![path.clone()],
-                        f,
-                        &good_table.endpoint,
-                        &good_table.name,
-                    ),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
-                let before = proxy.stats();
-                let bad_run = replay::<A>(
-                    &bad,
-                    &args(vec![path], f, &proxy.endpoint_url(), &bad_table.name),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{name} ({broken:?}): {e}"));
-                let after = proxy.stats();
-                judge(
-                    &name,
-                    &good_run.files[0],
-                    &bad_run.files[0],
-                    after.requests - before.requests,
-                    after.index_requests - before.index_requests,
-                    broken,
-                    &mut out,
-                );
-            }
+    let fixtures = manifest(dir);
+    // The working deployment, once: each fixture's files run in turn on a
+    // table loaded with its snapshot. Every broken deployment is judged
+    // against these runs.
+    let mut good_runs = Vec::new();
+    for f in &fixtures {
+        let good_table = TestTable::with_schema(&A::schema()).await;
+        let good = Target::connect(&good_table.endpoint, &good_table.name, &app).await;
+        load_snapshot(&good, &dir.join(&f.snapshot))
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+        let mut runs = Vec::new();
+        for file in &f.events {
+            let run = replay::<A>(
+                &good,
+                &args(
+                    vec![dir.join(file)],
+                    f,
+                    &good_table.endpoint,
+                    &good_table.name,
+                ),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: {file}: {e}", f.name));
+            runs.push(run.files.into_iter().next().expect("one file, one report"));
         }
-        eprintln!(
-            "{broken:?}: {} of {} files stopped with an environment fault",
-            out.faults, out.files
-        );
-        outcomes.push((broken, out));
+        good_runs.push(runs);
     }
+    // The broken deployments side by side: each has tables of its own.
+    let outcomes = futures::future::join_all(Broken::ALL.map(|broken| {
+        let (app, fixtures, good_runs) = (&app, &fixtures, &good_runs);
+        async move {
+            let mut out = Outcome::default();
+            for (f, good_runs) in fixtures.iter().zip(good_runs) {
+                // The broken table, behind a proxy that counts (and denies).
+                let schema = match broken {
+                    Broken::IndexesMissing => TableSchema {
+                        indexes: Vec::new(),
+                        local_indexes: Vec::new(),
+                        ..A::schema()
+                    },
+                    _ => A::schema(),
+                };
+                let bad_table = TestTable::with_schema(&schema).await;
+                let proxy = FaultProxy::start(&bad_table.endpoint, FaultConfig::none())
+                    .await
+                    .expect("the proxy starts");
+                let bad = Target::connect(&proxy.endpoint_url(), &bad_table.name, app).await;
+                load_snapshot(&bad, &dir.join(&f.snapshot))
+                    .await
+                    .unwrap_or_else(|e| panic!("{}: {e}", f.name));
+                match broken {
+                    Broken::Denied => proxy.set_plan(FaultPlan::Always(FaultKind::AccessDenied)),
+                    Broken::TableMissing => bad_table
+                        .store
+                        .client()
+                        .delete_table()
+                        .table_name(&bad_table.name)
+                        .send()
+                        .await
+                        .map(|_| ())
+                        .expect("delete the table"),
+                    Broken::IndexesMissing => {}
+                }
+                for (file, good_run) in f.events.iter().zip(good_runs) {
+                    let name = format!("{}: {file}", f.name);
+                    let before = proxy.stats();
+                    let bad_run = replay::<A>(
+                        &bad,
+                        &args(
+                            vec![dir.join(file)],
+                            f,
+                            &proxy.endpoint_url(),
+                            &bad_table.name,
+                        ),
+                    )
+                    .await
+                    .unwrap_or_else(|e| panic!("{name} ({broken:?}): {e}"));
+                    let after = proxy.stats();
+                    judge(
+                        &name,
+                        good_run,
+                        &bad_run.files[0],
+                        after.requests - before.requests,
+                        after.index_requests - before.index_requests,
+                        broken,
+                        &mut out,
+                    );
+                }
+            }
+            eprintln!(
+                "{broken:?}: {} of {} files stopped with an environment fault",
+                out.faults, out.files
+            );
+            (broken, out)
+        }
+    }))
+    .await;
     let problems: Vec<&String> = outcomes.iter().flat_map(|(_, o)| &o.problems).collect();
     assert!(
         problems.is_empty(),
