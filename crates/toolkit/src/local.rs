@@ -947,13 +947,15 @@ pub async fn start_with(
 /// Writes the class archive ([`ClassSharing`]) when there is none and no
 /// other process is writing it: an instance started to write it at exit,
 /// stopped once it answers (on the first compiler only: the archive serves
-/// either [`Jit`]). A failure is logged, and DynamoDB Local starts without
-/// the archive.
+/// either [`Jit`]). A failure is logged, DynamoDB Local starts without the
+/// archive, and a marker beside it (`.failed`) keeps later starts from
+/// trying again with this Java.
 async fn write_class_archive(installation: &Installation) {
     let Some(sharing) = &installation.class_sharing else {
         return;
     };
-    if sharing.archive.is_file() {
+    let failed = sharing.archive.with_extension("failed");
+    if sharing.archive.is_file() || failed.exists() {
         return;
     }
     let Some(_lock) = class_sharing::try_lock_archive(sharing) else {
@@ -989,9 +991,11 @@ async fn write_class_archive(installation: &Installation) {
         ),
         Err(e) => {
             let _ = fs::remove_file(&tmp);
+            let _ = fs::write(&failed, format!("{e}\n"));
             tracing::warn!(
                 archive = %sharing.archive.display(),
-                "DynamoDB Local starts without class-data sharing: {e}"
+                "DynamoDB Local starts without class-data sharing: {e} (delete {} to try again)",
+                failed.display()
             );
         }
     }
@@ -1572,5 +1576,51 @@ mod tests {
                 "/i/DynamoDBLocal.jar"
             ]
         );
+    }
+
+    #[test]
+    fn with_class_sharing_the_jvm_reads_the_archive_once_written_and_writes_it_when_asked() {
+        let dir = std::env::temp_dir().join(format!("local-args-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let archive = dir.join("jdk-x.jsa");
+        let installation = Installation {
+            dir: PathBuf::from("/i"),
+            jar: PathBuf::from("/i/DynamoDBLocal.jar"),
+            lib_dir: PathBuf::from("/i/DynamoDBLocal_lib"),
+            java: PathBuf::from("java"),
+            class_sharing: Some(ClassSharing {
+                class_path: OsString::from("/i/cds/DynamoDBLocal.jar:/i/DynamoDBLocal_lib/a.jar"),
+                main_class: "a.Main".to_owned(),
+                archive: archive.clone(),
+            }),
+        };
+        let args = |archive| {
+            installation
+                .java_args(Jit::Full, archive)
+                .into_iter()
+                .map(|a| a.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        let launch = [
+            "-cp",
+            "/i/cds/DynamoDBLocal.jar:/i/DynamoDBLocal_lib/a.jar",
+            "a.Main",
+        ];
+        let library = "-Djava.library.path=/i/DynamoDBLocal_lib";
+        // No archive yet: the same launch, without it.
+        assert_eq!(args(Archive::Read), [&[library][..], &launch].concat());
+        let tmp = dir.join("jdk-x.jsa.tmp-1");
+        let write = format!("-XX:ArchiveClassesAtExit={}", tmp.display());
+        assert_eq!(
+            args(Archive::Write(&tmp)),
+            [&[library, write.as_str()][..], &launch].concat()
+        );
+        fs::write(&archive, "archive").unwrap();
+        let read = format!("-XX:SharedArchiveFile={}", archive.display());
+        assert_eq!(
+            args(Archive::Read),
+            [&[library, read.as_str()][..], &launch].concat()
+        );
+        fs::remove_dir_all(&dir).unwrap();
     }
 }
