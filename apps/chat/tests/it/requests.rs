@@ -10,7 +10,7 @@ use chat_worker::keys::{self, ChatKind};
 use chat_worker::schema::Table;
 use support::*;
 use worker_engine::stream::StreamChange;
-use worker_testkit::workload::Seeded;
+use worker_testkit::workload::{Seeded, Write, apply_batched};
 
 const CREATED: &str = "2024-05-30T12:00:00Z";
 
@@ -285,10 +285,17 @@ async fn the_sparse_index_holds_only_pending_requests_after_a_shuffled_history()
         .collect();
     order = rng.shuffled(order);
     let mut next = vec![0; histories.len()];
+    let mut writes: Vec<(Table, Write)> = Vec::new();
     for h in order {
         let (t, item) = histories[h][next[h]].clone();
         next[h] += 1;
-        chat.put(t, item).await;
+        writes.push((t, Write::Put(item)));
+    }
+    // In that order, each table's run of writes in batches (each copy's
+    // writes in its order; the records are delivered shuffled below).
+    for run in writes.chunk_by(|a, b| a.0 == b.0) {
+        let w: Vec<Write> = run.iter().map(|(_, w)| w.clone()).collect();
+        apply_batched(chat.store(run[0].0), &w).await;
     }
     // The records delivered shuffled, some twice, in batches.
     let records = chat.read().await;

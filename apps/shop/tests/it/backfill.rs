@@ -14,7 +14,7 @@ use support::*;
 use worker_engine::EventFunction;
 use worker_engine::schedule::{JobRun, Tick, TickSource};
 use worker_engine::store::ItemReader;
-use worker_testkit::workload::{Seeded, apply};
+use worker_testkit::workload::{Seeded, apply_batched};
 use worker_testkit::{Drain, TestTable};
 
 fn run(deadline: Option<Instant>) -> JobRun<Job> {
@@ -35,11 +35,11 @@ async fn backfill_equals_the_streams_result_and_resumes() {
     let h = history(&mut Seeded::new(77), 600);
     let streamed = TestTable::with_schema(&schema()).await;
     let mut drain = Drain::new(&streamed).await;
-    apply(streamed.store.as_ref(), &h.writes).await;
+    apply_batched(streamed.store.as_ref(), &h.writes).await;
     drain.run(&app(streamed.store.clone())).await;
 
     let backfilled = TestTable::with_schema(&schema()).await;
-    apply(backfilled.store.as_ref(), &h.writes).await;
+    apply_batched(backfilled.store.as_ref(), &h.writes).await;
     let before = backfilled.snapshot().await;
     assert!(
         before
@@ -96,7 +96,7 @@ async fn backfill_equals_the_streams_result_and_resumes() {
 async fn the_command_line_backfills_a_table() {
     let h = history(&mut Seeded::new(8), 150);
     let table = TestTable::with_schema(&schema()).await;
-    apply(table.store.as_ref(), &h.writes).await;
+    apply_batched(table.store.as_ref(), &h.writes).await;
     let cli = worker_toolkit::cli::parse_from::<shop_cli::Shop, _, _>([
         "shop-worker",
         "backfill",

@@ -18,7 +18,7 @@ use worker_engine::EventFunction;
 use worker_engine::store::{Expr, ItemReader, ItemWriter};
 use worker_engine::stream::encode_event;
 use worker_testkit::recorded::Log;
-use worker_testkit::workload::{Seeded, apply};
+use worker_testkit::workload::{Seeded, apply_batched};
 use worker_testkit::{Drain, TestTable};
 use worker_toolkit::layers::RecordingStore;
 
@@ -43,7 +43,7 @@ async fn every_access_pattern_after_a_shuffled_redelivered_history() {
     let mut rng = Seeded::new(2024);
     let h = history(&mut rng, 2000);
     assert_eq!(h.writes.len(), 2000);
-    apply(table.store.as_ref(), &h.writes).await;
+    apply_batched(table.store.as_ref(), &h.writes).await;
     let records = drain.read().await;
     assert!(records.len() > 1900, "{} records", records.len());
     let delivered = rng.redelivered(records, 0.25);
