@@ -211,17 +211,17 @@ pub async fn every_fixture_stops_on_environment_faults<A: CliApp>(
     let outcomes = futures::future::join_all(Broken::ALL.map(|broken| {
         let (app, fixtures, good_runs) = (&app, &fixtures, &good_runs);
         async move {
+            let schema = match broken {
+                Broken::IndexesMissing => TableSchema {
+                    indexes: Vec::new(),
+                    local_indexes: Vec::new(),
+                    ..A::schema()
+                },
+                _ => A::schema(),
+            };
             let mut out = Outcome::default();
             for (f, good_runs) in fixtures.iter().zip(good_runs) {
                 // The broken table, behind a proxy that counts (and denies).
-                let schema = match broken {
-                    Broken::IndexesMissing => TableSchema {
-                        indexes: Vec::new(),
-                        local_indexes: Vec::new(),
-                        ..A::schema()
-                    },
-                    _ => A::schema(),
-                };
                 let bad_table = TestTable::with_schema(&schema).await;
                 let proxy = FaultProxy::start(&bad_table.endpoint, FaultConfig::none())
                     .await

@@ -8,8 +8,6 @@
 //! generator ([`Seeded`]), a write ([`Write`]) and how to perform writes
 //! ([`apply`], [`apply_batched`]).
 
-use std::collections::HashSet;
-
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -89,33 +87,34 @@ pub async fn apply(store: &dyn Store, writes: &[Write]) {
     }
 }
 
-/// Perform `writes` in order in BatchWriteItem requests of up to 25 writes
-/// of distinct keys (a write to a key already in the request starts the
-/// next one): every write lands and leaves its stream record, each key's in
-/// its order, in about a twentieth of [`apply`]'s requests. For a history
-/// whose records a test delivers in any order anyway: within one request,
-/// the order across keys is the store's.
+/// Perform `writes` in order, in runs of distinct keys (a write to a key
+/// already in the run starts the next one), each run one
+/// [`BatchWriter::batch_write`] (BatchWriteItem requests of 25): every
+/// write lands and leaves its stream record, each key's in its order, in
+/// about a twentieth of [`apply`]'s requests. For a history whose records a
+/// test delivers in any order anyway: within one request, the order across
+/// keys is the store's.
 pub async fn apply_batched(store: &DynamoStore, writes: &[Write]) {
     let (pk, sk) = store.key_attributes();
-    let mut request: Vec<WriteOp> = Vec::new();
-    let mut keys = HashSet::new();
+    let mut run: Vec<WriteOp> = Vec::new();
+    let mut keys = Vec::new();
     for w in writes {
         let (op, map) = match w {
             Write::Put(item) => (WriteOp::Put(item.clone()), item),
             Write::Delete(key) => (WriteOp::Delete(key.clone()), key),
         };
-        let key = format!("{:?}\u{1f}{:?}", map.get(pk), map.get(sk));
-        if request.len() == 25 || keys.contains(&key) {
-            send(store, std::mem::take(&mut request)).await;
+        let key = (map.get(pk), map.get(sk));
+        if keys.contains(&key) {
+            send(store, std::mem::take(&mut run)).await;
             keys.clear();
         }
-        keys.insert(key);
-        request.push(op);
+        keys.push(key);
+        run.push(op);
     }
-    send(store, request).await;
+    send(store, run).await;
 }
 
-/// One request of [`apply_batched`]: every op written (none collapsed).
+/// One run of [`apply_batched`]: every op written (none collapsed).
 async fn send(store: &DynamoStore, ops: Vec<WriteOp>) {
     if ops.is_empty() {
         return;
