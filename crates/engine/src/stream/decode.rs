@@ -696,7 +696,16 @@ fn parse_epoch_text(text: &str) -> Option<DateTime<Utc>> {
         return None;
     }
     let seconds: i64 = int.parse().ok()?;
-    let millis: u32 = format!("{:0<3}", &frac[..frac.len().min(3)]).parse().ok()?;
+    // The first three digits of the fraction, padded with zeros: `.5` is
+    // 500 ms, `.1239` 123 ms.
+    let millis = (0..3).fold(0, |millis, i| {
+        millis * 10 + frac.as_bytes().get(i).map_or(0, |d| u32::from(d - b'0'))
+    });
+    epoch_millis(seconds, millis)
+}
+
+/// `seconds` after the epoch and `millis` more, when chrono holds it.
+fn epoch_millis(seconds: i64, millis: u32) -> Option<DateTime<Utc>> {
     Utc.timestamp_opt(seconds, millis * 1_000_000).single()
 }
 
@@ -1541,7 +1550,21 @@ mod tests {
                 Some(v) => ddb.insert("ApproximateCreationDateTime".into(), v),
                 None => ddb.remove("ApproximateCreationDateTime"),
             };
-            ok(&r).approximate_creation
+            // The byte-level path reads the same time, or leaves the
+            // record to the `Value` path when that path rejects it.
+            let bytes = serde_json::to_vec(&json!({ "Records": [r.clone()] })).unwrap();
+            let direct = direct::decode(&bytes).map(|mut c| c.remove(0).approximate_creation);
+            match decode_record(0, &r) {
+                Ok(change) => {
+                    assert_eq!(direct, Some(change.approximate_creation), "{r}");
+                    change.approximate_creation
+                }
+                Err(e) => {
+                    assert_eq!(direct, None, "{r}");
+                    assert!(e.reason.contains("ApproximateCreationDateTime"), "{e}");
+                    None
+                }
+            }
         };
         let t = |ms: i64| Some(Utc.timestamp_millis_opt(ms).unwrap());
         assert_eq!(at(None), None);
@@ -1552,6 +1575,20 @@ mod tests {
         assert_eq!(at(Some(json!(1711143813.1239))), t(1_711_143_813_123));
         assert_eq!(at(Some(json!("1711143813"))), t(1_711_143_813_000));
         assert_eq!(at(Some(json!(1.711143813e9))), t(1_711_143_813_000));
+        assert_eq!(at(Some(json!(" 1711143813.2 "))), t(1_711_143_813_200));
+        assert_eq!(at(Some(json!(0))), t(0));
+        // Rejected by both paths: a sign, a number past chrono's range or
+        // an `i64`, a word.
+        for bad in [
+            json!(-5),
+            json!("-5"),
+            json!(i64::MAX),
+            json!(u64::MAX),
+            json!(1e30),
+            json!("soon"),
+        ] {
+            assert_eq!(at(Some(bad)), None);
+        }
     }
 
     #[test]

@@ -19,11 +19,12 @@ use std::borrow::Cow;
 use std::fmt;
 
 use aws_sdk_dynamodb::types::AttributeValue;
+use chrono::{DateTime, Utc};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{
     ChangeKind, MAX_ITEM_BYTES, STREAM_SOURCE, SequenceNumber, StreamChange, TTL_PRINCIPAL,
-    non_empty, parse_epoch_text,
+    epoch_millis, non_empty, parse_epoch_text,
 };
 use crate::item::Item;
 
@@ -251,7 +252,7 @@ struct Ddb {
     /// The outer `Option`: whether the field was there (`null` is `None`
     /// inside).
     sequence_number: Option<Option<SequenceNumber>>,
-    approximate_creation: Option<Option<chrono::DateTime<chrono::Utc>>>,
+    approximate_creation: Option<Option<DateTime<Utc>>>,
     size_bytes: Option<Option<i64>>,
 }
 
@@ -280,13 +281,7 @@ impl<'de> Visitor<'de> for DdbSeed {
                     once(&mut ddb.sequence_number, map.next_value_seed(SequenceSeed)?)?
                 }
                 "ApproximateCreationDateTime" => {
-                    let at = match map.next_value_seed(EpochSeed)? {
-                        None => None,
-                        Some(text) => match parse_epoch_text(&text) {
-                            Some(at) => Some(at),
-                            None => return fail("bad ApproximateCreationDateTime"),
-                        },
-                    };
+                    let at = map.next_value_seed(EpochSeed)?;
                     once(&mut ddb.approximate_creation, at)?;
                 }
                 "SizeBytes" => once(&mut ddb.size_bytes, map.next_value::<Option<i64>>()?)?,
@@ -325,19 +320,29 @@ impl<'de> Visitor<'de> for SequenceSeed {
     }
 }
 
-/// `ApproximateCreationDateTime` as the text [`parse_epoch_text`] reads:
-/// a number as `serde_json` prints it, a string trimmed; `null` is none.
+/// `ApproximateCreationDateTime`, read as [`parse_epoch_text`] reads its
+/// text (a number as `serde_json` prints it, a string trimmed): a whole
+/// number of seconds without that text; `null` is none.
 struct EpochSeed;
 
 impl<'de> DeserializeSeed<'de> for EpochSeed {
-    type Value = Option<String>;
+    type Value = Option<DateTime<Utc>>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
+impl EpochSeed {
+    fn parsed<E: de::Error>(at: Option<DateTime<Utc>>) -> Result<Option<DateTime<Utc>>, E> {
+        match at {
+            Some(at) => Ok(Some(at)),
+            None => fail("bad ApproximateCreationDateTime"),
+        }
+    }
+}
+
 impl<'de> Visitor<'de> for EpochSeed {
-    type Value = Option<String>;
+    type Value = Option<DateTime<Utc>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an epoch time")
     }
@@ -345,17 +350,19 @@ impl<'de> Visitor<'de> for EpochSeed {
         Ok(None)
     }
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-        Ok(Some(s.trim().to_owned()))
+        Self::parsed(parse_epoch_text(s.trim()))
     }
     fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
-        Ok(Some(n.to_string()))
+        // The text's reading takes the seconds as an `i64`.
+        Self::parsed(i64::try_from(n).ok().and_then(|s| epoch_millis(s, 0)))
     }
     fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
-        Ok(Some(n.to_string()))
+        // A negative number's text has a sign: not an epoch time.
+        Self::parsed((n >= 0).then(|| epoch_millis(n, 0)).flatten())
     }
     fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
         match serde_json::Number::from_f64(n) {
-            Some(n) => Ok(Some(n.to_string())),
+            Some(n) => Self::parsed(parse_epoch_text(&n.to_string())),
             None => fail("not a finite number"),
         }
     }
