@@ -1998,6 +1998,28 @@ mod tests {
                 .event_id,
             "y"
         );
+        // A repeated attribute name, in an image or in a nested map: the
+        // `Value` path keeps the last value.
+        for image in [
+            r#"{"PK": {"S": "a"}, "N": {"S": "1"}, "N": {"S": "2"}}"#,
+            r#"{"PK": {"S": "a"}, "M": {"M": {"N": {"S": "1"}, "N": {"S": "2"}}}}"#,
+        ] {
+            let event = format!(
+                r#"{{"Records": [{{"eventID": "x", "eventName": "INSERT",
+                "dynamodb": {{"Keys": {{"PK": {{"S": "a"}}}}, "NewImage": {image}}}}}]}}"#
+            );
+            assert_eq!(direct::decode(event.as_bytes()), None, "{image}");
+            let change = decode_event_bytes(event.as_bytes())
+                .unwrap()
+                .remove(0)
+                .unwrap();
+            let image = change.new_image.unwrap();
+            let two = AttributeValue::S("2".into());
+            match image.get("M") {
+                Some(AttributeValue::M(m)) => assert_eq!(m["N"], two),
+                _ => assert_eq!(image["N"], two),
+            }
+        }
         // Not UTF-8 (in a string): the `Value` path's error, as before.
         let latin1 = b"{\"Records\": [{\"eventID\": \"\xe9\", \"eventName\": \"REMOVE\",
             \"dynamodb\": {\"Keys\": {\"PK\": {\"S\": \"a\"}}}}]}";
