@@ -191,35 +191,47 @@ fn parse_uuid(what: &'static str, s: &str) -> Result<Uuid, KeyError> {
     if s.is_empty() {
         return Err(KeyError::Empty(what));
     }
-    if s.contains('#') {
-        return Err(KeyError::StrayHash {
-            what,
-            value: s.to_owned(),
-        });
+    if let Some(id) = canonical_uuid(s) {
+        return Ok(id);
     }
-    let bad = || KeyError::BadUuid {
-        what,
-        value: s.to_owned(),
+    // The canonical form holds no `#`: look for one only to say why not.
+    let value = s.to_owned();
+    Err(if s.contains('#') {
+        KeyError::StrayHash { what, value }
+    } else {
+        KeyError::BadUuid { what, value }
+    })
+}
+
+/// The value of each lowercase hex digit, 16 for any other byte.
+const HEX: [u8; 256] = {
+    let mut table = [16; 256];
+    let mut i = 0;
+    while i < 16 {
+        table[b"0123456789abcdef"[i] as usize] = i as u8;
+        i += 1;
+    }
+    table
+};
+
+/// The id in `s` when `s` is its canonical form: hyphens at 8, 13, 18 and
+/// 23, lowercase hex digits elsewhere (what parsing, then writing the id
+/// again and comparing, accepted: the tests hold the two side by side),
+/// read in the same pass, a table lookup per digit.
+fn canonical_uuid(s: &str) -> Option<Uuid> {
+    let b: &[u8; 36] = s.as_bytes().try_into().ok()?;
+    if [b[8], b[13], b[18], b[23]] != [b'-'; 4] {
+        return None;
+    }
+    let hex = |digits: &[u8], acc: u64| {
+        digits.iter().try_fold(acc, |acc, &c| {
+            let digit = HEX[usize::from(c)];
+            (digit < 16).then_some(acc << 4 | u64::from(digit))
+        })
     };
-    if s.len() != 36 {
-        return Err(bad());
-    }
-    // The canonical form is the whole check: hyphens at 8, 13, 18 and 23,
-    // lowercase hex digits elsewhere (what parsing, then writing the id
-    // again and comparing, accepted: the tests hold the two side by side),
-    // read in the same pass.
-    let mut value = 0u128;
-    for (i, b) in s.bytes().enumerate() {
-        let digit = match b {
-            b'-' if matches!(i, 8 | 13 | 18 | 23) => continue,
-            _ if matches!(i, 8 | 13 | 18 | 23) => return Err(bad()),
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => return Err(bad()),
-        };
-        value = value << 4 | u128::from(digit);
-    }
-    Ok(Uuid::from_u128(value))
+    let high = hex(&b[14..18], hex(&b[9..13], hex(&b[..8], 0)?)?)?;
+    let low = hex(&b[24..], hex(&b[19..23], 0)?)?;
+    Some(Uuid::from_u64_pair(high, low))
 }
 
 worker_engine::job_names! {
