@@ -6,7 +6,7 @@
 //! means UTC) and rejects anything else with a [`DateTimeError`];
 //! [`format()`] always writes the canonical form.
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Utc};
+use chrono::{DateTime, Datelike, NaiveDate, NaiveDateTime, NaiveTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serializer};
 
 /// A stored datetime that does not parse.
@@ -72,8 +72,18 @@ pub fn parse(value: &str) -> Result<DateTime<Utc>, DateTimeError> {
 
 /// The canonical stored form: `YYYY-MM-DDTHH:MM:SS.sssZ` (UTC, milliseconds).
 pub fn format(at: DateTime<Utc>) -> String {
-    at.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+    if (0..=9999).contains(&at.year()) {
+        // chrono's RFC 3339 writer gives the same text for four-digit
+        // years (the tests hold the two side by side), without parsing
+        // the pattern again on every call.
+        at.to_rfc3339_opts(SecondsFormat::Millis, true)
+    } else {
+        at.format(CANONICAL).to_string()
+    }
 }
+
+/// The canonical form as a `strftime` pattern.
+const CANONICAL: &str = "%Y-%m-%dT%H:%M:%S%.3fZ";
 
 /// A datetime read leniently from a string, without copying the string.
 struct Lenient(DateTime<Utc>);
@@ -183,6 +193,18 @@ mod tests {
     }
 
     #[test]
+    fn years_past_four_digits_are_written_as_the_pattern_writes_them() {
+        for year in [-1, 10_000] {
+            let at = Utc.with_ymd_and_hms(year, 1, 2, 3, 4, 5).unwrap();
+            assert_eq!(format(at), at.format(CANONICAL).to_string());
+        }
+        assert_eq!(
+            format(Utc.with_ymd_and_hms(10_000, 1, 2, 3, 4, 5).unwrap()),
+            "+10000-01-02T03:04:05.000Z"
+        );
+    }
+
+    #[test]
     fn writes_canonically() {
         let at = parse("3023-12-23T12:21:10.10").unwrap();
         assert_eq!(format(at), "3023-12-23T12:21:10.100Z");
@@ -199,6 +221,17 @@ mod tests {
             let s = format(at);
             prop_assert_eq!(s.len(), 24);
             prop_assert_eq!(parse(&s).unwrap(), at);
+        }
+
+        /// The RFC 3339 writer gives the pattern's text, leap seconds
+        /// included.
+        #[test]
+        fn written_as_the_pattern_writes(ms in 0i64..253_402_300_799_999, leap in any::<bool>()) {
+            let mut at = Utc.timestamp_millis_opt(ms).unwrap();
+            if leap {
+                at = at.with_second(59).unwrap().with_nanosecond(1_000_000_000 + at.nanosecond() % 1_000_000_000).unwrap();
+            }
+            prop_assert_eq!(format(at), at.format(CANONICAL).to_string());
         }
 
         #[test]
