@@ -339,6 +339,11 @@ fn run_block(name: &str, block: &Block) -> Vec<String> {
 
 #[test]
 fn every_console_block_of_the_documents_runs_as_written() {
+    // The blocks show a machine where DynamoDB Local is installed: its
+    // first use prints one more line, the install's (README.md says so).
+    // Installed here first, so that this test may be the first to use it.
+    worker_toolkit::local::ensure_installed(&worker_toolkit::local::default_install_dir())
+        .expect("DynamoDB Local installs");
     let mut ran = 0;
     let mut problems = Vec::new();
     for doc in documents() {
