@@ -226,10 +226,14 @@ mod tests {
         /// The RFC 3339 writer gives the pattern's text, leap seconds
         /// included.
         #[test]
-        fn written_as_the_pattern_writes(ms in 0i64..253_402_300_799_999, leap in any::<bool>()) {
+        fn written_as_the_pattern_writes(
+            ms in 0i64..253_402_300_799_999, leap in any::<bool>()
+        ) {
             let mut at = Utc.timestamp_millis_opt(ms).unwrap();
             if leap {
-                at = at.with_second(59).unwrap().with_nanosecond(1_000_000_000 + at.nanosecond() % 1_000_000_000).unwrap();
+                // A leap second: 59 s, and the nanoseconds past 10^9.
+                let nanos = 1_000_000_000 + at.nanosecond() % 1_000_000_000;
+                at = at.with_second(59).unwrap().with_nanosecond(nanos).unwrap();
             }
             prop_assert_eq!(format(at), at.format(CANONICAL).to_string());
         }
