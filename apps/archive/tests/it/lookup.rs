@@ -224,13 +224,16 @@ async fn two_files_of_a_new_day_on_two_shards_are_both_listed() {
     let (one, two) = (app(gate.clone()), app(gate.clone()));
     tokio::join!(deliver(&one, &records[..1]), deliver(&two, &records[1..]));
 
+    // What is listed first, then how it came about: a failure of the count
+    // alone says that the two reads were not made to race, not that an
+    // update was lost.
+    assert_eq!(walk(store).await, BTreeSet::from([earlier, a, b]));
+    assert_eq!(lookup_items(store).await, expected_lookup([earlier, a, b]));
     assert_eq!(
         gate.writes.load(Ordering::SeqCst),
         3,
         "both wrote, one wrote again"
     );
-    assert_eq!(walk(store).await, BTreeSet::from([earlier, a, b]));
-    assert_eq!(lookup_items(store).await, expected_lookup([earlier, a, b]));
 }
 
 /// Right before the month item is deleted, another shard lists a new file
