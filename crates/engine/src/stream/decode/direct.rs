@@ -405,21 +405,16 @@ impl<'de> Visitor<'de> for Section<'_> {
     fn visit_unit<E: de::Error>(self) -> Result<Sized<Item>, E> {
         Ok((Item::new(), 0))
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Sized<Item>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Sized<Item>, A::Error> {
         let attributes = self.0;
         attributes.clear();
-        let mut size = 0;
-        while let Some(name) = map.next_key::<String>()? {
-            let (value, value_size) = map.next_value_seed(AttributeSeed)?;
-            size += name.len() + value_size;
+        let size = read_attributes(map, |name, value| {
             attributes.push((name, value));
-        }
+            Ok(())
+        })?;
         let mut item = Item::with_capacity(attributes.len());
         for (name, value) in attributes.drain(..) {
-            // A repeated name (the `Value` path keeps the last one).
-            if item.insert(name, value).is_some() {
-                return fail("duplicate attribute");
-            }
+            insert(&mut item, name, value)?;
         }
         Ok((item, size))
     }
@@ -442,18 +437,34 @@ impl<'de> Visitor<'de> for MapSeed {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a map")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Sized<Item>, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Sized<Item>, A::Error> {
         let mut item = Item::with_capacity(map.size_hint().unwrap_or(7));
-        let mut size = 0;
-        while let Some(name) = map.next_key::<String>()? {
-            let (value, value_size) = map.next_value_seed(AttributeSeed)?;
-            size += name.len() + value_size;
-            // A repeated name (the `Value` path keeps the last one).
-            if item.insert(name, value).is_some() {
-                return fail("duplicate attribute");
-            }
-        }
+        let size = read_attributes(map, |name, value| insert(&mut item, name, value))?;
         Ok((item, size))
+    }
+}
+
+/// Each attribute of a section or an `M` value, given to `each` as it is
+/// read; their size as [`super::item_size`] counts it.
+fn read_attributes<'de, A: MapAccess<'de>>(
+    mut map: A,
+    mut each: impl FnMut(String, AttributeValue) -> Result<(), A::Error>,
+) -> Result<usize, A::Error> {
+    let mut size = 0;
+    while let Some(name) = map.next_key::<String>()? {
+        let (value, value_size) = map.next_value_seed(AttributeSeed)?;
+        size += name.len() + value_size;
+        each(name, value)?;
+    }
+    Ok(size)
+}
+
+/// `item` with one more attribute; a repeated name fails (the `Value` path
+/// keeps the last one).
+fn insert<E: de::Error>(item: &mut Item, name: String, value: AttributeValue) -> Result<(), E> {
+    match item.insert(name, value) {
+        Some(_) => fail("duplicate attribute"),
+        None => Ok(()),
     }
 }
 
