@@ -168,6 +168,11 @@ pub fn ensure_installed(dir: &Path) -> Result<PathBuf, MotoError> {
 }
 
 /// A moto server of this process's own, on a free loopback port.
+///
+/// The port is free when chosen, but another process (a DynamoDB Local of
+/// the test kit's pool, another test binary's moto) may bind it before
+/// moto does; moto then exits, and the start is tried again on another port
+/// (up to 3 attempts).
 pub async fn start() -> Result<Moto, MotoError> {
     let dir = install_dir();
     let python = tokio::task::spawn_blocking(move || ensure_installed(&dir))
@@ -176,23 +181,47 @@ pub async fn start() -> Result<Moto, MotoError> {
             dir: install_dir().display().to_string(),
             reason: e.to_string(),
         })??;
-    let port = free_port().map_err(|e| MotoError::Start {
-        reason: format!("no free port: {e}"),
-        log: String::new(),
-        tail: String::new(),
-    })?;
+    let mut attempt = 1;
+    loop {
+        let port = free_port().map_err(|e| MotoError::Start {
+            reason: format!("no free port: {e}"),
+            log: String::new(),
+            tail: String::new(),
+        })?;
+        match start_on(&python, port).await {
+            Err(Started::PortTaken(err)) if attempt < 3 => {
+                eprintln!("port taken while starting moto; retrying: {err}");
+                attempt += 1;
+            }
+            Err(Started::PortTaken(err) | Started::Failed(err)) => return Err(err),
+            Ok(moto) => return Ok(moto),
+        }
+    }
+}
+
+/// Why one attempt of [`start`] failed.
+enum Started {
+    /// Another process bound the port first.
+    PortTaken(MotoError),
+    Failed(MotoError),
+}
+
+/// moto on `port`, once it answers there.
+async fn start_on(python: &Path, port: u16) -> Result<Moto, Started> {
     let log_path =
         std::env::temp_dir().join(format!("worker-moto-{}-{port}.log", std::process::id()));
-    let start_error = |reason: String, log_path: &Path| MotoError::Start {
-        reason,
-        log: log_path.display().to_string(),
-        tail: fs::read_to_string(log_path)
-            .unwrap_or_default()
-            .lines()
-            .rev()
-            .take(10)
-            .collect::<Vec<_>>()
-            .join(" | "),
+    let start_error = |reason: String, log_path: &Path| {
+        let log = fs::read_to_string(log_path).unwrap_or_default();
+        let err = MotoError::Start {
+            reason,
+            log: log_path.display().to_string(),
+            tail: log.lines().rev().take(10).collect::<Vec<_>>().join(" | "),
+        };
+        if log.contains("Address already in use") {
+            Started::PortTaken(err)
+        } else {
+            Started::Failed(err)
+        }
     };
     let log = File::create(&log_path).map_err(|e| start_error(e.to_string(), &log_path))?;
     let args: Vec<OsString> = ["-m", "moto.server", "-H", "127.0.0.1", "-p"]
@@ -200,7 +229,7 @@ pub async fn start() -> Result<Moto, MotoError> {
         .map(OsString::from)
         .chain([port.to_string().into()])
         .collect();
-    let mut process = Watched::spawn(&python, &args, &std::env::temp_dir(), log)
+    let mut process = Watched::spawn(python, &args, &std::env::temp_dir(), log)
         .map_err(|reason| start_error(reason, &log_path))?;
     let deadline = Instant::now() + READY_TIMEOUT;
     loop {
@@ -262,7 +291,9 @@ fn free_port() -> io::Result<u16> {
         .port())
 }
 
-/// Any HTTP answer to `GET /moto-api/` means the server is up.
+/// The server is up when `GET /moto-api/` answers with moto's dashboard.
+/// Any HTTP answer is not enough: until moto binds its port, another
+/// process that took it meanwhile (a DynamoDB Local) may answer there.
 fn http_probe(port: u16) -> io::Result<()> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
@@ -271,18 +302,63 @@ fn http_probe(port: u16) -> io::Result<()> {
         stream,
         "GET /moto-api/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
     )?;
-    let mut head = [0u8; 8];
-    stream.read_exact(&mut head)?;
-    if head.starts_with(b"HTTP/1.") {
+    let mut answer = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut answer)?;
+    if answers_as_moto(&answer) {
         Ok(())
     } else {
-        Err(io::Error::new(io::ErrorKind::InvalidData, "not HTTP"))
+        Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "the port answers, but not as moto",
+        ))
     }
+}
+
+/// `200 OK` and moto's dashboard page.
+fn answers_as_moto(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    text.starts_with("HTTP/1.1 200") && text.contains("<title>Moto</title>")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A port another server took before moto could bind it is told apart
+    /// from moto's: moto exits on the port in use, and [`start`] tries
+    /// another port, instead of handing out the other server's endpoint.
+    #[tokio::test]
+    async fn a_port_taken_by_dynamodb_local_is_not_taken_for_moto() {
+        let ddb = worker_toolkit::local::shared()
+            .await
+            .expect("DynamoDB Local");
+        let python = ensure_installed(&install_dir()).expect("moto installed");
+        match start_on(&python, ddb.port()).await {
+            Err(Started::PortTaken(_)) => {}
+            Err(Started::Failed(err)) => panic!("not seen as the port taken: {err}"),
+            Ok(moto) => panic!("DynamoDB Local taken for moto at {}", moto.endpoint_url()),
+        }
+    }
+
+    #[test]
+    fn only_moto_s_dashboard_tells_that_moto_is_up() {
+        assert!(answers_as_moto(MOTO_DASHBOARD.as_bytes()));
+        assert!(!answers_as_moto(DYNAMODB_LOCAL_REFUSAL.as_bytes()));
+        assert!(!answers_as_moto(
+            b"HTTP/1.1 404 Not Found\r\n\r\n<title>Moto</title>"
+        ));
+        assert!(!answers_as_moto(b""));
+    }
+
+    /// moto's answer to `GET /moto-api/` (moto 5.2.5), shortened.
+    const MOTO_DASHBOARD: &str = "HTTP/1.1 200 OK\r\nServer: Werkzeug/3.1.9 Python/3.11.7\r\n\
+        Content-Type: text/html; charset=utf-8\r\nConnection: close\r\n\r\n\n<!DOCTYPE html>\n\
+        <html lang=\"en\" data-bs-theme=\"light\">\n<head>\n  <title>Moto</title>\n</head>";
+    /// DynamoDB Local's answer to the same request.
+    const DYNAMODB_LOCAL_REFUSAL: &str = "HTTP/1.1 400 Bad Request\r\nServer: Jetty(12.0.31)\r\n\
+        Content-Type: application/x-amz-json-1.0\r\nConnection: close\r\n\r\n\
+        {\"__type\":\"com.amazonaws.dynamodb.v20120810#MissingAuthenticationToken\",\
+        \"Message\":\"Request must contain either a valid (registered) AWS access key ID or X.509 certificate.\"}";
 
     /// The server answers each service the worker uses, as AWS would.
     #[tokio::test]

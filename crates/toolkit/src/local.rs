@@ -1129,7 +1129,11 @@ async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Fa
     }
 }
 
-/// Sends an unsigned `ListTables` request; any HTTP response means the server is up.
+/// Sends an unsigned `ListTables` request: the server is up when it answers
+/// as DynamoDB Local does ([`answers_as_dynamodb_local`]). Any HTTP answer
+/// is not enough: until the JVM binds its port, another process that took
+/// the port meanwhile may answer there (a moto server answers every
+/// request), and the JVM then exits on the port being in use.
 fn http_probe(port: u16) -> io::Result<()> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
@@ -1144,22 +1148,23 @@ fn http_probe(port: u16) -> io::Result<()> {
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
-    let mut head = [0u8; 16];
-    let mut filled = 0;
-    while filled < head.len() {
-        match stream.read(&mut head[filled..])? {
-            0 => break,
-            n => filled += n,
-        }
-    }
-    if head[..filled].starts_with(b"HTTP/1.") {
+    let mut answer = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut answer)?;
+    if answers_as_dynamodb_local(&answer) {
         Ok(())
     } else {
         Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "not an HTTP response",
+            "the port answers, but not as DynamoDB Local",
         ))
     }
+}
+
+/// DynamoDB Local refuses an unsigned request in DynamoDB's JSON protocol:
+/// `MissingAuthenticationToken`. (moto, for one, answers it as S3, in XML.)
+fn answers_as_dynamodb_local(answer: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(answer);
+    text.starts_with("HTTP/1.") && text.contains("#MissingAuthenticationToken")
 }
 
 /// A DynamoDB Local that outlives the command that started it (`<app> local
@@ -1623,4 +1628,52 @@ mod tests {
         );
         fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// A port another server took before the JVM could bind it is told
+    /// apart from DynamoDB Local's: the JVM exits on the port in use (and
+    /// [`start_with`] tries another), instead of the other server's endpoint
+    /// being handed out as DynamoDB Local's.
+    #[tokio::test]
+    async fn a_port_taken_by_another_server_is_not_taken_for_dynamodb_local() {
+        // Another HTTP server (as moto does, it answers every request).
+        let other = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = other.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut stream in other.incoming().flatten() {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(MOTO_S3_ANSWER.as_bytes());
+            }
+        });
+        let installation = ensure_installed(&default_install_dir()).expect("DynamoDB Local");
+        let handle = spawn_java(&installation, port, Jit::Quick, Archive::Read).unwrap();
+        match wait_until_ready(handle).await {
+            Err(Failure::PortInUse(_)) => {}
+            Err(Failure::Fatal(err)) => panic!("not seen as the port taken: {err}"),
+            Ok(ddb) => panic!(
+                "another server taken for DynamoDB Local at {}",
+                ddb.endpoint_url()
+            ),
+        }
+    }
+
+    #[test]
+    fn only_dynamodb_local_s_refusal_tells_that_it_is_up() {
+        assert!(answers_as_dynamodb_local(DYNAMODB_LOCAL_REFUSAL.as_bytes()));
+        assert!(!answers_as_dynamodb_local(MOTO_S3_ANSWER.as_bytes()));
+        assert!(!answers_as_dynamodb_local(b"HTTP/1.1 200 OK\r\n\r\n"));
+        assert!(!answers_as_dynamodb_local(b""));
+    }
+
+    /// DynamoDB Local's answer to the probe's unsigned `ListTables`.
+    const DYNAMODB_LOCAL_REFUSAL: &str = "HTTP/1.1 400 Bad Request\r\nServer: Jetty(12.0.31)\r\n\
+        Content-Type: application/x-amz-json-1.0\r\nContent-Length: 173\r\nConnection: close\r\n\r\n\
+        {\"__type\":\"com.amazonaws.dynamodb.v20120810#MissingAuthenticationToken\",\
+        \"Message\":\"Request must contain either a valid (registered) AWS access key ID or X.509 certificate.\"}";
+    /// moto's answer to the same request (moto 5.2.5): S3's bucket list.
+    const MOTO_S3_ANSWER: &str = "HTTP/1.1 200 OK\r\nServer: Werkzeug/3.1.9 Python/3.11.7\r\n\
+        Content-Type: application/xml\r\nContent-Length: 236\r\nConnection: close\r\n\r\n\
+        <?xml version=\"1.0\" encoding=\"utf-8\"?>\n<ListAllMyBucketsResult \
+        xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Buckets/><Owner><DisplayName>webfile</DisplayName>\
+        <ID>bcaf1ffd86f41161ca5fb16fd081034f</ID></Owner></ListAllMyBucketsResult>";
 }
