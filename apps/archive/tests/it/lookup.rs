@@ -168,8 +168,10 @@ async fn removing_every_file_of_a_day_removes_the_day_and_the_levels_it_leaves_e
     assert!(walk(store).await.is_empty());
 }
 
-/// Lets the first two reads of one key through only together: two
-/// workers then both see the item as it was before either wrote.
+/// Answers the first two reads of one key only together, once both have
+/// been read: two workers then both see the item as it was before either
+/// wrote. (Gated before the read, a worker slowed down under load could
+/// read after the other had written: then only two writes.)
 struct ReadTogether {
     inner: Arc<dyn Store>,
     key: Key,
@@ -187,7 +189,9 @@ impl Store for ReadTogether {
             _ => false,
         };
         if reads && self.waiting.fetch_add(1, Ordering::SeqCst) < 2 {
+            let read = self.inner.call(request).await;
             self.gate.wait().await;
+            return read;
         }
         let writes = match &request {
             Request::Update { key, .. } | Request::Delete { key, .. } => *key == &self.key,
