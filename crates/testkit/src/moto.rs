@@ -328,15 +328,22 @@ mod tests {
     /// from moto's: moto exits on the port in use, and [`start`] tries
     /// another port, instead of handing out the other server's endpoint.
     #[tokio::test]
-    async fn a_port_taken_by_dynamodb_local_is_not_taken_for_moto() {
-        let ddb = worker_toolkit::local::shared()
-            .await
-            .expect("DynamoDB Local");
+    async fn a_port_taken_by_another_server_is_not_taken_for_moto() {
+        // Another HTTP server (a DynamoDB Local of the pool, as it answers).
+        let other = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let port = other.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            for mut stream in other.incoming().flatten() {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(DYNAMODB_LOCAL_REFUSAL.as_bytes());
+            }
+        });
         let python = ensure_installed(&install_dir()).expect("moto installed");
-        match start_on(&python, ddb.port()).await {
+        match start_on(&python, port).await {
             Err(Started::PortTaken(_)) => {}
             Err(Started::Failed(err)) => panic!("not seen as the port taken: {err}"),
-            Ok(moto) => panic!("DynamoDB Local taken for moto at {}", moto.endpoint_url()),
+            Ok(moto) => panic!("another server taken for moto at {}", moto.endpoint_url()),
         }
     }
 
