@@ -409,6 +409,24 @@ pub async fn lease_local() -> LocalLease {
     lease
 }
 
+/// A loopback port held by another HTTP server, which answers every
+/// request with `answer` (and stays up for the process): what a server's
+/// start finds when another process bound the free port it had chosen.
+pub fn port_held_by(answer: &'static str) -> u16 {
+    use std::io::{Read, Write};
+    let other = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))
+        .expect("a free loopback port");
+    let port = other.local_addr().expect("its address").port();
+    std::thread::spawn(move || {
+        for mut stream in other.incoming().flatten() {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request);
+            let _ = stream.write_all(answer.as_bytes());
+        }
+    });
+    port
+}
+
 /// DynamoDB JSON to an item.
 pub fn ddb(v: Value) -> Item {
     let item: serde_dynamo::Item = serde_json::from_value(v).expect("DynamoDB JSON item");

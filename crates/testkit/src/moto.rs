@@ -20,13 +20,13 @@
 
 use std::ffi::OsString;
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io;
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
 
-use worker_toolkit::local::Watched;
+use worker_toolkit::local::{Watched, http_answer};
 
 /// The moto release the tests run against (bump on purpose).
 pub const MOTO_VERSION: &str = "5.2.5";
@@ -295,16 +295,9 @@ fn free_port() -> io::Result<u16> {
 /// Any HTTP answer is not enough: until moto binds its port, another
 /// process that took it meanwhile (a DynamoDB Local) may answer there.
 fn http_probe(port: u16) -> io::Result<()> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(
-        stream,
-        "GET /moto-api/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut answer = Vec::new();
-    stream.take(64 * 1024).read_to_end(&mut answer)?;
-    if answers_as_moto(&answer) {
+    let request =
+        format!("GET /moto-api/ HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n");
+    if answers_as_moto(&http_answer(port, &request)?) {
         Ok(())
     } else {
         Err(io::Error::new(
@@ -330,15 +323,7 @@ mod tests {
     #[tokio::test]
     async fn a_port_taken_by_another_server_is_not_taken_for_moto() {
         // Another HTTP server (a DynamoDB Local of the pool, as it answers).
-        let other = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = other.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            for mut stream in other.incoming().flatten() {
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request);
-                let _ = stream.write_all(DYNAMODB_LOCAL_REFUSAL.as_bytes());
-            }
-        });
+        let port = crate::port_held_by(DYNAMODB_LOCAL_REFUSAL);
         let python = ensure_installed(&install_dir()).expect("moto installed");
         match start_on(&python, port).await {
             Err(Started::PortTaken(_)) => {}

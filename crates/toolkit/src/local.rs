@@ -1135,22 +1135,15 @@ async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Fa
 /// the port meanwhile may answer there (a moto server answers every
 /// request), and the JVM then exits on the port being in use.
 fn http_probe(port: u16) -> io::Result<()> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
-    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     let body = "{}";
-    write!(
-        stream,
+    let request = format!(
         "POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\
          Content-Type: application/x-amz-json-1.0\r\n\
          X-Amz-Target: DynamoDB_20120810.ListTables\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )?;
-    let mut answer = Vec::new();
-    stream.take(64 * 1024).read_to_end(&mut answer)?;
-    if answers_as_dynamodb_local(&answer) {
+    );
+    if answers_as_dynamodb_local(&http_answer(port, &request)?) {
         Ok(())
     } else {
         Err(io::Error::new(
@@ -1158,6 +1151,20 @@ fn http_probe(port: u16) -> io::Result<()> {
             "the port answers, but not as DynamoDB Local",
         ))
     }
+}
+
+/// The answer of the server on `127.0.0.1:port` to one HTTP `request`
+/// (which asks to close the connection), up to 64 KiB: what a readiness
+/// probe reads to tell its server from another that took the port.
+pub fn http_answer(port: u16, request: &str) -> io::Result<Vec<u8>> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(request.as_bytes())?;
+    let mut answer = Vec::new();
+    stream.take(64 * 1024).read_to_end(&mut answer)?;
+    Ok(answer)
 }
 
 /// DynamoDB Local refuses an unsigned request in DynamoDB's JSON protocol:
@@ -1636,15 +1643,7 @@ mod tests {
     #[tokio::test]
     async fn a_port_taken_by_another_server_is_not_taken_for_dynamodb_local() {
         // Another HTTP server (as moto does, it answers every request).
-        let other = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        let port = other.local_addr().unwrap().port();
-        std::thread::spawn(move || {
-            for mut stream in other.incoming().flatten() {
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request);
-                let _ = stream.write_all(MOTO_S3_ANSWER.as_bytes());
-            }
-        });
+        let port = worker_testkit::port_held_by(MOTO_S3_ANSWER);
         let installation = ensure_installed(&default_install_dir()).expect("DynamoDB Local");
         let handle = spawn_java(&installation, port, Jit::Quick, Archive::Read).unwrap();
         match wait_until_ready(handle).await {
