@@ -195,6 +195,19 @@ pub enum LocalError {
         version: String,
     },
 
+    /// `local start`'s port is held by another process.
+    #[error(
+        "port {port} is already in use by another process: choose another with --port, or stop \
+         that process (DynamoDB Local's log: {})",
+        log_path.display()
+    )]
+    PortInUse {
+        /// The port asked for.
+        port: u16,
+        /// The log file with the JVM's stdout and stderr.
+        log_path: PathBuf,
+    },
+
     /// The JVM was spawned but DynamoDB Local did not come up.
     #[error(
         "DynamoDB Local failed to start: {reason}. Full log: {}\n\
@@ -1313,12 +1326,15 @@ impl Server {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if !process_alive(self.pid) {
-                let log = read_log_tail(&self.log);
-                return Err(failed(if log_shows_port_in_use(&log) {
-                    format!("port {port} is already in use (choose another with --port)")
-                } else {
-                    "the JVM exited before accepting connections".to_owned()
-                }));
+                if log_shows_port_in_use(&read_log_tail(&self.log)) {
+                    return Err(LocalError::PortInUse {
+                        port,
+                        log_path: self.log.clone(),
+                    });
+                }
+                return Err(failed(
+                    "the JVM exited before accepting connections".to_owned(),
+                ));
             }
             let answered = tokio::task::spawn_blocking(move || http_probe(port))
                 .await
@@ -1654,6 +1670,30 @@ mod tests {
                 ddb.endpoint_url()
             ),
         }
+    }
+
+    /// `local start` on a port another process holds says so, and what to
+    /// do, instead of taking that process for DynamoDB Local.
+    #[tokio::test]
+    async fn local_start_on_a_taken_port_says_to_choose_another() {
+        let port = worker_testkit::port_held_by(MOTO_S3_ANSWER);
+        let dir = TempTree::new("taken-port");
+        let installation = ensure_installed(&default_install_dir()).expect("DynamoDB Local");
+        let server = Server::spawn(&dir.0, &installation, port, None).unwrap();
+        let err = server
+            .wait_until_answering()
+            .await
+            .expect_err("the port is taken");
+        assert!(
+            matches!(err, LocalError::PortInUse { port: p, .. } if p == port),
+            "{err}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("port {port} is already in use")),
+            "{text}"
+        );
+        assert!(text.contains("choose another with --port"), "{text}");
     }
 
     #[test]
