@@ -460,7 +460,10 @@ fn read_attributes<'de, A: MapAccess<'de>>(
 }
 
 /// `item` with one more attribute; a repeated name fails (the `Value` path
-/// keeps the last one).
+/// keeps the last one). Inlined, as it was before it was shared: called
+/// once per attribute, it cost 0.6% more instructions on the decide
+/// benchmark's main path (`scripts/bench-instructions`).
+#[inline(always)]
 fn insert<E: de::Error>(item: &mut Item, name: String, value: AttributeValue) -> Result<(), E> {
     match item.insert(name, value) {
         Some(_) => fail("duplicate attribute"),
