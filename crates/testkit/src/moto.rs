@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 use std::time::{Duration, Instant};
 
-use worker_toolkit::local::{Watched, http_answer};
+use worker_toolkit::local::{PortStart, Watched, http_answer, start_on_free_port};
 
 /// The moto release the tests run against (bump on purpose).
 pub const MOTO_VERSION: &str = "5.2.5";
@@ -181,33 +181,21 @@ pub async fn start() -> Result<Moto, MotoError> {
             dir: install_dir().display().to_string(),
             reason: e.to_string(),
         })??;
-    let mut attempt = 1;
-    loop {
-        let port = free_port().map_err(|e| MotoError::Start {
-            reason: format!("no free port: {e}"),
-            log: String::new(),
-            tail: String::new(),
-        })?;
-        match start_on(&python, port).await {
-            Err(Started::PortTaken(err)) if attempt < 3 => {
-                eprintln!("port taken while starting moto; retrying: {err}");
-                attempt += 1;
-            }
-            Err(Started::PortTaken(err) | Started::Failed(err)) => return Err(err),
-            Ok(moto) => return Ok(moto),
-        }
-    }
-}
-
-/// Why one attempt of [`start`] failed.
-enum Started {
-    /// Another process bound the port first.
-    PortTaken(MotoError),
-    Failed(MotoError),
+    let no_port = |e: io::Error| MotoError::Start {
+        reason: format!("no free port: {e}"),
+        log: String::new(),
+        tail: String::new(),
+    };
+    start_on_free_port(
+        "moto",
+        || free_port().map_err(no_port),
+        |port| start_on(&python, port),
+    )
+    .await
 }
 
 /// moto on `port`, once it answers there.
-async fn start_on(python: &Path, port: u16) -> Result<Moto, Started> {
+async fn start_on(python: &Path, port: u16) -> Result<Moto, PortStart<MotoError>> {
     let log_path =
         std::env::temp_dir().join(format!("worker-moto-{}-{port}.log", std::process::id()));
     let start_error = |reason: String, log_path: &Path| {
@@ -218,9 +206,9 @@ async fn start_on(python: &Path, port: u16) -> Result<Moto, Started> {
             tail: log.lines().rev().take(10).collect::<Vec<_>>().join(" | "),
         };
         if log.contains("Address already in use") {
-            Started::PortTaken(err)
+            PortStart::Taken(err)
         } else {
-            Started::Failed(err)
+            PortStart::Failed(err)
         }
     };
     let log = File::create(&log_path).map_err(|e| start_error(e.to_string(), &log_path))?;
@@ -326,8 +314,8 @@ mod tests {
         let port = crate::port_held_by(DYNAMODB_LOCAL_REFUSAL);
         let python = ensure_installed(&install_dir()).expect("moto installed");
         match start_on(&python, port).await {
-            Err(Started::PortTaken(_)) => {}
-            Err(Started::Failed(err)) => panic!("not seen as the port taken: {err}"),
+            Err(PortStart::Taken(_)) => {}
+            Err(PortStart::Failed(err)) => panic!("not seen as the port taken: {err}"),
             Ok(moto) => panic!("another server taken for moto at {}", moto.endpoint_url()),
         }
     }

@@ -929,30 +929,58 @@ pub async fn start_with(
     jit: Jit,
 ) -> Result<DynamoDbLocal, LocalError> {
     write_class_archive(installation).await;
+    start_on_free_port("DynamoDB Local", free_port, |port| async move {
+        let started = Instant::now();
+        let handle =
+            spawn_java(installation, port, jit, Archive::Read).map_err(PortStart::Failed)?;
+        let handle = wait_until_ready(handle).await?;
+        tracing::info!(
+            port,
+            pid = handle.pid(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "DynamoDB Local is ready"
+        );
+        Ok(handle)
+    })
+    .await
+}
+
+/// Why a server's start on a chosen port failed ([`start_on_free_port`]).
+#[derive(Debug)]
+pub enum PortStart<E> {
+    /// Another process bound the port first: another port may do.
+    Taken(E),
+    /// Any other failure.
+    Failed(E),
+}
+
+/// `start` a server (named `server` in the log) on a port `free_port`
+/// chooses. The port is free when chosen, but another process may bind it
+/// before the server does: then the start is tried again on another port,
+/// three attempts in all.
+pub async fn start_on_free_port<T, E, Fut>(
+    server: &str,
+    free_port: impl Fn() -> Result<u16, E>,
+    mut start: impl FnMut(u16) -> Fut,
+) -> Result<T, E>
+where
+    E: std::fmt::Display,
+    Fut: Future<Output = Result<T, PortStart<E>>>,
+{
     let mut attempt = 1;
     loop {
         let port = free_port()?;
-        let started = Instant::now();
-        let handle = spawn_java(installation, port, jit, Archive::Read)?;
-        match wait_until_ready(handle).await {
-            Ok(handle) => {
-                tracing::info!(
-                    port,
-                    pid = handle.pid(),
-                    elapsed_ms = started.elapsed().as_millis() as u64,
-                    "DynamoDB Local is ready"
-                );
-                return Ok(handle);
-            }
-            Err(Failure::PortInUse(err)) if attempt < PORT_ATTEMPTS => {
+        match start(port).await {
+            Ok(started) => return Ok(started),
+            Err(PortStart::Taken(err)) if attempt < PORT_ATTEMPTS => {
                 tracing::warn!(
                     port,
                     attempt,
-                    "port taken while starting DynamoDB Local; retrying: {err}"
+                    "port taken while starting {server}; retrying: {err}"
                 );
                 attempt += 1;
             }
-            Err(Failure::PortInUse(err) | Failure::Fatal(err)) => return Err(err),
+            Err(PortStart::Taken(err) | PortStart::Failed(err)) => return Err(err),
         }
     }
 }
@@ -985,7 +1013,7 @@ async fn write_class_archive(installation: &Installation) {
         let port = free_port()?;
         let handle = spawn_java(installation, port, Jit::Quick, Archive::Write(&tmp))?;
         let handle = wait_until_ready(handle).await.map_err(|f| match f {
-            Failure::PortInUse(e) | Failure::Fatal(e) => e,
+            PortStart::Taken(e) | PortStart::Failed(e) => e,
         })?;
         // Stopped with TERM: the JVM writes the archive as it exits.
         drop(handle);
@@ -1095,12 +1123,9 @@ fn spawn_java(
     })
 }
 
-enum Failure {
-    PortInUse(LocalError),
-    Fatal(LocalError),
-}
-
-async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Failure> {
+async fn wait_until_ready(
+    mut handle: DynamoDbLocal,
+) -> Result<DynamoDbLocal, PortStart<LocalError>> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let port = handle.port;
     loop {
@@ -1109,7 +1134,7 @@ async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Fa
             .unwrap_or_default();
         if log_shows_port_in_use(&log) {
             let reason = format!("port {port} is already in use");
-            return Err(Failure::PortInUse(handle.start_failed(reason)));
+            return Err(PortStart::Taken(handle.start_failed(reason)));
         }
         let Some(process) = handle.process.as_mut() else {
             return Ok(handle);
@@ -1120,9 +1145,9 @@ async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Fa
             let port_in_use = log_shows_port_in_use(&read_log_tail(&handle.log_path));
             let err = handle.start_failed(format!("{why} before accepting connections"));
             return Err(if port_in_use {
-                Failure::PortInUse(err)
+                PortStart::Taken(err)
             } else {
-                Failure::Fatal(err)
+                PortStart::Failed(err)
             });
         }
         let answered = tokio::task::spawn_blocking(move || http_probe(port))
@@ -1136,7 +1161,7 @@ async fn wait_until_ready(mut handle: DynamoDbLocal) -> Result<DynamoDbLocal, Fa
                 "it did not answer HTTP on port {port} within {} s",
                 READY_TIMEOUT.as_secs()
             );
-            return Err(Failure::Fatal(handle.start_failed(reason)));
+            return Err(PortStart::Failed(handle.start_failed(reason)));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -1663,8 +1688,8 @@ mod tests {
         let installation = ensure_installed(&default_install_dir()).expect("DynamoDB Local");
         let handle = spawn_java(&installation, port, Jit::Quick, Archive::Read).unwrap();
         match wait_until_ready(handle).await {
-            Err(Failure::PortInUse(_)) => {}
-            Err(Failure::Fatal(err)) => panic!("not seen as the port taken: {err}"),
+            Err(PortStart::Taken(_)) => {}
+            Err(PortStart::Failed(err)) => panic!("not seen as the port taken: {err}"),
             Ok(ddb) => panic!(
                 "another server taken for DynamoDB Local at {}",
                 ddb.endpoint_url()
