@@ -228,9 +228,8 @@ async fn two_files_of_a_new_day_on_two_shards_are_both_listed() {
     let (one, two) = (app(gate.clone()), app(gate.clone()));
     tokio::join!(deliver(&one, &records[..1]), deliver(&two, &records[1..]));
 
-    // What is listed first, then how it came about: a failure of the count
-    // alone says that the two reads were not made to race, not that an
-    // update was lost.
+    // What is listed first, then how it came about: both wrote, one
+    // condition failed, and that writer read again and wrote again.
     assert_eq!(walk(store).await, BTreeSet::from([earlier, a, b]));
     assert_eq!(lookup_items(store).await, expected_lookup([earlier, a, b]));
     assert_eq!(
