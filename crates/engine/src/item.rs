@@ -8,6 +8,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub mod borrowed;
+pub mod text;
 
 /// A raw DynamoDB item.
 pub type Item = HashMap<String, AttributeValue>;

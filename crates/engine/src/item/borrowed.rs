@@ -158,7 +158,7 @@ fn expected<T>(what: &str) -> Result<T, Error> {
 }
 
 /// The text of an `N` value.
-struct Number<'de>(&'de str);
+pub(super) struct Number<'de>(pub(super) &'de str);
 
 impl<'de> Number<'de> {
     fn parse<T: std::str::FromStr>(&self) -> Result<T, Error> {
@@ -365,7 +365,7 @@ impl<'de> Value<'de> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::collections::{BTreeMap, HashMap};
 
     use aws_sdk_dynamodb::primitives::Blob;
@@ -374,14 +374,14 @@ mod tests {
     use super::*;
 
     #[derive(Debug, PartialEq, Deserialize)]
-    enum Unit {
+    pub(crate) enum Unit {
         Fresh,
         Frozen,
     }
 
     #[derive(Debug, PartialEq, Deserialize)]
     #[serde(rename_all = "PascalCase")]
-    struct Inner {
+    pub(crate) struct Inner {
         name: String,
         quantity: Option<f64>,
         count: Option<u32>,
@@ -390,7 +390,7 @@ mod tests {
 
     #[derive(Debug, PartialEq, Deserialize)]
     #[serde(rename_all = "PascalCase")]
-    struct Outer {
+    pub(crate) struct Outer {
         title: String,
         flag: bool,
         #[serde(default)]
@@ -403,13 +403,13 @@ mod tests {
         note: Option<String>,
     }
 
-    fn s(v: &str) -> AttributeValue {
+    pub(crate) fn s(v: &str) -> AttributeValue {
         AttributeValue::S(v.into())
     }
-    fn n(v: &str) -> AttributeValue {
+    pub(crate) fn n(v: &str) -> AttributeValue {
         AttributeValue::N(v.into())
     }
-    fn m(entries: &[(&str, AttributeValue)]) -> AttributeValue {
+    pub(crate) fn m(entries: &[(&str, AttributeValue)]) -> AttributeValue {
         AttributeValue::M(
             entries
                 .iter()
@@ -419,7 +419,10 @@ mod tests {
     }
 
     /// What serde_dynamo reads from `item`, after the same filter.
-    fn reference<T: DeserializeOwned>(item: &Item, keep: impl Fn(&str) -> bool) -> Option<T> {
+    pub(crate) fn reference<T: DeserializeOwned>(
+        item: &Item,
+        keep: impl Fn(&str) -> bool,
+    ) -> Option<T> {
         let kept: HashMap<String, serde_dynamo::AttributeValue> = item
             .iter()
             .filter(|(k, _)| keep(k))
@@ -428,7 +431,7 @@ mod tests {
         serde_dynamo::from_item(kept).ok()
     }
 
-    fn base() -> Item {
+    pub(crate) fn base() -> Item {
         let AttributeValue::M(item) = m(&[
             ("Title", s("t")),
             ("Flag", AttributeValue::Bool(true)),
@@ -478,10 +481,10 @@ mod tests {
         assert_eq!(ours.unwrap().inners[0].state, Some(Unit::Frozen));
     }
 
-    #[test]
-    fn gives_up_where_serde_dynamo_fails_or_reads_binary() {
-        let keep = |_: &str| true;
-        let cases: Vec<(&str, AttributeValue)> = vec![
+    /// Attributes that make [`base`] fail to read as [`Outer`] (but for
+    /// the binary one, which serde_dynamo reads).
+    pub(crate) fn unreadable() -> Vec<(&'static str, AttributeValue)> {
+        vec![
             ("Title", n("5")),
             ("Flag", s("true")),
             ("Inners", s("not a list")),
@@ -501,8 +504,13 @@ mod tests {
             ("Numbers", AttributeValue::Ns(vec!["1.5".into()])),
             ("Any", AttributeValue::B(Blob::new(vec![1]))),
             ("Note", AttributeValue::Null(false)),
-        ];
-        for (name, value) in cases {
+        ]
+    }
+
+    #[test]
+    fn gives_up_where_serde_dynamo_fails_or_reads_binary() {
+        let keep = |_: &str| true;
+        for (name, value) in unreadable() {
             let mut item = base();
             item.insert(name.into(), value.clone());
             let ours: Option<Outer> = read(&item, keep);

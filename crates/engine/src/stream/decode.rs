@@ -924,7 +924,7 @@ fn epoch_json(at: DateTime<Utc>) -> Value {
     }
 }
 
-fn item_json(item: &Item) -> Value {
+pub(crate) fn item_json(item: &Item) -> Value {
     Value::Object(
         item.iter()
             .map(|(name, v)| (name.clone(), attribute_json(v)))
