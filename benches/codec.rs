@@ -104,14 +104,24 @@ fn stream(c: &mut Criterion) {
 /// The stream handler's CPU path for a realistic 1,000-record event, and the
 /// parsing floor on the same bytes:
 ///
-/// - `floor_serde_json_value`: `serde_json::from_slice::<Value>`;
-/// - `floor_ignored_any`: `serde_json::from_slice::<IgnoredAny>`, the
+/// - `floor_serde_json_value`: `serde_json::from_slice::<Value>`
+///   ([`floor_value`]);
+/// - `floor_ignored_any`: `serde_json::from_slice::<IgnoredAny>`
+///   ([`floor_ignored_any`]), the
 ///   validation floor: every byte read, nothing kept;
 /// - `decode_route_decide`: the Lambda event bytes decoded into stream
 ///   changes, each routed like [`nishiki_worker::worker::Router`] does (typed
 ///   key and images, loop guard, the handlers that want the item kind) and
 ///   decided by each job's pure rule (relationships: the cascade; expiry: the
 ///   food plans and the flag/reminder writes; invitations: the TTL stamp);
+/// - `typed_from_text`, `typed_in_one_pass`: the same decisions over the
+///   same changes, their images typed straight from the event's text
+///   ([`worker_engine::item::text`]) and no item map built: what a stream
+///   change that kept its images as text could reach. The first reads each
+///   image's text twice (captured with the record, then typed); the second
+///   types each image as the record is read. Neither validates the
+///   attributes that Nishiki's types leave out, as the engine's decoder
+///   does, so both are bounds, not paths that ship;
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
 ///   1,000-record event of its own table ([`apps`]), beside the two floors
 ///   on that event's bytes (`app_<name>_floor_...`).
@@ -137,13 +147,21 @@ fn decide(c: &mut Criterion) {
     let mut g = c.benchmark_group("decide");
     g.throughput(Throughput::Elements(fixture.records() as u64));
     g.bench_function("floor_serde_json_value", |b| {
-        b.iter(|| serde_json::from_slice::<serde_json::Value>(black_box(&bytes)).unwrap())
+        b.iter(|| floor_value(black_box(&bytes)))
     });
     g.bench_function("floor_ignored_any", |b| {
-        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&bytes)).unwrap())
+        b.iter(|| floor_ignored_any(black_box(&bytes)))
     });
     g.bench_function("decode_route_decide", |b| {
         b.iter(|| fixture.decide(black_box(&bytes)))
+    });
+    assert_eq!(fixture.decide_from_text(&bytes), summary);
+    g.bench_function("typed_from_text", |b| {
+        b.iter(|| fixture.decide_from_text(black_box(&bytes)))
+    });
+    assert_eq!(fixture.decide_in_one_pass(&bytes), summary);
+    g.bench_function("typed_in_one_pass", |b| {
+        b.iter(|| fixture.decide_in_one_pass(black_box(&bytes)))
     });
     for app in &apps {
         // Each app's floors on its own event's bytes.
@@ -161,16 +179,38 @@ fn decide(c: &mut Criterion) {
     g.finish();
 }
 
+/// The `Value` floor: the event parsed into a `serde_json::Value` (a
+/// function of its own, which `scripts/bench-instructions` counts).
+#[inline(never)]
+fn floor_value(bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(bytes).unwrap()
+}
+
+/// The `IgnoredAny` floor: every byte of the event read, nothing kept.
+#[inline(never)]
+fn floor_ignored_any(bytes: &[u8]) -> serde::de::IgnoredAny {
+    serde_json::from_slice(bytes).unwrap()
+}
+
 criterion_group!(benches, keys, items, stream, decide);
 
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    let mut paths = vec![(
-        "decode_route_decide".to_owned(),
-        "floor_serde_json_value".to_owned(),
-        "floor_ignored_any".to_owned(),
-    )];
+    let mut paths: Vec<_> = [
+        "decode_route_decide",
+        "typed_from_text",
+        "typed_in_one_pass",
+    ]
+    .into_iter()
+    .map(|path| {
+        (
+            path.to_owned(),
+            "floor_serde_json_value".to_owned(),
+            "floor_ignored_any".to_owned(),
+        )
+    })
+    .collect();
     paths.extend(apps::cases_names().map(|app| {
         (
             app.to_owned(),
