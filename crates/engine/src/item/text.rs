@@ -16,6 +16,7 @@
 //! empty `[]` and `{}`). The caller then builds the item and reads that.
 //! The tests hold the two readers side by side.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize as _;
@@ -71,34 +72,25 @@ enum Want {
     Enum,
 }
 
-/// A string that borrows from the text when it has no escapes.
-enum Text<'de> {
-    Borrowed(&'de str),
-    Owned(String),
-}
+/// A string, borrowed from the input when it has no escape.
+pub(crate) struct Str<'de>(pub(crate) Cow<'de, str>);
 
-impl Text<'_> {
-    fn as_str(&self) -> &str {
-        match self {
-            Text::Borrowed(s) => s,
-            Text::Owned(s) => s,
-        }
-    }
-}
-
-impl<'de> de::Deserialize<'de> for Text<'de> {
+impl<'de> de::Deserialize<'de> for Str<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Text<'de>;
+            type Value = Str<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("a string")
             }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Text<'de>, E> {
-                Ok(Text::Borrowed(s))
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Borrowed(s)))
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Text<'de>, E> {
-                Ok(Text::Owned(s.to_owned()))
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<Str<'de>, E> {
+                Ok(Str(Cow::Owned(s)))
             }
         }
         d.deserialize_str(V)
@@ -170,16 +162,16 @@ impl<'de, A: MapAccess<'de>, F: Fn(&str) -> bool> MapAccess<'de> for Attributes<
         seed: K,
     ) -> Result<Option<K::Value>, A::Error> {
         loop {
-            let Some(name) = self.map.next_key::<Text<'de>>()? else {
+            let Some(Str(name)) = self.map.next_key::<Str<'de>>()? else {
                 return Ok(None);
             };
-            if self.keep.is_some_and(|keep| !keep(name.as_str())) {
+            if self.keep.is_some_and(|keep| !keep(&name)) {
                 self.map.next_value::<IgnoredAny>()?;
                 continue;
             }
             return match name {
-                Text::Borrowed(s) => seed.deserialize(de::value::BorrowedStrDeserializer::new(s)),
-                Text::Owned(s) => seed.deserialize(s.into_deserializer()),
+                Cow::Borrowed(s) => seed.deserialize(de::value::BorrowedStrDeserializer::new(s)),
+                Cow::Owned(s) => seed.deserialize(s.into_deserializer()),
             }
             .map(Some);
         }
@@ -309,11 +301,11 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Typed<V> {
         f.write_str("an attribute value")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<V::Value, A::Error> {
-        let Some(tag) = map.next_key::<Text<'de>>()? else {
+        let Some(Str(tag)) = map.next_key::<Str<'de>>()? else {
             return give_up();
         };
         let value = Tagged {
-            tag: tag.as_str(),
+            tag: &tag,
             map: &mut map,
         }
         .want(self.want, self.visitor)?;
@@ -343,16 +335,16 @@ impl<'de, A: MapAccess<'de>> Tagged<'_, '_, A> {
                 visitor.visit_unit()
             }
             ("S", Want::Any | Want::Str) => self.map.next_value_seed(Forward(visitor, Want::Str)),
-            ("S", Want::Enum) => match self.map.next_value::<Text<'de>>()? {
-                Text::Borrowed(s) => visitor.visit_enum(de::value::BorrowedStrDeserializer::new(s)),
-                Text::Owned(s) => visitor.visit_enum(s.into_deserializer()),
+            ("S", Want::Enum) => match self.map.next_value::<Str<'de>>()?.0 {
+                Cow::Borrowed(s) => visitor.visit_enum(de::value::BorrowedStrDeserializer::new(s)),
+                Cow::Owned(s) => visitor.visit_enum(s.into_deserializer()),
             },
             ("BOOL", Want::Any | Want::Bool) => {
                 self.map.next_value_seed(Forward(visitor, Want::Bool))
             }
             ("N", Want::Any | Want::I8 | Want::I16 | Want::I32 | Want::I64)
             | ("N", Want::U8 | Want::U16 | Want::U32 | Want::U64 | Want::F32 | Want::F64) => {
-                let Text::Borrowed(n) = self.map.next_value::<Text<'de>>()? else {
+                let Str(Cow::Borrowed(n)) = self.map.next_value::<Str<'de>>()? else {
                     return give_up();
                 };
                 number(Number(n), want, visitor).map_err(<A::Error as de::Error>::custom)
@@ -486,7 +478,7 @@ impl<'de, A: SeqAccess<'de>> SeqAccess<'de> for NumberValues<A> {
         impl<'de, T: DeserializeSeed<'de>> DeserializeSeed<'de> for One<T> {
             type Value = T::Value;
             fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T::Value, D::Error> {
-                let Text::Borrowed(n) = Text::deserialize(d)? else {
+                let Str(Cow::Borrowed(n)) = Str::deserialize(d)? else {
                     return give_up();
                 };
                 self.0

@@ -15,7 +15,6 @@
 //! and copied once, into the owned [`Item`]s; the fields nobody reads
 //! (`awsRegion`, `eventVersion`, `StreamViewType`...) are skipped unparsed.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -27,6 +26,7 @@ use super::{
     epoch_millis, non_empty, parse_epoch_text,
 };
 use crate::item::Item;
+use crate::item::text::Str;
 
 /// The event's records, or `None` when this path does not read the event
 /// (then the `Value` path decides).
@@ -39,31 +39,6 @@ pub(super) fn decode(bytes: &[u8]) -> Option<Vec<StreamChange>> {
     let records = de.deserialize_map(EventVisitor).ok()?;
     de.end().ok()?;
     records
-}
-
-/// A string, borrowed from the input when it has no escape.
-struct Str<'de>(Cow<'de, str>);
-
-impl<'de> de::Deserialize<'de> for Str<'de> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Str<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Borrowed(s)))
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(s.to_owned())))
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<Str<'de>, E> {
-                Ok(Str(Cow::Owned(s)))
-            }
-        }
-        d.deserialize_str(V)
-    }
 }
 
 fn fail<T, E: de::Error>(what: &str) -> Result<T, E> {
