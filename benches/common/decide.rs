@@ -411,29 +411,29 @@ impl Fixture {
         s
     }
 
+    /// One change routed like `worker::Router` does (loop guard, the
+    /// handlers that want the item kind), each job's decision counted.
     fn route(&self, change: &Change, s: &mut Summary) {
-        {
-            let kind = change.key.kind();
-            if kind.is_worker_owned() {
-                s.worker_owned += 1;
-                return;
-            }
-            for h in self.handlers.iter().filter(|h| h.wants(kind)) {
-                match h.name() {
-                    "relationships" => self.relationships(change, s),
-                    "expiry" => self.expiry(change, s),
-                    "invitations" => {
-                        if let (
-                            ChangeKind::Insert | ChangeKind::Modify,
-                            Some(Entity::InvitationLink(l)),
-                        ) = (change.kind, &change.new)
-                            && ttl_to_stamp(l).is_some()
-                        {
-                            s.ttl_stamps += 1;
-                        }
+        let kind = change.key.kind();
+        if kind.is_worker_owned() {
+            s.worker_owned += 1;
+            return;
+        }
+        for h in self.handlers.iter().filter(|h| h.wants(kind)) {
+            match h.name() {
+                "relationships" => self.relationships(change, s),
+                "expiry" => self.expiry(change, s),
+                "invitations" => {
+                    if let (
+                        ChangeKind::Insert | ChangeKind::Modify,
+                        Some(Entity::InvitationLink(l)),
+                    ) = (change.kind, &change.new)
+                        && ttl_to_stamp(l).is_some()
+                    {
+                        s.ttl_stamps += 1;
                     }
-                    other => panic!("unknown handler {other}"),
                 }
+                other => panic!("unknown handler {other}"),
             }
         }
     }
