@@ -143,6 +143,25 @@ fn change(n: usize, kind: ChangeKind, old: Option<Entity>, new: Option<Entity>) 
     }
 }
 
+/// A stream event as the bounds read it: each record's `dynamodb` section
+/// as `D`.
+#[derive(Deserialize)]
+struct Event<D> {
+    #[serde(rename = "Records")]
+    records: Vec<Record<D>>,
+}
+
+#[derive(Deserialize)]
+struct Record<D> {
+    #[serde(rename = "eventID")]
+    event_id: String,
+    #[serde(rename = "eventName")]
+    event_name: String,
+    #[serde(rename = "eventSourceARN")]
+    _arn: Option<String>,
+    dynamodb: D,
+}
+
 /// A record's `Keys`.
 #[derive(Deserialize)]
 struct TextKeys {
@@ -443,22 +462,6 @@ impl Fixture {
     /// decide: the same decisions as [`Fixture::decide`].
     pub(crate) fn decide_from_text(&self, bytes: &[u8]) -> Summary {
         #[derive(Deserialize)]
-        struct Event<'a> {
-            #[serde(rename = "Records", borrow)]
-            records: Vec<Record<'a>>,
-        }
-        #[derive(Deserialize)]
-        struct Record<'a> {
-            #[serde(rename = "eventID")]
-            event_id: String,
-            #[serde(rename = "eventName")]
-            event_name: &'a str,
-            #[serde(rename = "eventSourceARN")]
-            _arn: Option<String>,
-            #[serde(borrow)]
-            dynamodb: Ddb<'a>,
-        }
-        #[derive(Deserialize)]
         #[serde(rename_all = "PascalCase")]
         struct Ddb<'a> {
             #[serde(borrow)]
@@ -471,7 +474,7 @@ impl Fixture {
             _approximate_creation_date_time: Option<f64>,
             _size_bytes: Option<i64>,
         }
-        let event: Event = serde_json::from_str(utf8(bytes)).expect("a stream event");
+        let event: Event<Ddb> = serde_json::from_str(utf8(bytes)).expect("a stream event");
         let mut s = Summary::default();
         let entity = |key: &ItemKey, image: &RawValue| {
             entity_from(key, &mut serde_json::Deserializer::from_str(image.get())).expect("reads")
@@ -482,7 +485,7 @@ impl Fixture {
             let key = ItemKey::decode(&keys.pk, &keys.sk).expect("a key");
             let change = Change {
                 event_id: record.event_id,
-                kind: change_kind(record.event_name),
+                kind: change_kind(&record.event_name),
                 old: record.dynamodb.old_image.map(|i| entity(&key, i)),
                 new: record.dynamodb.new_image.map(|i| entity(&key, i)),
                 key,
@@ -496,21 +499,6 @@ impl Fixture {
     /// the record's `Keys` come before its images) -> route -> decide: the
     /// same decisions as [`Fixture::decide`].
     pub(crate) fn decide_in_one_pass(&self, bytes: &[u8]) -> Summary {
-        #[derive(Deserialize)]
-        struct Event {
-            #[serde(rename = "Records")]
-            records: Vec<Record>,
-        }
-        #[derive(Deserialize)]
-        struct Record {
-            #[serde(rename = "eventID")]
-            event_id: String,
-            #[serde(rename = "eventName")]
-            event_name: String,
-            #[serde(rename = "eventSourceARN")]
-            _arn: Option<String>,
-            dynamodb: Images,
-        }
         struct Images {
             key: ItemKey,
             old: Option<Entity>,
@@ -572,7 +560,7 @@ impl Fixture {
                 entity_from(self.0, d)
             }
         }
-        let event: Event = serde_json::from_str(utf8(bytes)).expect("a stream event");
+        let event: Event<Images> = serde_json::from_str(utf8(bytes)).expect("a stream event");
         let mut s = Summary::default();
         for record in event.records {
             s.records += 1;
