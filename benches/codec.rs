@@ -82,6 +82,7 @@ fn stream(c: &mut Criterion) {
                 new_image: Some(item),
                 event_source_arn: None,
                 size_bytes: Some(1000),
+                typed: None,
             }
         })
         .collect();

@@ -186,6 +186,7 @@ mod tests {
             new_image,
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         }
     }
 

@@ -54,6 +54,7 @@ fn change(
             "arn:aws:dynamodb:us-east-1:123456789012:table/{arn_table}/stream/2024-06-01T00:00:00.000"
         )),
         size_bytes: Some(size as i64),
+        typed: None,
     }
 }
 

@@ -140,6 +140,7 @@ fn change(n: usize, kind: ChangeKind, old: Option<Entity>, new: Option<Entity>) 
         event_source_arn: Some(
             "arn:aws:dynamodb:us-east-1:123456789012:table/nishiki-table-prod-db/stream/2024-01-01T00:00:00.000".into(),
         ),
+        typed: None,
     }
 }
 

@@ -29,6 +29,7 @@ fn change(id: &str, seq: &str) -> StreamChange {
         new_image: None,
         event_source_arn: None,
         size_bytes: None,
+        typed: None,
     }
 }
 

@@ -602,6 +602,7 @@ async fn ttl_removals_are_counted_not_treated_as_user_deletes() {
         new_image: None,
         event_source_arn: None,
         size_bytes: Some(120),
+        typed: None,
     };
     let ttl = removal(ChangeKind::TtlRemove, "e1", "100");
     let user = removal(ChangeKind::Remove, "e2", "200");

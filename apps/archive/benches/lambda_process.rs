@@ -253,6 +253,7 @@ fn change(n: usize, kind: ChangeKind, old: Option<Item>, new: Option<Item>) -> S
         old_image: old,
         new_image: new,
         event_source_arn: Some(STREAM_ARN.into()),
+        typed: None,
     }
 }
 

@@ -239,6 +239,7 @@ impl Chat {
                 self.name(t)
             )),
             size_bytes: Some(size as i64),
+            typed: None,
         }
     }
 }

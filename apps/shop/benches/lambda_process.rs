@@ -288,6 +288,7 @@ fn change(n: usize, kind: ChangeKind, old: Option<Item>, new: Option<Item>) -> S
         new_image: new,
         event_source_arn: Some(STREAM_ARN.into()),
         size_bytes: None,
+        typed: None,
     }
 }
 

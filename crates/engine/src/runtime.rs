@@ -80,6 +80,15 @@ pub enum EventOutcome<J: JobName> {
 /// The app's stream side: a record processor for the records of one batch
 /// (it may learn from the batch's other records before any is handled).
 pub trait StreamSide: Send + Sync {
+    /// The records of a Lambda event's bytes (the default:
+    /// [`decode::decode_event_bytes`]).
+    fn decode(
+        &self,
+        bytes: &[u8],
+    ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+        decode::decode_event_bytes(bytes)
+    }
+
     /// The processor of this batch's records (`records`: the batch as
     /// decoded, in order, malformed records included).
     fn for_batch<'a>(
@@ -306,8 +315,9 @@ impl<J: JobName> Worker<J> {
     }
 
     /// [`Self::handle_stream`] from the event's bytes (Lambda's
-    /// [`crate::lambda`] entry point), read by
-    /// [`decode::decode_event_bytes`] without a `Value` of the event. With
+    /// [`crate::lambda`] entry point), read by the stream side
+    /// ([`StreamSide::decode`]: by default [`decode::decode_event_bytes`])
+    /// without a `Value` of the event. With
     /// a parking table, a record that failed for good is parsed again from
     /// them, alone, to be parked as it came.
     pub async fn handle_stream_bytes(
@@ -315,7 +325,7 @@ impl<J: JobName> Worker<J> {
         event: &[u8],
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
-        let records = decode::decode_event_bytes(event)?;
+        let records = self.stream.decode(event)?;
         self.run_stream(records, Some(RawEvent::Bytes(event)), deadline)
             .await
     }

@@ -43,6 +43,7 @@ mod tests {
             new_image: None,
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         }
     }
 

@@ -769,6 +769,7 @@ pub(crate) mod tests {
             new_image: None,
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         }
     }
 

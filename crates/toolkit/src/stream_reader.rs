@@ -317,6 +317,7 @@ pub fn to_change(r: Record, stream_arn: Option<&str>) -> StreamChange {
         new_image: image(rec.new_image),
         event_source_arn: stream_arn.map(str::to_owned),
         size_bytes: rec.size_bytes,
+        typed: None,
     }
 }
 

@@ -275,6 +275,7 @@ fn insert_record(item: worker_engine::item::Item) -> StreamChange {
         new_image: Some(item),
         event_source_arn: None,
         size_bytes: None,
+        typed: None,
     }
 }
 

@@ -196,6 +196,7 @@ async fn table_create_makes_six_tables_and_dev_follows_every_stream() {
             Table::ChatRequests.name()
         )),
         size_bytes: None,
+        typed: None,
     };
     let event = worker_engine::stream::encode_event(&[change], None);
     let report = worker.handle_stream(&event, None).await.expect("a batch");

@@ -289,6 +289,7 @@ async fn a_stale_record_after_a_newer_write_leaves_the_newer_keys() {
             new_image: Some(item),
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         })
         .collect();
     for _ in 0..2 {

@@ -25,7 +25,11 @@ use serde::de::{
     SeqAccess, Visitor,
 };
 
+use aws_sdk_dynamodb::types::AttributeValue;
+
+use super::Item;
 use super::borrowed::Number;
+use crate::stream::decode::AttributeSeed;
 
 /// `T` from the attributes of the item written as DynamoDB JSON in `text`
 /// whose name `keep` accepts, as [`borrowed::read`](super::borrowed::read)
@@ -45,7 +49,96 @@ pub fn read_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
     d: D,
     keep: impl Fn(&str) -> bool,
 ) -> Result<T, D::Error> {
-    T::deserialize(Image { d, keep: &keep })
+    T::deserialize(Image {
+        d,
+        keep: &keep,
+        unkept: Skip,
+    })
+}
+
+/// A whole image, read as a typed item of an app reads it from its
+/// [`Item`]: `T` from the attributes `known` accepts (as [`read_from`]
+/// reads them); each attribute of `key` (name and value: the record's
+/// `Keys`) checked present once and equal; every other attribute read as
+/// the engine's stream decoder reads it, into the returned item (the
+/// `extra` a typed item keeps and writes back). An error also stands for a
+/// key attribute missing, repeated or different, and for a name given
+/// twice: the caller then builds the item and reads that, which says why.
+pub fn read_image_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+    key: &[(&str, &AttributeValue)],
+    known: impl Fn(&str) -> bool,
+) -> Result<(T, Item), D::Error> {
+    if key.len() > 32 {
+        return give_up();
+    }
+    let mut rest = Rest {
+        key,
+        seen: 0,
+        extra: Item::new(),
+    };
+    let typed = T::deserialize(Image {
+        d,
+        keep: &known,
+        unkept: &mut rest,
+    })?;
+    if rest.seen.count_ones() as usize != key.len() {
+        return give_up();
+    }
+    Ok((typed, rest.extra))
+}
+
+/// What becomes of an attribute of an image that the target type does
+/// not keep.
+trait Unkept<'de> {
+    /// Read the value of the attribute `name`, next in `map`.
+    fn value<A: MapAccess<'de>>(
+        &mut self,
+        name: Cow<'de, str>,
+        map: &mut A,
+    ) -> Result<(), A::Error>;
+}
+
+/// [`read_from`]'s: skipped unread.
+struct Skip;
+
+impl<'de> Unkept<'de> for Skip {
+    fn value<A: MapAccess<'de>>(&mut self, _: Cow<'de, str>, map: &mut A) -> Result<(), A::Error> {
+        map.next_value::<IgnoredAny>().map(drop)
+    }
+}
+
+/// [`read_image_from`]'s: a key attribute checked, any other kept.
+struct Rest<'k> {
+    key: &'k [(&'k str, &'k AttributeValue)],
+    /// The key attributes met, a bit each.
+    seen: u32,
+    extra: Item,
+}
+
+impl<'de> Unkept<'de> for &mut Rest<'_> {
+    fn value<A: MapAccess<'de>>(
+        &mut self,
+        name: Cow<'de, str>,
+        map: &mut A,
+    ) -> Result<(), A::Error> {
+        let (value, _) = map.next_value_seed(AttributeSeed)?;
+        match self.key.iter().position(|(key, _)| *key == name) {
+            Some(i) => {
+                let bit = 1 << i;
+                if self.seen & bit != 0 || value != *self.key[i].1 {
+                    return give_up();
+                }
+                self.seen |= bit;
+            }
+            None => {
+                if self.extra.insert(name.into_owned(), value).is_some() {
+                    return give_up();
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What the target type asked the value for.
@@ -101,20 +194,24 @@ fn give_up<T, E: de::Error>() -> Result<T, E> {
     Err(de::Error::custom("left to the item readers"))
 }
 
-/// The top-level attribute map, its unkept attributes skipped.
-struct Image<'k, D, F> {
+/// The top-level attribute map, its unkept attributes given to `unkept`.
+struct Image<'k, D, F, U> {
     d: D,
     keep: &'k F,
+    unkept: U,
 }
 
-impl<'de, D: Deserializer<'de>, F: Fn(&str) -> bool> Deserializer<'de> for Image<'_, D, F> {
+impl<'de, D: Deserializer<'de>, F: Fn(&str) -> bool, U: Unkept<'de>> Deserializer<'de>
+    for Image<'_, D, F, U>
+{
     type Error = D::Error;
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
-        struct Top<'k, V, F> {
+        struct Top<'k, V, F, U> {
             visitor: V,
             keep: &'k F,
+            unkept: U,
         }
-        impl<'de, V: Visitor<'de>, F: Fn(&str) -> bool> Visitor<'de> for Top<'_, V, F> {
+        impl<'de, V: Visitor<'de>, F: Fn(&str) -> bool, U: Unkept<'de>> Visitor<'de> for Top<'_, V, F, U> {
             type Value = V::Value;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("an item")
@@ -123,12 +220,14 @@ impl<'de, D: Deserializer<'de>, F: Fn(&str) -> bool> Deserializer<'de> for Image
                 self.visitor.visit_map(Attributes {
                     map,
                     keep: Some(self.keep),
+                    unkept: self.unkept,
                 })
             }
         }
         self.d.deserialize_map(Top {
             visitor,
             keep: self.keep,
+            unkept: self.unkept,
         })
     }
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Self::Error> {
@@ -149,13 +248,16 @@ impl<'de, D: Deserializer<'de>, F: Fn(&str) -> bool> Deserializer<'de> for Image
 }
 
 /// A map's attributes: names as they are, values read as [`Attr`]; the
-/// names `keep` refuses are skipped.
-struct Attributes<'k, A, F> {
+/// names `keep` refuses are given to `unkept`.
+struct Attributes<'k, A, F, U> {
     map: A,
     keep: Option<&'k F>,
+    unkept: U,
 }
 
-impl<'de, A: MapAccess<'de>, F: Fn(&str) -> bool> MapAccess<'de> for Attributes<'_, A, F> {
+impl<'de, A: MapAccess<'de>, F: Fn(&str) -> bool, U: Unkept<'de>> MapAccess<'de>
+    for Attributes<'_, A, F, U>
+{
     type Error = A::Error;
     fn next_key_seed<K: DeserializeSeed<'de>>(
         &mut self,
@@ -166,7 +268,7 @@ impl<'de, A: MapAccess<'de>, F: Fn(&str) -> bool> MapAccess<'de> for Attributes<
                 return Ok(None);
             };
             if self.keep.is_some_and(|keep| !keep(&name)) {
-                self.map.next_value::<IgnoredAny>()?;
+                self.unkept.value(name, &mut self.map)?;
                 continue;
             }
             return match name {
@@ -427,8 +529,11 @@ impl<'de, V: Visitor<'de>> Visitor<'de> for Nested<V> {
         f.write_str("an M or an L")
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<V::Value, A::Error> {
-        self.0
-            .visit_map(Attributes::<A, KeepAll> { map, keep: None })
+        self.0.visit_map(Attributes::<A, KeepAll, Skip> {
+            map,
+            keep: None,
+            unkept: Skip,
+        })
     }
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<V::Value, A::Error> {
         self.0.visit_seq(Values(seq))
@@ -601,6 +706,85 @@ mod tests {
         };
         assert_eq!(read::<Two>(text, |name| name != "Odd"), Some(two));
         assert_eq!(read::<Two>(text, |_| true), None);
+    }
+
+    /// [`read_image_from`] over `item`, its key `PK`/`SK` (when it has
+    /// them) and the attributes `Outer` reads.
+    fn image(text: &str) -> Option<(Outer, Item)> {
+        let pk = s("p");
+        let sk = s("s");
+        let key = [("PK", &pk), ("SK", &sk)];
+        let known = |name: &str| !matches!(name, "PK" | "SK" | "Odd" | "Empty");
+        let mut json = serde_json::Deserializer::from_str(text);
+        let read = read_image_from(&mut json, &key, known).ok()?;
+        json.end().ok()?;
+        Some(read)
+    }
+
+    /// What an app reading the item itself gets: `Outer` from the known
+    /// attributes, the others but the key as they are.
+    fn image_from_item(item: &Item) -> Option<(Outer, Item)> {
+        let known = |name: &str| !matches!(name, "PK" | "SK" | "Odd" | "Empty");
+        let extra = item
+            .iter()
+            .filter(|(name, _)| !known(name) && !matches!(name.as_str(), "PK" | "SK"))
+            .map(|(name, v)| (name.clone(), v.clone()))
+            .collect();
+        Some((borrowed::read(item, known)?, extra))
+    }
+
+    #[test]
+    fn an_image_reads_as_its_item_with_the_rest_kept() {
+        let mut item = base();
+        item.insert("PK".into(), s("p"));
+        item.insert("SK".into(), s("s"));
+        item.insert(
+            "Odd".into(),
+            m(&[("deep", AttributeValue::L(vec![n("1"), m(&[])]))]),
+        );
+        item.insert("Empty".into(), AttributeValue::L(vec![]));
+        let (outer, extra) = image(&text_of(&item)).expect("read");
+        assert_eq!(Some((outer, extra.clone())), image_from_item(&item));
+        assert_eq!(extra.len(), 2, "{extra:?}");
+        // DynamoDB Local's untagged empties, in what is kept: as the
+        // decoder reads them.
+        let local = text_of(&item).replace(r#"{"L":[]}"#, "[]");
+        assert!(local.contains(":[]"), "{local}");
+        assert_eq!(image(&local), image_from_item(&item));
+    }
+
+    #[test]
+    fn an_image_whose_key_is_not_the_records_is_left_to_the_item_readers() {
+        let mut item = base();
+        item.insert("PK".into(), s("p"));
+        item.insert("SK".into(), s("s"));
+        let text = text_of(&item);
+        assert!(image(&text).is_some());
+        for (name, value) in [("PK", Some(s("q"))), ("SK", None), ("SK", Some(n("1")))] {
+            let mut other = item.clone();
+            match value {
+                Some(v) => other.insert(name.into(), v),
+                None => other.remove(name),
+            };
+            assert_eq!(image(&text_of(&other)), None, "{name}");
+        }
+        // A name twice: a key attribute, a kept one, one of the rest.
+        for dup in [
+            r#""PK": {"S": "p"}"#,
+            r#""Title": {"S": "t"}"#,
+            r#""Odd": {"S": "o"}"#,
+        ] {
+            let text = text.replacen('{', &format!(r#"{{"Odd": {{"S": "o"}}, {dup}, "#), 1);
+            let once = text.replacen(&format!("{dup}, "), "", 1);
+            assert!(image(&once).is_some(), "{once}");
+            assert_eq!(image(&text), None, "{text}");
+        }
+        // What the item readers leave, left here too.
+        for (name, value) in unreadable() {
+            let mut other = item.clone();
+            other.insert(name.into(), value.clone());
+            assert_eq!(image(&text_of(&other)), None, "{name} = {value:?}");
+        }
     }
 
     #[test]

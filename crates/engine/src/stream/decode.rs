@@ -29,10 +29,12 @@
 //! Error reasons never contain attribute values: serde messages go through
 //! [`redact_quoted`]. Only the key attributes are rendered, as `PK=…, SK=…`.
 
+use std::any::Any;
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::str::FromStr;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, TimeZone, Utc};
@@ -43,6 +45,8 @@ use crate::item::{Item, redact_quoted};
 use crate::schema::StreamView;
 
 mod direct;
+
+pub(crate) use direct::AttributeSeed;
 
 /// Key attribute names used when none are configured: `("PK", "SK")`.
 pub const DEFAULT_KEY_ATTRIBUTES: (&str, &str) = (
@@ -231,6 +235,74 @@ pub struct StreamChange {
     /// The record's size in bytes as DynamoDB reports it (`SizeBytes`);
     /// `None` when absent.
     pub size_bytes: Option<i64>,
+    /// The change as an app's [`ChangeReader`] typed it while the event
+    /// was read ([`decode_event_bytes_with`]); its images were read into
+    /// it, not built: `old_image` and `new_image` are then `None`. `None`
+    /// for every other decoding.
+    pub typed: Option<Typed>,
+}
+
+/// A record's change, typed by an app's [`ChangeReader`] as the event was
+/// read: the app gets it back by its type ([`Typed::get`]); the engine
+/// only carries it. Clones share it; two are equal when they are one.
+#[derive(Clone)]
+pub struct Typed(Arc<dyn Any + Send + Sync>);
+
+impl Typed {
+    /// Carry `change`.
+    pub fn new<T: Any + Send + Sync>(change: T) -> Self {
+        Typed(Arc::new(change))
+    }
+
+    /// The change, when it is a `T`.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.0.downcast_ref()
+    }
+}
+
+impl PartialEq for Typed {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl fmt::Debug for Typed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Typed(..)")
+    }
+}
+
+/// An app's reader of typed changes: the engine's byte-level decoder
+/// ([`decode_event_bytes_with`]) gives it each image as it reads the event,
+/// so that no [`Item`] of an image is built, then the record.
+///
+/// What the reader refuses (an error, `None`) is not a verdict on the
+/// record: the whole event is then decoded into items, as
+/// [`decode_event_bytes`] does, and the app decodes those (and says why a
+/// record is malformed). So a reader only ever takes the records it reads
+/// exactly as the app would read their items; the app's tests hold the two
+/// side by side.
+pub trait ChangeReader {
+    /// What one image becomes.
+    type Image;
+    /// What one record becomes ([`StreamChange::typed`]).
+    type Change: Any + Send + Sync;
+    /// The image that `d` deserializes (DynamoDB JSON, as
+    /// [`crate::item::text`] reads it) of the item whose key is `keys` (the
+    /// record's `Keys`, which come first).
+    fn image<'de, D: serde::Deserializer<'de>>(
+        &self,
+        keys: &Item,
+        d: D,
+    ) -> Result<Self::Image, D::Error>;
+    /// The record's change: `raw` is the record without its images, `old`
+    /// and `new` its images as [`Self::image`] read them.
+    fn change(
+        &self,
+        raw: &StreamChange,
+        old: Option<Self::Image>,
+        new: Option<Self::Image>,
+    ) -> Option<Self::Change>;
 }
 
 impl StreamChange {
@@ -265,6 +337,7 @@ impl fmt::Debug for StreamChange {
             .field("new_image_attributes", &names(&self.new_image))
             .field("event_source_arn", &self.event_source_arn)
             .field("size_bytes", &self.size_bytes)
+            .field("typed", &self.typed.is_some())
             .finish()
     }
 }
@@ -338,6 +411,21 @@ pub fn decode_event_bytes(
         return Ok(records.into_iter().map(Ok).collect());
     }
     decode_event_bytes_parsed(bytes)
+}
+
+/// [`decode_event_bytes`], each record typed by `reader` as the event is
+/// read ([`StreamChange::typed`]), no item of an image built. An event the
+/// reader does not take whole (a record it refuses, an image before its
+/// `Keys`, an image that might be over the item limit) is decoded as
+/// [`decode_event_bytes`] decodes it, every record untyped.
+pub fn decode_event_bytes_with<R: ChangeReader>(
+    bytes: &[u8],
+    reader: &R,
+) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    if let Some(records) = direct::decode_with(bytes, Some(reader)) {
+        return Ok(records.into_iter().map(Ok).collect());
+    }
+    decode_event_bytes(bytes)
 }
 
 /// [`decode_event_bytes`] through a `Value`, always.
@@ -500,6 +588,7 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
         new_image: non_empty(new_image),
         event_source_arn,
         size_bytes,
+        typed: None,
     };
     for (section, image) in [
         ("NewImage", &decoded.new_image),
@@ -1771,6 +1860,7 @@ mod tests {
             new_image: None,
             event_source_arn: Some(ARN.into()),
             size_bytes: Some(120),
+            typed: None,
         };
         let mut insert = change("e1", ChangeKind::Insert, Some("100"));
         insert.new_image = Some(image.clone());
@@ -1892,6 +1982,124 @@ mod tests {
         assert_eq!(event["Records"][3]["eventName"], "REMOVE");
     }
 
+    /// A reader of the `Name` attribute of each image; it refuses a
+    /// record whose new name is `refuse`.
+    struct Names;
+
+    #[derive(Debug, PartialEq)]
+    struct Named {
+        event_id: String,
+        old: Option<String>,
+        new: Option<String>,
+    }
+
+    impl ChangeReader for Names {
+        type Image = String;
+        type Change = Named;
+        fn image<'de, D: serde::Deserializer<'de>>(
+            &self,
+            keys: &Item,
+            d: D,
+        ) -> Result<String, D::Error> {
+            #[derive(Deserialize)]
+            struct Name {
+                #[serde(rename = "Name")]
+                name: String,
+            }
+            let key: Vec<(&str, &AttributeValue)> =
+                keys.iter().map(|(k, v)| (k.as_str(), v)).collect();
+            let (Name { name }, _rest) =
+                crate::item::text::read_image_from(d, &key, |n| n == "Name")?;
+            Ok(name)
+        }
+        fn change(
+            &self,
+            raw: &StreamChange,
+            old: Option<String>,
+            new: Option<String>,
+        ) -> Option<Named> {
+            assert!(raw.old_image.is_none() && raw.new_image.is_none());
+            (new.as_deref() != Some("refuse")).then(|| Named {
+                event_id: raw.event_id.clone(),
+                old,
+                new,
+            })
+        }
+    }
+
+    #[test]
+    fn a_reader_types_each_record_as_the_event_is_read_or_leaves_it_to_the_items() {
+        let named = |pk: &str, name: &str| {
+            Item::from([
+                ("PK".into(), AttributeValue::S(pk.into())),
+                ("Name".into(), AttributeValue::S(name.into())),
+            ])
+        };
+        let change = |id: &str, old: Option<Item>, new: Option<Item>| StreamChange {
+            event_id: id.into(),
+            kind: ChangeKind::Modify,
+            sequence_number: Some("7".parse().unwrap()),
+            approximate_creation: None,
+            keys: Item::from([("PK".into(), AttributeValue::S("a".into()))]),
+            old_image: old,
+            new_image: new,
+            event_source_arn: Some(ARN.into()),
+            size_bytes: Some(20),
+            typed: None,
+        };
+        let changes = vec![
+            change("e1", Some(named("a", "x")), Some(named("a", "y"))),
+            change("e2", None, Some(named("a", "z"))),
+        ];
+        let bytes = serde_json::to_vec(&encode_event(&changes, None)).unwrap();
+        let read = decode_event_bytes_with(&bytes, &Names).unwrap();
+        for (read, change) in read.iter().zip(&changes) {
+            let read = read.as_ref().unwrap();
+            let typed = read.typed.as_ref().and_then(Typed::get::<Named>).unwrap();
+            let name =
+                |image: &Option<Item>| image.as_ref().map(|i| i["Name"].as_s().unwrap().clone());
+            assert_eq!(
+                typed,
+                &Named {
+                    event_id: change.event_id.clone(),
+                    old: name(&change.old_image),
+                    new: name(&change.new_image),
+                }
+            );
+            // The envelope read alike, no item of an image built.
+            let mut envelope = change.clone();
+            (envelope.old_image, envelope.new_image) = (None, None);
+            assert_eq!(
+                StreamChange {
+                    typed: None,
+                    ..read.clone()
+                },
+                envelope
+            );
+        }
+        // Refused: a record (all of the event's then), an image that is
+        // not the key's or comes before the keys. Decoded as without a
+        // reader.
+        let refused = [
+            vec![
+                changes[0].clone(),
+                change("e3", None, Some(named("a", "refuse"))),
+            ],
+            vec![change("e4", None, Some(named("b", "y")))],
+        ];
+        for changes in refused {
+            let bytes = serde_json::to_vec(&encode_event(&changes, None)).unwrap();
+            let read = decode_event_bytes_with(&bytes, &Names).unwrap();
+            assert_eq!(read, decode_event_bytes(&bytes).unwrap());
+            assert_eq!(read, changes.into_iter().map(Ok).collect::<Vec<_>>());
+        }
+        let first = br#"{"Records": [{"eventID": "x", "eventName": "INSERT", "dynamodb": {
+            "NewImage": {"PK": {"S": "a"}, "Name": {"S": "n"}}, "Keys": {"PK": {"S": "a"}}}}]}"#;
+        let read = decode_event_bytes_with(first, &Names).unwrap();
+        assert!(read[0].as_ref().unwrap().new_image.is_some());
+        assert_eq!(read, decode_event_bytes(first).unwrap());
+    }
+
     #[test]
     fn the_byte_level_path_reads_well_formed_events_and_leaves_the_rest() {
         let example = AWS_EXAMPLE.as_bytes();
@@ -1937,6 +2145,7 @@ mod tests {
             new_image: new,
             event_source_arn: Some(ARN.into()),
             size_bytes: Some(120),
+            typed: None,
         };
         let changes = vec![
             change(ChangeKind::Insert, None, Some(item.clone())),

@@ -97,7 +97,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::decode::{RecordError, StreamChange};
+use super::decode::{EnvelopeError, RecordError, StreamChange, Typed, decode_event_bytes};
 use super::engine::{RecordOutcome, RecordProcessor};
 use crate::clock::Clock;
 use crate::error::{FailureKind, HandlerError};
@@ -121,6 +121,15 @@ pub trait TypedChange: Sized + Send + Sync + 'static {
     fn is_worker_owned(kind: Self::Kind) -> bool;
     /// The facts of a decoded batch.
     fn facts(records: &[Result<StreamChange, RecordError>]) -> Self::Facts;
+    /// The records of a Lambda event's bytes: [`decode_event_bytes`]; an
+    /// app whose changes have a [`ChangeReader`](super::ChangeReader) gives
+    /// [`decode_event_bytes_with`](super::decode_event_bytes_with) it, and its changes then reach its
+    /// handlers as the reader typed them ([`StreamChange::typed`]), not
+    /// through [`Self::decode`] (which the records the reader does not take
+    /// still go through).
+    fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+        decode_event_bytes(bytes)
+    }
 }
 
 /// What a handler did with a change.
@@ -231,7 +240,14 @@ impl<C: TypedChange> Router<C> {
         raw: &StreamChange,
         batch: &C::Facts,
     ) -> Result<RecordOutcome, HandlerError> {
-        let change = C::decode(raw).map_err(HandlerError::permanent)?;
+        let decoded;
+        let change = match raw.typed.as_ref().and_then(Typed::get::<C>) {
+            Some(change) => change,
+            None => {
+                decoded = C::decode(raw).map_err(HandlerError::permanent)?;
+                &decoded
+            }
+        };
         let kind = change.kind();
         if C::is_worker_owned(kind) {
             return Ok(RecordOutcome::Skipped {
@@ -247,7 +263,7 @@ impl<C: TypedChange> Router<C> {
         let outcomes = futures::future::join_all(
             wanted
                 .iter()
-                .map(|r| r.handler.handle_in_batch(&change, now, batch)),
+                .map(|r| r.handler.handle_in_batch(change, now, batch)),
         )
         .await;
         let mut done = Vec::new();
@@ -283,6 +299,13 @@ impl<C: TypedChange> Router<C> {
 
 /// The engine runs each batch through the router bound to it.
 impl<C: TypedChange> StreamSide for Router<C> {
+    fn decode(
+        &self,
+        bytes: &[u8],
+    ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+        C::decode_event(bytes)
+    }
+
     fn for_batch<'a>(
         &'a self,
         records: &[Result<StreamChange, RecordError>],
@@ -388,7 +411,25 @@ mod tests {
             new_image: None,
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         })
+    }
+
+    #[tokio::test]
+    async fn a_change_typed_as_the_event_was_read_is_routed_without_decoding() {
+        let router =
+            Router::<Toy>::new(Arc::new(ManualClock::new(Utc::now()))).with(Arc::new(PerRecord));
+        // Its key does not decode; its typed change is used.
+        let mut raw = change("no-kind").unwrap();
+        raw.typed = Some(Typed::new(Toy { kind: "note" }));
+        let out = router.process(&raw).await.unwrap();
+        assert!(matches!(out, RecordOutcome::Handled { .. }), "{out:?}");
+        raw.typed = Some(Typed::new(Toy { kind: "own" }));
+        let out = router.process(&raw).await.unwrap();
+        assert!(matches!(out, RecordOutcome::Skipped { .. }), "{out:?}");
+        // Typed as something else: decoded, and refused.
+        raw.typed = Some(Typed::new("not a toy"));
+        assert!(router.process(&raw).await.is_err());
     }
 
     #[tokio::test]

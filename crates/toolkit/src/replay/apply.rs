@@ -116,6 +116,7 @@ mod tests {
             new_image: new.then_some(image),
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         }
     }
 

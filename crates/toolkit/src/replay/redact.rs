@@ -274,6 +274,7 @@ mod tests {
             ),
             event_source_arn: None,
             size_bytes: None,
+            typed: None,
         };
         let capture = || {
             vec![

@@ -128,6 +128,7 @@ fn change(id: &str, seq: &str, kind: &str) -> StreamChange {
         new_image: Some(new),
         event_source_arn: Some(STREAM.into()),
         size_bytes: Some(100),
+        typed: None,
     }
 }
 

@@ -21,9 +21,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
+use std::borrow::Cow;
+
 use super::{
-    ChangeKind, MAX_ITEM_BYTES, STREAM_SOURCE, SequenceNumber, StreamChange, TTL_PRINCIPAL,
-    epoch_millis, non_empty, parse_epoch_text,
+    ChangeKind, ChangeReader, MAX_ITEM_BYTES, STREAM_SOURCE, SequenceNumber, StreamChange,
+    TTL_PRINCIPAL, Typed, epoch_millis, non_empty, parse_epoch_text,
 };
 use crate::item::Item;
 use crate::item::text::Str;
@@ -31,14 +33,101 @@ use crate::item::text::Str;
 /// The event's records, or `None` when this path does not read the event
 /// (then the `Value` path decides).
 pub(super) fn decode(bytes: &[u8]) -> Option<Vec<StreamChange>> {
+    decode_with::<NoReader>(bytes, None)
+}
+
+/// [`decode`], each record typed by `reader` when there is one (see
+/// [`super::decode_event_bytes_with`]); `None` also when the reader does
+/// not take the whole event.
+pub(super) fn decode_with<R: ChangeReader>(
+    bytes: &[u8],
+    reader: Option<&R>,
+) -> Option<Vec<StreamChange>> {
     // UTF-8 checked once, over the whole event (ASCII at a time), instead
     // of string by string as the reader of bytes does; an event that is not
     // UTF-8 is not JSON, left to the `Value` path, which says so.
     let text = std::str::from_utf8(bytes).ok()?;
     let mut de = serde_json::Deserializer::from_str(text);
-    let records = de.deserialize_map(EventVisitor).ok()?;
+    let mut state = State {
+        scratch: Scratch::new(),
+        reader,
+        text,
+        image_at: None,
+    };
+    let records = de.deserialize_map(EventVisitor(&mut state)).ok()?;
     de.end().ok()?;
+    // The last image read spans at most to the end of the event.
+    state.image_ends::<de::value::Error>(text.len()).ok()?;
     records
+}
+
+/// No reader: images are built into items.
+enum NoReader {}
+
+impl ChangeReader for NoReader {
+    type Image = std::convert::Infallible;
+    type Change = ();
+    fn image<'de, D: Deserializer<'de>>(&self, _: &Item, _: D) -> Result<Self::Image, D::Error> {
+        match *self {}
+    }
+    fn change(
+        &self,
+        _: &StreamChange,
+        _: Option<Self::Image>,
+        _: Option<Self::Image>,
+    ) -> Option<()> {
+        match *self {}
+    }
+}
+
+/// An image read by a reader is not measured (no item of it is built), so
+/// the 400 KB rule bounds its text instead: an item's size is at most twice
+/// its DynamoDB JSON text. (Each value's text holds at least its size in
+/// bytes, quotes and a type tag aside, but for DynamoDB Local's untagged
+/// `[]` and `{}`: 2 characters for the 3 bytes of an empty list or map, and
+/// a list's or a map's 3 bytes and 1 per member are outweighed by its
+/// `{"L":[` and commas.) An image whose text may be longer than this, by
+/// the distance from its field name to the next field name of the
+/// envelope, leaves the event to the item maps, which measure it.
+const MAX_READ_IMAGE_TEXT: usize = MAX_ITEM_BYTES / 2;
+
+/// What the decoding of one event keeps from record to record.
+struct State<'r, R> {
+    scratch: Scratch,
+    reader: Option<&'r R>,
+    /// The event: field names read borrowed point into it.
+    text: &'r str,
+    /// Where the field name of the image last read by the reader starts,
+    /// until the next field name of the envelope bounds its text.
+    image_at: Option<usize>,
+}
+
+impl<R> State<'_, R> {
+    /// Where `name`, a field name of the envelope, starts in the event: it
+    /// ends the text of the image read last. `None` without a reader (no
+    /// image is bounded so).
+    fn mark<E: de::Error>(&mut self, name: &Str) -> Result<Option<usize>, E> {
+        if self.reader.is_none() {
+            return Ok(None);
+        }
+        // Escaped, a name is copied: its place is unknown.
+        let Cow::Borrowed(name) = name.0 else {
+            return fail("an escaped field name");
+        };
+        let at = name.as_ptr() as usize - self.text.as_ptr() as usize;
+        self.image_ends(at)?;
+        Ok(Some(at))
+    }
+
+    /// The image read last ends before `at`: check its bound.
+    fn image_ends<E: de::Error>(&mut self, at: usize) -> Result<(), E> {
+        match self.image_at.take() {
+            Some(start) if at - start > MAX_READ_IMAGE_TEXT => {
+                fail("an image that may be over the item limit")
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 fn fail<T, E: de::Error>(what: &str) -> Result<T, E> {
@@ -55,9 +144,9 @@ fn once<T, E: de::Error>(slot: &mut Option<T>, value: T) -> Result<(), E> {
 }
 
 /// `{"Records": [...]}`; other top-level fields are skipped.
-struct EventVisitor;
+struct EventVisitor<'s, 'r, R>(&'s mut State<'r, R>);
 
-impl<'de> Visitor<'de> for EventVisitor {
+impl<'de, R: ChangeReader> Visitor<'de> for EventVisitor<'_, '_, R> {
     type Value = Option<Vec<StreamChange>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a stream event")
@@ -66,7 +155,10 @@ impl<'de> Visitor<'de> for EventVisitor {
         let mut records = None;
         while let Some(key) = map.next_key::<Str>()? {
             if key.0 == "Records" {
-                once(&mut records, map.next_value_seed(RecordsSeed)?)?;
+                once(
+                    &mut records,
+                    map.next_value_seed(RecordsSeed(&mut *self.0))?,
+                )?;
             } else {
                 map.next_value::<IgnoredAny>()?;
             }
@@ -75,24 +167,23 @@ impl<'de> Visitor<'de> for EventVisitor {
     }
 }
 
-struct RecordsSeed;
+struct RecordsSeed<'s, 'r, R>(&'s mut State<'r, R>);
 
-impl<'de> DeserializeSeed<'de> for RecordsSeed {
+impl<'de, R: ChangeReader> DeserializeSeed<'de> for RecordsSeed<'_, '_, R> {
     type Value = Vec<StreamChange>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_seq(self)
     }
 }
 
-impl<'de> Visitor<'de> for RecordsSeed {
+impl<'de, R: ChangeReader> Visitor<'de> for RecordsSeed<'_, '_, R> {
     type Value = Vec<StreamChange>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("an array of records")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-        let mut scratch = Scratch::new();
-        while let Some(record) = seq.next_element_seed(RecordVisitor(&mut scratch))? {
+        while let Some(record) = seq.next_element_seed(RecordVisitor(&mut *self.0))? {
             out.push(record);
         }
         Ok(out)
@@ -100,16 +191,16 @@ impl<'de> Visitor<'de> for RecordsSeed {
 }
 
 /// One record: the fields [`super::decode_object`] reads.
-struct RecordVisitor<'s>(&'s mut Scratch);
+struct RecordVisitor<'s, 'r, R>(&'s mut State<'r, R>);
 
-impl<'de> DeserializeSeed<'de> for RecordVisitor<'_> {
+impl<'de, R: ChangeReader> DeserializeSeed<'de> for RecordVisitor<'_, '_, R> {
     type Value = StreamChange;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for RecordVisitor<'_> {
+impl<'de, R: ChangeReader> Visitor<'de> for RecordVisitor<'_, '_, R> {
     type Value = StreamChange;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a stream record")
@@ -120,8 +211,9 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
         let mut source_checked = false;
         let mut arn: Option<Option<String>> = None;
         let mut ttl = None;
-        let mut ddb: Option<Ddb> = None;
+        let mut ddb: Option<Ddb<R::Image>> = None;
         while let Some(key) = map.next_key::<Str>()? {
+            self.0.mark(&key)?;
             match key.0.as_ref() {
                 "eventID" => {
                     let id = map.next_value::<Str>()?.0;
@@ -174,7 +266,7 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
         if new_size.max(old_size) > MAX_ITEM_BYTES {
             return fail("image over the item limit");
         }
-        let change = StreamChange {
+        let mut change = StreamChange {
             event_id,
             kind,
             sequence_number: ddb.sequence_number.flatten(),
@@ -184,7 +276,14 @@ impl<'de> Visitor<'de> for RecordVisitor<'_> {
             new_image: non_empty(new_image),
             event_source_arn: arn.flatten(),
             size_bytes: ddb.size_bytes.flatten(),
+            typed: None,
         };
+        if let Some(reader) = self.0.reader {
+            let Some(typed) = reader.change(&change, ddb.old_typed, ddb.new_typed) else {
+                return fail("a record the reader refuses");
+            };
+            change.typed = Some(Typed::new(typed));
+        }
         Ok(change)
     }
 }
@@ -219,12 +318,13 @@ impl<'de> Visitor<'de> for IdentitySeed {
     }
 }
 
-/// The `dynamodb` object.
-#[derive(Default)]
-struct Ddb {
+/// The `dynamodb` object; with a reader, its images are `I`s.
+struct Ddb<I> {
     keys: Option<Sized<Item>>,
     new_image: Option<Sized<Item>>,
     old_image: Option<Sized<Item>>,
+    new_typed: Option<I>,
+    old_typed: Option<I>,
     /// The outer `Option`: whether the field was there (`null` is `None`
     /// inside).
     sequence_number: Option<Option<SequenceNumber>>,
@@ -232,33 +332,63 @@ struct Ddb {
     size_bytes: Option<Option<i64>>,
 }
 
-struct DdbSeed<'s>(&'s mut Scratch);
+struct DdbSeed<'s, 'r, R>(&'s mut State<'r, R>);
 
-impl<'de> DeserializeSeed<'de> for DdbSeed<'_> {
-    type Value = Ddb;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Ddb, D::Error> {
+impl<'de, R: ChangeReader> DeserializeSeed<'de> for DdbSeed<'_, '_, R> {
+    type Value = Ddb<R::Image>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for DdbSeed<'_> {
-    type Value = Ddb;
+impl<'de, R: ChangeReader> Visitor<'de> for DdbSeed<'_, '_, R> {
+    type Value = Ddb<R::Image>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a dynamodb object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Ddb, A::Error> {
-        let mut ddb = Ddb::default();
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut ddb = Ddb {
+            keys: None,
+            new_image: None,
+            old_image: None,
+            new_typed: None,
+            old_typed: None,
+            sequence_number: None,
+            approximate_creation: None,
+            size_bytes: None,
+        };
+        let state = self.0;
         while let Some(key) = map.next_key::<Str>()? {
+            let at = state.mark(&key)?;
             match key.0.as_ref() {
-                "Keys" => once(&mut ddb.keys, map.next_value_seed(Section(&mut *self.0))?)?,
-                "NewImage" => once(
-                    &mut ddb.new_image,
-                    map.next_value_seed(Section(&mut *self.0))?,
+                "Keys" => once(
+                    &mut ddb.keys,
+                    map.next_value_seed(Section(&mut state.scratch))?,
                 )?,
-                "OldImage" => once(
-                    &mut ddb.old_image,
-                    map.next_value_seed(Section(&mut *self.0))?,
-                )?,
+                image @ ("NewImage" | "OldImage") => {
+                    let new = image == "NewImage";
+                    if let (Some(reader), Some(at)) = (state.reader, at) {
+                        // The reader needs the key first.
+                        let Some((keys, _)) = &ddb.keys else {
+                            return fail("an image before Keys");
+                        };
+                        let typed = map.next_value_seed(ReadImage { reader, keys })?;
+                        state.image_at = Some(at);
+                        let slot = if new {
+                            &mut ddb.new_typed
+                        } else {
+                            &mut ddb.old_typed
+                        };
+                        once(slot, typed)?;
+                    } else {
+                        let slot = if new {
+                            &mut ddb.new_image
+                        } else {
+                            &mut ddb.old_image
+                        };
+                        once(slot, map.next_value_seed(Section(&mut state.scratch))?)?;
+                    }
+                }
                 "SequenceNumber" => {
                     once(&mut ddb.sequence_number, map.next_value_seed(SequenceSeed)?)?
                 }
@@ -273,6 +403,19 @@ impl<'de> Visitor<'de> for DdbSeed<'_> {
             }
         }
         Ok(ddb)
+    }
+}
+
+/// An image, read by the reader.
+struct ReadImage<'a, R> {
+    reader: &'a R,
+    keys: &'a Item,
+}
+
+impl<'de, R: ChangeReader> DeserializeSeed<'de> for ReadImage<'_, R> {
+    type Value = R::Image;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<R::Image, D::Error> {
+        self.reader.image(self.keys, d)
     }
 }
 
@@ -453,7 +596,7 @@ fn number_size(n: &str) -> usize {
 
 /// One DynamoDB JSON value: `{"S": ...}` and the other tags but the binary
 /// ones; an untagged `[]` is an empty `L` and `{}` an empty `M`.
-struct AttributeSeed;
+pub(crate) struct AttributeSeed;
 
 impl<'de> DeserializeSeed<'de> for AttributeSeed {
     type Value = Sized<AttributeValue>;
