@@ -282,35 +282,62 @@ impl Entity {
     /// [`Entity::from_keyed_item`] from a borrowed item: copies only the
     /// attributes the entity keeps, once.
     pub fn from_keyed_item_ref(key: ItemKey, item: &Item) -> Result<Entity, ItemError> {
+        Entity::from_source(key, item)
+    }
+
+    /// The entity of `key` whose image `d` deserializes (DynamoDB JSON, a
+    /// stream image as the event is read), its key attributes checked equal
+    /// to `keys` (the record's): what [`Entity::from_keyed_item_ref`] reads
+    /// from that image's item, or an error where it would fail, or where the
+    /// text reader leaves the image to it
+    /// ([`worker_engine::item::text::read_image_from`]).
+    pub fn read_image<'de, D: Deserializer<'de>>(
+        key: ItemKey,
+        keys: &Item,
+        d: D,
+    ) -> Result<Entity, D::Error> {
+        let (Some(pk), Some(sk)) = (keys.get(PK), keys.get(SK)) else {
+            return Err(serde::de::Error::custom("no key"));
+        };
+        Entity::from_source(
+            key,
+            ImageText {
+                d,
+                key: [(PK, pk), (SK, sk)],
+                de: std::marker::PhantomData,
+            },
+        )
+    }
+
+    /// The entity of `key` from its attributes in `source`: the one place
+    /// that says which type each kind of item is read as.
+    fn from_source<S: Source>(key: ItemKey, source: S) -> Result<Entity, S::Error> {
         Ok(match &key {
             ItemKey::User(id) => {
-                let (mut u, extra) = split::<User>(&key, item)?;
+                let (mut u, extra) = source.split::<User>(&key)?;
                 u.id = *id;
                 u.extra = extra;
                 Entity::User(u)
             }
             ItemKey::Membership { user, group } => {
-                let (mut m, extra) = split::<Membership>(&key, item)?;
+                let (mut m, extra) = source.split::<Membership>(&key)?;
                 if m.group != *group {
-                    return Err(ItemError::attrs(
-                        &key,
-                        "GroupId disagrees with the sort key",
-                    ));
+                    return Err(S::disagrees(&key, "GroupId disagrees with the sort key"));
                 }
                 m.user = *user;
                 m.extra = extra;
                 Entity::Membership(m)
             }
             ItemKey::Group(id) => {
-                let (mut g, extra) = split::<Group>(&key, item)?;
+                let (mut g, extra) = source.split::<Group>(&key)?;
                 g.id = *id;
                 g.extra = extra;
                 Entity::Group(g)
             }
             ItemKey::ContainerLink { group, container } => {
-                let (mut l, extra) = split::<ContainerLink>(&key, item)?;
+                let (mut l, extra) = source.split::<ContainerLink>(&key)?;
                 if l.container != *container {
-                    return Err(ItemError::attrs(
+                    return Err(S::disagrees(
                         &key,
                         "ContainerId disagrees with the sort key",
                     ));
@@ -320,26 +347,24 @@ impl Entity {
                 Entity::ContainerLink(l)
             }
             ItemKey::InvitationLink(group) => {
-                let (mut l, extra) = split::<InvitationLink>(&key, item)?;
+                let (mut l, extra) = source.split::<InvitationLink>(&key)?;
                 l.group = *group;
                 l.extra = extra;
                 Entity::InvitationLink(l)
             }
             ItemKey::Container(id) => {
-                let (mut c, extra) = split::<Container>(&key, item)?;
+                let (mut c, extra) = source.split::<Container>(&key)?;
                 c.id = *id;
                 c.extra = extra;
                 Entity::Container(c)
             }
             ItemKey::Category => {
-                let (mut c, extra) = split::<CategoryList>(&key, item)?;
+                let (mut c, extra) = source.split::<CategoryList>(&key)?;
                 c.extra = extra;
                 Entity::Category(c)
             }
             _ => {
-                let mut item = item.clone();
-                item.remove(PK);
-                item.remove(SK);
+                let (NoAttributes {}, item) = source.split::<NoAttributes>(&key)?;
                 Entity::Worker(key, item)
             }
         })
@@ -407,6 +432,58 @@ attributes! {
     InvitationLink => ["InvitationLinkHash", "LinkExpiryDatetime"];
     Container => ["ContainerName", "Foods"];
     CategoryList => ["Category"];
+}
+
+/// A worker-owned item's typed part: none (every attribute but the key is
+/// its `extra`).
+#[derive(Deserialize)]
+struct NoAttributes {}
+
+impl Attributes for NoAttributes {
+    const ATTRIBUTES: &'static [&'static str] = &[];
+}
+
+/// Where an entity's attributes are read from: an item, or an image's text.
+trait Source {
+    type Error;
+    /// The known attributes as `T`; everything else but the key is `extra`.
+    fn split<T: DeserializeOwned + Attributes>(
+        self,
+        key: &ItemKey,
+    ) -> Result<(T, Item), Self::Error>;
+    /// The attributes read, but they disagree with the key.
+    fn disagrees(key: &ItemKey, reason: &str) -> Self::Error;
+}
+
+impl Source for &Item {
+    type Error = ItemError;
+    fn split<T: DeserializeOwned + Attributes>(
+        self,
+        key: &ItemKey,
+    ) -> Result<(T, Item), ItemError> {
+        split(key, self)
+    }
+    fn disagrees(key: &ItemKey, reason: &str) -> ItemError {
+        ItemError::attrs(key, reason)
+    }
+}
+
+/// An image's text, with the record's key attributes.
+struct ImageText<'k, 'de, D> {
+    d: D,
+    key: [(&'static str, &'k aws_sdk_dynamodb::types::AttributeValue); 2],
+    de: std::marker::PhantomData<&'de ()>,
+}
+
+impl<'de, D: Deserializer<'de>> Source for ImageText<'_, 'de, D> {
+    type Error = D::Error;
+    fn split<T: DeserializeOwned + Attributes>(self, _: &ItemKey) -> Result<(T, Item), D::Error> {
+        let known = |name: &str| T::ATTRIBUTES.contains(&name);
+        worker_engine::item::text::read_image_from(self.d, &self.key, known)
+    }
+    fn disagrees(_: &ItemKey, reason: &str) -> D::Error {
+        serde::de::Error::custom(reason)
+    }
 }
 
 /// Deserialize the known attributes; everything else but the key is `extra`.

@@ -8,13 +8,17 @@
 //! reads each of those once). A transient failure of any of them has the
 //! record retried.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
-use crate::items::{Entity, ItemError, redact_quoted};
+use crate::items::{Entity, Item, ItemError, redact_quoted};
 use crate::keys::{ContainerId, ItemKey, ItemKind, PK, SK};
 pub use worker_engine::HandlerError;
 pub use worker_engine::stream::{ChangeHandler, HandlerOutcome, InBatch, Router, TypedChange};
-use worker_engine::stream::{ChangeKind, RecordError, StreamChange};
+use worker_engine::stream::{
+    ChangeKind, ChangeReader, EnvelopeError, RecordError, StreamChange, Typed,
+    decode_event_bytes_with,
+};
 
 /// A stream record of the Nishiki table, typed.
 #[derive(Debug, Clone, PartialEq)]
@@ -49,8 +53,7 @@ impl Change {
             let (pk, sk) = key.encode();
             ItemError::Attributes { pk, sk, reason }
         };
-        let needs_new = !raw.kind.is_removal();
-        let needs_old = raw.kind == ChangeKind::Modify;
+        let (needs_old, needs_new) = needed_images(raw.kind);
         for (section, image, needed) in [
             ("NewImage", &raw.new_image, needs_new),
             ("OldImage", &raw.old_image, needs_old),
@@ -84,9 +87,65 @@ impl Change {
         })
     }
 
+    /// The change of `raw`: as [`Reader`] typed it while the event was read,
+    /// or else decoded from its items ([`Change::from_stream`]).
+    pub fn of(raw: &StreamChange) -> Result<Cow<'_, Change>, ItemError> {
+        match raw.typed.as_ref().and_then(Typed::get::<Change>) {
+            Some(change) => Ok(Cow::Borrowed(change)),
+            None => Change::from_stream(raw).map(Cow::Owned),
+        }
+    }
+
     /// Whether the item is gone after this change (a delete or a TTL removal).
     pub fn is_removal(&self) -> bool {
         matches!(self.kind, ChangeKind::Remove | ChangeKind::TtlRemove)
+    }
+}
+
+/// Whether a change of this kind needs its old and its new image: the
+/// table's stream is `NEW_AND_OLD_IMAGES`.
+fn needed_images(kind: ChangeKind) -> (bool, bool) {
+    (kind == ChangeKind::Modify, !kind.is_removal())
+}
+
+/// Nishiki's [`ChangeReader`]: each record's [`Change`], its images typed
+/// as the stream event is read ([`Entity::read_image`]), no item of an
+/// image built. It takes a record only as [`Change::from_stream`] would
+/// decode it, and refuses every other (then the event is decoded into
+/// items, and [`Change::from_stream`] says why a record is malformed).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Reader;
+
+impl ChangeReader for Reader {
+    type Image = Entity;
+    type Change = Change;
+
+    fn image<'de, D: serde::Deserializer<'de>>(
+        &self,
+        keys: &Item,
+        d: D,
+    ) -> Result<Entity, D::Error> {
+        let key = ItemKey::from_attributes(keys).map_err(serde::de::Error::custom)?;
+        Entity::read_image(key, keys, d)
+    }
+
+    fn change(
+        &self,
+        raw: &StreamChange,
+        old: Option<Entity>,
+        new: Option<Entity>,
+    ) -> Option<Change> {
+        let (needs_old, needs_new) = needed_images(raw.kind);
+        if (needs_old && old.is_none()) || (needs_new && new.is_none()) {
+            return None;
+        }
+        Some(Change {
+            event_id: raw.event_id.clone(),
+            kind: raw.kind,
+            key: ItemKey::from_attributes(&raw.keys).ok()?,
+            old,
+            new,
+        })
     }
 }
 
@@ -114,7 +173,7 @@ impl BatchFacts {
                 Ok(ItemKey::ContainerLink { container, .. }) => Some((raw, container)),
                 _ => None,
             })
-            .filter(|(raw, _)| Change::from_stream(raw).is_ok())
+            .filter(|(raw, _)| Change::of(raw).is_ok())
             .map(|(_, container)| container)
             .collect();
         BatchFacts { linked }
@@ -134,6 +193,10 @@ impl BatchFacts {
 impl TypedChange for Change {
     type Kind = ItemKind;
     type Facts = BatchFacts;
+
+    fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+        decode_event_bytes_with(bytes, &Reader)
+    }
 
     fn decode(raw: &StreamChange) -> Result<Self, String> {
         Change::from_stream(raw).map_err(|e| {
@@ -312,6 +375,168 @@ mod tests {
             matches!(&outcome, Err(e) if e.kind() == FailureKind::Record && e.reason() == "second: bad food"),
             "{outcome:?}"
         );
+    }
+
+    /// The records of `event` as [`Reader`] types them and as their items
+    /// decode: the same records, the same changes (or the same error), the
+    /// same facts. Whether the reader took the event (it takes all of its
+    /// records or none).
+    fn read_as_the_items_decode(event: &str) -> bool {
+        use worker_engine::stream::{decode_event_bytes, decode_event_bytes_with};
+        let typed = decode_event_bytes_with(event.as_bytes(), &Reader);
+        let items = decode_event_bytes(event.as_bytes());
+        let (typed, items) = match (typed, items) {
+            (Ok(typed), Ok(items)) => (typed, items),
+            (typed, items) => {
+                assert_eq!(typed, items);
+                return false;
+            }
+        };
+        assert_eq!(typed.len(), items.len());
+        let mut taken = Vec::new();
+        for (t, i) in typed.iter().zip(&items) {
+            let (t, i) = match (t, i) {
+                (Ok(t), Ok(i)) => (t, i),
+                (t, i) => {
+                    assert_eq!(t, i);
+                    taken.push(false);
+                    continue;
+                }
+            };
+            taken.push(t.typed.is_some());
+            // The envelope read alike; the images only in the change.
+            let images = t.typed.is_some();
+            let envelope = |c: &StreamChange, images_read: bool| {
+                let mut c = c.clone();
+                c.typed = None;
+                if images_read {
+                    c.old_image = None;
+                    c.new_image = None;
+                }
+                c
+            };
+            assert_eq!(envelope(t, false), envelope(i, images));
+            let ours = Change::of(t)
+                .map(Cow::into_owned)
+                .map_err(|e| e.to_string());
+            let theirs = Change::from_stream(i).map_err(|e| e.to_string());
+            assert_eq!(ours, theirs, "record {}", t.event_id);
+        }
+        assert_eq!(BatchFacts::of(&typed), BatchFacts::of(&items));
+        assert!(
+            taken.iter().all(|&t| t == taken[0]),
+            "all or none: {taken:?}"
+        );
+        taken.first().copied().unwrap_or(false)
+    }
+
+    fn fixture(name: &str) -> String {
+        let path = format!("{}/events/stream/{name}", env!("CARGO_MANIFEST_DIR"));
+        std::fs::read_to_string(&path).expect(&path)
+    }
+
+    /// A fixture as `serde_json` writes it (no spaces; in each record's
+    /// `dynamodb`, `Keys` first).
+    fn compact(name: &str) -> String {
+        let event: serde_json::Value = serde_json::from_str(&fixture(name)).unwrap();
+        event.to_string()
+    }
+
+    #[test]
+    fn the_reader_types_the_fixtures_as_their_items_decode() {
+        let dir = format!("{}/events/stream", env!("CARGO_MANIFEST_DIR"));
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let mut left = Vec::new();
+        for name in &names {
+            if !read_as_the_items_decode(&fixture(name)) {
+                left.push(name.as_str());
+            }
+            assert_eq!(
+                read_as_the_items_decode(&compact(name)),
+                !left.contains(&name.as_str())
+            );
+        }
+        assert!(names.len() >= 10, "{names:?}");
+        // A malformed record, and DynamoDB Local's untagged empty list in
+        // a container's foods: left to the items.
+        assert_eq!(
+            left,
+            ["malformed-record-in-batch.json", "untagged-empty-list.json"]
+        );
+    }
+
+    #[test]
+    fn what_the_reader_refuses_is_decoded_from_the_items() {
+        let modify = compact("container-foods-changed.json");
+        let member = compact("last-members-left.json");
+        let new_image = r#""NewImage":{"#;
+        assert!(modify.contains(new_image), "{modify}");
+        let in_new = |attrs: &str| modify.replacen(new_image, &format!("{new_image}{attrs},"), 1);
+        let taken = [
+            // Attributes of no type are kept, as the items keep them;
+            // untagged empties among them too.
+            in_new(r#""Note":{"S":"n"},"Tags":[],"Deep":{"M":{"x":{}}}"#),
+            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(150_000))),
+        ];
+        for event in &taken {
+            assert!(read_as_the_items_decode(event), "taken");
+        }
+        let pk = "c0000000-0000-4000-8000-0000000c0001";
+        let edit = |event: &str, change: &dyn Fn(&mut serde_json::Value)| {
+            let mut event: serde_json::Value = serde_json::from_str(event).unwrap();
+            change(&mut event["Records"][0]["dynamodb"]);
+            event.to_string()
+        };
+        let refused = [
+            // An image's key that is not the record's, or none.
+            edit(&modify, &|d| {
+                d["NewImage"]["PK"]["S"] = "c0000000-0000-4000-8000-0000000c0009".into()
+            }),
+            edit(&modify, &|d| {
+                d["NewImage"].as_object_mut().unwrap().remove("SK");
+            }),
+            // A NULL that is false, a binary value.
+            edit(&modify, &|d| {
+                d["NewImage"]["ContainerName"] = serde_json::json!({"NULL": false})
+            }),
+            in_new(r#""Blob":{"B":"AQ=="}"#),
+            // A name twice.
+            in_new(r#""ContainerName":{"S":"again"}"#),
+            in_new(r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
+            in_new(&format!(r#""PK":{{"S":"{pk}"}}"#)),
+            // A MODIFY without its old image.
+            edit(&modify, &|d| {
+                d.as_object_mut().unwrap().remove("OldImage");
+            }),
+            // A membership whose group is not its key's.
+            edit(&member, &|d| {
+                d["OldImage"]["GroupId"]["S"] = "9e000000-0000-4000-8000-00000000a009".into()
+            }),
+            // An item of no kind of the table.
+            modify.replace(&format!(r#""S":"{pk}""#), r#""S":"not-an-id""#),
+            // The images before the keys.
+            modify.replacen(r#""Keys":"#, r#""Keys0":"#, 1).replacen(
+                r#""SequenceNumber""#,
+                &format!(
+                    r#""Keys":{{"PK":{{"S":"{pk}"}},"SK":{{"S":"Container"}}}},"SequenceNumber""#
+                ),
+                1,
+            ),
+            // An image whose text might be over the item limit (and one
+            // that is).
+            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(250_000))),
+            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(410_000))),
+            // An escaped field name: its place in the event is unknown.
+            modify.replacen(new_image, r#""New\u0049mage":{"#, 1),
+        ];
+        for (n, event) in refused.iter().enumerate() {
+            assert_ne!(event, &modify, "case {n} changes the event");
+            assert!(!read_as_the_items_decode(event), "case {n} refused");
+        }
     }
 
     #[test]
