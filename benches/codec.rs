@@ -111,18 +111,21 @@ fn stream(c: &mut Criterion) {
 ///   ([`floor_ignored_any`]), the
 ///   validation floor: every byte read, nothing kept;
 /// - `decode_route_decide`: the Lambda event bytes decoded into stream
-///   changes, each routed like [`nishiki_worker::worker::Router`] does (typed
-///   key and images, loop guard, the handlers that want the item kind) and
-///   decided by each job's pure rule (relationships: the cascade; expiry: the
-///   food plans and the flag/reminder writes; invitations: the TTL stamp);
+///   changes as the stream function decodes them (each image typed as the
+///   event is read, by Nishiki's [`nishiki_worker::worker::Reader`]), each
+///   routed like [`nishiki_worker::worker::Router`] does (typed key and
+///   images, loop guard, the handlers that want the item kind) and decided
+///   by each job's pure rule (relationships: the cascade; expiry: the food
+///   plans and the flag/reminder writes; invitations: the TTL stamp);
+/// - `items_route_decide`: the same, each image built into an item first
+///   and typed from it: the path of an event the reader does not take;
 /// - `typed_from_text`, `typed_in_one_pass`: the same decisions over the
 ///   same changes, their images typed straight from the event's text
-///   ([`worker_engine::item::text`]) and no item map built: what a stream
-///   change that kept its images as text could reach. The first reads each
-///   image's text twice (captured with the record, then typed); the second
-///   types each image as the record is read. Neither validates the
-///   attributes that Nishiki's types leave out, as the engine's decoder
-///   does, so both are bounds, not paths that ship;
+///   ([`worker_engine::item::text`]), with none of the engine's checks:
+///   bounds. The first reads each image's text twice (captured with the
+///   record, then typed); the second types each image as the record is
+///   read, as the reader does, without checking the key attributes, the
+///   attributes the types leave out, or the envelope's other fields;
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
 ///   1,000-record event of its own table ([`apps`]), beside the two floors
 ///   on that event's bytes (`app_<name>_floor_...`).
@@ -155,6 +158,10 @@ fn decide(c: &mut Criterion) {
     });
     g.bench_function("decode_route_decide", |b| {
         b.iter(|| fixture.decide(black_box(&bytes)))
+    });
+    assert_eq!(fixture.decide_from_items(&bytes), summary);
+    g.bench_function("items_route_decide", |b| {
+        b.iter(|| fixture.decide_from_items(black_box(&bytes)))
     });
     assert_eq!(fixture.decide_from_text(&bytes), summary);
     g.bench_function("typed_from_text", |b| {
@@ -200,6 +207,7 @@ fn main() {
     Criterion::default().configure_from_args().final_summary();
     let mut paths: Vec<_> = [
         "decode_route_decide",
+        "items_route_decide",
         "typed_from_text",
         "typed_in_one_pass",
     ]

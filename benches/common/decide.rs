@@ -21,7 +21,7 @@ use nishiki_worker::jobs::invitations::ttl_to_stamp;
 use nishiki_worker::jobs::relationships::{self, StreamCascade};
 use nishiki_worker::jobs::{self, JobDeps};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
-use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler};
+use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, TypedChange};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
@@ -419,8 +419,25 @@ impl Fixture {
         serde_json::to_vec(&event).expect("serialize")
     }
 
-    /// Bytes -> decode -> route -> decide.
+    /// Bytes -> decode -> route -> decide, as the stream function does:
+    /// each record typed as the event is read (Nishiki's
+    /// [`nishiki_worker::worker::Reader`]).
     pub(crate) fn decide(&self, bytes: &[u8]) -> Summary {
+        let mut s = Summary::default();
+        for record in <Change as TypedChange>::decode_event(bytes).expect("a stream event") {
+            let raw = record.expect("a well-formed record");
+            assert!(raw.typed.is_some(), "typed as the event is read");
+            s.records += 1;
+            let change = Change::of(&raw).expect("decodes");
+            self.route(&change, &mut s);
+        }
+        s
+    }
+
+    /// [`Fixture::decide`] through the items: each image built into an
+    /// item, then typed ([`Change::from_stream`]), as the function decodes
+    /// an event its reader does not take.
+    pub(crate) fn decide_from_items(&self, bytes: &[u8]) -> Summary {
         let mut s = Summary::default();
         for record in decode_event_bytes(bytes).expect("a stream event") {
             let raw = record.expect("a well-formed record");
