@@ -1,6 +1,6 @@
 //! Typed values read straight from an item's DynamoDB JSON text (a stream
 //! image as the event carries it: `{"Name": {"S": "Milk"}, ...}`), without
-//! building its [`Item`](super::Item) first.
+//! building its [`Item`] first.
 //!
 //! Building an item allocates every attribute's name and value and hashes
 //! each name into a map; a typed read then copies what it keeps out of it,
