@@ -119,13 +119,6 @@ fn stream(c: &mut Criterion) {
 ///   plans and the flag/reminder writes; invitations: the TTL stamp);
 /// - `items_route_decide`: the same, each image built into an item first
 ///   and typed from it: the path of an event the reader does not take;
-/// - `typed_from_text`, `typed_in_one_pass`: the same decisions over the
-///   same changes, their images typed straight from the event's text
-///   ([`worker_engine::item::text`]), with none of the engine's checks:
-///   bounds. The first reads each image's text twice (captured with the
-///   record, then typed); the second types each image as the record is
-///   read, as the reader does, without checking the key attributes, the
-///   attributes the types leave out, or the envelope's other fields;
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
 ///   1,000-record event of its own table ([`apps`]), beside the two floors
 ///   on that event's bytes (`app_<name>_floor_...`).
@@ -163,14 +156,6 @@ fn decide(c: &mut Criterion) {
     g.bench_function("items_route_decide", |b| {
         b.iter(|| fixture.decide_from_items(black_box(&bytes)))
     });
-    assert_eq!(fixture.decide_from_text(&bytes), summary);
-    g.bench_function("typed_from_text", |b| {
-        b.iter(|| fixture.decide_from_text(black_box(&bytes)))
-    });
-    assert_eq!(fixture.decide_in_one_pass(&bytes), summary);
-    g.bench_function("typed_in_one_pass", |b| {
-        b.iter(|| fixture.decide_in_one_pass(black_box(&bytes)))
-    });
     for app in &apps {
         // Each app's floors on its own event's bytes.
         let floor = |which: &str| format!("{}_{which}", app.name);
@@ -205,21 +190,16 @@ criterion_group!(benches, keys, items, stream, decide);
 fn main() {
     benches();
     Criterion::default().configure_from_args().final_summary();
-    let mut paths: Vec<_> = [
-        "decode_route_decide",
-        "items_route_decide",
-        "typed_from_text",
-        "typed_in_one_pass",
-    ]
-    .into_iter()
-    .map(|path| {
-        (
-            path.to_owned(),
-            "floor_serde_json_value".to_owned(),
-            "floor_ignored_any".to_owned(),
-        )
-    })
-    .collect();
+    let mut paths: Vec<_> = ["decode_route_decide", "items_route_decide"]
+        .into_iter()
+        .map(|path| {
+            (
+                path.to_owned(),
+                "floor_serde_json_value".to_owned(),
+                "floor_ignored_any".to_owned(),
+            )
+        })
+        .collect();
     paths.extend(apps::cases_names().map(|app| {
         (
             app.to_owned(),

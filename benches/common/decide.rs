@@ -20,14 +20,10 @@ use nishiki_worker::jobs::expiry::{self, ExpiryRules, StreamPlan};
 use nishiki_worker::jobs::invitations::ttl_to_stamp;
 use nishiki_worker::jobs::relationships::{self, StreamCascade};
 use nishiki_worker::jobs::{self, JobDeps};
-use nishiki_worker::keys::{ContainerId, FoodId, GroupId, ItemKey, UserId};
+use nishiki_worker::keys::{ContainerId, FoodId, GroupId, UserId};
 use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, TypedChange};
-use serde::Deserialize;
-use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
-use serde_json::value::RawValue;
 use uuid::Uuid;
 use worker_engine::RecordingPublisher;
-use worker_engine::item::text;
 use worker_engine::store::{self, DynamoStore};
 use worker_engine::stream::{ChangeKind, StreamChange, decode_event_bytes, encode_event};
 
@@ -142,92 +138,6 @@ fn change(n: usize, kind: ChangeKind, old: Option<Entity>, new: Option<Entity>) 
         ),
         typed: None,
     }
-}
-
-/// A stream event as the bounds read it: each record's `dynamodb` section
-/// as `D`.
-#[derive(Deserialize)]
-struct Event<D> {
-    #[serde(rename = "Records")]
-    records: Vec<Record<D>>,
-}
-
-#[derive(Deserialize)]
-struct Record<D> {
-    #[serde(rename = "eventID")]
-    event_id: String,
-    #[serde(rename = "eventName")]
-    event_name: String,
-    #[serde(rename = "eventSourceARN")]
-    _arn: Option<String>,
-    dynamodb: D,
-}
-
-/// A record's `Keys`.
-#[derive(Deserialize)]
-struct TextKeys {
-    #[serde(rename = "PK")]
-    pk: String,
-    #[serde(rename = "SK")]
-    sk: String,
-}
-
-/// The event as text, checked once as the engine's decoder does (not
-/// string by string).
-fn utf8(bytes: &[u8]) -> &str {
-    std::str::from_utf8(bytes).expect("UTF-8")
-}
-
-fn change_kind(event_name: &str) -> ChangeKind {
-    match event_name {
-        "INSERT" => ChangeKind::Insert,
-        "MODIFY" => ChangeKind::Modify,
-        _ => ChangeKind::Remove,
-    }
-}
-
-/// The fixture's entity of `key` from the image `d` deserializes (its
-/// known attributes: the fixture's items have no others).
-fn entity_from<'de, D: Deserializer<'de>>(key: &ItemKey, d: D) -> Result<Entity, D::Error> {
-    fn typed<'de, T: de::DeserializeOwned, D: Deserializer<'de>>(
-        d: D,
-        names: &[&str],
-    ) -> Result<T, D::Error> {
-        text::read_from(d, |n| names.contains(&n))
-    }
-    Ok(match *key {
-        ItemKey::Container(id) => {
-            let mut c: Container = typed(d, &["ContainerName", "Foods"])?;
-            c.id = id;
-            Entity::Container(c)
-        }
-        ItemKey::Membership { user, .. } => {
-            let mut m: Membership = typed(d, &["GroupId"])?;
-            m.user = user;
-            Entity::Membership(m)
-        }
-        ItemKey::Group(id) => {
-            let mut g: Group = typed(d, &["GroupName"])?;
-            g.id = id;
-            Entity::Group(g)
-        }
-        ItemKey::User(id) => {
-            let mut u: User = typed(d, &["UserName", "EMailAddress"])?;
-            u.id = id;
-            Entity::User(u)
-        }
-        ItemKey::ContainerLink { group, .. } => {
-            let mut l: ContainerLink = typed(d, &["ContainerId"])?;
-            l.group = group;
-            Entity::ContainerLink(l)
-        }
-        ItemKey::InvitationLink(group) => {
-            let mut l: InvitationLink = typed(d, &["InvitationLinkHash", "LinkExpiryDatetime"])?;
-            l.group = group;
-            Entity::InvitationLink(l)
-        }
-        _ => return Err(de::Error::custom("not an item of the fixture")),
-    })
 }
 
 impl Fixture {
@@ -473,125 +383,6 @@ impl Fixture {
                 other => panic!("unknown handler {other}"),
             }
         }
-    }
-
-    /// Bytes -> typed changes read straight from the images' text, each
-    /// image captured whole first and read in a second pass -> route ->
-    /// decide: the same decisions as [`Fixture::decide`].
-    pub(crate) fn decide_from_text(&self, bytes: &[u8]) -> Summary {
-        #[derive(Deserialize)]
-        #[serde(rename_all = "PascalCase")]
-        struct Ddb<'a> {
-            #[serde(borrow)]
-            keys: &'a RawValue,
-            #[serde(borrow, default)]
-            new_image: Option<&'a RawValue>,
-            #[serde(borrow, default)]
-            old_image: Option<&'a RawValue>,
-            _sequence_number: Option<String>,
-            _approximate_creation_date_time: Option<f64>,
-            _size_bytes: Option<i64>,
-        }
-        let event: Event<Ddb> = serde_json::from_str(utf8(bytes)).expect("a stream event");
-        let mut s = Summary::default();
-        let entity = |key: &ItemKey, image: &RawValue| {
-            entity_from(key, &mut serde_json::Deserializer::from_str(image.get())).expect("reads")
-        };
-        for record in event.records {
-            s.records += 1;
-            let keys: TextKeys = text::read(record.dynamodb.keys.get(), |_| true).expect("keys");
-            let key = ItemKey::decode(&keys.pk, &keys.sk).expect("a key");
-            let change = Change {
-                event_id: record.event_id,
-                kind: change_kind(&record.event_name),
-                old: record.dynamodb.old_image.map(|i| entity(&key, i)),
-                new: record.dynamodb.new_image.map(|i| entity(&key, i)),
-                key,
-            };
-            self.route(&change, &mut s);
-        }
-        s
-    }
-
-    /// Bytes -> typed changes, each image read as the event is (one pass:
-    /// the record's `Keys` come before its images) -> route -> decide: the
-    /// same decisions as [`Fixture::decide`].
-    pub(crate) fn decide_in_one_pass(&self, bytes: &[u8]) -> Summary {
-        struct Images {
-            key: ItemKey,
-            old: Option<Entity>,
-            new: Option<Entity>,
-        }
-        impl<'de> Deserialize<'de> for Images {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Images, D::Error> {
-                struct V;
-                impl<'de> Visitor<'de> for V {
-                    type Value = Images;
-                    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                        f.write_str("a stream record")
-                    }
-                    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Images, A::Error> {
-                        let (mut key, mut old, mut new) = (None, None, None);
-                        while let Some(name) = map.next_key::<&str>()? {
-                            match name {
-                                "Keys" => {
-                                    let keys: TextKeys = map.next_value_seed(KeysSeed)?;
-                                    key = Some(
-                                        ItemKey::decode(&keys.pk, &keys.sk)
-                                            .map_err(de::Error::custom)?,
-                                    );
-                                }
-                                "NewImage" | "OldImage" => {
-                                    let key = key
-                                        .as_ref()
-                                        .ok_or_else(|| de::Error::custom("Keys after an image"))?;
-                                    let entity = map.next_value_seed(EntitySeed(key))?;
-                                    *(if name == "NewImage" {
-                                        &mut new
-                                    } else {
-                                        &mut old
-                                    }) = Some(entity);
-                                }
-                                _ => {
-                                    map.next_value::<de::IgnoredAny>()?;
-                                }
-                            }
-                        }
-                        let key = key.ok_or_else(|| de::Error::custom("no Keys"))?;
-                        Ok(Images { key, old, new })
-                    }
-                }
-                d.deserialize_map(V)
-            }
-        }
-        struct KeysSeed;
-        impl<'de> DeserializeSeed<'de> for KeysSeed {
-            type Value = TextKeys;
-            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<TextKeys, D::Error> {
-                text::read_from(d, |_| true)
-            }
-        }
-        struct EntitySeed<'k>(&'k ItemKey);
-        impl<'de> DeserializeSeed<'de> for EntitySeed<'_> {
-            type Value = Entity;
-            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Entity, D::Error> {
-                entity_from(self.0, d)
-            }
-        }
-        let event: Event<Images> = serde_json::from_str(utf8(bytes)).expect("a stream event");
-        let mut s = Summary::default();
-        for record in event.records {
-            s.records += 1;
-            let change = Change {
-                event_id: record.event_id,
-                kind: change_kind(&record.event_name),
-                old: record.dynamodb.old,
-                new: record.dynamodb.new,
-                key: record.dynamodb.key,
-            };
-            self.route(&change, &mut s);
-        }
-        s
     }
 
     fn relationships(&self, change: &Change, s: &mut Summary) {
