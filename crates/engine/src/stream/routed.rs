@@ -121,12 +121,12 @@ pub trait TypedChange: Sized + Send + Sync + 'static {
     fn is_worker_owned(kind: Self::Kind) -> bool;
     /// The facts of a decoded batch.
     fn facts(records: &[Result<StreamChange, RecordError>]) -> Self::Facts;
-    /// The records of a Lambda event's bytes: [`decode_event_bytes`]; an
+    /// The records of a Lambda event's bytes: [`decode_event_bytes`]. An
     /// app whose changes have a [`ChangeReader`](super::ChangeReader) gives
-    /// [`decode_event_bytes_with`](super::decode_event_bytes_with) it, and its changes then reach its
-    /// handlers as the reader typed them ([`StreamChange::typed`]), not
-    /// through [`Self::decode`] (which the records the reader does not take
-    /// still go through).
+    /// it to [`decode_event_bytes_with`](super::decode_event_bytes_with):
+    /// its changes then reach its handlers as the reader typed them
+    /// ([`StreamChange::typed`]), not through [`Self::decode`] (which the
+    /// records the reader does not take still go through).
     fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
         decode_event_bytes(bytes)
     }
