@@ -4,8 +4,9 @@
 //!
 //! Building an item allocates every attribute's name and value and hashes
 //! each name into a map; a typed read then copies what it keeps out of it,
-//! and both are dropped. [`read`] walks the text once instead and allocates
-//! only what the target type keeps.
+//! and both are dropped. [`read_image_from`] walks the text once instead
+//! and allocates only what the target type keeps (and the attributes it
+//! does not know, kept as they are).
 //!
 //! It reads what [`borrowed::read`](super::borrowed::read) reads from the
 //! item the text decodes to, the same way (numbers parsed from their text;
@@ -21,8 +22,8 @@ use std::fmt;
 
 use serde::Deserialize as _;
 use serde::de::{
-    self, DeserializeOwned, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess,
-    SeqAccess, Visitor,
+    self, DeserializeSeed, Deserializer, IgnoredAny, IntoDeserializer, MapAccess, SeqAccess,
+    Visitor,
 };
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -31,34 +32,10 @@ use super::Item;
 use super::borrowed::Number;
 use crate::stream::decode::AttributeSeed;
 
-/// `T` from the attributes of the item written as DynamoDB JSON in `text`
-/// whose name `keep` accepts, as [`borrowed::read`](super::borrowed::read)
-/// reads them from that item; `None` when that read fails or meets a shape
-/// this reader leaves to the item readers.
-pub fn read<T: DeserializeOwned>(text: &str, keep: impl Fn(&str) -> bool) -> Option<T> {
-    let mut json = serde_json::Deserializer::from_str(text);
-    let typed = read_from(&mut json, keep).ok()?;
-    json.end().ok()?;
-    Some(typed)
-}
-
-/// [`read`] from the item that `d` deserializes, as DynamoDB JSON: an
-/// image read in the same pass as the event around it. An error also
-/// stands for a shape left to the item readers.
-pub fn read_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
-    d: D,
-    keep: impl Fn(&str) -> bool,
-) -> Result<T, D::Error> {
-    T::deserialize(Image {
-        d,
-        keep: &keep,
-        unkept: Skip,
-    })
-}
-
 /// A whole image, read as a typed item of an app reads it from its
-/// [`Item`]: `T` from the attributes `known` accepts (as [`read_from`]
-/// reads them); each attribute of `key` (name and value: the record's
+/// [`Item`]: `T` from the attributes `known` accepts (as
+/// [`borrowed::read`](super::borrowed::read) reads them from the item);
+/// each attribute of `key` (name and value: the record's
 /// `Keys`) checked present once and equal; every other attribute read as
 /// the engine's stream decoder reads it, into the returned item (the
 /// `extra` a typed item keeps and writes back). An error also stands for a
@@ -99,7 +76,8 @@ trait Unkept<'de> {
     ) -> Result<(), A::Error>;
 }
 
-/// [`read_from`]'s: skipped unread.
+/// Skipped unread: the unkept attributes of a nested map, where every
+/// attribute is kept (so there are none).
 struct Skip;
 
 impl<'de> Unkept<'de> for Skip {
@@ -603,6 +581,21 @@ mod tests {
     use super::super::Item;
     use super::super::borrowed::{self, tests::*};
     use super::*;
+
+    /// `T` from the attributes of the item written in `text` whose name
+    /// `keep` accepts, the others skipped unread: the reader's typed part
+    /// alone, held beside [`borrowed::read`].
+    fn read<T: DeserializeOwned>(text: &str, keep: impl Fn(&str) -> bool) -> Option<T> {
+        let mut json = serde_json::Deserializer::from_str(text);
+        let typed = T::deserialize(Image {
+            d: &mut json,
+            keep: &keep,
+            unkept: Skip,
+        })
+        .ok()?;
+        json.end().ok()?;
+        Some(typed)
+    }
 
     /// The item as a stream image carries it.
     fn text_of(item: &Item) -> String {
