@@ -108,6 +108,12 @@ fn needed_images(kind: ChangeKind) -> (bool, bool) {
     (kind == ChangeKind::Modify, !kind.is_removal())
 }
 
+/// The stream function's reading of a Lambda event ([`crate::jobs::APP`]'s
+/// `decode`): each record typed by [`Reader`] as the event is read.
+pub fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
+    decode_event_bytes_with(bytes, &Reader)
+}
+
 /// Nishiki's [`ChangeReader`]: each record's [`Change`], its images typed
 /// as the stream event is read ([`Entity::read_image`]), no item of an
 /// image built. It takes a record only as [`Change::from_stream`] would
@@ -193,10 +199,6 @@ impl BatchFacts {
 impl TypedChange for Change {
     type Kind = ItemKind;
     type Facts = BatchFacts;
-
-    fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-        decode_event_bytes_with(bytes, &Reader)
-    }
 
     fn decode(raw: &StreamChange) -> Result<Self, String> {
         Change::from_stream(raw).map_err(|e| {

@@ -21,7 +21,7 @@ use nishiki_worker::jobs::invitations::ttl_to_stamp;
 use nishiki_worker::jobs::relationships::{self, StreamCascade};
 use nishiki_worker::jobs::{self, JobDeps};
 use nishiki_worker::keys::{ContainerId, FoodId, GroupId, UserId};
-use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler, TypedChange};
+use nishiki_worker::worker::{BatchFacts, Change, ChangeHandler};
 use uuid::Uuid;
 use worker_engine::RecordingPublisher;
 use worker_engine::store::{self, DynamoStore};
@@ -334,7 +334,7 @@ impl Fixture {
     /// [`nishiki_worker::worker::Reader`]).
     pub(crate) fn decide(&self, bytes: &[u8]) -> Summary {
         let mut s = Summary::default();
-        for record in <Change as TypedChange>::decode_event(bytes).expect("a stream event") {
+        for record in nishiki_worker::worker::decode_event(bytes).expect("a stream event") {
             let raw = record.expect("a well-formed record");
             assert!(raw.typed.is_some(), "typed as the event is read");
             s.records += 1;

@@ -40,6 +40,8 @@ pub const APP: worker_engine::AppSpec<Job, JobDeps, dyn ChangeHandler<Change>> =
         jobs: &[&invitations::SPEC, &relationships::SPEC, &expiry::SPEC],
         schema: crate::schema::nishiki,
         checkpoint: |job| Some(crate::keys::ItemKey::Checkpoint(job).to_attributes()),
+        // Each image typed as the event is read (`worker::Reader`).
+        decode: crate::worker::decode_event,
     };
 
 /// Of `groups`, those whose Group item exists (strongly consistent reads,

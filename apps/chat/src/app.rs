@@ -57,6 +57,7 @@ pub const APP: AppSpec<Job, Deps, dyn TableHandler<Table>> = AppSpec {
     jobs: &[&requests::SPEC, &members::SPEC, &cascade::SPEC],
     schema: || Table::ChatRequests.schema(),
     checkpoint: |job| Some(crate::keys::checkpoint(job)),
+    decode: worker_engine::stream::decode_event_bytes,
 };
 
 /// What the handlers and jobs are built from.

@@ -221,6 +221,8 @@ pub(crate) const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     jobs: &[&NOTES],
     schema,
     checkpoint: |_| None,
+    // Each image an item: the app reads its images from items.
+    decode: worker_engine::stream::decode_event_bytes,
 };
 
 // (e) The command line (`worker_toolkit::cli`), and `main`: Lambda's or the CLI's.

@@ -198,6 +198,7 @@ pub struct JobSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
 ///     jobs: &[&NOTES],
 ///     schema: || TableSchema::new(DEFAULT_KEY),
 ///     checkpoint: |_| None,
+///     decode: worker_engine::stream::decode_event_bytes,
 /// };
 ///
 /// APP.check().unwrap();
@@ -223,6 +224,12 @@ pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     /// The key of a job's resume checkpoint, if the job keeps one (the
     /// command line's `checkpoints list|reset`).
     pub checkpoint: fn(J) -> Option<crate::store::Key>,
+    /// How its stream function reads a Lambda event's bytes:
+    /// [`crate::stream::decode_event_bytes`] (each image an item), or a
+    /// function that gives the app's [`crate::stream::ChangeReader`] to
+    /// [`crate::stream::decode_event_bytes_with`] (each image typed as the
+    /// event is read).
+    pub decode: crate::stream::DecodeEvent,
 }
 
 impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
@@ -323,6 +330,7 @@ impl<J: JobName, D: ?Sized, H: ?Sized> AppSpec<J, D, H> {
             crate::schedule::Scheduler::with,
         );
         crate::runtime::Worker::new(stream, scheduler, clock, self.worker_settings(common))
+            .with_decoder(self.decode)
     }
 }
 

@@ -28,7 +28,7 @@ use crate::park::{self, Origin, Parking};
 use crate::schedule::{self, JobName, JobReport, JobRun, Scheduler, Tick, TickError, TickSource};
 use crate::store::coalesce::Coalescing;
 use crate::store::{DynamoStore, MetricsSnapshot};
-use crate::stream::decode::{self, EnvelopeError, RecordError, StreamChange};
+use crate::stream::decode::{self, DecodeEvent, EnvelopeError, RecordError, StreamChange};
 use crate::stream::engine::{self, BatchReport, EngineConfig, RecordProcessor};
 
 /// Why an event could not be run at all.
@@ -80,15 +80,6 @@ pub enum EventOutcome<J: JobName> {
 /// The app's stream side: a record processor for the records of one batch
 /// (it may learn from the batch's other records before any is handled).
 pub trait StreamSide: Send + Sync {
-    /// The records of a Lambda event's bytes (the default:
-    /// [`decode::decode_event_bytes`]).
-    fn decode(
-        &self,
-        bytes: &[u8],
-    ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-        decode::decode_event_bytes(bytes)
-    }
-
     /// The processor of this batch's records (`records`: the batch as
     /// decoded, in order, malformed records included).
     fn for_batch<'a>(
@@ -195,6 +186,8 @@ impl Default for ColdStart {
 /// An app, assembled.
 pub struct Worker<J: JobName> {
     stream: Box<dyn StreamSide>,
+    /// How a Lambda event's bytes are read into records.
+    decode: DecodeEvent,
     scheduler: Scheduler<J>,
     clock: Arc<dyn Clock>,
     settings: WorkerSettings<J>,
@@ -217,6 +210,7 @@ impl<J: JobName> Worker<J> {
     ) -> Self {
         Worker {
             stream,
+            decode: decode::decode_event_bytes,
             scheduler,
             clock,
             settings,
@@ -224,6 +218,13 @@ impl<J: JobName> Worker<J> {
             observe: Observe::default(),
             parking: None,
         }
+    }
+
+    /// Read Lambda events' bytes with `decode` (the default:
+    /// [`decode::decode_event_bytes`], each image an item).
+    pub fn with_decoder(mut self, decode: DecodeEvent) -> Self {
+        self.decode = decode;
+        self
     }
 
     /// Park every stream record that fails for good here before the batch
@@ -315,8 +316,8 @@ impl<J: JobName> Worker<J> {
     }
 
     /// [`Self::handle_stream`] from the event's bytes (Lambda's
-    /// [`crate::lambda`] entry point), read by the stream side
-    /// ([`StreamSide::decode`]: by default [`decode::decode_event_bytes`])
+    /// [`crate::lambda`] entry point), read by the worker's decoder
+    /// ([`Self::with_decoder`]: by default [`decode::decode_event_bytes`])
     /// without a `Value` of the event. With
     /// a parking table, a record that failed for good is parsed again from
     /// them, alone, to be parked as it came.
@@ -325,7 +326,7 @@ impl<J: JobName> Worker<J> {
         event: &[u8],
         deadline: Option<Instant>,
     ) -> Result<BatchReport, EventError<J>> {
-        let records = self.stream.decode(event)?;
+        let records = (self.decode)(event)?;
         self.run_stream(records, Some(RawEvent::Bytes(event)), deadline)
             .await
     }

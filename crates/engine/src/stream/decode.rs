@@ -413,6 +413,11 @@ pub fn decode_event_bytes(
     decode_event_bytes_parsed(bytes)
 }
 
+/// How a stream function reads a Lambda event's bytes into its records
+/// ([`crate::AppSpec::decode`]): [`decode_event_bytes`], or a function
+/// that gives the app's [`ChangeReader`] to [`decode_event_bytes_with`].
+pub type DecodeEvent = fn(&[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError>;
+
 /// [`decode_event_bytes`], each record typed by `reader` as the event is
 /// read ([`StreamChange::typed`]), no item of an image built. An event the
 /// reader does not take whole (a record it refuses, an image before its

@@ -19,8 +19,8 @@ pub(crate) mod routed;
 pub(crate) mod source;
 
 pub use decode::{
-    ChangeKind, ChangeReader, DEFAULT_KEY_ATTRIBUTES, EnvelopeError, RecordError, SequenceNumber,
-    SequenceNumberError, StreamChange, Typed, decode_event, decode_event_bytes,
+    ChangeKind, ChangeReader, DEFAULT_KEY_ATTRIBUTES, DecodeEvent, EnvelopeError, RecordError,
+    SequenceNumber, SequenceNumberError, StreamChange, Typed, decode_event, decode_event_bytes,
     decode_event_bytes_with, decode_record_with, encode_event, encode_event_as, is_stream_event,
 };
 pub use engine::{

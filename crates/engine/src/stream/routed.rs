@@ -97,7 +97,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use super::decode::{EnvelopeError, RecordError, StreamChange, Typed, decode_event_bytes};
+use super::decode::{RecordError, StreamChange, Typed};
 use super::engine::{RecordOutcome, RecordProcessor};
 use crate::clock::Clock;
 use crate::error::{FailureKind, HandlerError};
@@ -121,15 +121,6 @@ pub trait TypedChange: Sized + Send + Sync + 'static {
     fn is_worker_owned(kind: Self::Kind) -> bool;
     /// The facts of a decoded batch.
     fn facts(records: &[Result<StreamChange, RecordError>]) -> Self::Facts;
-    /// The records of a Lambda event's bytes: [`decode_event_bytes`]. An
-    /// app whose changes have a [`ChangeReader`](super::ChangeReader) gives
-    /// it to [`decode_event_bytes_with`](super::decode_event_bytes_with):
-    /// its changes then reach its handlers as the reader typed them
-    /// ([`StreamChange::typed`]), not through [`Self::decode`] (which the
-    /// records the reader does not take still go through).
-    fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-        decode_event_bytes(bytes)
-    }
 }
 
 /// What a handler did with a change.
@@ -299,13 +290,6 @@ impl<C: TypedChange> Router<C> {
 
 /// The engine runs each batch through the router bound to it.
 impl<C: TypedChange> StreamSide for Router<C> {
-    fn decode(
-        &self,
-        bytes: &[u8],
-    ) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-        C::decode_event(bytes)
-    }
-
     fn for_batch<'a>(
         &'a self,
         records: &[Result<StreamChange, RecordError>],
