@@ -385,84 +385,47 @@ mod tests {
     /// records or none).
     fn read_as_the_items_decode(event: &str) -> bool {
         use worker_engine::stream::{decode_event_bytes, decode_event_bytes_with};
-        let typed = decode_event_bytes_with(event.as_bytes(), &Reader);
-        let items = decode_event_bytes(event.as_bytes());
-        let (typed, items) = match (typed, items) {
-            (Ok(typed), Ok(items)) => (typed, items),
-            (typed, items) => {
-                assert_eq!(typed, items);
-                return false;
-            }
-        };
-        assert_eq!(typed.len(), items.len());
-        let mut taken = Vec::new();
-        for (t, i) in typed.iter().zip(&items) {
-            let (t, i) = match (t, i) {
-                (Ok(t), Ok(i)) => (t, i),
-                (t, i) => {
-                    assert_eq!(t, i);
-                    taken.push(false);
-                    continue;
-                }
-            };
-            taken.push(t.typed.is_some());
-            // The envelope read alike; the images only in the change.
-            let images = t.typed.is_some();
-            let envelope = |c: &StreamChange, images_read: bool| {
-                let mut c = c.clone();
-                c.typed = None;
-                if images_read {
-                    c.old_image = None;
-                    c.new_image = None;
-                }
-                c
-            };
-            assert_eq!(envelope(t, false), envelope(i, images));
-            let ours = Change::of(t)
+        let view = |c: &StreamChange| {
+            Change::of(c)
                 .map(Cow::into_owned)
-                .map_err(|e| e.to_string());
-            let theirs = Change::from_stream(i).map_err(|e| e.to_string());
-            assert_eq!(ours, theirs, "record {}", t.event_id);
+                .map_err(|e| e.to_string())
+        };
+        let taken = worker_testkit::reader::read_as_the_items_decode(event, &Reader, view);
+        if let (Ok(typed), Ok(items)) = (
+            decode_event_bytes_with(event.as_bytes(), &Reader),
+            decode_event_bytes(event.as_bytes()),
+        ) {
+            assert_eq!(BatchFacts::of(&typed), BatchFacts::of(&items));
         }
-        assert_eq!(BatchFacts::of(&typed), BatchFacts::of(&items));
-        assert!(
-            taken.iter().all(|&t| t == taken[0]),
-            "all or none: {taken:?}"
-        );
-        taken.first().copied().unwrap_or(false)
+        taken
     }
 
-    fn fixture(name: &str) -> String {
-        let path = format!("{}/events/stream/{name}", env!("CARGO_MANIFEST_DIR"));
-        std::fs::read_to_string(&path).expect(&path)
+    fn fixtures() -> Vec<(String, [String; 2])> {
+        let dir = format!("{}/events/stream", env!("CARGO_MANIFEST_DIR"));
+        worker_testkit::reader::stream_fixtures(std::path::Path::new(&dir))
     }
 
     /// A fixture as `serde_json` writes it (no spaces; in each record's
     /// `dynamodb`, `Keys` first).
     fn compact(name: &str) -> String {
-        let event: serde_json::Value = serde_json::from_str(&fixture(name)).unwrap();
-        event.to_string()
+        let [_, compact] = fixtures().into_iter().find(|(n, _)| n == name).unwrap().1;
+        compact
     }
 
     #[test]
     fn the_reader_types_the_fixtures_as_their_items_decode() {
-        let dir = format!("{}/events/stream", env!("CARGO_MANIFEST_DIR"));
-        let mut names: Vec<String> = std::fs::read_dir(&dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().into_string().unwrap())
-            .collect();
-        names.sort();
+        let fixtures = fixtures();
         let mut left = Vec::new();
-        for name in &names {
-            if !read_as_the_items_decode(&fixture(name)) {
+        for (name, [written, compact]) in &fixtures {
+            if !read_as_the_items_decode(written) {
                 left.push(name.as_str());
             }
             assert_eq!(
-                read_as_the_items_decode(&compact(name)),
+                read_as_the_items_decode(compact),
                 !left.contains(&name.as_str())
             );
         }
-        assert!(names.len() >= 10, "{names:?}");
+        assert!(fixtures.len() >= 10, "{}", fixtures.len());
         // A malformed record, and DynamoDB Local's untagged empty list in
         // a container's foods: left to the items.
         assert_eq!(

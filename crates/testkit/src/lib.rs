@@ -24,6 +24,8 @@
 //! - [`layers`]: store layers that inject failures or race a delete;
 //! - [`race`]: the service's writes landing between the worker's read and
 //!   its write, deterministically;
+//! - [`reader`]: an app's stream reader held beside the items, on its
+//!   fixtures;
 //! - [`recorded`]: what a worker asked (the calls the toolkit's recording
 //!   store wrote down), replayed with perfect batching (the load driver's
 //!   oracle);
@@ -78,6 +80,7 @@ pub mod moto;
 pub mod on_failure;
 pub mod parallel;
 pub mod race;
+pub mod reader;
 pub mod recorded;
 pub mod runtime_api;
 pub mod template;

@@ -6,7 +6,8 @@
 //! each name into a map; a typed read then copies what it keeps out of it,
 //! and both are dropped. [`read_image_from`] walks the text once instead
 //! and allocates only what the target type keeps (and the attributes it
-//! does not know, kept as they are).
+//! does not know, kept as they are); [`read_image`] reads a view of it
+//! that keeps nothing else.
 //!
 //! It reads what [`borrowed::read`](super::borrowed::read) reads from the
 //! item the text decodes to, the same way (numbers parsed from their text;
@@ -63,6 +64,20 @@ pub fn read_image_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
         return give_up();
     }
     Ok((typed, rest.extra))
+}
+
+/// What `T` reads of a whole image: [`read_image_from`] with every
+/// attribute but the key's given to `T`, which reads those it knows and
+/// skips the others, checked as it checks any value (a type it reads, one
+/// type tag, a `NULL` that is `true`). For a typed view of an image that
+/// keeps nothing else. A name twice is an error only where `T` reads it,
+/// or a key attribute's: the items keep the last of a name given twice, so
+/// a view that does not read the name is the same either way.
+pub fn read_image<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
+    d: D,
+    key: &[(&str, &AttributeValue)],
+) -> Result<T, D::Error> {
+    read_image_from(d, key, |name| key.iter().all(|(k, _)| *k != name)).map(|(typed, _)| typed)
 }
 
 /// What becomes of an attribute of an image that the target type does
@@ -778,6 +793,51 @@ mod tests {
             other.insert(name.into(), value.clone());
             assert_eq!(image(&text_of(&other)), None, "{name} = {value:?}");
         }
+    }
+
+    #[test]
+    fn a_view_reads_its_attributes_and_checks_the_rest() {
+        #[derive(Debug, PartialEq, serde::Deserialize)]
+        #[serde(rename_all = "PascalCase")]
+        struct View {
+            title: Option<String>,
+        }
+        let view = |text: &str| {
+            let pk = s("p");
+            let key = [("PK", &pk)];
+            let mut json = serde_json::Deserializer::from_str(text);
+            let read = read_image::<View, _>(&mut json, &key).ok()?;
+            json.end().ok()?;
+            Some(read)
+        };
+        let item = |rest: &str| format!(r#"{{"PK": {{"S": "p"}}, "Title": {{"S": "t"}}{rest}}}"#);
+        let title = Some(View {
+            title: Some("t".into()),
+        });
+        // The rest, any shape the item readers read, skipped; a name it
+        // does not read given twice, too (the items keep the last).
+        for rest in [
+            "",
+            r#", "Odd": {"M": {"deep": {"L": [{"N": "1"}, {"NULL": true}]}}}"#,
+            r#", "Set": {"NS": ["1", "2.5"]}, "Flag": {"BOOL": false}"#,
+            r#", "Odd": {"S": "o"}, "Odd": {"N": "1"}"#,
+        ] {
+            assert_eq!(view(&item(rest)), title, "{rest}");
+        }
+        // The key checked; what the item readers leave, left here too.
+        for rest in [
+            r#", "PK": {"S": "p"}"#,
+            r#", "Title": {"S": "u"}"#,
+            r#", "Odd": {"NULL": false}"#,
+            r#", "Odd": {"B": "AQ=="}"#,
+            r#", "Odd": {"S": "a", "N": "1"}"#,
+            r#", "Odd": []"#,
+            r#", "Odd": {"M": {"x": {}}}"#,
+        ] {
+            assert_eq!(view(&item(rest)), None, "{rest}");
+        }
+        assert_eq!(view(r#"{"PK": {"S": "q"}, "Title": {"S": "t"}}"#), None);
+        assert_eq!(view(r#"{"Title": {"S": "t"}}"#), None);
     }
 
     #[test]
