@@ -163,12 +163,17 @@ fn archive() -> AppCase {
 }
 
 /// The lookup handler (`DateLookup`) and the unzip handler
-/// (`UnzipLifecycle`) up to their first read.
+/// (`UnzipLifecycle`) up to their first read, on the event as the stream
+/// function reads it (`images::decode_event`: each image typed as the
+/// event is read; every record must come typed).
 fn archive_decide(bytes: &[u8]) -> Counts {
+    use archive_worker::images::{Image, Images};
     let mut counts = Counts::new();
-    for record in decode_event_bytes(bytes).expect("an event") {
+    for record in archive_worker::images::decode_event(bytes).expect("an event") {
         let change = record.expect("a record");
+        assert!(change.typed.is_some(), "typed as read");
         let key = ArchiveKey::from_item(&change.keys).expect("a key");
+        let images = Images::of(&change);
         match key {
             ArchiveKey::File(t) => {
                 // DateLookup: the lookup items listing the file.
@@ -179,23 +184,22 @@ fn archive_decide(bytes: &[u8]) -> Counts {
                 }
                 // UnzipLifecycle: the file's flag against its KeyName.
                 if !change.kind.is_removal()
-                    && let Some(file) = change.new_image.as_ref().and_then(ArchivedFile::from_item)
+                    && let Some(Image::File(file)) = &images.new
                     && file.key_name.is_some()
                 {
                     *counts.entry("file flags read").or_default() += 1;
                 }
             }
             ArchiveKey::Unzipped { .. } | ArchiveKey::Unzipping { .. } => {
-                let images = [change.old_image.as_ref(), change.new_image.as_ref()];
-                let mut names: Vec<&str> = images
+                let mut names: Vec<&str> = [&images.old, &images.new]
                     .into_iter()
                     .flatten()
-                    .filter_map(archive_worker::items::key_name)
+                    .filter_map(Image::key_name)
                     .collect();
                 names.sort_unstable();
                 names.dedup();
-                let own = change.new_image.as_ref().and_then(UnzipItem::from_item);
-                if !names.is_empty() && own.is_some() {
+                let own = matches!(&images.new, Some(Image::Unzip(_)));
+                if !names.is_empty() && own {
                     *counts.entry("unzip records").or_default() += 1;
                 }
             }

@@ -16,13 +16,15 @@
 //!
 //! Layout, pure core first: [`keys`] (every key string, built and parsed
 //! there only), [`schema`] (the table and its `KeyName` index, and why),
-//! [`items`] (typed items), `lookup::rules` and `unzip::rules` (decisions
+//! [`items`] (typed items), [`images`] (what the stream handlers read of
+//! a record's images, typed as the Lambda event is read), `lookup::rules` and `unzip::rules` (decisions
 //! without I/O); then the handlers and jobs, [`app`] (the description and
 //! the assembled worker), and the Lambda bootstraps in `src/bin`; its command line is
 //! `apps/archive-cli`.
 
 pub mod app;
 pub mod config;
+pub mod images;
 pub mod items;
 pub mod keys;
 pub mod lookup;

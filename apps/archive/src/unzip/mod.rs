@@ -78,6 +78,7 @@ use worker_engine::{
 use worker_engine::{ConfigError, Env};
 
 use crate::app::JobSpec;
+use crate::images::{Image, Images};
 use crate::items::{self, ArchivedFile, Stage, UnzipItem};
 use crate::keys::{self, ItemKey, Job};
 
@@ -474,7 +475,8 @@ impl UnzipLifecycle {
         if change.kind.is_removal() {
             return Ok(RecordOutcome::skipped("file removed: no flag to keep"));
         }
-        let Some(file) = change.new_image.as_ref().and_then(ArchivedFile::from_item) else {
+        let images = Images::of(change);
+        let Some(Image::File(file)) = &images.new else {
             return Ok(RecordOutcome::skipped("no image of the file"));
         };
         let Some(key_name) = file.key_name.as_deref() else {
@@ -516,11 +518,11 @@ impl RecordProcessor for UnzipLifecycle {
                 "unzipping item removed: nothing follows",
             ));
         }
-        let images = [change.old_image.as_ref(), change.new_image.as_ref()];
-        let mut names: Vec<&str> = images
+        let images = Images::of(change);
+        let mut names: Vec<&str> = [&images.old, &images.new]
             .into_iter()
             .flatten()
-            .filter_map(items::key_name)
+            .filter_map(Image::key_name)
             .collect();
         names.sort_unstable();
         names.dedup();
@@ -530,13 +532,16 @@ impl RecordProcessor for UnzipLifecycle {
         // The record's own item: as written, or as it was before its
         // removal (an `Unzipped` item read gone is guarded on staying gone).
         let own = match change.kind {
-            ChangeKind::Remove | ChangeKind::TtlRemove => change.old_image.as_ref(),
-            _ => change.new_image.as_ref(),
-        }
-        .and_then(UnzipItem::from_item);
+            ChangeKind::Remove | ChangeKind::TtlRemove => &images.old,
+            _ => &images.new,
+        };
+        let own = match own {
+            Some(Image::Unzip(u)) => Some(u),
+            _ => None,
+        };
         let mut total = Reconciled::default();
         for name in names {
-            let done = self.reconcile(name, own.as_ref()).await?;
+            let done = self.reconcile(name, own).await?;
             total.flags_set += done.flags_set;
             total.unzipping_removed += done.unzipping_removed;
             total.files += done.files;
