@@ -57,7 +57,8 @@ pub const APP: AppSpec<Job, Deps, dyn TableHandler<Table>> = AppSpec {
     jobs: &[&requests::SPEC, &members::SPEC, &cascade::SPEC],
     schema: || Table::ChatRequests.schema(),
     checkpoint: |job| Some(crate::keys::checkpoint(job)),
-    decode: worker_engine::stream::decode_event_bytes,
+    // Each image typed as the event is read (`images::Reader`).
+    decode: crate::images::decode_event,
 };
 
 /// What the handlers and jobs are built from.

@@ -85,7 +85,12 @@ impl RequestCopy {
     /// A request copy, or why it is not one (no attribute value in the text).
     pub fn from_item(item: &Item) -> Result<RequestCopy, String> {
         let key = RequestKey::parse(item).map_err(|e| e.to_string())?;
-        let mut copy: RequestCopy = decode(item, "chat request")?;
+        RequestCopy::of_key(key, decode(item, "chat request")?)
+    }
+
+    /// `copy`, read from the item whose key is `key`, with its key; or why
+    /// its attributes disagree with the key.
+    pub fn of_key(key: RequestKey, mut copy: RequestCopy) -> Result<RequestCopy, String> {
         if copy.id != key.request {
             return Err("chat request: Id differs from the request id of its key".into());
         }

@@ -16,7 +16,8 @@
 //!
 //! Layout, pure core first: [`keys`] (every key string, built and parsed
 //! there only), [`schema`] (the six tables and their indexes, and why),
-//! [`items`] (typed items), `requests::rules` (decisions without I/O);
+//! [`items`] (typed items), [`images`] (what the stream handlers read of
+//! a record's images, typed as the Lambda event is read), `requests::rules` (decisions without I/O);
 //! then the handlers and jobs, [`app`] (the description and the assembled
 //! worker), and the Lambda bootstraps in `src/bin`; its command line is
 //! `apps/chat-cli`.
@@ -24,6 +25,7 @@
 pub mod app;
 pub mod cascade;
 pub mod config;
+pub mod images;
 pub mod items;
 pub mod keys;
 pub mod members;

@@ -51,6 +51,7 @@ use worker_engine::stream::{RecordOutcome, RecordProcessor};
 use worker_engine::{Access, HandlerError, StreamSpec};
 
 use crate::app::{JobSpec, TableAccess, TableHandler};
+use crate::images::{Image, Images};
 use crate::items::GroupChat;
 use crate::keys::{self, ChatItem, ChatKind};
 use crate::schema::Table;
@@ -104,10 +105,9 @@ fn moves_count(item: &ChatItem, change: &StreamChange) -> bool {
         ChatItem::Chat { .. } => match change.kind {
             ChangeKind::Insert => true,
             ChangeKind::Modify => {
-                let n = |i: Option<&worker_engine::item::Item>| {
-                    i.and_then(|i| i.get(keys::NUM_MEMBERS)).cloned()
-                };
-                n(change.old_image.as_ref()) != n(change.new_image.as_ref())
+                let images = Images::of(change);
+                let n = |i: Option<&Image>| i.and_then(|i| i.num_members.clone());
+                n(images.old.as_ref()) != n(images.new.as_ref())
             }
             _ => false,
         },

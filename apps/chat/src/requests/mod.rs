@@ -91,6 +91,7 @@ use worker_engine::{Access, HandlerError, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::{Deps, JobSpec, Stores, TableAccess, TableHandler};
 use crate::config::{EnvVar, ReadBy, Settings};
+use crate::images::Images;
 use crate::items::{GroupChat, Notification, RequestCopy, Status};
 use crate::keys::{self, ChatItem, ChatKind, Job, JoinMark, Owner, RequestKey, RequestsItem};
 use crate::schema::Table;
@@ -924,12 +925,22 @@ impl RecordProcessor for RequestSync {
                 return Err(HandlerError::permanent(e.to_string()));
             }
         };
-        let Some(image) = change.new_image.as_ref() else {
+        let images = Images::of(change);
+        let Some(image) = &images.new else {
             return Err(HandlerError::permanent(
                 "the record has no new image (the stream must carry NEW_AND_OLD_IMAGES)",
             ));
         };
-        let seen = RequestCopy::from_item(image).map_err(HandlerError::permanent)?;
+        // Read as a copy: the record's key is a copy's.
+        let seen = match &image.copy {
+            Some(Ok(copy)) => copy,
+            Some(Err(reason)) => return Err(HandlerError::permanent(reason.clone())),
+            None => {
+                return Err(HandlerError::permanent(
+                    "the new image is not a request copy",
+                ));
+            }
+        };
         let (user, chat) = self.copies(&key, &seen.twin_key()).await?;
         if user.is_none() && chat.is_none() {
             return Ok(RecordOutcome::skipped("request gone"));
