@@ -24,7 +24,8 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     jobs: &[&derive::SPEC, &refs::SPEC, &stuck::SPEC],
     schema: crate::schema::schema,
     checkpoint: |job| Some(crate::keys::checkpoint(job)),
-    decode: worker_engine::stream::decode_event_bytes,
+    // Each image read as the event is read (`images::Reader`).
+    decode: crate::images::decode_event,
 };
 
 /// What the handlers and jobs are built from: the table, the settings,

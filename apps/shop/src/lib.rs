@@ -14,7 +14,9 @@
 //! - reports orders stuck in a status (`stuck-orders`, [`stuck`]).
 //!
 //! Layout, pure core first: [`keys`] (every key string, built and parsed
-//! there only), [`schema`], [`items`] (typed items), `derive::rules`,
+//! there only), [`schema`], [`items`] (typed items), [`images`] (what the
+//! stream handler reads of a record's images, as the Lambda event is
+//! read), `derive::rules`,
 //! `refs::rules` and `stuck::rules` (decisions without I/O); then the
 //! handlers and jobs, [`app`], and the Lambda bootstraps in
 //! `src/bin`; its command line is `apps/shop-cli`.
@@ -23,6 +25,7 @@ pub mod app;
 pub mod checkpoint;
 pub mod config;
 pub mod derive;
+pub mod images;
 pub mod items;
 pub mod keys;
 pub mod refs;

@@ -3,7 +3,7 @@
 //! ([`rules`]).
 //!
 //! [`DeriveKeys`], the stream handler, decides from the record's new image
-//! alone: derived attributes already right cost nothing (this also ends
+//! alone (its key and the attributes a derivation reads, `crate::images`): derived attributes already right cost nothing (this also ends
 //! the loop of the handler's own write coming back); otherwise one
 //! UpdateItem sets (or removes) them, on the condition that the item
 //! exists and its source fields still hold the values derived from. A
@@ -134,7 +134,8 @@ impl RecordProcessor for DeriveKeys {
         if change.kind.is_removal() {
             return Ok(RecordOutcome::skipped("removed"));
         }
-        let Some(image) = &change.new_image else {
+        let images = crate::images::Images::of(change);
+        let Some(image) = &images.new else {
             return Err(HandlerError::permanent(
                 "no new image (the stream must be NEW_AND_OLD_IMAGES)",
             ));

@@ -38,6 +38,25 @@ pub enum DeriveError {
     },
 }
 
+/// Every attribute besides the key that [`Derivation::of`] and
+/// [`Derivation::satisfied_by`] read: an item holding its key and these
+/// derives as the whole item does (what the stream function reads of an
+/// image, `crate::images`).
+pub const READS: &[&str] = &[
+    keys::NAME,
+    keys::EMAIL,
+    keys::BRAND_ID,
+    keys::CATEGORY_ID,
+    keys::CREATED_AT,
+    keys::STATUS,
+    keys::UPDATED_AT,
+    keys::SKU,
+    keys::GSI1PK,
+    keys::GSI1SK,
+    keys::GSI2PK,
+    keys::GSI2SK,
+];
+
 /// The derived attributes an item's fields call for, and the fields (with
 /// the values seen) they were derived from.
 #[derive(Debug, Clone, PartialEq)]
