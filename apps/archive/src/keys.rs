@@ -192,8 +192,15 @@ impl FileTime {
     /// padded or not.
     pub fn parse(pk: &str) -> Result<Self, KeyError> {
         let bad = |reason| KeyError::malformed(FILE_PK, pk, reason);
-        let parts: Vec<&str> = pk.split('-').collect();
-        let [y, mo, d, h, mi, s] = parts.as_slice() else {
+        // Six parts, split in place: every record's key is parsed here.
+        let mut split = pk.split('-');
+        let mut parts = [""; 6];
+        for part in &mut parts {
+            *part = split
+                .next()
+                .ok_or_else(|| bad("expected YYYY-MM-DD-hh-mm-ss"))?;
+        }
+        let ([y, mo, d, h, mi, s], None) = (parts, split.next()) else {
             return Err(bad("expected YYYY-MM-DD-hh-mm-ss"));
         };
         let date = parse_date(y, mo, d).ok_or_else(|| bad("not a date"))?;
@@ -488,7 +495,8 @@ impl ItemKey {
         if !date_shaped {
             return Err(KeyError::Foreign { pk: pk.to_owned() });
         }
-        if pk.split('-').count() == 6 {
+        // Six dash-separated parts: a file.
+        if pk.bytes().filter(|&b| b == b'-').count() == 5 {
             let t = FileTime::parse(pk)?;
             return expect(t.epoch(), ItemKey::File(t));
         }
