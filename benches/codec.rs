@@ -121,7 +121,8 @@ fn stream(c: &mut Criterion) {
 ///   and typed from it: the path of an event the reader does not take;
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
 ///   1,000-record event of its own table ([`apps`]), beside the two floors
-///   on that event's bytes (`app_<name>_floor_...`).
+///   on that event's bytes (`app_<name>_floor_...`) and the same path
+///   through items (`app_<name>_items`).
 ///
 /// After the run, each path's ratios to both floors are printed from
 /// criterion's estimates.
@@ -168,6 +169,9 @@ fn decide(c: &mut Criterion) {
             })
         });
         g.bench_function(app.name, |b| b.iter(|| black_box(app).decide()));
+        g.bench_function(format!("{}_items", app.name), |b| {
+            b.iter(|| black_box(app).decide_from_items())
+        });
     }
     g.finish();
 }
@@ -200,12 +204,14 @@ fn main() {
             )
         })
         .collect();
-    paths.extend(apps::cases_names().map(|app| {
-        (
-            app.to_owned(),
-            format!("{app}_floor_serde_json_value"),
-            format!("{app}_floor_ignored_any"),
-        )
+    paths.extend(apps::cases_names().into_iter().flat_map(|app| {
+        [app.to_owned(), format!("{app}_items")].map(|path| {
+            (
+                path,
+                format!("{app}_floor_serde_json_value"),
+                format!("{app}_floor_ignored_any"),
+            )
+        })
     }));
     decide_event::print_ratio(&paths);
 }

@@ -20,7 +20,9 @@ use shop_worker::derive::rules::Derivation;
 use shop_worker::items::{Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey as ShopKey};
 use worker_engine::item::Item;
-use worker_engine::stream::{ChangeKind, StreamChange, encode_event};
+use worker_engine::stream::{
+    ChangeKind, DecodeEvent, StreamChange, decode_event_bytes, encode_event,
+};
 
 fn now() -> DateTime<Utc> {
     "2024-06-01T12:00:00Z".parse().expect("a time")
@@ -77,6 +79,10 @@ pub(crate) struct AppCase {
     pub name: &'static str,
     pub bytes: Vec<u8>,
     decide: fn(&[u8]) -> Counts,
+    /// The same path, each image built into an item first and read from
+    /// it (the path of an event the reader does not take, and the apps'
+    /// path before their readers).
+    items: fn(&[u8]) -> Counts,
     expected: Counts,
 }
 
@@ -89,13 +95,26 @@ impl AppCase {
         (self.decide)(&self.bytes)
     }
 
-    /// The decisions are real: each outcome as often as the event holds it.
+    /// [`Self::decide`] through items.
+    pub(crate) fn decide_from_items(&self) -> Counts {
+        (self.items)(&self.bytes)
+    }
+
+    /// The decisions are real: each outcome as often as the event holds
+    /// it, either way.
     pub(crate) fn check(&self) {
         assert_eq!(self.decide(), self.expected, "{}", self.name);
+        assert_eq!(
+            self.decide_from_items(),
+            self.expected,
+            "{} through items",
+            self.name
+        );
     }
 }
 
-/// The bench functions' names, in [`cases`]' order.
+/// The bench functions' names, in [`cases`]' order (each also with
+/// `_items`, its path through items).
 pub(crate) fn cases_names() -> [&'static str; 3] {
     ["app_archive", "app_chat", "app_shop"]
 }
@@ -156,6 +175,7 @@ fn archive() -> AppCase {
         name: "app_archive",
         bytes: bytes(&changes),
         decide: archive_decide,
+        items: archive_decide_from_items,
         expected: Counts::from([
             ("lookup paths", 800),
             ("file flags read", 750),
@@ -169,11 +189,20 @@ fn archive() -> AppCase {
 /// function reads it (`images::decode_event`: each image typed as the
 /// event is read; every record must come typed).
 fn archive_decide(bytes: &[u8]) -> Counts {
+    archive_path(bytes, archive_worker::images::decode_event, true)
+}
+
+/// [`archive_decide`] through items.
+fn archive_decide_from_items(bytes: &[u8]) -> Counts {
+    archive_path(bytes, decode_event_bytes, false)
+}
+
+fn archive_path(bytes: &[u8], decode: DecodeEvent, typed: bool) -> Counts {
     use archive_worker::images::{Image, Images};
     let mut counts = Counts::new();
-    for record in archive_worker::images::decode_event(bytes).expect("an event") {
+    for record in decode(bytes).expect("an event") {
         let change = record.expect("a record");
-        assert!(change.typed.is_some(), "typed as read");
+        assert_eq!(change.typed.is_some(), typed, "typed as read");
         let key = ArchiveKey::from_item(&change.keys).expect("a key");
         let images = Images::of(&change);
         match key {
@@ -311,6 +340,7 @@ fn chat() -> AppCase {
         name: "app_chat",
         bytes: bytes(&changes),
         decide: chat_decide,
+        items: chat_decide_from_items,
         expected: Counts::from([
             ("in step", 400),
             ("follow", 400),
@@ -329,11 +359,20 @@ static CHAT_TWINS: std::sync::OnceLock<HashMap<RequestKey, RequestCopy>> =
 /// function reads it (`images::decode_event`: each image typed as the
 /// event is read; every record must come typed).
 fn chat_decide(bytes: &[u8]) -> Counts {
+    chat_path(bytes, chat_worker::images::decode_event, true)
+}
+
+/// [`chat_decide`] through items.
+fn chat_decide_from_items(bytes: &[u8]) -> Counts {
+    chat_path(bytes, decode_event_bytes, false)
+}
+
+fn chat_path(bytes: &[u8], decode: DecodeEvent, typed: bool) -> Counts {
     let twins = CHAT_TWINS.get().expect("the chat case");
     let mut counts = Counts::new();
-    for record in chat_worker::images::decode_event(bytes).expect("an event") {
+    for record in decode(bytes).expect("an event") {
         let change = record.expect("a record");
-        assert!(change.typed.is_some(), "typed as read");
+        assert_eq!(change.typed.is_some(), typed, "typed as read");
         let Ok(RequestsItem::Copy(key)) = RequestsItem::parse(&change.keys) else {
             panic!("a copy's key");
         };
@@ -463,6 +502,7 @@ fn shop() -> AppCase {
         name: "app_shop",
         bytes: bytes(&changes),
         decide: shop_decide,
+        items: shop_decide_from_items,
         expected: Counts::from([
             ("derived up to date", 200),
             ("derived to write", 750),
@@ -477,10 +517,19 @@ fn shop() -> AppCase {
 /// its key and what a derivation reads, as the event is read; every
 /// record must come typed).
 fn shop_decide(bytes: &[u8]) -> Counts {
+    shop_path(bytes, shop_worker::images::decode_event, true)
+}
+
+/// [`shop_decide`] through items.
+fn shop_decide_from_items(bytes: &[u8]) -> Counts {
+    shop_path(bytes, decode_event_bytes, false)
+}
+
+fn shop_path(bytes: &[u8], decode: DecodeEvent, typed: bool) -> Counts {
     let mut counts = Counts::new();
-    for record in shop_worker::images::decode_event(bytes).expect("an event") {
+    for record in decode(bytes).expect("an event") {
         let change = record.expect("a record");
-        assert!(change.typed.is_some(), "typed as read");
+        assert_eq!(change.typed.is_some(), typed, "typed as read");
         let key = ShopKey::from_item(&change.keys).expect("a key");
         if change.kind.is_removal() {
             if matches!(key, ShopKey::Brand(_) | ShopKey::Category(_)) {
