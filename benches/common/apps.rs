@@ -1,7 +1,7 @@
 //! The apps' cases of the `decide` CPU benchmark (`benches/codec.rs`): for
 //! each app on the engine (archive, chat, shop), a realistic 1,000-record
 //! event of its table and the app's CPU path over it: the event bytes
-//! read as the app's stream function reads them (its `images::decode_event`:
+//! read as the app's stream function reads them (`decode_views` of its `images::Image`:
 //! each image read into what the handlers read of it, as the event is
 //! read), then each record through what the app's stream handlers do
 //! before their first read or write (the key parsed, the pure decision).
@@ -21,7 +21,7 @@ use shop_worker::items::{Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey as ShopKey};
 use worker_engine::item::Item;
 use worker_engine::stream::{
-    ChangeKind, DecodeEvent, StreamChange, decode_event_bytes, encode_event,
+    ChangeKind, DecodeEvent, StreamChange, decode_event_bytes, decode_views, encode_event,
 };
 
 fn now() -> DateTime<Utc> {
@@ -186,10 +186,10 @@ fn archive() -> AppCase {
 
 /// The lookup handler (`DateLookup`) and the unzip handler
 /// (`UnzipLifecycle`) up to their first read, on the event as the stream
-/// function reads it (`images::decode_event`: each image typed as the
+/// function reads it (`decode_views` of its `images::Image`: each image typed as the
 /// event is read; every record must come typed).
 fn archive_decide(bytes: &[u8]) -> Counts {
-    archive_path(bytes, archive_worker::images::decode_event, true)
+    archive_path(bytes, decode_views::<archive_worker::images::Image>, true)
 }
 
 /// [`archive_decide`] through items.
@@ -356,10 +356,10 @@ static CHAT_TWINS: std::sync::OnceLock<HashMap<RequestKey, RequestCopy>> =
 
 /// The request handler (`RequestSync`): the record's copy read, its twin
 /// as the handler would read it, the plan; on the event as the stream
-/// function reads it (`images::decode_event`: each image typed as the
+/// function reads it (`decode_views` of its `images::Image`: each image typed as the
 /// event is read; every record must come typed).
 fn chat_decide(bytes: &[u8]) -> Counts {
-    chat_path(bytes, chat_worker::images::decode_event, true)
+    chat_path(bytes, decode_views::<chat_worker::images::Image>, true)
 }
 
 /// [`chat_decide`] through items.
@@ -513,11 +513,11 @@ fn shop() -> AppCase {
 
 /// The derive handler (`DeriveKeys`) and the references handler
 /// (`DeletedReferences`) up to their first read or write, on the event as
-/// the stream function reads it (`images::decode_event`: of each image,
+/// the stream function reads it (`decode_views` of its `images::Image`: of each image,
 /// its key and what a derivation reads, as the event is read; every
 /// record must come typed).
 fn shop_decide(bytes: &[u8]) -> Counts {
-    shop_path(bytes, shop_worker::images::decode_event, true)
+    shop_path(bytes, decode_views::<shop_worker::images::Image>, true)
 }
 
 /// [`shop_decide`] through items.
@@ -538,7 +538,7 @@ fn shop_path(bytes: &[u8], decode: DecodeEvent, typed: bool) -> Counts {
             continue;
         }
         let images = shop_worker::images::Images::of(&change);
-        let image = images.new.as_ref().expect("a new image");
+        let image = &images.new.as_ref().expect("a new image").0;
         let d = Derivation::of(image)
             .expect("derivable")
             .expect("an entity");

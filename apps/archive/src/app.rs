@@ -24,8 +24,8 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     jobs: &[&lookup::SPEC, &unzip::SPEC],
     schema: crate::schema::schema,
     checkpoint: |job| Some(keys::checkpoint(job)),
-    // Each image typed as the event is read (`images::Reader`).
-    decode: crate::images::decode_event,
+    // Each image read as the handlers read it, as the event is read.
+    decode: worker_engine::stream::decode_views::<crate::images::Image>,
 };
 
 /// What the handlers and jobs are built from: the table, the settings,

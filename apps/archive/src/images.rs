@@ -1,16 +1,15 @@
 //! What the stream handlers read of a record's images: each image as an
 //! [`Image`] (a file, an unzip item, or any other item's `KeyName`).
 //!
-//! The stream function types them as it reads the Lambda event
-//! ([`decode_event`], by [`Reader`]), without building an item of any
+//! The stream function types them as it reads the Lambda event (the
+//! engine's `decode_views::<Image>`), without building an item of any
 //! image; an event the reader does not take whole is decoded into items,
-//! and [`Images::of`] reads the same [`Images`] from them. The reader takes
+//! and `Images::of` reads the same [`Images`] from them. The reader takes
 //! an image only where it reads what [`Image::from_item`] reads from its
 //! item, and refuses the rest (a value of another type than the one the
 //! service writes, which the items read leniently): the tests hold the two
 //! side by side.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use aws_sdk_dynamodb::types::AttributeValue;
@@ -18,9 +17,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use worker_engine::item::Item;
 use worker_engine::item::text::read_image;
-use worker_engine::stream::{
-    ChangeReader, EnvelopeError, RecordError, StreamChange, decode_event_bytes_with,
-};
+use worker_engine::stream::ImageView;
 
 use crate::items::{self, ArchivedFile, Stage, UnzipItem};
 use crate::keys::{self, ItemKey};
@@ -137,162 +134,88 @@ impl<'de> Deserialize<'de> for Flag {
     }
 }
 
-/// A record's images, as the handlers read them.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Images {
-    /// The item before the change.
-    pub old: Option<Image>,
-    /// The item after it.
-    pub new: Option<Image>,
-}
-
-impl Images {
-    /// The images of `change`: as the reader typed them, or read from its
-    /// items (an event the reader did not take).
-    pub fn of(change: &StreamChange) -> Cow<'_, Images> {
-        if let Some(images) = change.typed.as_ref().and_then(|t| t.get::<Images>()) {
-            return Cow::Borrowed(images);
-        }
-        Cow::Owned(Images {
-            old: change.old_image.as_ref().map(Image::from_item),
-            new: change.new_image.as_ref().map(Image::from_item),
-        })
-    }
-}
-
-/// The archive's [`ChangeReader`]: each image an [`Image`] as the event is
-/// read ([`Image::read`]), each record its [`Images`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Reader;
-
-impl ChangeReader for Reader {
-    type Image = Image;
-    type Change = Images;
-
-    fn image<'de, D: Deserializer<'de>>(&self, keys: &Item, d: D) -> Result<Image, D::Error> {
+impl ImageView for Image {
+    fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {
         Image::read(keys, d)
     }
 
-    fn change(&self, _: &StreamChange, old: Option<Image>, new: Option<Image>) -> Option<Images> {
-        Some(Images { old, new })
+    fn from_item(_: &Item, item: &Item) -> Image {
+        Image::from_item(item)
     }
 }
 
-/// The stream function's reading of a Lambda event ([`crate::app::APP`]'s
-/// `decode`): each record's images typed by [`Reader`] as it is read.
-pub fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-    decode_event_bytes_with(bytes, &Reader)
-}
+/// A record's images, as the handlers read them.
+pub type Images = worker_engine::stream::Images<Image>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
+    use worker_testkit::reader::Edits;
 
     /// Whether the reader takes `event`, having read it as its items decode.
     fn taken(event: &str) -> bool {
-        worker_testkit::reader::read_as_the_items_decode(event, &Reader, |c| {
-            Images::of(c).into_owned()
-        })
+        worker_testkit::reader::views_read_as_the_items_decode::<Image>(event)
     }
 
-    fn fixtures() -> Vec<(String, [String; 2])> {
-        let dir = format!("{}/../../events/archive/stream", env!("CARGO_MANIFEST_DIR"));
-        worker_testkit::reader::stream_fixtures(std::path::Path::new(&dir))
+    fn dir() -> std::path::PathBuf {
+        format!("{}/../../events/archive/stream", env!("CARGO_MANIFEST_DIR")).into()
     }
 
     #[test]
     fn the_reader_types_the_fixtures_as_their_items_decode() {
-        let fixtures = fixtures();
-        assert!(fixtures.len() >= 4, "{}", fixtures.len());
-        for (name, events) in &fixtures {
-            for event in events {
-                assert!(taken(event), "{name}");
-            }
-        }
+        worker_testkit::reader::assert_every_fixture_read::<Image>(&dir(), 4);
     }
 
     #[test]
     fn what_the_reader_refuses_is_decoded_from_the_items() {
-        let fixtures = fixtures();
-        let event = |name: &str| {
-            let [_, compact] = fixtures.iter().find(|(n, _)| n == name).unwrap().1.clone();
-            compact
-        };
-        let files = event("files-archived.json");
-        let new_image = r#""NewImage":{"#;
-        assert!(files.contains(new_image), "{files}");
-        let in_new = |attrs: &str| files.replacen(new_image, &format!("{new_image}{attrs},"), 1);
-        let edit = |change: &dyn Fn(&mut Value)| {
-            let mut event: Value = serde_json::from_str(&files).unwrap();
-            change(&mut event["Records"][0]["dynamodb"]);
-            event.to_string()
-        };
-        let set = |name: &'static str, value: Value| {
-            edit(&move |d: &mut Value| d["NewImage"][name] = value.clone())
-        };
-        let lookup_item = edit(&|d| {
+        let files = Edits::of(&dir(), "files-archived.json");
+        let lookup_item = files.edit(|d| {
             let key = json!({"PK": {"S": "2024-03"}, "SK": {"N": "0"}});
             d["Keys"] = key.clone();
             d["NewImage"] = key;
             d["NewImage"]["SavedDate"] = json!({"L": [{"S": "01"}, {"S": "24"}]});
         });
-        let taken_events = [
+        let mut taken_events = files.taken();
+        taken_events.extend([
             // Read leniently by both: a string flag, an empty or null KeyName.
-            set("IsUnzipped", json!({"S": "TRUE"})),
-            set("IsUnzipped", json!({"S": "maybe"})),
-            set("IsUnzipped", json!({"NULL": true})),
-            set("KeyName", json!({"S": ""})),
-            set("KeyName", json!({"NULL": true})),
-            set("Vault", json!({"NULL": true})),
-            // Attributes the handlers do not read; an item of the date
-            // lookup.
-            in_new(r#""Note":{"S":"n"},"Tags":{"L":[]},"Deep":{"M":{"x":{"NS":["1"]}}}"#),
-            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(150_000))),
-            // One of them twice: the items keep the last, which the
-            // handlers do not read either.
-            in_new(r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
+            files.set("IsUnzipped", json!({"S": "TRUE"})),
+            files.set("IsUnzipped", json!({"S": "maybe"})),
+            files.set("IsUnzipped", json!({"NULL": true})),
+            files.set("KeyName", json!({"S": ""})),
+            files.set("KeyName", json!({"NULL": true})),
+            files.set("Vault", json!({"NULL": true})),
+            // An attribute the handlers do not read, twice: the items keep
+            // the last, which the handlers do not read either.
+            files.in_new(r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
+            // An item of the date lookup.
             lookup_item,
-        ];
+        ]);
         for (n, event) in taken_events.iter().enumerate() {
-            assert_ne!(event, &files, "case {n} changes the event");
+            assert_ne!(event, files.event(), "case {n} changes the event");
             assert!(taken(event), "case {n} taken");
         }
-        let refused = [
+        let mut refused = files.refusals();
+        refused.extend([
             // Read leniently by the items only: a number flag, a number
             // KeyName or Vault.
-            set("IsUnzipped", json!({"N": "1"})),
-            set("KeyName", json!({"N": "1"})),
-            set("Vault", json!({"BOOL": true})),
+            files.set("IsUnzipped", json!({"N": "1"})),
+            files.set("KeyName", json!({"N": "1"})),
+            files.set("Vault", json!({"BOOL": true})),
             // An image's key that is not the record's, or none.
-            set("SK", json!({"N": "1709323201"})),
-            edit(&|d| {
-                d["NewImage"].as_object_mut().unwrap().remove("SK");
-            }),
-            // A NULL that is false, a binary value.
-            set("Vault", json!({"NULL": false})),
-            in_new(r#""Blob":{"B":"AQ=="}"#),
+            files.set("SK", json!({"N": "1709323201"})),
+            files.remove("SK"),
+            // A NULL that is false.
+            files.set("Vault", json!({"NULL": false})),
             // A name the handlers read, or a key attribute, twice.
-            in_new(r#""KeyName":{"S":"again"}"#),
-            in_new(r#""PK":{"S":"2024-03-01-20-00-00"}"#),
+            files.in_new(r#""KeyName":{"S":"again"}"#),
+            files.in_new(r#""PK":{"S":"2024-03-01-20-00-00"}"#),
             // DynamoDB Local's untagged empties, which the items read.
-            in_new(r#""Tags":[]"#),
-            in_new(r#""Deep":{"M":{"x":{}}}"#),
-            // The images before the keys.
-            files.replacen(r#""Keys":"#, r#""Keys0":"#, 1).replacen(
-                r#""SequenceNumber""#,
-                r#""Keys":{"PK":{"S":"2024-03-01-20-00-00"},"SK":{"N":"1709323200"}},"SequenceNumber""#,
-                1,
-            ),
-            // An image whose text might be over the item limit (and one
-            // that is).
-            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(250_000))),
-            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(410_000))),
-            // An escaped field name: its place in the event is unknown.
-            files.replacen(new_image, r#""New\u0049mage":{"#, 1),
-        ];
+            files.in_new(r#""Tags":[]"#),
+            files.in_new(r#""Deep":{"M":{"x":{}}}"#),
+        ]);
         for (n, event) in refused.iter().enumerate() {
-            assert_ne!(event, &files, "case {n} changes the event");
+            assert_ne!(event, files.event(), "case {n} changes the event");
             assert!(!taken(event), "case {n} refused");
         }
     }

@@ -57,8 +57,8 @@ pub const APP: AppSpec<Job, Deps, dyn TableHandler<Table>> = AppSpec {
     jobs: &[&requests::SPEC, &members::SPEC, &cascade::SPEC],
     schema: || Table::ChatRequests.schema(),
     checkpoint: |job| Some(crate::keys::checkpoint(job)),
-    // Each image typed as the event is read (`images::Reader`).
-    decode: crate::images::decode_event,
+    // Each image read as the handlers read it, as the event is read.
+    decode: worker_engine::stream::decode_views::<crate::images::Image>,
 };
 
 /// What the handlers and jobs are built from.

@@ -2,24 +2,20 @@
 //! [`RequestCopy`] (`requests`) and any item's `NumMembers` (`members`),
 //! whichever of the six tables the record comes from.
 //!
-//! The stream function types them as it reads the Lambda event
-//! ([`decode_event`], by [`Reader`]), without building an item of any
+//! The stream function reads them as it reads the Lambda event (the
+//! engine's `decode_views::<Image>`), without building an item of any
 //! image; an event the reader does not take whole is decoded into items,
-//! and [`Images::of`] reads the same [`Images`] from them. The reader takes
+//! and `Images::of` reads the same [`Images`] from them. The reader takes
 //! an image only where it reads what [`Image::from_item`] reads from its
 //! item (a copy that does not decode, or disagrees with its key, is left
 //! to the items, which say why): the tests hold the two side by side.
-
-use std::borrow::Cow;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use worker_engine::item::Item;
 use worker_engine::item::text::read_image_from;
-use worker_engine::stream::{
-    ChangeReader, EnvelopeError, RecordError, StreamChange, decode_event_bytes_with,
-};
+use worker_engine::stream::ImageView;
 
 use crate::items::RequestCopy;
 use crate::keys::{self, RequestsItem};
@@ -85,175 +81,88 @@ fn is_copy(keys: &Item) -> bool {
 #[derive(Deserialize)]
 struct Nothing {}
 
-/// A record's images, as the handlers read them.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Images {
-    /// The item before the change.
-    pub old: Option<Image>,
-    /// The item after it.
-    pub new: Option<Image>,
-}
-
-impl Images {
-    /// The images of `change`: as the reader typed them, or read from its
-    /// items (an event the reader did not take).
-    pub fn of(change: &StreamChange) -> Cow<'_, Images> {
-        if let Some(images) = change.typed.as_ref().and_then(|t| t.get::<Images>()) {
-            return Cow::Borrowed(images);
-        }
-        let image = |item: &Option<Item>| {
-            item.as_ref()
-                .map(|item| Image::from_item(&change.keys, item))
-        };
-        Cow::Owned(Images {
-            old: image(&change.old_image),
-            new: image(&change.new_image),
-        })
-    }
-}
-
-/// The chat worker's [`ChangeReader`]: each image an [`Image`] as the
-/// event is read ([`Image::read`]), each record its [`Images`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Reader;
-
-impl ChangeReader for Reader {
-    type Image = Image;
-    type Change = Images;
-
-    fn image<'de, D: Deserializer<'de>>(&self, keys: &Item, d: D) -> Result<Image, D::Error> {
+impl ImageView for Image {
+    fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {
         Image::read(keys, d)
     }
 
-    fn change(&self, _: &StreamChange, old: Option<Image>, new: Option<Image>) -> Option<Images> {
-        Some(Images { old, new })
+    fn from_item(keys: &Item, item: &Item) -> Image {
+        Image::from_item(keys, item)
     }
 }
 
-/// The stream function's reading of a Lambda event ([`crate::app::APP`]'s
-/// `decode`): each record's images typed by [`Reader`] as it is read.
-pub fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-    decode_event_bytes_with(bytes, &Reader)
-}
+/// A record's images, as the handlers read them.
+pub type Images = worker_engine::stream::Images<Image>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::{Value, json};
+    use serde_json::json;
+    use worker_testkit::reader::Edits;
 
     /// Whether the reader takes `event`, having read it as its items decode.
     fn taken(event: &str) -> bool {
-        worker_testkit::reader::read_as_the_items_decode(event, &Reader, |c| {
-            Images::of(c).into_owned()
-        })
+        worker_testkit::reader::views_read_as_the_items_decode::<Image>(event)
     }
 
-    fn fixtures() -> Vec<(String, [String; 2])> {
-        let dir = format!("{}/../../events/chat/stream", env!("CARGO_MANIFEST_DIR"));
-        worker_testkit::reader::stream_fixtures(std::path::Path::new(&dir))
+    fn dir() -> std::path::PathBuf {
+        format!("{}/../../events/chat/stream", env!("CARGO_MANIFEST_DIR")).into()
     }
 
     #[test]
     fn the_reader_types_the_fixtures_as_their_items_decode() {
-        let fixtures = fixtures();
-        assert!(fixtures.len() >= 6, "{}", fixtures.len());
-        for (name, events) in &fixtures {
-            for event in events {
-                assert!(taken(event), "{name}");
-            }
-        }
+        worker_testkit::reader::assert_every_fixture_read::<Image>(&dir(), 6);
     }
 
     #[test]
     fn what_the_reader_refuses_is_decoded_from_the_items() {
-        let fixtures = fixtures();
-        let event = |name: &str| {
-            let [_, compact] = fixtures.iter().find(|(n, _)| n == name).unwrap().1.clone();
-            compact
-        };
         // A group chat's copy of a request, accepted; a group chat created.
-        let copy = event("request-accepted.json");
-        let chat = event("chat-created.json");
-        let edit = |event: &str, change: &dyn Fn(&mut Value)| {
-            let mut event: Value = serde_json::from_str(event).unwrap();
-            change(&mut event["Records"][0]["dynamodb"]);
-            event.to_string()
-        };
-        let set = |event: &str, name: &'static str, value: Value| {
-            edit(event, &move |d: &mut Value| {
-                d["NewImage"][name] = value.clone()
-            })
-        };
-        let new_image = r#""NewImage":{"#;
-        let in_new = |event: &str, attrs: &str| {
-            assert!(event.contains(new_image), "{event}");
-            event.replacen(new_image, &format!("{new_image}{attrs},"), 1)
-        };
-        let taken_events = [
+        let copy = Edits::of(&dir(), "request-accepted.json");
+        let chat = Edits::of(&dir(), "chat-created.json");
+        let mut taken_events = copy.taken();
+        taken_events.extend(chat.taken());
+        taken_events.extend([
             // `NumMembers` kept as it is, whatever its type or spelling.
-            set(&chat, "NumMembers", json!({"N": "0.0"})),
-            set(&chat, "NumMembers", json!({"S": "0"})),
-            set(&chat, "NumMembers", json!({"L": []})),
-            set(&copy, "NumMembers", json!({"N": "3"})),
-            // Attributes the handlers do not read, one of them twice (the
-            // items keep the last).
-            in_new(&copy, r#""Note":{"S":"n"},"Deep":{"M":{"x":{"NS":["1"]}}}"#),
-            in_new(&copy, r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
-            in_new(
-                &chat,
-                &format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(150_000)),
-            ),
+            chat.set("NumMembers", json!({"N": "0.0"})),
+            chat.set("NumMembers", json!({"S": "0"})),
+            chat.set("NumMembers", json!({"L": []})),
+            copy.set("NumMembers", json!({"N": "3"})),
+            // An attribute the handlers do not read, twice (the items keep
+            // the last).
+            copy.in_new(r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
             // A copy's attribute left to its default.
-            edit(&copy, &|d| {
-                d["NewImage"].as_object_mut().unwrap().remove("Seen");
-            }),
-        ];
+            copy.remove("Seen"),
+        ]);
         for (n, event) in taken_events.iter().enumerate() {
             assert!(
-                event != &copy && event != &chat,
+                event != copy.event() && event != chat.event(),
                 "case {n} changes the event"
             );
             assert!(taken(event), "case {n} taken");
         }
-        let refused = [
+        let mut refused = copy.refusals();
+        refused.extend(chat.refusals());
+        refused.extend([
             // A copy that does not decode, or disagrees with its key: the
             // items say why.
-            set(&copy, "Status", json!({"S": "lost"})),
-            set(&copy, "Status", json!({"N": "1"})),
-            set(&copy, "Id", json!({"S": "r9"})),
-            set(&copy, "ChatId", json!({"S": "g9"})),
-            edit(&copy, &|d| {
-                d["NewImage"].as_object_mut().unwrap().remove("UserId");
-            }),
+            copy.set("Status", json!({"S": "lost"})),
+            copy.set("Status", json!({"N": "1"})),
+            copy.set("Id", json!({"S": "r9"})),
+            copy.set("ChatId", json!({"S": "g9"})),
+            copy.remove("UserId"),
             // An image's key that is not the record's, or none.
-            set(&chat, "SK", json!({"S": "GROUPCHAT#g9"})),
-            edit(&chat, &|d| {
-                d["NewImage"].as_object_mut().unwrap().remove("PK");
-            }),
+            chat.set("SK", json!({"S": "GROUPCHAT#g9"})),
+            chat.remove("PK"),
             // A name kept or read twice; values the items read and the
             // reader leaves to them.
-            in_new(&chat, r#""NumMembers":{"N":"1"}"#),
-            in_new(&copy, r#""Status":{"S":"pending"}"#),
-            in_new(&chat, r#""Blob":{"B":"AQ=="}"#),
-            in_new(&chat, r#""Tags":[]"#),
-            set(&chat, "Capacity", json!({"NULL": false})),
-            // The images before the keys.
-            chat.replacen(r#""Keys":"#, r#""Keys0":"#, 1).replacen(
-                r#""SequenceNumber""#,
-                r#""Keys":{"PK":{"S":"GROUPCHAT#g1"},"SK":{"S":"GROUPCHAT#g1"}},"SequenceNumber""#,
-                1,
-            ),
-            // An image whose text might be over the item limit.
-            in_new(
-                &chat,
-                &format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(250_000)),
-            ),
-            // An escaped field name: its place in the event is unknown.
-            chat.replacen(new_image, r#""New\u0049mage":{"#, 1),
-        ];
+            chat.in_new(r#""NumMembers":{"N":"1"}"#),
+            copy.in_new(r#""Status":{"S":"pending"}"#),
+            chat.in_new(r#""Tags":[]"#),
+            chat.set("Capacity", json!({"NULL": false})),
+        ]);
         for (n, event) in refused.iter().enumerate() {
             assert!(
-                event != &copy && event != &chat,
+                event != copy.event() && event != chat.event(),
                 "case {n} changes the event"
             );
             assert!(!taken(event), "case {n} refused");

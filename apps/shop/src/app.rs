@@ -24,8 +24,8 @@ pub const APP: AppSpec<Job, Deps, dyn RecordProcessor> = AppSpec {
     jobs: &[&derive::SPEC, &refs::SPEC, &stuck::SPEC],
     schema: crate::schema::schema,
     checkpoint: |job| Some(crate::keys::checkpoint(job)),
-    // Each image read as the event is read (`images::Reader`).
-    decode: crate::images::decode_event,
+    // Each image read as the handler reads it, as the event is read.
+    decode: worker_engine::stream::decode_views::<crate::images::Image>,
 };
 
 /// What the handlers and jobs are built from: the table, the settings,

@@ -1,23 +1,19 @@
 //! What the stream handler reads of a record's images: each image's key and
 //! the attributes a derivation reads ([`READS`]), as they are.
 //!
-//! The stream function reads them as it reads the Lambda event
-//! ([`decode_event`], by [`Reader`]), without building an item of the rest
+//! The stream function reads them as it reads the Lambda event (the
+//! engine's `decode_views::<Image>`), without building an item of the rest
 //! of any image; an event the reader does not take whole is decoded into
-//! items, and [`Images::of`] reads the same [`Images`] from them. An item
+//! items, and `Images::of` reads the same [`Images`] from them. An item
 //! holding its key and [`READS`] derives as the whole item does (the tests
 //! hold the two side by side).
-
-use std::borrow::Cow;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use worker_engine::item::Item;
 use worker_engine::item::text::read_image_from;
-use worker_engine::stream::{
-    ChangeReader, EnvelopeError, RecordError, StreamChange, decode_event_bytes_with,
-};
+use worker_engine::stream::ImageView;
 
 use crate::derive::rules::READS;
 use crate::keys;
@@ -54,52 +50,22 @@ pub fn read_image<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Item, 
 #[derive(Deserialize)]
 struct Nothing {}
 
-/// A record's images, as the handler reads them ([`image_of`]).
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Images {
-    /// The item before the change.
-    pub old: Option<Item>,
-    /// The item after it.
-    pub new: Option<Item>,
-}
+/// What the handler reads of an image ([`image_of`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image(pub Item);
 
-impl Images {
-    /// The images of `change`: as the reader read them, or from its items
-    /// (an event the reader did not take).
-    pub fn of(change: &StreamChange) -> Cow<'_, Images> {
-        if let Some(images) = change.typed.as_ref().and_then(|t| t.get::<Images>()) {
-            return Cow::Borrowed(images);
-        }
-        Cow::Owned(Images {
-            old: change.old_image.as_ref().map(image_of),
-            new: change.new_image.as_ref().map(image_of),
-        })
+impl ImageView for Image {
+    fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {
+        read_image(keys, d).map(Image)
+    }
+
+    fn from_item(_: &Item, item: &Item) -> Image {
+        Image(image_of(item))
     }
 }
 
-/// The shop worker's [`ChangeReader`]: each image read as [`read_image`]
-/// reads it, each record its [`Images`].
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Reader;
-
-impl ChangeReader for Reader {
-    type Image = Item;
-    type Change = Images;
-
-    fn image<'de, D: Deserializer<'de>>(&self, keys: &Item, d: D) -> Result<Item, D::Error> {
-        read_image(keys, d)
-    }
-
-    fn change(&self, _: &StreamChange, old: Option<Item>, new: Option<Item>) -> Option<Images> {
-        Some(Images { old, new })
-    }
-}
-
-/// The stream function's reading of a Lambda event ([`crate::app::APP`]'s
-/// `decode`): each record's images read by [`Reader`] as it is read.
-pub fn decode_event(bytes: &[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError> {
-    decode_event_bytes_with(bytes, &Reader)
-}
+/// A record's images, as the handler reads them.
+pub type Images = worker_engine::stream::Images<Image>;
 
 #[cfg(test)]
 mod tests {
@@ -107,90 +73,54 @@ mod tests {
     use crate::derive::rules::Derivation;
     use crate::items::{Named, Order, Product, Stamps, User};
     use crate::keys::{Id, ItemKey};
-    use serde_json::{Value, json};
+    use serde_json::json;
+    use worker_testkit::reader::Edits;
 
     /// Whether the reader takes `event`, having read it as its items decode.
     fn taken(event: &str) -> bool {
-        worker_testkit::reader::read_as_the_items_decode(event, &Reader, |c| {
-            Images::of(c).into_owned()
-        })
+        worker_testkit::reader::views_read_as_the_items_decode::<Image>(event)
     }
 
-    fn fixtures() -> Vec<(String, [String; 2])> {
-        let dir = format!("{}/../../events/shop/stream", env!("CARGO_MANIFEST_DIR"));
-        worker_testkit::reader::stream_fixtures(std::path::Path::new(&dir))
+    fn dir() -> std::path::PathBuf {
+        format!("{}/../../events/shop/stream", env!("CARGO_MANIFEST_DIR")).into()
     }
 
     #[test]
     fn the_reader_types_the_fixtures_as_their_items_decode() {
-        let fixtures = fixtures();
-        assert!(fixtures.len() >= 4, "{}", fixtures.len());
-        for (name, events) in &fixtures {
-            for event in events {
-                assert!(taken(event), "{name}");
-            }
-        }
+        worker_testkit::reader::assert_every_fixture_read::<Image>(&dir(), 4);
     }
 
     #[test]
     fn what_the_reader_refuses_is_decoded_from_the_items() {
-        let [_, products] = fixtures()
-            .into_iter()
-            .find(|(n, _)| n == "products-written.json")
-            .unwrap()
-            .1;
-        let edit = |change: &dyn Fn(&mut Value)| {
-            let mut event: Value = serde_json::from_str(&products).unwrap();
-            change(&mut event["Records"][0]["dynamodb"]);
-            event.to_string()
-        };
-        let set = |name: &'static str, value: Value| {
-            edit(&move |d: &mut Value| d["NewImage"][name] = value.clone())
-        };
-        let new_image = r#""NewImage":{"#;
-        assert!(products.contains(new_image), "{products}");
-        let in_new = |attrs: &str| products.replacen(new_image, &format!("{new_image}{attrs},"), 1);
-        let taken_events = [
+        let products = Edits::of(&dir(), "products-written.json");
+        let mut taken_events = products.taken();
+        taken_events.extend([
             // What a derivation reads, kept as it is, whatever its type.
-            set("brand_id", json!({"N": "7"})),
-            set("created_at", json!({"S": "yesterday"})),
-            set("GSI1PK", json!({"S": "BRAND#stale"})),
-            set("GSI2SK", json!({"L": []})),
-            // Attributes the handler does not read, one of them twice (the
-            // items keep the last).
-            in_new(r#""Note":{"S":"n"},"Deep":{"M":{"x":{"NS":["1"]}}}"#),
-            in_new(r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
-            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(150_000))),
-        ];
+            products.set("brand_id", json!({"N": "7"})),
+            products.set("created_at", json!({"S": "yesterday"})),
+            products.set("GSI1PK", json!({"S": "BRAND#stale"})),
+            products.set("GSI2SK", json!({"L": []})),
+            // An attribute the handler does not read, twice (the items keep
+            // the last).
+            products.in_new(r#""Note":{"S":"n"},"Note":{"S":"m"}"#),
+        ]);
         for (n, event) in taken_events.iter().enumerate() {
-            assert_ne!(event, &products, "case {n} changes the event");
+            assert_ne!(event, products.event(), "case {n} changes the event");
             assert!(taken(event), "case {n} taken");
         }
-        let refused = [
+        let mut refused = products.refusals();
+        refused.extend([
             // An image's key that is not the record's, or none.
-            set("SK", json!({"S": "PRO#2icLDeBe0wzuNFfkBrKtSDXoXDC"})),
-            edit(&|d| {
-                d["NewImage"].as_object_mut().unwrap().remove("PK");
-            }),
+            products.set("SK", json!({"S": "PRO#2icLDeBe0wzuNFfkBrKtSDXoXDC"})),
+            products.remove("PK"),
             // A name read twice; values the items read and the reader
             // leaves to them.
-            in_new(r#""brand_id":{"S":"2h6QMcr2GPfWcFCuRWD2J66yND1"}"#),
-            in_new(r#""Blob":{"B":"AQ=="}"#),
-            in_new(r#""Tags":[]"#),
-            set("price", json!({"NULL": false})),
-            // The images before the keys.
-            products.replacen(r#""Keys":"#, r#""Keys0":"#, 1).replacen(
-                r#""SequenceNumber""#,
-                r#""Keys":{"PK":{"S":"PROD"},"SK":{"S":"PRO#2icLDeBe0wzuNFfkBrKtSDXoXDB"}},"SequenceNumber""#,
-                1,
-            ),
-            // An image whose text might be over the item limit.
-            in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(250_000))),
-            // An escaped field name: its place in the event is unknown.
-            products.replacen(new_image, r#""New\u0049mage":{"#, 1),
-        ];
+            products.in_new(r#""brand_id":{"S":"2h6QMcr2GPfWcFCuRWD2J66yND1"}"#),
+            products.in_new(r#""Tags":[]"#),
+            products.set("price", json!({"NULL": false})),
+        ]);
         for (n, event) in refused.iter().enumerate() {
-            assert_ne!(event, &products, "case {n} changes the event");
+            assert_ne!(event, products.event(), "case {n} changes the event");
             assert!(!taken(event), "case {n} refused");
         }
     }

@@ -8,7 +8,8 @@ use std::fmt::Debug;
 use std::path::Path;
 
 use worker_engine::stream::{
-    ChangeReader, StreamChange, decode_event_bytes, decode_event_bytes_with,
+    ChangeReader, ImageView, Images, StreamChange, ViewReader, decode_event_bytes,
+    decode_event_bytes_with,
 };
 
 /// Whether `reader` takes `event` whole. Either way, checks that the event
@@ -81,4 +82,116 @@ pub fn stream_fixtures(dir: &Path) -> Vec<(String, [String; 2])> {
             (name, [text, compact])
         })
         .collect()
+}
+
+/// [`read_as_the_items_decode`] for an app's views ([`ViewReader`]): each
+/// record's [`Images`] the same.
+pub fn views_read_as_the_items_decode<V: ImageView + Clone + PartialEq + Debug>(
+    event: &str,
+) -> bool {
+    read_as_the_items_decode(event, &ViewReader::<V>::new(), |c| {
+        Images::<V>::of(c).into_owned()
+    })
+}
+
+/// Every stream fixture of `dir` (at least `at_least` of them), as written
+/// and compacted, read whole by the views `V` and as its items decode.
+pub fn assert_every_fixture_read<V: ImageView + Clone + PartialEq + Debug>(
+    dir: &Path,
+    at_least: usize,
+) {
+    let fixtures = stream_fixtures(dir);
+    assert!(fixtures.len() >= at_least, "{}", fixtures.len());
+    for (name, events) in &fixtures {
+        for event in events {
+            assert!(views_read_as_the_items_decode::<V>(event), "{name}");
+        }
+    }
+}
+
+/// A stream fixture, compacted (as `serde_json` writes it), and its first
+/// record edited: the events a reader's tests hold beside the items.
+pub struct Edits {
+    event: String,
+}
+
+/// Where an attribute is put first in the first record's new image.
+const NEW_IMAGE: &str = r#""NewImage":{"#;
+
+impl Edits {
+    /// The fixture `name` of `dir`, compacted.
+    pub fn of(dir: &Path, name: &str) -> Edits {
+        let [_, event] = stream_fixtures(dir)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no fixture {name} in {}", dir.display()))
+            .1;
+        Edits { event }
+    }
+
+    /// The event as it is.
+    pub fn event(&self) -> &str {
+        &self.event
+    }
+
+    /// The event with `attributes` (`"Name":{"S":"v"},...`) first in its
+    /// first record's new image.
+    pub fn in_new(&self, attributes: &str) -> String {
+        assert!(self.event.contains(NEW_IMAGE), "no new image");
+        self.event
+            .replacen(NEW_IMAGE, &format!("{NEW_IMAGE}{attributes},"), 1)
+    }
+
+    /// The event with its first record's `dynamodb` changed by `change`.
+    pub fn edit(&self, change: impl Fn(&mut serde_json::Value)) -> String {
+        let mut event: serde_json::Value = serde_json::from_str(&self.event).unwrap();
+        change(&mut event["Records"][0]["dynamodb"]);
+        event.to_string()
+    }
+
+    /// The event with the attribute `name` of its first record's new image
+    /// set to `value`.
+    pub fn set(&self, name: &str, value: serde_json::Value) -> String {
+        self.edit(|d| d["NewImage"][name] = value.clone())
+    }
+
+    /// The event without the attribute `name` in its first record's new
+    /// image.
+    pub fn remove(&self, name: &str) -> String {
+        self.edit(|d| {
+            d["NewImage"].as_object_mut().unwrap().remove(name);
+        })
+    }
+
+    /// What every reader must leave to the items: a binary value, the
+    /// first record's images before its `Keys`, an image whose text might
+    /// be over the item limit (and one that is), an escaped field name (its
+    /// place in the event is unknown).
+    pub fn refusals(&self) -> Vec<String> {
+        let event: serde_json::Value = serde_json::from_str(&self.event).unwrap();
+        let keys = event["Records"][0]["dynamodb"]["Keys"].to_string();
+        let big = |n: usize| self.in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(n)));
+        vec![
+            self.in_new(r#""Blob":{"B":"AQ=="}"#),
+            self.event
+                .replacen(r#""Keys":"#, r#""Keys0":"#, 1)
+                .replacen(
+                    r#""SequenceNumber""#,
+                    &format!(r#""Keys":{keys},"SequenceNumber""#),
+                    1,
+                ),
+            big(250_000),
+            big(410_000),
+            self.event.replacen(NEW_IMAGE, r#""New\u0049mage":{"#, 1),
+        ]
+    }
+
+    /// What every reader takes as the items read it: attributes of every
+    /// type, an image of 150 KB.
+    pub fn taken(&self) -> Vec<String> {
+        vec![
+            self.in_new(r#""Note":{"S":"n"},"Tags":{"L":[]},"Deep":{"M":{"x":{"NS":["1"]}}}"#),
+            self.in_new(&format!(r#""Big":{{"S":"{}"}}"#, "x".repeat(150_000))),
+        ]
+    }
 }

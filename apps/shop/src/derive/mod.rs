@@ -140,7 +140,7 @@ impl RecordProcessor for DeriveKeys {
                 "no new image (the stream must be NEW_AND_OLD_IMAGES)",
             ));
         };
-        match derive(self.store.as_ref(), image).await? {
+        match derive(self.store.as_ref(), &image.0).await? {
             Err(e) => Err(HandlerError::permanent(e.to_string())),
             Ok(Derived::NotAnEntity) => Ok(RecordOutcome::skipped("not an entity")),
             Ok(Derived::UpToDate) => Ok(RecordOutcome::skipped("derived attributes up to date")),

@@ -6,7 +6,9 @@
 //! - running ([`run_batch`]): runs a decoded batch through a [`RecordProcessor`] in order
 //!   and computes the partial-batch response (`ReportBatchItemFailures`);
 //! - routing ([`Router`]): an app's typed changes, routed by item kind to the
-//!   handlers that want them (a [`RecordProcessor`] for the engine).
+//!   handlers that want them (a [`RecordProcessor`] for the engine);
+//! - views ([`ImageView`], [`decode_views`]): what an app's handlers read of
+//!   each image, read as the event is read.
 //!
 //! Nothing here knows an app's key schema: changes carry raw items, and
 //! only the key attribute names (default `PK`/`SK`) are configurable, for
@@ -17,6 +19,7 @@ pub(crate) mod decode;
 pub(crate) mod engine;
 pub(crate) mod routed;
 pub(crate) mod source;
+pub(crate) mod view;
 
 pub use decode::{
     ChangeKind, ChangeReader, DEFAULT_KEY_ATTRIBUTES, DecodeEvent, EnvelopeError, RecordError,
@@ -29,3 +32,4 @@ pub use engine::{
 };
 pub use routed::{ChangeHandler, HandlerOutcome, InBatch, Router, TypedChange};
 pub use source::{ByTable, table_name};
+pub use view::{ImageView, Images, ViewReader, decode_views};
