@@ -225,8 +225,10 @@ pub struct AppSpec<J: 'static, D: ?Sized + 'static, H: ?Sized + 'static> {
     /// command line's `checkpoints list|reset`).
     pub checkpoint: fn(J) -> Option<crate::store::Key>,
     /// How its stream function reads a Lambda event's bytes:
-    /// [`crate::stream::decode_event_bytes`] (each image an item), or a
-    /// function that gives the app's [`crate::stream::ChangeReader`] to
+    /// [`crate::stream::decode_event_bytes`] (each image an item),
+    /// `decode_views::<V>` (of each image, the app's view `V` of it:
+    /// [`crate::stream::decode_views`]), or a function that gives the app's
+    /// [`crate::stream::ChangeReader`] to
     /// [`crate::stream::decode_event_bytes_with`] (each image typed as the
     /// event is read).
     pub decode: crate::stream::DecodeEvent,

@@ -3,8 +3,9 @@
 //! ([`rules`]).
 //!
 //! [`DeriveKeys`], the stream handler, decides from the record's new image
-//! alone (its key and the attributes a derivation reads, `crate::images`): derived attributes already right cost nothing (this also ends
-//! the loop of the handler's own write coming back); otherwise one
+//! alone (its key and the attributes a derivation reads, `crate::images`):
+//! derived attributes already right cost nothing (this also ends the loop
+//! of the handler's own write coming back); otherwise one
 //! UpdateItem sets (or removes) them, on the condition that the item
 //! exists and its source fields still hold the values derived from. A
 //! stale record delivered after a newer write fails that condition and is

@@ -414,7 +414,8 @@ pub fn decode_event_bytes(
 }
 
 /// How a stream function reads a Lambda event's bytes into its records
-/// ([`crate::AppSpec::decode`]): [`decode_event_bytes`], or a function
+/// ([`crate::AppSpec::decode`]): [`decode_event_bytes`],
+/// [`decode_views`](super::decode_views) of the app's view, or a function
 /// that gives the app's [`ChangeReader`] to [`decode_event_bytes_with`].
 pub type DecodeEvent = fn(&[u8]) -> Result<Vec<Result<StreamChange, RecordError>>, EnvelopeError>;
 
