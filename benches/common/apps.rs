@@ -1,11 +1,11 @@
 //! The apps' cases of the `decide` CPU benchmark (`benches/codec.rs`): for
 //! each app on the engine (archive, chat, shop), a realistic 1,000-record
 //! event of its table and the app's CPU path over it: the event bytes
-//! read as the app's stream function reads them (`decode_views` of its `images::Image`:
-//! each image read into what the handlers read of it, as the event is
-//! read), then each record through what the app's stream handlers do
-//! before their first read or write (the key parsed, the pure decision).
-//! No I/O.
+//! read as the app's stream function reads them (`decode_views` of its
+//! `images::Image`: each image read into what the handlers read of it,
+//! as the event is read), then each record through what the app's stream
+//! handlers do before their first read or write (the key parsed, the
+//! pure decision); and the same path through items. No I/O.
 
 use std::collections::HashMap;
 
@@ -186,8 +186,8 @@ fn archive() -> AppCase {
 
 /// The lookup handler (`DateLookup`) and the unzip handler
 /// (`UnzipLifecycle`) up to their first read, on the event as the stream
-/// function reads it (`decode_views` of its `images::Image`: each image typed as the
-/// event is read; every record must come typed).
+/// function reads it (`decode_views` of archive's `images::Image`: each
+/// image typed as the event is read; every record must come typed).
 fn archive_decide(bytes: &[u8]) -> Counts {
     archive_path(bytes, decode_views::<archive_worker::images::Image>, true)
 }
@@ -356,8 +356,8 @@ static CHAT_TWINS: std::sync::OnceLock<HashMap<RequestKey, RequestCopy>> =
 
 /// The request handler (`RequestSync`): the record's copy read, its twin
 /// as the handler would read it, the plan; on the event as the stream
-/// function reads it (`decode_views` of its `images::Image`: each image typed as the
-/// event is read; every record must come typed).
+/// function reads it (`decode_views` of chat's `images::Image`: each
+/// image typed as the event is read; every record must come typed).
 fn chat_decide(bytes: &[u8]) -> Counts {
     chat_path(bytes, decode_views::<chat_worker::images::Image>, true)
 }
@@ -513,9 +513,9 @@ fn shop() -> AppCase {
 
 /// The derive handler (`DeriveKeys`) and the references handler
 /// (`DeletedReferences`) up to their first read or write, on the event as
-/// the stream function reads it (`decode_views` of its `images::Image`: of each image,
-/// its key and what a derivation reads, as the event is read; every
-/// record must come typed).
+/// the stream function reads it (`decode_views` of shop's
+/// `images::Image`: of each image, its key and what a derivation reads,
+/// as the event is read; every record must come typed).
 fn shop_decide(bytes: &[u8]) -> Counts {
     shop_path(bytes, decode_views::<shop_worker::images::Image>, true)
 }
