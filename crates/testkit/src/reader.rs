@@ -195,3 +195,31 @@ impl Edits {
         ]
     }
 }
+
+/// Checks that the views `V` take every event of `taken` and leave every
+/// one of `refused` to the items, each read as its items decode
+/// ([`views_read_as_the_items_decode`]); each an edit of one of
+/// `originals`, so none of them is one of those unchanged.
+pub fn assert_views_take_and_refuse<V: ImageView + Clone + PartialEq + Debug>(
+    originals: &[&Edits],
+    taken: &[String],
+    refused: &[String],
+) {
+    let edited = |n: usize, event: &str| {
+        assert!(
+            originals.iter().all(|o| o.event() != event),
+            "case {n} changes the event"
+        );
+    };
+    for (n, event) in taken.iter().enumerate() {
+        edited(n, event);
+        assert!(views_read_as_the_items_decode::<V>(event), "case {n} taken");
+    }
+    for (n, event) in refused.iter().enumerate() {
+        edited(n, event);
+        assert!(
+            !views_read_as_the_items_decode::<V>(event),
+            "case {n} refused"
+        );
+    }
+}
