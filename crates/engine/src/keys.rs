@@ -22,7 +22,16 @@ pub enum AttributeError {
 
 /// The string attribute `name` of an item's key.
 pub fn string<'a>(item: &'a Item, name: &'static str) -> Result<&'a str, AttributeError> {
-    match item.get(name) {
+    string_of(item.get(name), name)
+}
+
+/// [`string`] of the value found for `name` (in an item, or in an app's
+/// view of one).
+pub fn string_of<'a>(
+    value: Option<&'a AttributeValue>,
+    name: &'static str,
+) -> Result<&'a str, AttributeError> {
+    match value {
         Some(AttributeValue::S(s)) => Ok(s),
         Some(_) => Err(AttributeError::NotString(name)),
         None => Err(AttributeError::Missing(name)),

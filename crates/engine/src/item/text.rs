@@ -47,13 +47,38 @@ pub fn read_image_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
     key: &[(&str, &AttributeValue)],
     known: impl Fn(&str) -> bool,
 ) -> Result<(T, Item), D::Error> {
+    read_image_into(d, key, known, Item::new())
+}
+
+/// Where [`read_image_into`] keeps the attributes that `T` does not read.
+pub trait Kept {
+    /// Keep `value` of the attribute `name`; `false` when `name` was
+    /// given already (the image is then read from its item).
+    fn keep(&mut self, name: Cow<'_, str>, value: AttributeValue) -> bool;
+}
+
+impl Kept for Item {
+    fn keep(&mut self, name: Cow<'_, str>, value: AttributeValue) -> bool {
+        self.insert(name.into_owned(), value).is_none()
+    }
+}
+
+/// [`read_image_from`], the attributes `T` does not read kept in `kept`
+/// rather than an item: for a view that keeps a few attributes as they
+/// are, in its own shape.
+pub fn read_image_into<'de, T: de::Deserialize<'de>, D: Deserializer<'de>, K: Kept>(
+    d: D,
+    key: &[(&str, &AttributeValue)],
+    known: impl Fn(&str) -> bool,
+    kept: K,
+) -> Result<(T, K), D::Error> {
     if key.len() > 32 {
         return give_up();
     }
     let mut rest = Rest {
         key,
         seen: 0,
-        extra: Item::new(),
+        extra: kept,
     };
     let typed = T::deserialize(Image {
         d,
@@ -101,15 +126,15 @@ impl<'de> Unkept<'de> for Skip {
     }
 }
 
-/// [`read_image_from`]'s: a key attribute checked, any other kept.
-struct Rest<'k> {
+/// [`read_image_into`]'s: a key attribute checked, any other kept.
+struct Rest<'k, K> {
     key: &'k [(&'k str, &'k AttributeValue)],
     /// The key attributes met, a bit each.
     seen: u32,
-    extra: Item,
+    extra: K,
 }
 
-impl<'de> Unkept<'de> for &mut Rest<'_> {
+impl<'de, K: Kept> Unkept<'de> for &mut Rest<'_, K> {
     fn value<A: MapAccess<'de>>(
         &mut self,
         name: Cow<'de, str>,
@@ -125,7 +150,7 @@ impl<'de> Unkept<'de> for &mut Rest<'_> {
                 self.seen |= bit;
             }
             None => {
-                if self.extra.insert(name.into_owned(), value).is_some() {
+                if !self.extra.keep(name, value) {
                     return give_up();
                 }
             }
@@ -759,6 +784,40 @@ mod tests {
         let local = text_of(&item).replace(r#"{"L":[]}"#, "[]");
         assert!(local.contains(":[]"), "{local}");
         assert_eq!(image(&local), image_from_item(&item));
+    }
+
+    #[test]
+    fn the_rest_goes_where_the_view_keeps_it() {
+        /// Keeps `Odd` alone; any other name is refused.
+        #[derive(Debug, Default, PartialEq)]
+        struct OddOnly(Option<AttributeValue>);
+        impl Kept for OddOnly {
+            fn keep(&mut self, name: Cow<'_, str>, value: AttributeValue) -> bool {
+                name == "Odd" && self.0.replace(value).is_none()
+            }
+        }
+        let read = |text: &str| {
+            let pk = s("p");
+            let key = [("PK", &pk)];
+            let mut json = serde_json::Deserializer::from_str(text);
+            let (Outer { .. }, odd) = read_image_into(
+                &mut json,
+                &key,
+                |name| !matches!(name, "PK" | "Odd" | "Empty"),
+                OddOnly::default(),
+            )
+            .ok()?;
+            Some(odd)
+        };
+        let mut item = base();
+        item.insert("PK".into(), s("p"));
+        item.insert("Odd".into(), n("7"));
+        let text = text_of(&item);
+        assert_eq!(read(&text), Some(OddOnly(Some(n("7")))));
+        let twice = text.replacen('{', r#"{"Odd":{"N":"8"},"#, 1);
+        assert_eq!(read(&twice), None, "a name given twice");
+        item.insert("Empty".into(), AttributeValue::L(vec![]));
+        assert_eq!(read(&text_of(&item)), None, "what the view refuses");
     }
 
     #[test]
