@@ -538,7 +538,7 @@ fn shop_path(bytes: &[u8], decode: DecodeEvent, typed: bool) -> Counts {
             continue;
         }
         let images = shop_worker::images::Images::of(&change);
-        let image = &images.new.as_ref().expect("a new image").0;
+        let image = images.new.as_ref().expect("a new image");
         let d = Derivation::of(image)
             .expect("derivable")
             .expect("an entity");

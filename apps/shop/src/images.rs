@@ -8,59 +8,119 @@
 //! holding its key and [`READS`] derives as the whole item does (the tests
 //! hold the two side by side).
 
+use std::borrow::Cow;
+
 use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use worker_engine::item::Item;
-use worker_engine::item::text::read_image_from;
+use worker_engine::item::text::{Kept, read_image_into};
 use worker_engine::stream::ImageView;
 
 use crate::derive::rules::READS;
+use crate::items::Fields;
 use crate::keys;
 
-/// What the handler reads of `item`: its key and the attributes of
-/// [`READS`] it has.
-pub fn image_of(item: &Item) -> Item {
-    item.iter()
-        .filter(|(name, _)| is_read(name))
-        .map(|(name, value)| (name.clone(), value.clone()))
-        .collect()
+/// What the handler reads of an image: its key and the attributes of
+/// [`READS`] it has, as they are. A derivation reads it as it reads the
+/// whole item ([`Fields`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Image {
+    /// `PK` and `SK`, as the image has them (`None`: it has not).
+    key: [Option<AttributeValue>; 2],
+    /// Each attribute of [`READS`], at its place there.
+    read: [Option<AttributeValue>; READS.len()],
+}
+
+impl Image {
+    /// What the handler reads of `item`.
+    pub fn of(item: &Item) -> Image {
+        let mut image = Image::empty();
+        for (name, value) in item {
+            if let Some(slot) = image.slot(name) {
+                *slot = Some(value.clone());
+            }
+        }
+        image
+    }
+
+    fn empty() -> Image {
+        Image {
+            key: Default::default(),
+            read: Default::default(),
+        }
+    }
+
+    /// Where the attribute `name` goes, if the handler reads it.
+    fn slot(&mut self, name: &str) -> Option<&mut Option<AttributeValue>> {
+        match name {
+            keys::PK => Some(&mut self.key[0]),
+            keys::SK => Some(&mut self.key[1]),
+            _ => READS
+                .iter()
+                .position(|r| *r == name)
+                .map(|i| &mut self.read[i]),
+        }
+    }
+
+    /// [`Image::of`] the item whose key is `keys` (the record's `Keys`),
+    /// from its DynamoDB JSON text; every other attribute checked and
+    /// skipped. An error where the text holds what the items read and this
+    /// does not (then the event is decoded into items).
+    pub fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {
+        let (Some(pk), Some(sk), 2) = (keys.get(keys::PK), keys.get(keys::SK), keys.len()) else {
+            return Err(de::Error::custom("not the table's key"));
+        };
+        let key: [(&str, &AttributeValue); 2] = [(keys::PK, pk), (keys::SK, sk)];
+        let (Nothing {}, mut image) =
+            read_image_into(d, &key, |name| !is_read(name), Image::empty())?;
+        image.key = [Some(pk.clone()), Some(sk.clone())];
+        Ok(image)
+    }
 }
 
 fn is_read(name: &str) -> bool {
     name == keys::PK || name == keys::SK || READS.contains(&name)
 }
 
-/// [`image_of`] the item whose key is `keys` (the record's `Keys`), from
-/// its DynamoDB JSON text; every other attribute checked and skipped. An
-/// error where the text holds what the items read and this does not
-/// (then the event is decoded into items).
-pub fn read_image<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Item, D::Error> {
-    let (Some(pk), Some(sk), 2) = (keys.get(keys::PK), keys.get(keys::SK), keys.len()) else {
-        return Err(de::Error::custom("not the table's key"));
-    };
-    let key: [(&str, &AttributeValue); 2] = [(keys::PK, pk), (keys::SK, sk)];
-    let (Nothing {}, mut image) = read_image_from(d, &key, |name| !is_read(name))?;
-    image.insert(keys::PK.to_owned(), pk.clone());
-    image.insert(keys::SK.to_owned(), sk.clone());
-    Ok(image)
+impl Kept for Image {
+    /// Only the attributes of [`READS`] come here: the key's are checked
+    /// against the record's `Keys`, the others skipped.
+    fn keep(&mut self, name: Cow<'_, str>, value: AttributeValue) -> bool {
+        match self.slot(&name) {
+            Some(slot @ None) => {
+                *slot = Some(value);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+impl Fields for Image {
+    fn field(&self, name: &str) -> Option<&AttributeValue> {
+        match name {
+            keys::PK => self.key[0].as_ref(),
+            keys::SK => self.key[1].as_ref(),
+            _ => READS
+                .iter()
+                .position(|r| *r == name)
+                .and_then(|i| self.read[i].as_ref()),
+        }
+    }
 }
 
 /// An image's attributes the handler does not read: checked and skipped.
 #[derive(Deserialize)]
 struct Nothing {}
 
-/// What the handler reads of an image ([`image_of`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Image(pub Item);
-
 impl ImageView for Image {
     fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {
-        read_image(keys, d).map(Image)
+        Image::read(keys, d)
     }
 
     fn from_item(_: &Item, item: &Item) -> Image {
-        Image(image_of(item))
+        Image::of(item)
     }
 }
 
@@ -175,8 +235,8 @@ mod tests {
                 stale.insert((*name).to_owned(), AttributeValue::S("stale".into()));
             }
             for item in [item, done, stale] {
-                let image = image_of(&item);
-                assert!(!image.contains_key("note"), "{item:?}");
+                let image = Image::of(&item);
+                assert_eq!(image.field("note"), None, "{item:?}");
                 assert_eq!(Derivation::of(&image), Derivation::of(&item));
                 assert_eq!(d.satisfied_by(&image), d.satisfied_by(&item));
             }

@@ -36,9 +36,26 @@ impl FieldError {
     }
 }
 
+/// An item's attributes by name, as the fields below read them: an
+/// [`Item`], or what the stream function keeps of an image
+/// (`crate::images::Image`).
+pub trait Fields {
+    /// The attribute `name`, if the item has it.
+    fn field(&self, name: &str) -> Option<&AttributeValue>;
+}
+
+impl Fields for Item {
+    fn field(&self, name: &str) -> Option<&AttributeValue> {
+        self.get(name)
+    }
+}
+
 /// A string field; `None` when absent or empty.
-pub fn text<'a>(item: &'a Item, field: &'static str) -> Result<Option<&'a str>, FieldError> {
-    match item.get(field) {
+pub fn text<'a, F: Fields + ?Sized>(
+    item: &'a F,
+    field: &'static str,
+) -> Result<Option<&'a str>, FieldError> {
+    match item.field(field) {
         None | Some(AttributeValue::Null(_)) => Ok(None),
         Some(AttributeValue::S(s)) if s.is_empty() => Ok(None),
         Some(AttributeValue::S(s)) => Ok(Some(s)),
@@ -47,8 +64,11 @@ pub fn text<'a>(item: &'a Item, field: &'static str) -> Result<Option<&'a str>, 
 }
 
 /// A whole-number field; `None` when absent.
-pub fn number(item: &Item, field: &'static str) -> Result<Option<i64>, FieldError> {
-    match item.get(field) {
+pub fn number<F: Fields + ?Sized>(
+    item: &F,
+    field: &'static str,
+) -> Result<Option<i64>, FieldError> {
+    match item.field(field) {
         None | Some(AttributeValue::Null(_)) => Ok(None),
         Some(AttributeValue::N(n)) => n
             .parse()
@@ -59,14 +79,14 @@ pub fn number(item: &Item, field: &'static str) -> Result<Option<i64>, FieldErro
 }
 
 /// A KSUID field; `None` when absent.
-pub fn id(item: &Item, field: &'static str) -> Result<Option<Id>, FieldError> {
+pub fn id<F: Fields + ?Sized>(item: &F, field: &'static str) -> Result<Option<Id>, FieldError> {
     text(item, field)?
         .map(|s| Id::parse_as(field, s).map_err(|_| FieldError::new(field, "is not a KSUID")))
         .transpose()
 }
 
 /// An epoch-seconds field usable in a key; `None` when absent.
-pub fn at(item: &Item, field: &'static str) -> Result<Option<At>, FieldError> {
+pub fn at<F: Fields + ?Sized>(item: &F, field: &'static str) -> Result<Option<At>, FieldError> {
     number(item, field)?
         .map(|t| {
             At::new(field, t)

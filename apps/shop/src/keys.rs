@@ -23,9 +23,11 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use serde::Serialize;
 use svix_ksuid::{Ksuid, KsuidLike};
 use worker_engine::item::Item;
-use worker_engine::keys::{AttributeError, string};
+use worker_engine::keys::{AttributeError, string_of};
 use worker_engine::schedule::JobName;
 use worker_engine::store::Key;
+
+use crate::items::Fields;
 
 /// The partition key attribute (S).
 pub const PK: &str = "PK";
@@ -356,7 +358,16 @@ impl ItemKey {
 
     /// Read an item's (or a stream record's) key.
     pub fn from_item(item: &Item) -> Result<ItemKey, KeyError> {
-        ItemKey::parse(string(item, PK)?, string(item, SK)?)
+        ItemKey::from_fields(item)
+    }
+
+    /// [`ItemKey::from_item`] of any item's attributes (an [`Item`], or
+    /// what the stream function keeps of an image).
+    pub fn from_fields(item: &(impl Fields + ?Sized)) -> Result<ItemKey, KeyError> {
+        ItemKey::parse(
+            string_of(item.field(PK), PK)?,
+            string_of(item.field(SK), SK)?,
+        )
     }
 }
 

@@ -26,6 +26,7 @@ use worker_engine::stream::{RecordOutcome, RecordProcessor};
 use worker_engine::{Access, Fallback, HandlerError, Schedule, ScheduleSpec, StreamSpec};
 
 use crate::app::JobSpec;
+use crate::items::Fields;
 use crate::keys::Job;
 use rules::Derivation;
 
@@ -97,9 +98,9 @@ pub enum Derived {
 
 /// Derive one item's attributes: no write when they are right, else a
 /// conditional update.
-pub async fn derive(
+pub async fn derive<F: Fields + Sync + ?Sized>(
     store: &dyn Store,
-    item: &worker_engine::item::Item,
+    item: &F,
 ) -> Result<Result<Derived, rules::DeriveError>, StoreError> {
     let d = match Derivation::of(item) {
         Ok(Some(d)) => d,
@@ -141,7 +142,7 @@ impl RecordProcessor for DeriveKeys {
                 "no new image (the stream must be NEW_AND_OLD_IMAGES)",
             ));
         };
-        match derive(self.store.as_ref(), &image.0).await? {
+        match derive(self.store.as_ref(), image).await? {
             Err(e) => Err(HandlerError::permanent(e.to_string())),
             Ok(Derived::NotAnEntity) => Ok(RecordOutcome::skipped("not an entity")),
             Ok(Derived::UpToDate) => Ok(RecordOutcome::skipped("derived attributes up to date")),

@@ -18,7 +18,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use worker_engine::item::Item;
 use worker_engine::store::Expr;
 
-use crate::items::{self, FieldError};
+use crate::items::{self, FieldError, Fields};
 use crate::keys::{self, Gsi1, Gsi2, ItemKey, KeyError, Sku};
 
 /// Why an item's attributes cannot be derived.
@@ -72,8 +72,8 @@ pub struct Derivation {
 impl Derivation {
     /// The derivation of `item`; `Ok(None)` for items the worker derives
     /// nothing for (checkpoints, other designs' items).
-    pub fn of(item: &Item) -> Result<Option<Derivation>, DeriveError> {
-        let key = match ItemKey::from_item(item) {
+    pub fn of<F: Fields + ?Sized>(item: &F) -> Result<Option<Derivation>, DeriveError> {
+        let key = match ItemKey::from_fields(item) {
             Ok(ItemKey::Checkpoint(_)) => return Ok(None),
             Ok(k) => k,
             Err(e) if e.is_foreign() => return Ok(None),
@@ -157,7 +157,7 @@ impl Derivation {
         Ok(Some(Derivation {
             sources: sources
                 .iter()
-                .map(|f| (*f, item.get(*f).cloned()))
+                .map(|f| (*f, item.field(f).cloned()))
                 .collect(),
             derived,
             key,
@@ -165,10 +165,10 @@ impl Derivation {
     }
 
     /// Whether `item` carries exactly the derived attributes.
-    pub fn satisfied_by(&self, item: &Item) -> bool {
+    pub fn satisfied_by<F: Fields + ?Sized>(&self, item: &F) -> bool {
         self.derived
             .iter()
-            .all(|(attr, want)| match (item.get(*attr), want) {
+            .all(|(attr, want)| match (item.field(attr), want) {
                 (None, None) => true,
                 (Some(AttributeValue::S(have)), Some(want)) => have == want,
                 _ => false,
