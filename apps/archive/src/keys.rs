@@ -191,6 +191,33 @@ impl FileTime {
     /// Parse a file's `PK` leniently: six dash-separated numbers, each
     /// padded or not.
     pub fn parse(pk: &str) -> Result<Self, KeyError> {
+        match FileTime::parse_canonical(pk) {
+            Some(t) => Ok(t),
+            None => FileTime::parse_lenient(pk),
+        }
+    }
+
+    /// The canonical spelling, `YYYY-MM-DD-hh-mm-ss`, read in place: every
+    /// record's key is parsed here, and the service writes this one.
+    /// `None` for any other text (then [`FileTime::parse_lenient`] reads
+    /// it, or says why not).
+    fn parse_canonical(pk: &str) -> Option<Self> {
+        let b = pk.as_bytes();
+        if b.len() != 19 || [4, 7, 10, 13, 16].iter().any(|&i| b[i] != b'-') {
+            return None;
+        }
+        let digits = |from: usize, n: usize| {
+            b[from..from + n].iter().try_fold(0u32, |acc, &c| {
+                c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
+            })
+        };
+        let year = digits(0, 4).filter(|y| *y >= 1)?;
+        let date = NaiveDate::from_ymd_opt(year as i32, digits(5, 2)?, digits(8, 2)?)?;
+        FileTime::new(date, digits(11, 2)?, digits(14, 2)?, digits(17, 2)?)
+    }
+
+    /// Any spelling: six dash-separated numbers, each padded or not.
+    fn parse_lenient(pk: &str) -> Result<Self, KeyError> {
         let bad = |reason| KeyError::malformed(FILE_PK, pk, reason);
         // Six parts, split in place: every record's key is parsed here.
         let mut split = pk.split('-');
@@ -723,6 +750,15 @@ mod tests {
                 prop_assert_eq!(ItemKey::from_item(&parent.key()), Ok(ItemKey::Lookup(parent)));
                 child = Child::Lookup(parent);
             }
+        }
+
+        #[test]
+        fn the_canonical_spelling_reads_as_the_lenient_reading_does(
+            y in 0u32..10_000, mo in 0u32..14, d in 0u32..33, h in 0u32..26, mi in 0u32..62, s in 0u32..62,
+        ) {
+            // Every field in and just out of its range.
+            let pk = format!("{y:04}-{mo:02}-{d:02}-{h:02}-{mi:02}-{s:02}");
+            prop_assert_eq!(FileTime::parse_canonical(&pk), FileTime::parse_lenient(&pk).ok());
         }
 
         #[test]
