@@ -164,16 +164,56 @@ fn time_and_id(what: &'static str, v: &str) -> Result<(DateTime<Utc>, String), K
         value: v.to_owned(),
         reason,
     };
-    let (time, rest) = v.split_once('#').ok_or(malformed("expected <time>#<id>"))?;
-    let time = parse_time(time).ok_or(malformed("the time is not ISO-8601"))?;
+    let (time, rest) = v
+        .split_once('#')
+        .ok_or_else(|| malformed("expected <time>#<id>"))?;
+    let time = parse_time(time).ok_or_else(|| malformed("the time is not ISO-8601"))?;
     Ok((time, id(what, rest)?.to_owned()))
 }
 
 /// An ISO-8601 (RFC 3339) time, in UTC.
 pub fn parse_time(v: &str) -> Option<DateTime<Utc>> {
-    DateTime::parse_from_rfc3339(v)
-        .ok()
-        .map(|t| t.with_timezone(&Utc))
+    written_time(v).or_else(|| {
+        DateTime::parse_from_rfc3339(v)
+            .ok()
+            .map(|t| t.with_timezone(&Utc))
+    })
+}
+
+/// A time spelled as [`format_time`] writes it (`2024-05-01T10:00:00.000Z`),
+/// read in place: every request copy's key holds one. `None` for any other
+/// text (then chrono's RFC 3339 reading reads it).
+fn written_time(v: &str) -> Option<DateTime<Utc>> {
+    let b = v.as_bytes();
+    let layout = [
+        (4, b'-'),
+        (7, b'-'),
+        (10, b'T'),
+        (13, b':'),
+        (16, b':'),
+        (19, b'.'),
+        (23, b'Z'),
+    ];
+    if b.len() != 24 || layout.iter().any(|&(i, c)| b[i] != c) {
+        return None;
+    }
+    let digits = |from: usize, n: usize| {
+        b[from..from + n].iter().try_fold(0u32, |acc, &c| {
+            c.is_ascii_digit().then(|| acc * 10 + u32::from(c - b'0'))
+        })
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(
+        i32::try_from(digits(0, 4)?).ok()?,
+        digits(5, 2)?,
+        digits(8, 2)?,
+    )?;
+    // A leap second (`:60`) is left to chrono.
+    let (hour, minute, second) = (digits(11, 2)?, digits(14, 2)?, digits(17, 2)?);
+    if second > 59 {
+        return None;
+    }
+    date.and_hms_milli_opt(hour, minute, second, digits(20, 3)?)
+        .map(|t| t.and_utc())
 }
 
 /// A time as the worker writes it (`2024-05-01T10:00:00.000Z`).
@@ -779,6 +819,20 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn a_written_time_reads_as_chrono_reads_it(
+            y in 0u32..10_000, mo in 0u32..14, d in 0u32..33, h in 0u32..26, mi in 0u32..62,
+            sec in 0u32..62, ms in 0u32..1000,
+        ) {
+            // Every field in and just out of its range.
+            let v = format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{sec:02}.{ms:03}Z");
+            let chrono = DateTime::parse_from_rfc3339(&v).ok().map(|t| t.with_timezone(&Utc));
+            prop_assert_eq!(parse_time(&v), chrono);
+            if sec < 60 {
+                prop_assert_eq!(written_time(&v), chrono);
+            }
+        }
+
         #[test]
         fn every_key_reads_back(u in ids(), c in ids(), r in ids(), time in times(), read: bool, group: bool) {
             prop_assert_eq!(parse_user(&as_item(user(&u))), Ok(u.clone()));
