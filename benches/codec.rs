@@ -12,6 +12,8 @@ mod apps;
 mod decide_event;
 
 use std::hint::black_box;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
 use nishiki_worker::items::{Container, Entity, Food, Item};
@@ -122,10 +124,13 @@ fn stream(c: &mut Criterion) {
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
 ///   1,000-record event of its own table ([`apps`]), beside the two floors
 ///   on that event's bytes (`app_<name>_floor_...`) and the same path
-///   through items (`app_<name>_items`).
+///   through items (`app_<name>_items`);
+/// - `decode_route_decide_paired` and `app_<name>_paired`: the path, the
+///   same through items and the `Value` floor timed one right after the
+///   other, pass after pass (see [`paired`]).
 ///
 /// After the run, each path's ratios to both floors are printed from
-/// criterion's estimates.
+/// criterion's estimates, then the paired ratios ([`print_pairs`]).
 fn decide(c: &mut Criterion) {
     let fixture = decide_event::Fixture::new(1000);
     let bytes = fixture.bytes();
@@ -157,6 +162,13 @@ fn decide(c: &mut Criterion) {
     g.bench_function("items_route_decide", |b| {
         b.iter(|| fixture.decide_from_items(black_box(&bytes)))
     });
+    g.bench_function("decode_route_decide_paired", |b| {
+        b.iter_custom(|passes| {
+            let path = || drop(black_box(fixture.decide(black_box(&bytes))));
+            let items = || drop(black_box(fixture.decide_from_items(black_box(&bytes))));
+            paired("decode_route_decide", &bytes, &path, &items, passes)
+        })
+    });
     for app in &apps {
         // Each app's floors on its own event's bytes.
         let floor = |which: &str| format!("{}_{which}", app.name);
@@ -172,8 +184,95 @@ fn decide(c: &mut Criterion) {
         g.bench_function(format!("{}_items", app.name), |b| {
             b.iter(|| black_box(app).decide_from_items())
         });
+        g.bench_function(format!("{}_paired", app.name), |b| {
+            b.iter_custom(|passes| {
+                let path = || drop(black_box(black_box(app).decide()));
+                let items = || drop(black_box(black_box(app).decide_from_items()));
+                paired(app.name, &app.bytes, &path, &items, passes)
+            })
+        });
     }
     g.finish();
+}
+
+/// An app's ratios from [`paired`]: its path's time over the `Value`
+/// floor's in the same pass, and its path through items' likewise.
+type Pairs = (&'static str, Vec<f64>, Vec<f64>);
+
+/// Every app's [`Pairs`].
+static PAIRS: Mutex<Vec<Pairs>> = Mutex::new(Vec::new());
+
+/// `passes` passes over an event's `bytes`, each timing the `Value` floor,
+/// the path and the path through items one right after the other (every
+/// other pass in the reverse order), each pass's two ratios kept in
+/// [`PAIRS`] under `name`. This machine's speed moves by 20-40% between
+/// criterion's runs of two benchmarks, so their means' ratio moves with it;
+/// a pass takes milliseconds, and its timings see the same machine.
+/// Criterion's figure for it is the path's time alone.
+fn paired(
+    name: &'static str,
+    bytes: &[u8],
+    path: &dyn Fn(),
+    items: &dyn Fn(),
+    passes: u64,
+) -> Duration {
+    let time = |f: &dyn Fn()| {
+        let start = Instant::now();
+        f();
+        start.elapsed()
+    };
+    let floor = || drop(black_box(floor_value(black_box(bytes))));
+    let (mut ratios, mut through_items) = (Vec::new(), Vec::new());
+    let mut total = Duration::ZERO;
+    for pass in 0..passes {
+        let (v, p, i) = if pass % 2 == 0 {
+            (time(&floor), time(path), time(items))
+        } else {
+            let i = time(items);
+            let p = time(path);
+            (time(&floor), p, i)
+        };
+        ratios.push(p.as_secs_f64() / v.as_secs_f64());
+        through_items.push(i.as_secs_f64() / v.as_secs_f64());
+        total += p;
+    }
+    let mut pairs = PAIRS.lock().unwrap();
+    match pairs.iter_mut().find(|(n, ..)| *n == name) {
+        Some((_, r, i)) => {
+            r.extend(ratios);
+            i.extend(through_items);
+        }
+        None => pairs.push((name, ratios, through_items)),
+    }
+    total
+}
+
+/// The paired ratios of each path run ([`paired`]): median and quartiles
+/// over every pass, warm-up's included.
+fn print_pairs() {
+    let pairs = PAIRS.lock().unwrap();
+    if pairs.is_empty() {
+        return;
+    }
+    let quartiles = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        format!("{:.2}x [{:.2}-{:.2}]", at(0.5), at(0.25), at(0.75))
+    };
+    println!();
+    println!(
+        "decide, paired passes: {:<18} {:>19} {:>19} {:>7}",
+        "path", "/Value [quartiles]", "through items", "passes"
+    );
+    for (name, ratios, through_items) in pairs.iter() {
+        println!(
+            "paired: {name:<18} {:>19} {:>19} {:>7}",
+            quartiles(ratios),
+            quartiles(through_items),
+            ratios.len()
+        );
+    }
 }
 
 /// The `Value` floor: the event parsed into a `serde_json::Value` (a
@@ -214,4 +313,5 @@ fn main() {
         })
     }));
     decide_event::print_ratio(&paths);
+    print_pairs();
 }
