@@ -26,10 +26,18 @@ use crate::keys;
 /// whole item ([`Fields`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Image {
-    /// `PK` and `SK`, as the image has them (`None`: it has not).
-    key: [Option<AttributeValue>; 2],
-    /// Each attribute of [`READS`], at its place there.
-    read: [Option<AttributeValue>; READS.len()],
+    /// Each attribute read, at its [`place`] (`None`: the image has not).
+    attributes: [Option<AttributeValue>; 2 + READS.len()],
+}
+
+/// Where an image keeps the attribute `name`: `PK`, `SK`, then those of
+/// [`READS`] in its order; `None` for one the handler does not read.
+fn place(name: &str) -> Option<usize> {
+    match name {
+        keys::PK => Some(0),
+        keys::SK => Some(1),
+        _ => READS.iter().position(|r| *r == name).map(|i| 2 + i),
+    }
 }
 
 impl Image {
@@ -37,8 +45,8 @@ impl Image {
     pub fn of(item: &Item) -> Image {
         let mut image = Image::empty();
         for (name, value) in item {
-            if let Some(slot) = image.slot(name) {
-                *slot = Some(value.clone());
+            if let Some(i) = place(name) {
+                image.attributes[i] = Some(value.clone());
             }
         }
         image
@@ -46,20 +54,7 @@ impl Image {
 
     fn empty() -> Image {
         Image {
-            key: Default::default(),
-            read: Default::default(),
-        }
-    }
-
-    /// Where the attribute `name` goes, if the handler reads it.
-    fn slot(&mut self, name: &str) -> Option<&mut Option<AttributeValue>> {
-        match name {
-            keys::PK => Some(&mut self.key[0]),
-            keys::SK => Some(&mut self.key[1]),
-            _ => READS
-                .iter()
-                .position(|r| *r == name)
-                .map(|i| &mut self.read[i]),
+            attributes: Default::default(),
         }
     }
 
@@ -73,21 +68,18 @@ impl Image {
         };
         let key: [(&str, &AttributeValue); 2] = [(keys::PK, pk), (keys::SK, sk)];
         let (Nothing {}, mut image) =
-            read_image_into(d, &key, |name| !is_read(name), Image::empty())?;
-        image.key = [Some(pk.clone()), Some(sk.clone())];
+            read_image_into(d, &key, |name| place(name).is_none(), Image::empty())?;
+        image.attributes[0] = Some(pk.clone());
+        image.attributes[1] = Some(sk.clone());
         Ok(image)
     }
-}
-
-fn is_read(name: &str) -> bool {
-    name == keys::PK || name == keys::SK || READS.contains(&name)
 }
 
 impl Kept for Image {
     /// Only the attributes of [`READS`] come here: the key's are checked
     /// against the record's `Keys`, the others skipped.
     fn keep(&mut self, name: Cow<'_, str>, value: AttributeValue) -> bool {
-        match self.slot(&name) {
+        match place(&name).map(|i| &mut self.attributes[i]) {
             Some(slot @ None) => {
                 *slot = Some(value);
                 true
@@ -99,14 +91,7 @@ impl Kept for Image {
 
 impl Fields for Image {
     fn field(&self, name: &str) -> Option<&AttributeValue> {
-        match name {
-            keys::PK => self.key[0].as_ref(),
-            keys::SK => self.key[1].as_ref(),
-            _ => READS
-                .iter()
-                .position(|r| *r == name)
-                .and_then(|i| self.read[i].as_ref()),
-        }
+        place(name).and_then(|i| self.attributes[i].as_ref())
     }
 }
 
