@@ -52,8 +52,9 @@ pub fn read_image_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
 
 /// Where [`read_image_into`] keeps the attributes that `T` does not read.
 pub trait Kept {
-    /// Keep `value` of the attribute `name`; `false` when `name` was
-    /// given already (the image is then read from its item).
+    /// Keep `value` of the attribute `name`; `false` to refuse it (a name
+    /// given twice, or one this cannot keep): the image is then read from
+    /// its item.
     fn keep(&mut self, name: Cow<'_, str>, value: AttributeValue) -> bool;
 }
 
