@@ -11,10 +11,9 @@
 //! to the items, which say why): the tests hold the two side by side.
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use worker_engine::item::Item;
-use worker_engine::item::text::read_image_from;
+use worker_engine::item::text::{Unread, read_image_from};
 use worker_engine::stream::ImageView;
 
 use crate::items::RequestCopy;
@@ -61,7 +60,7 @@ impl Image {
                 (Some(Ok(copy)), rest)
             }
             _ => {
-                let (Nothing {}, rest) = read_image_from(d, key, known)?;
+                let (Unread {}, rest) = read_image_from(d, key, known)?;
                 (None, rest)
             }
         };
@@ -76,10 +75,6 @@ impl Image {
 fn is_copy(keys: &Item) -> bool {
     matches!(RequestsItem::parse(keys), Ok(RequestsItem::Copy(_)))
 }
-
-/// An image's attributes other than those kept: checked and skipped.
-#[derive(Deserialize)]
-struct Nothing {}
 
 impl ImageView for Image {
     fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {

@@ -11,10 +11,9 @@
 use std::borrow::Cow;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use worker_engine::item::Item;
-use worker_engine::item::text::{Kept, read_image_into};
+use worker_engine::item::text::{Kept, Unread, read_image_into};
 use worker_engine::stream::ImageView;
 
 use crate::derive::rules::READS;
@@ -67,7 +66,7 @@ impl Image {
             return Err(de::Error::custom("not the table's key"));
         };
         let key: [(&str, &AttributeValue); 2] = [(keys::PK, pk), (keys::SK, sk)];
-        let (Nothing {}, mut image) =
+        let (Unread {}, mut image) =
             read_image_into(d, &key, |name| place(name).is_none(), Image::empty())?;
         image.attributes[0] = Some(pk.clone());
         image.attributes[1] = Some(sk.clone());
@@ -94,10 +93,6 @@ impl Fields for Image {
         place(name).and_then(|i| self.attributes[i].as_ref())
     }
 }
-
-/// An image's attributes the handler does not read: checked and skipped.
-#[derive(Deserialize)]
-struct Nothing {}
 
 impl ImageView for Image {
     fn read<'de, D: Deserializer<'de>>(keys: &Item, d: D) -> Result<Image, D::Error> {

@@ -50,6 +50,12 @@ pub fn read_image_from<'de, T: de::Deserialize<'de>, D: Deserializer<'de>>(
     read_image_into(d, key, known, Item::new())
 }
 
+/// A typed value that reads no attribute: as [`read_image_from`]'s or
+/// [`read_image_into`]'s `T`, every attribute `known` names is checked and
+/// skipped, and the others are kept.
+#[derive(Debug, serde::Deserialize)]
+pub struct Unread {}
+
 /// Where [`read_image_into`] keeps the attributes that `T` does not read.
 pub trait Kept {
     /// Keep `value` of the attribute `name`; `false` to refuse it (a name
