@@ -26,7 +26,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use chrono::NaiveDate;
+use chrono::{Datelike, NaiveDate};
 use uuid::Uuid;
 
 /// Partition key attribute name.
@@ -455,33 +455,36 @@ impl ItemKey {
 
     /// The `(PK, SK)` strings of this key.
     pub fn encode(&self) -> (String, String) {
+        use Part::{Id, Text};
         match self {
-            ItemKey::User(u) => (u.to_string(), USER.to_owned()),
-            ItemKey::Membership { user, group } => {
-                (user.to_string(), format!("{MEMBERSHIP_PREFIX}{group}"))
-            }
-            ItemKey::Group(g) => (g.to_string(), GROUP.to_owned()),
-            ItemKey::ContainerLink { group, container } => {
-                (group.to_string(), format!("{LINK_PREFIX}{container}"))
-            }
-            ItemKey::InvitationLink(g) => (g.to_string(), INVITATION.to_owned()),
-            ItemKey::Container(c) => (c.to_string(), CONTAINER.to_owned()),
+            ItemKey::User(u) => (key_text(&[Id(u.0)]), USER.to_owned()),
+            ItemKey::Membership { user, group } => (
+                key_text(&[Id(user.0)]),
+                key_text(&[Text(MEMBERSHIP_PREFIX), Id(group.0)]),
+            ),
+            ItemKey::Group(g) => (key_text(&[Id(g.0)]), GROUP.to_owned()),
+            ItemKey::ContainerLink { group, container } => (
+                key_text(&[Id(group.0)]),
+                key_text(&[Text(LINK_PREFIX), Id(container.0)]),
+            ),
+            ItemKey::InvitationLink(g) => (key_text(&[Id(g.0)]), INVITATION.to_owned()),
+            ItemKey::Container(c) => (key_text(&[Id(c.0)]), CONTAINER.to_owned()),
             ItemKey::Category => (CATEGORY.to_owned(), CATEGORY.to_owned()),
             ItemKey::ExpiringFood {
                 group,
                 container,
                 food,
             } => (
-                group.to_string(),
-                format!("{FLAG_PREFIX}{container}#{food}"),
+                key_text(&[Id(group.0)]),
+                key_text(&[Text(FLAG_PREFIX), Id(container.0), Text("#"), Id(food.0)]),
             ),
             ItemKey::ExpiryReminder {
                 date,
                 container,
                 food,
             } => (
-                format!("{REMINDER_PREFIX}{}", date.format("%Y-%m-%d")),
-                format!("{container}#{food}"),
+                Self::reminder_partition(*date),
+                key_text(&[Id(container.0), Text("#"), Id(food.0)]),
             ),
             ItemKey::AuditSuspect { violation, subject } => {
                 let (spk, ssk) = subject.encode();
@@ -588,7 +591,60 @@ impl ItemKey {
     /// `PK` shared by every [`ItemKey::ExpiryReminder`] due on `date` (the
     /// partition the daily expiry tick queries).
     pub fn reminder_partition(date: NaiveDate) -> String {
-        format!("{REMINDER_PREFIX}{}", date.format("%Y-%m-%d"))
+        let mut text = String::with_capacity(REMINDER_PREFIX.len() + "YYYY-MM-DD".len());
+        text.push_str(REMINDER_PREFIX);
+        push_date(&mut text, date);
+        text
+    }
+}
+
+/// A part of a key string.
+enum Part<'a> {
+    Text(&'a str),
+    /// An id as the service writes it: lowercase, hyphenated.
+    Id(Uuid),
+}
+
+/// The key string of `parts` in one allocation of its length: the text
+/// `format!` gives, without its formatting machinery, which took a
+/// twentieth of the stream path.
+fn key_text(parts: &[Part]) -> String {
+    let len = parts
+        .iter()
+        .map(|part| match part {
+            Part::Text(text) => text.len(),
+            Part::Id(_) => uuid::fmt::Hyphenated::LENGTH,
+        })
+        .sum();
+    let mut text = String::with_capacity(len);
+    for part in parts {
+        match part {
+            Part::Text(t) => text.push_str(t),
+            Part::Id(id) => text.push_str(id.hyphenated().encode_lower(&mut Uuid::encode_buffer())),
+        }
+    }
+    text
+}
+
+/// `date` as chrono's `%Y-%m-%d` writes it: a year of four digits written
+/// here, any other through chrono.
+fn push_date(text: &mut String, date: NaiveDate) {
+    let year = date.year();
+    if !(0..=9999).contains(&year) {
+        use fmt::Write;
+        let _ = write!(text, "{}", date.format("%Y-%m-%d"));
+        return;
+    }
+    for (i, (n, width)) in [(year as u32, 4), (date.month(), 2), (date.day(), 2)]
+        .into_iter()
+        .enumerate()
+    {
+        if i > 0 {
+            text.push('-');
+        }
+        for place in (0..width).rev() {
+            text.push(char::from(b'0' + (n / 10u32.pow(place) % 10) as u8));
+        }
     }
 }
 
@@ -706,6 +762,45 @@ mod tests {
         ]
     }
 
+    /// [`ItemKey::encode`] as `format!` writes it: what [`key_text`] must
+    /// write.
+    fn encode_by_format(key: &ItemKey) -> (String, String) {
+        match key {
+            ItemKey::User(u) => (u.to_string(), USER.to_owned()),
+            ItemKey::Membership { user, group } => {
+                (user.to_string(), format!("{MEMBERSHIP_PREFIX}{group}"))
+            }
+            ItemKey::Group(g) => (g.to_string(), GROUP.to_owned()),
+            ItemKey::ContainerLink { group, container } => {
+                (group.to_string(), format!("{LINK_PREFIX}{container}"))
+            }
+            ItemKey::InvitationLink(g) => (g.to_string(), INVITATION.to_owned()),
+            ItemKey::Container(c) => (c.to_string(), CONTAINER.to_owned()),
+            ItemKey::Category => (CATEGORY.to_owned(), CATEGORY.to_owned()),
+            ItemKey::ExpiringFood {
+                group,
+                container,
+                food,
+            } => (
+                group.to_string(),
+                format!("{FLAG_PREFIX}{container}#{food}"),
+            ),
+            ItemKey::ExpiryReminder {
+                date,
+                container,
+                food,
+            } => (
+                format!("{REMINDER_PREFIX}{}", date.format("%Y-%m-%d")),
+                format!("{container}#{food}"),
+            ),
+            ItemKey::AuditSuspect { violation, subject } => {
+                let (spk, ssk) = encode_by_format(subject);
+                (SUSPECT_PK.to_owned(), format!("{violation}#{spk}#{ssk}"))
+            }
+            ItemKey::Checkpoint(job) => (CHECKPOINT_PK.to_owned(), job.as_str().to_owned()),
+        }
+    }
+
     fn any_key() -> impl Strategy<Value = ItemKey> {
         prop_oneof![
             4 => service_key(),
@@ -744,6 +839,19 @@ mod tests {
             let (pk, sk) = key.encode();
             let decoded = ItemKey::decode(&pk, &sk).unwrap();
             prop_assert_eq!(decoded.encode(), (pk, sk));
+        }
+
+        #[test]
+        fn encode_writes_what_format_writes(key in any_key()) {
+            prop_assert_eq!(key.encode(), encode_by_format(&key));
+        }
+
+        #[test]
+        fn a_date_reads_as_chrono_writes_it(day in -95_000_000i32..95_000_000) {
+            let date = NaiveDate::from_num_days_from_ce_opt(day).unwrap();
+            let mut text = String::new();
+            push_date(&mut text, date);
+            prop_assert_eq!(text, date.format("%Y-%m-%d").to_string());
         }
 
         #[test]
