@@ -558,7 +558,7 @@ impl ExpiryHandler {
     /// flags land or [`FLAG_ATTEMPTS`] reads have all been overtaken.
     async fn container_changed(
         &self,
-        change: ContainerChange,
+        change: ContainerChange<'_>,
         now: DateTime<Utc>,
     ) -> Result<HandlerOutcome, HandlerError> {
         let id = change.id;
@@ -584,7 +584,7 @@ impl ExpiryHandler {
     /// its flags were withheld.
     async fn container_attempt(
         &self,
-        change: &ContainerChange,
+        change: &ContainerChange<'_>,
         now: DateTime<Utc>,
     ) -> Result<Option<HandlerOutcome>, HandlerError> {
         let id = change.id;
@@ -615,7 +615,7 @@ impl ExpiryHandler {
     /// rewrite).
     async fn read_and_replan(
         &self,
-        change: &ContainerChange,
+        change: &ContainerChange<'_>,
         now: DateTime<Utc>,
     ) -> Result<Replan, StoreError> {
         let read = read_container(self.store.as_ref(), change.id).await?;
@@ -624,7 +624,7 @@ impl ExpiryHandler {
                 removal: current.is_none(),
                 plans: replan_from_current(
                     change.id,
-                    change.before.as_ref(),
+                    change.before,
                     current.as_ref(),
                     change.flags_by_link,
                     now,
@@ -807,11 +807,11 @@ const BY_LINK: &str = "flags: its link's INSERT in this batch places them";
 
 /// A container's stream change as planned from its record (the fields of
 /// [`StreamPlan::Container`]).
-struct ContainerChange {
+struct ContainerChange<'a> {
     id: ContainerId,
     removal: bool,
     /// The record's old image.
-    before: Option<Container>,
+    before: Option<&'a Container>,
     plans: Vec<FoodPlan>,
     /// A new container whose link's INSERT is in the same batch.
     flags_by_link: bool,
@@ -865,7 +865,7 @@ fn container_writes(
 
 /// What a container change that landed (`writes` writes) says it did.
 fn container_outcome(
-    change: &ContainerChange,
+    change: &ContainerChange<'_>,
     replan: &Replan,
     groups: &[GroupId],
     writes: usize,

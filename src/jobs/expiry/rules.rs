@@ -770,7 +770,7 @@ fn container_of(entity: &Option<Entity>) -> Option<&Container> {
 /// The expiry job's decision for one stream change (no I/O): what
 /// [`ExpiryHandler`](super::ExpiryHandler) then reads and writes.
 #[derive(Debug, Clone, PartialEq)]
-pub enum StreamPlan {
+pub enum StreamPlan<'a> {
     /// A container changed: its foods' plans from the record's own images
     /// (empty: nothing to write, nothing to read). Otherwise the handler
     /// reads the container as it is now and plans again from `before` (the
@@ -785,7 +785,7 @@ pub enum StreamPlan {
         /// Whether the record removed it.
         removal: bool,
         /// The record's old image, if any.
-        before: Option<Container>,
+        before: Option<&'a Container>,
         /// The foods' plans from the record's images.
         plans: Vec<FoodPlan>,
         /// Whether its link's INSERT in the same batch places the flags.
@@ -813,12 +813,12 @@ pub enum StreamPlan {
 
 /// Decide what a stream change of a batch with these facts asks of the
 /// expiry job, at `now`.
-pub fn plan_stream_change(
-    change: &Change,
+pub fn plan_stream_change<'a>(
+    change: &'a Change,
     now: DateTime<Utc>,
     rules: &ExpiryRules,
     batch: &BatchFacts,
-) -> StreamPlan {
+) -> StreamPlan<'a> {
     match change.key {
         ItemKey::Container(id) => {
             let removal = change.is_removal();
@@ -833,7 +833,7 @@ pub fn plan_stream_change(
             StreamPlan::Container {
                 id,
                 removal,
-                before: old.cloned(),
+                before: old,
                 plans: if flags_by_link {
                     leave_flags_to_link(plans)
                 } else {
