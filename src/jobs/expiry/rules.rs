@@ -4,7 +4,7 @@
 //! for one stream change, and the notification entries. No I/O here (see
 //! the module docs of [`super`] for the whole job).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Days, NaiveDate, TimeDelta, Utc};
@@ -436,14 +436,20 @@ impl FoodPlan {
     }
 }
 
-/// Foods by id, first occurrence wins, in list order.
+/// A list's foods sorted by id, the first of each id in list order kept
+/// (the stable sort keeps a repeated id's foods in list order, and
+/// `dedup` the first of them): looked up by [`food_by_id`].
 fn by_id(foods: &[Food]) -> Vec<(FoodId, &Food)> {
-    let mut seen = BTreeSet::new();
-    foods
-        .iter()
-        .filter(|f| seen.insert(f.food_id))
-        .map(|f| (f.food_id, f))
-        .collect()
+    let mut by_id: Vec<_> = foods.iter().map(|f| (f.food_id, f)).collect();
+    by_id.sort_by_key(|(id, _)| *id);
+    by_id.dedup_by_key(|(id, _)| *id);
+    by_id
+}
+
+/// The food `id` names in a list sorted by [`by_id`].
+fn food_by_id<'a>(by_id: &[(FoodId, &'a Food)], id: FoodId) -> Option<&'a Food> {
+    let at = by_id.binary_search_by_key(&id, |(id, _)| *id).ok()?;
+    Some(by_id[at].1)
 }
 
 /// The stream rule: diff a container's old and new foods by `FoodId` and
@@ -457,20 +463,28 @@ pub fn plan_container_change(
     now: DateTime<Utc>,
     rules: &ExpiryRules,
 ) -> Vec<FoodPlan> {
-    let old_foods = old.map(|c| by_id(&c.foods)).unwrap_or_default();
-    let new_foods = new.map(|c| by_id(&c.foods)).unwrap_or_default();
-    let new_map: HashMap<FoodId, &Food> = new_foods.iter().copied().collect();
-    let old_map: HashMap<FoodId, &Food> = old_foods.iter().copied().collect();
-    let ids = old_foods.iter().map(|(id, _)| *id).chain(
-        new_foods
-            .iter()
-            .map(|(id, _)| *id)
-            .filter(|id| !old_map.contains_key(id)),
-    );
+    let old_foods = old.map_or(&[][..], |c| &c.foods);
+    let new_foods = new.map_or(&[][..], |c| &c.foods);
+    let old_by_id = by_id(old_foods);
+    let new_by_id = by_id(new_foods);
+    // Each id once, at its first food: the old list's ids in order, then
+    // the new list's that the old lacks.
+    let first = |by_id: &[(FoodId, &Food)], f: &Food| {
+        food_by_id(by_id, f.food_id).is_some_and(|kept| std::ptr::eq(kept, f))
+    };
+    let ids = old_foods
+        .iter()
+        .filter(|f| first(&old_by_id, f))
+        .chain(
+            new_foods
+                .iter()
+                .filter(|f| first(&new_by_id, f) && food_by_id(&old_by_id, f.food_id).is_none()),
+        )
+        .map(|f| f.food_id);
     let mut plans = Vec::new();
     for id in ids {
-        let o = old_map.get(&id).copied();
-        let n = new_map.get(&id).copied();
+        let o = food_by_id(&old_by_id, id);
+        let n = food_by_id(&new_by_id, id);
         if let Some(plan) = plan_food_change(container, id, o, n, now, rules) {
             plans.push(plan);
         }
@@ -864,6 +878,7 @@ mod tests {
     use crate::jobs::expiry::TickCheckpoint;
     use crate::keys::Job;
     use proptest::prelude::*;
+    use std::collections::HashMap;
 
     fn t(s: &str) -> DateTime<Utc> {
         s.parse().unwrap()
@@ -1444,6 +1459,70 @@ mod tests {
                 expiry: offset.map(|ms| t("2024-03-25T00:00:00Z") + TimeDelta::milliseconds(ms)),
                 created_at: t("2024-03-01T00:00:00Z"),
             })
+    }
+
+    /// [`plan_container_change`] as it was written with a `BTreeSet` of
+    /// the ids seen and a `HashMap` per image: what it must still plan, in
+    /// the same order.
+    fn plan_container_change_by_maps(
+        container: ContainerId,
+        old: Option<&Container>,
+        new: Option<&Container>,
+        now: DateTime<Utc>,
+        rules: &ExpiryRules,
+    ) -> Vec<FoodPlan> {
+        fn by_id(foods: &[Food]) -> Vec<(FoodId, &Food)> {
+            let mut seen = std::collections::BTreeSet::new();
+            foods
+                .iter()
+                .filter(|f| seen.insert(f.food_id))
+                .map(|f| (f.food_id, f))
+                .collect()
+        }
+        let old_foods = old.map(|c| by_id(&c.foods)).unwrap_or_default();
+        let new_foods = new.map(|c| by_id(&c.foods)).unwrap_or_default();
+        let new_map: HashMap<FoodId, &Food> = new_foods.iter().copied().collect();
+        let old_map: HashMap<FoodId, &Food> = old_foods.iter().copied().collect();
+        let ids = old_foods.iter().map(|(id, _)| *id).chain(
+            new_foods
+                .iter()
+                .map(|(id, _)| *id)
+                .filter(|id| !old_map.contains_key(id)),
+        );
+        ids.filter_map(|id| {
+            let o = old_map.get(&id).copied();
+            let n = new_map.get(&id).copied();
+            plan_food_change(container, id, o, n, now, rules)
+        })
+        .collect()
+    }
+
+    proptest! {
+        /// Ids repeated within a list and across the two plan as the maps
+        /// planned them: the same plans, in the same order.
+        #[test]
+        fn plans_as_the_maps_did(
+            old in proptest::option::of(proptest::collection::vec((0u128..6, arb_food()), 0..10)),
+            new in proptest::option::of(proptest::collection::vec((0u128..6, arb_food()), 0..10)),
+            now_offset in 0i64..40 * 86_400,
+            horizon in 0u32..10,
+        ) {
+            let with_ids = |foods: Vec<(u128, Food)>| {
+                container(
+                    foods
+                        .into_iter()
+                        .map(|(id, f)| Food { food_id: FoodId(uuid::Uuid::from_u128(id)), ..f })
+                        .collect(),
+                )
+            };
+            let (old, new) = (old.map(with_ids), new.map(with_ids));
+            let r = ExpiryRules { horizon_days: horizon, ..utc() };
+            let now = t("2024-03-25T00:00:00Z") + TimeDelta::seconds(now_offset);
+            prop_assert_eq!(
+                plan_container_change(cid(), old.as_ref(), new.as_ref(), now, &r),
+                plan_container_change_by_maps(cid(), old.as_ref(), new.as_ref(), now, &r)
+            );
+        }
     }
 
     proptest! {
