@@ -255,7 +255,18 @@ impl At {
 
     /// `AT#<seconds>`.
     pub fn key(self) -> String {
-        format!("{AT_PREFIX}{}", self.0)
+        [AT_PREFIX, self.digits().as_str()].concat()
+    }
+
+    /// The seconds' ten digits, as keys write them.
+    fn digits(self) -> Digits {
+        let mut digits = [b'0'; 10];
+        let mut n = self.0.unsigned_abs();
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        Digits(digits)
     }
 
     /// Parse `AT#<seconds>`.
@@ -268,6 +279,15 @@ impl At {
             return Err(bad("expected ten digits"));
         }
         At::new("AT key", digits.parse().map_err(|_| bad("not a number"))?)
+    }
+}
+
+/// An [`At`]'s ten digits, written without the formatting machinery.
+struct Digits([u8; 10]);
+
+impl Digits {
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("ASCII digits")
     }
 }
 
@@ -308,13 +328,13 @@ impl ItemKey {
     /// `(PK, SK)`.
     pub fn parts(&self) -> (String, String) {
         match self {
-            ItemKey::Category(id) => (CAT.into(), format!("{CAT_PREFIX}{id}")),
-            ItemKey::Brand(id) => (BRAND.into(), format!("{BRAND_PREFIX}{id}")),
-            ItemKey::Product(id) => (PROD.into(), format!("{PRO_PREFIX}{id}")),
-            ItemKey::User(id) => (USER.into(), format!("{USER_PREFIX}{id}")),
+            ItemKey::Category(id) => (CAT.into(), [CAT_PREFIX, id.as_str()].concat()),
+            ItemKey::Brand(id) => (BRAND.into(), [BRAND_PREFIX, id.as_str()].concat()),
+            ItemKey::Product(id) => (PROD.into(), [PRO_PREFIX, id.as_str()].concat()),
+            ItemKey::User(id) => (USER.into(), [USER_PREFIX, id.as_str()].concat()),
             ItemKey::Order { user, order } => (
-                format!("{USER_PREFIX}{user}"),
-                format!("{ORDER_PREFIX}{order}"),
+                [USER_PREFIX, user.as_str()].concat(),
+                [ORDER_PREFIX, order.as_str()].concat(),
             ),
             ItemKey::Checkpoint(job) => (WORKER.into(), format!("{CHECKPOINT_PREFIX}{job}")),
         }
@@ -513,7 +533,13 @@ impl Gsi1 {
                 created,
             } => (
                 brand_partition(brand),
-                format!("{}{AT_INFIX}{}", category_partition(category), created.0),
+                [
+                    CAT_PREFIX,
+                    category.as_str(),
+                    AT_INFIX,
+                    created.digits().as_str(),
+                ]
+                .concat(),
             ),
             Gsi1::OrderByStatus { status, updated } => (status_partition(status), updated.key()),
         }
@@ -558,11 +584,13 @@ impl Gsi2 {
     pub fn parts(&self) -> (String, String) {
         (
             category_partition(&self.category),
-            format!(
-                "{}{AT_INFIX}{}",
-                brand_partition(&self.brand),
-                self.created.0
-            ),
+            [
+                BRAND_PREFIX,
+                self.brand.as_str(),
+                AT_INFIX,
+                self.created.digits().as_str(),
+            ]
+            .concat(),
         )
     }
 
@@ -601,18 +629,18 @@ fn id_at(
 
 /// `GSI1PK` of a brand's products.
 pub fn brand_partition(brand: &Id) -> String {
-    format!("{BRAND_PREFIX}{brand}")
+    [BRAND_PREFIX, brand.as_str()].concat()
 }
 
 /// `GSI2PK` of a category's products, and the `GSI1SK` prefix of a
 /// brand's products of that category.
 pub fn category_partition(category: &Id) -> String {
-    format!("{CAT_PREFIX}{category}")
+    [CAT_PREFIX, category.as_str()].concat()
 }
 
 /// `GSI1PK` of the orders in a status.
 pub fn status_partition(status: &str) -> String {
-    format!("{ORDER_STATUS_PREFIX}{status}")
+    [ORDER_STATUS_PREFIX, status].concat()
 }
 
 /// The `GSI1SK` prefix of a brand's products in a category: `CAT#<id>#`.
@@ -819,6 +847,40 @@ mod tests {
             for s in [s, near, zeros] {
                 prop_assert_eq!(Id::parse_as("id", &s), parse_strict_only(&s), "{}", s);
             }
+        }
+
+        /// Every key string written without `format!` reads as it wrote
+        /// it.
+        #[test]
+        fn keys_read_as_format_writes_them(
+            a in arb_id(),
+            b in arb_id(),
+            secs in At::MIN..=At::MAX,
+            status in "[A-Z_]{1,20}",
+        ) {
+            let at = At::new("t", secs).unwrap();
+            prop_assert_eq!(at.key(), format!("AT#{secs}"));
+            let keys = [
+                (ItemKey::Category(a.clone()), format!("CAT#{a}")),
+                (ItemKey::Brand(a.clone()), format!("BRAND#{a}")),
+                (ItemKey::Product(a.clone()), format!("PRO#{a}")),
+                (ItemKey::User(a.clone()), format!("USER#{a}")),
+            ];
+            for (key, sk) in keys {
+                prop_assert_eq!(key.parts().1, sk);
+            }
+            let order = ItemKey::Order { user: a.clone(), order: b.clone() };
+            prop_assert_eq!(order.parts(), (format!("USER#{a}"), format!("ORDER#{b}")));
+            let by_brand = Gsi1::ProductByBrand {
+                brand: a.clone(),
+                category: b.clone(),
+                created: at,
+            };
+            prop_assert_eq!(by_brand.parts(), (format!("BRAND#{a}"), format!("CAT#{b}#AT#{secs}")));
+            let by_category = Gsi2 { category: b.clone(), brand: a.clone(), created: at };
+            prop_assert_eq!(by_category.parts(), (format!("CAT#{b}"), format!("BRAND#{a}#AT#{secs}")));
+            let by_status = Gsi1::order_by_status(&status, at).unwrap();
+            prop_assert_eq!(by_status.parts(), (format!("ORDER#STATUS#{status}"), format!("AT#{secs}")));
         }
 
         #[test]
