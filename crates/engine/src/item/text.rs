@@ -147,22 +147,53 @@ impl<'de, K: Kept> Unkept<'de> for &mut Rest<'_, K> {
         name: Cow<'de, str>,
         map: &mut A,
     ) -> Result<(), A::Error> {
+        if let Some(i) = self.key.iter().position(|(key, _)| *key == name) {
+            let bit = 1 << i;
+            let same = match self.key[i].1 {
+                AttributeValue::S(want) => map.next_value_seed(SameString(want))?,
+                want => map.next_value_seed(AttributeSeed)?.0 == *want,
+            };
+            if self.seen & bit != 0 || !same {
+                return give_up();
+            }
+            self.seen |= bit;
+            return Ok(());
+        }
         let (value, _) = map.next_value_seed(AttributeSeed)?;
-        match self.key.iter().position(|(key, _)| *key == name) {
-            Some(i) => {
-                let bit = 1 << i;
-                if self.seen & bit != 0 || value != *self.key[i].1 {
-                    return give_up();
-                }
-                self.seen |= bit;
-            }
-            None => {
-                if !self.extra.keep(name, value) {
-                    return give_up();
-                }
-            }
+        if !self.extra.keep(name, value) {
+            return give_up();
         }
         Ok(())
+    }
+}
+
+/// A key attribute's value compared with the record's string, read where
+/// it stands rather than copied into an [`AttributeValue`]: `{"S": text}`
+/// is the same when `text` is. Any other shape gives up, as it would
+/// differ from a string or fail to decode.
+struct SameString<'w>(&'w str);
+
+impl<'de> DeserializeSeed<'de> for SameString<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SameString<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string attribute")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        let same = match map.next_key::<Str<'de>>()? {
+            Some(Str(tag)) if tag == "S" => map.next_value::<Str<'de>>()?.0 == self.0,
+            _ => return give_up(),
+        };
+        if map.next_key::<IgnoredAny>()?.is_some() {
+            return give_up();
+        }
+        Ok(same)
     }
 }
 
@@ -858,6 +889,27 @@ mod tests {
             let mut other = item.clone();
             other.insert(name.into(), value.clone());
             assert_eq!(image(&text_of(&other)), None, "{name} = {value:?}");
+        }
+        // A key read where it stands: the same string escaped is the same
+        // key; a second type tag, or another tag, is not a string's.
+        let without_pk = {
+            let mut other = item.clone();
+            other.remove("PK");
+            text_of(&other)
+        };
+        let text_with = |value: &str| without_pk.replacen('{', &format!(r#"{{"PK": {value}, "#), 1);
+        assert!(image(&text_with(r#"{"S": "p"}"#)).is_some());
+        assert_eq!(
+            image(&text_with(r#"{"S": "\u0070"}"#)),
+            image(&text_with(r#"{"S": "p"}"#))
+        );
+        for value in [
+            r#"{"S": "p", "N": "1"}"#,
+            r#"{"SS": ["p"]}"#,
+            r#"{}"#,
+            r#""p""#,
+        ] {
+            assert_eq!(image(&text_with(value)), None, "{value}");
         }
     }
 
