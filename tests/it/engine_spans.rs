@@ -1,8 +1,8 @@
 //! The engine's `batch` and `record` spans reach the log lines written
-//! inside them. In a test binary of its own: tracing caches per call site
-//! whether anyone listens, and a test in a binary whose other tests run the
-//! engine on parallel threads without a subscriber can find those call
-//! sites cached as "never" (it failed that way in the library's tests).
+//! inside them. The other tests of this binary run the engine on parallel
+//! threads without a subscriber, and tracing caches per call site whether
+//! anyone listens: the capture holds a second dispatcher alive so that no
+//! call site it reads is cached as "never" (see the test).
 
 use std::sync::Mutex;
 
@@ -87,6 +87,12 @@ async fn lines_inside_a_record_carry_its_span() {
         tracing_subscriber::EnvFilter::new("debug"),
         move || writer.clone(),
     );
+    // tracing caches each callsite's interest process-wide, and while one
+    // dispatcher is registered it asks the thread that reaches a callsite
+    // first: a parallel test's thread, with no subscriber, caches `never`
+    // and this capture misses the line. With a second dispatcher alive,
+    // the interest is that of every registered one, this capture's too.
+    let _anchor = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
     let _guard = tracing::subscriber::set_default(subscriber);
     let report = run_batch(records(), &Chatty, &EngineConfig::default()).await;
     assert_eq!(report.batch_item_failures, ["10"]);

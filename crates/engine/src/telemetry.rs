@@ -193,6 +193,10 @@ mod tests {
             json_subscriber(Targets::new().with_default(LevelFilter::INFO), move || {
                 writer.clone()
             });
+        // A second dispatcher alive: the interest of a callsite a parallel
+        // test reaches first is every registered dispatcher's, this
+        // capture's too, not that thread's (none) alone.
+        let _anchor = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
         tracing::subscriber::with_default(subscriber, || {
             let span = invocation_span(true, Some("Root=1-5759e988-bd862e3fe1be46a994272793"));
             let _in = span.enter();
