@@ -591,10 +591,7 @@ impl ItemKey {
     /// `PK` shared by every [`ItemKey::ExpiryReminder`] due on `date` (the
     /// partition the daily expiry tick queries).
     pub fn reminder_partition(date: NaiveDate) -> String {
-        let mut text = String::with_capacity(REMINDER_PREFIX.len() + "YYYY-MM-DD".len());
-        text.push_str(REMINDER_PREFIX);
-        push_date(&mut text, date);
-        text
+        key_text(&[Part::Text(REMINDER_PREFIX), Part::Date(date)])
     }
 }
 
@@ -603,6 +600,8 @@ enum Part<'a> {
     Text(&'a str),
     /// An id as the service writes it: lowercase, hyphenated.
     Id(Uuid),
+    /// A date as `YYYY-MM-DD` ([`push_date`]).
+    Date(NaiveDate),
 }
 
 /// The key string of `parts` in one allocation of its length: the text
@@ -614,6 +613,7 @@ fn key_text(parts: &[Part]) -> String {
         .map(|part| match part {
             Part::Text(text) => text.len(),
             Part::Id(_) => uuid::fmt::Hyphenated::LENGTH,
+            Part::Date(_) => "YYYY-MM-DD".len(),
         })
         .sum();
     let mut text = String::with_capacity(len);
@@ -621,6 +621,7 @@ fn key_text(parts: &[Part]) -> String {
         match part {
             Part::Text(t) => text.push_str(t),
             Part::Id(id) => text.push_str(id.hyphenated().encode_lower(&mut Uuid::encode_buffer())),
+            Part::Date(date) => push_date(&mut text, *date),
         }
     }
     text
