@@ -10,6 +10,8 @@
 mod apps;
 #[path = "common/decide.rs"]
 mod decide_event;
+#[path = "common/typed_floor.rs"]
+mod typed_floor;
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -123,11 +125,14 @@ fn stream(c: &mut Criterion) {
 ///   and typed from it: the path of an event the reader does not take;
 /// - `app_archive`, `app_chat`, `app_shop`: each app's path over a
 ///   1,000-record event of its own table ([`apps`]), beside the two floors
-///   on that event's bytes (`app_<name>_floor_...`) and the same path
-///   through items (`app_<name>_items`);
+///   on that event's bytes (`app_<name>_floor_...`), the same path
+///   through items (`app_<name>_items`) and the typed floor
+///   (`app_<name>_floor_typed`, [`typed_floor`]: the least a typed
+///   serde_json reader does with the event);
 /// - `decode_route_decide_paired` and `app_<name>_paired`: the path, the
-///   same through items and the `Value` floor timed one right after the
-///   other, pass after pass (see [`paired`]).
+///   same through items, the `Value` floor and (for an app) the typed
+///   floor timed one right after the other, pass after pass (see
+///   [`paired`]).
 ///
 /// After the run, each path's ratios to both floors are printed from
 /// criterion's estimates, then the paired ratios ([`print_pairs`]).
@@ -166,7 +171,7 @@ fn decide(c: &mut Criterion) {
         b.iter_custom(|passes| {
             let path = || drop(black_box(fixture.decide(black_box(&bytes))));
             let items = || drop(black_box(fixture.decide_from_items(black_box(&bytes))));
-            paired("decode_route_decide", &bytes, &path, &items, passes)
+            paired("decode_route_decide", &bytes, &path, &items, None, passes)
         })
     });
     for app in &apps {
@@ -180,6 +185,9 @@ fn decide(c: &mut Criterion) {
                 serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&app.bytes)).unwrap()
             })
         });
+        g.bench_function(floor("floor_typed"), |b| {
+            b.iter(|| black_box(app).floor_typed())
+        });
         g.bench_function(app.name, |b| b.iter(|| black_box(app).decide()));
         g.bench_function(format!("{}_items", app.name), |b| {
             b.iter(|| black_box(app).decide_from_items())
@@ -188,24 +196,33 @@ fn decide(c: &mut Criterion) {
             b.iter_custom(|passes| {
                 let path = || drop(black_box(black_box(app).decide()));
                 let items = || drop(black_box(black_box(app).decide_from_items()));
-                paired(app.name, &app.bytes, &path, &items, passes)
+                let typed = || {
+                    black_box(black_box(app).floor_typed());
+                };
+                paired(app.name, &app.bytes, &path, &items, Some(&typed), passes)
             })
         });
     }
     g.finish();
 }
 
-/// An app's ratios from [`paired`]: its path's time over the `Value`
-/// floor's in the same pass, and its path through items' likewise.
-type Pairs = (&'static str, Vec<f64>, Vec<f64>);
+/// A path's ratios from [`paired`], each pass's time over the `Value`
+/// floor's in the same pass: of the path, of the path through items, and
+/// of the typed floor (none for Nishiki's path).
+struct Pairs {
+    name: &'static str,
+    path: Vec<f64>,
+    items: Vec<f64>,
+    typed: Vec<f64>,
+}
 
 /// Every app's [`Pairs`].
 static PAIRS: Mutex<Vec<Pairs>> = Mutex::new(Vec::new());
 
 /// `passes` passes over an event's `bytes`, each timing the `Value` floor,
-/// the path and the path through items one right after the other (every
-/// other pass in the reverse order), each pass's two ratios kept in
-/// [`PAIRS`] under `name`. This machine's speed moves by 20-40% between
+/// the path, the path through items and the `typed` floor one right after
+/// the other (every other pass in the reverse order), each pass's ratios
+/// kept in [`PAIRS`] under `name`. This machine's speed moves by 20-40% between
 /// criterion's runs of two benchmarks, so their means' ratio moves with it;
 /// a pass takes milliseconds, and its timings see the same machine.
 /// Criterion's figure for it is the path's time alone.
@@ -214,6 +231,7 @@ fn paired(
     bytes: &[u8],
     path: &dyn Fn(),
     items: &dyn Fn(),
+    typed: Option<&dyn Fn()>,
     passes: u64,
 ) -> Duration {
     let time = |f: &dyn Fn()| {
@@ -221,28 +239,38 @@ fn paired(
         f();
         start.elapsed()
     };
+    let typed_time = || typed.map(&time);
     let floor = || drop(black_box(floor_value(black_box(bytes))));
-    let (mut ratios, mut through_items) = (Vec::new(), Vec::new());
+    let mut pairs = Pairs {
+        name,
+        path: Vec::new(),
+        items: Vec::new(),
+        typed: Vec::new(),
+    };
     let mut total = Duration::ZERO;
     for pass in 0..passes {
-        let (v, p, i) = if pass % 2 == 0 {
-            (time(&floor), time(path), time(items))
+        let (v, p, i, t) = if pass % 2 == 0 {
+            (time(&floor), time(path), time(items), typed_time())
         } else {
+            let t = typed_time();
             let i = time(items);
             let p = time(path);
-            (time(&floor), p, i)
+            (time(&floor), p, i, t)
         };
-        ratios.push(p.as_secs_f64() / v.as_secs_f64());
-        through_items.push(i.as_secs_f64() / v.as_secs_f64());
+        let over_value = |d: Duration| d.as_secs_f64() / v.as_secs_f64();
+        pairs.path.push(over_value(p));
+        pairs.items.push(over_value(i));
+        pairs.typed.extend(t.map(over_value));
         total += p;
     }
-    let mut pairs = PAIRS.lock().unwrap();
-    match pairs.iter_mut().find(|(n, ..)| *n == name) {
-        Some((_, r, i)) => {
-            r.extend(ratios);
-            i.extend(through_items);
+    let mut all = PAIRS.lock().unwrap();
+    match all.iter_mut().find(|p| p.name == name) {
+        Some(p) => {
+            p.path.extend(pairs.path);
+            p.items.extend(pairs.items);
+            p.typed.extend(pairs.typed);
         }
-        None => pairs.push((name, ratios, through_items)),
+        None => all.push(pairs),
     }
     total
 }
@@ -255,6 +283,9 @@ fn print_pairs() {
         return;
     }
     let quartiles = |v: &[f64]| {
+        if v.is_empty() {
+            return "-".to_owned();
+        }
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
         let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
@@ -262,15 +293,17 @@ fn print_pairs() {
     };
     println!();
     println!(
-        "decide, paired passes: {:<18} {:>19} {:>19} {:>7}",
-        "path", "/Value [quartiles]", "through items", "passes"
+        "decide, paired passes: {:<18} {:>19} {:>19} {:>19} {:>7}",
+        "path", "/Value [quartiles]", "through items", "typed floor", "passes"
     );
-    for (name, ratios, through_items) in pairs.iter() {
+    for p in pairs.iter() {
         println!(
-            "paired: {name:<18} {:>19} {:>19} {:>7}",
-            quartiles(ratios),
-            quartiles(through_items),
-            ratios.len()
+            "paired: {:<18} {:>19} {:>19} {:>19} {:>7}",
+            p.name,
+            quartiles(&p.path),
+            quartiles(&p.items),
+            quartiles(&p.typed),
+            p.path.len()
         );
     }
 }
@@ -304,7 +337,12 @@ fn main() {
         })
         .collect();
     paths.extend(apps::cases_names().into_iter().flat_map(|app| {
-        [app.to_owned(), format!("{app}_items")].map(|path| {
+        [
+            app.to_owned(),
+            format!("{app}_items"),
+            format!("{app}_floor_typed"),
+        ]
+        .map(|path| {
             (
                 path,
                 format!("{app}_floor_serde_json_value"),

@@ -20,6 +20,8 @@ use shop_worker::derive::rules::Derivation;
 use shop_worker::items::{Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey as ShopKey};
 use worker_engine::item::Item;
+
+use crate::typed_floor::{self, Picks};
 use worker_engine::stream::{
     ChangeKind, DecodeEvent, StreamChange, decode_event_bytes, decode_views, encode_event,
 };
@@ -62,6 +64,25 @@ fn change(
     }
 }
 
+/// What the typed floor of `P` reads of `changes`.
+fn floor_reads<P: Picks>(changes: &[StreamChange]) -> typed_floor::Read {
+    let picked = changes
+        .iter()
+        .flat_map(|c| [&c.old_image, &c.new_image])
+        .flatten()
+        .map(|image| {
+            image
+                .keys()
+                .filter(|k| P::NAMES.contains(&k.as_str()))
+                .count()
+        })
+        .sum();
+    typed_floor::Read {
+        records: changes.len(),
+        picked,
+    }
+}
+
 fn keys_of(item: &Item) -> Item {
     ["PK", "SK"]
         .into_iter()
@@ -84,6 +105,11 @@ pub(crate) struct AppCase {
     /// path before their readers).
     items: fn(&[u8]) -> Counts,
     expected: Counts,
+    /// The typed floor of the app's event ([`typed_floor::read`]).
+    floor: fn(&[u8]) -> typed_floor::Read,
+    /// What the floor must come to: every record, and each image's
+    /// attributes of the names it picks.
+    floor_reads: typed_floor::Read,
 }
 
 /// What the decisions over one event came to, by outcome.
@@ -100,6 +126,11 @@ impl AppCase {
         (self.items)(&self.bytes)
     }
 
+    /// The typed floor on the app's event.
+    pub(crate) fn floor_typed(&self) -> typed_floor::Read {
+        (self.floor)(&self.bytes)
+    }
+
     /// The decisions are real: each outcome as often as the event holds
     /// it, either way.
     pub(crate) fn check(&self) {
@@ -108,6 +139,12 @@ impl AppCase {
             self.decide_from_items(),
             self.expected,
             "{} through items",
+            self.name
+        );
+        assert_eq!(
+            self.floor_typed(),
+            self.floor_reads,
+            "{} typed floor",
             self.name
         );
     }
@@ -174,6 +211,8 @@ fn archive() -> AppCase {
     AppCase {
         name: "app_archive",
         bytes: bytes(&changes),
+        floor: typed_floor::read::<typed_floor::Archive>,
+        floor_reads: floor_reads::<typed_floor::Archive>(&changes),
         decide: archive_decide,
         items: archive_decide_from_items,
         expected: Counts::from([
@@ -339,6 +378,8 @@ fn chat() -> AppCase {
     AppCase {
         name: "app_chat",
         bytes: bytes(&changes),
+        floor: typed_floor::read::<typed_floor::Chat>,
+        floor_reads: floor_reads::<typed_floor::Chat>(&changes),
         decide: chat_decide,
         items: chat_decide_from_items,
         expected: Counts::from([
@@ -501,6 +542,8 @@ fn shop() -> AppCase {
     AppCase {
         name: "app_shop",
         bytes: bytes(&changes),
+        floor: typed_floor::read::<typed_floor::Shop>,
+        floor_reads: floor_reads::<typed_floor::Shop>(&changes),
         decide: shop_decide,
         items: shop_decide_from_items,
         expected: Counts::from([
