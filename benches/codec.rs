@@ -13,8 +13,10 @@ mod decide_event;
 #[path = "common/typed_floor.rs"]
 mod typed_floor;
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group};
@@ -152,6 +154,7 @@ fn decide(c: &mut Criterion) {
         app.check();
         eprintln!("decide: {}, {} bytes", app.name, app.bytes.len());
     }
+    print_allocations(&fixture, &bytes, &apps);
     let mut g = c.benchmark_group("decide");
     g.throughput(Throughput::Elements(fixture.records() as u64));
     g.bench_function("floor_serde_json_value", |b| {
@@ -304,6 +307,81 @@ fn print_pairs() {
             quartiles(&p.items),
             quartiles(&p.typed),
             p.path.len()
+        );
+    }
+}
+
+/// Every allocation (and reallocation) the bench makes, counted: a
+/// path's allocations per record are a figure that, unlike its time, does
+/// not move with the machine, and they go far to explain its time over
+/// the floors. The count costs one uncontended atomic add per allocation,
+/// on the paths and the floors alike.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to `System` as it came.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract, passed on.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: as above.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static COUNTING: Counting = Counting;
+
+/// Allocations per record while `f` runs over an event of `records`.
+fn allocations(records: usize, f: impl FnOnce()) -> f64 {
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    f();
+    (ALLOCATIONS.load(Ordering::Relaxed) - before) as f64 / records as f64
+}
+
+/// Each path's allocations per record, beside its floors': one line per
+/// event, `allocations per record: <path> path <n>, through items <n>,
+/// typed floor <n>, Value floor <n>`.
+fn print_allocations(fixture: &decide_event::Fixture, bytes: &[u8], apps: &[apps::AppCase]) {
+    let records = fixture.records();
+    let line = |name: &str, path: f64, items: f64, typed: Option<f64>, value: f64| {
+        let typed = typed.map_or("-".to_owned(), |t| format!("{t:.1}"));
+        println!(
+            "allocations per record: {name:<20} path {path:.1}, through items {items:.1}, \
+             typed floor {typed}, Value floor {value:.1}"
+        );
+    };
+    line(
+        "decode_route_decide",
+        allocations(records, || drop(fixture.decide(bytes))),
+        allocations(records, || drop(fixture.decide_from_items(bytes))),
+        None,
+        allocations(records, || drop(floor_value(bytes))),
+    );
+    for app in apps {
+        let records = app.floor_typed().records;
+        line(
+            app.name,
+            allocations(records, || drop(app.decide())),
+            allocations(records, || drop(app.decide_from_items())),
+            Some(allocations(records, || {
+                app.floor_typed();
+            })),
+            allocations(records, || drop(floor_value(&app.bytes))),
         );
     }
 }
