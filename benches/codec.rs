@@ -225,9 +225,10 @@ static PAIRS: Mutex<Vec<Pairs>> = Mutex::new(Vec::new());
 /// `passes` passes over an event's `bytes`, each timing the `Value` floor,
 /// the path, the path through items and the `typed` floor one right after
 /// the other (every other pass in the reverse order), each pass's ratios
-/// kept in [`PAIRS`] under `name`. This machine's speed moves by 20-40% between
-/// criterion's runs of two benchmarks, so their means' ratio moves with it;
-/// a pass takes milliseconds, and its timings see the same machine.
+/// kept in [`PAIRS`] under `name`. This machine's speed moves by 20-40%
+/// between criterion's runs of two benchmarks, so their means' ratio moves
+/// with it; a pass takes milliseconds, and its timings see the same
+/// machine.
 /// Criterion's figure for it is the path's time alone.
 fn paired(
     name: &'static str,

@@ -20,11 +20,11 @@ use shop_worker::derive::rules::Derivation;
 use shop_worker::items::{Order, Product, Stamps, User};
 use shop_worker::keys::{Id, ItemKey as ShopKey};
 use worker_engine::item::Item;
-
-use crate::typed_floor::{self, Picks};
 use worker_engine::stream::{
     ChangeKind, DecodeEvent, StreamChange, decode_event_bytes, decode_views, encode_event,
 };
+
+use crate::typed_floor::{self, Picks};
 
 fn now() -> DateTime<Utc> {
     "2024-06-01T12:00:00Z".parse().expect("a time")
