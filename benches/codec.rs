@@ -374,7 +374,7 @@ fn print_allocations(fixture: &decide_event::Fixture, bytes: &[u8], apps: &[apps
         allocations(records, || drop(floor_value(bytes))),
     );
     for app in apps {
-        let records = app.floor_typed().records;
+        let records = app.records();
         line(
             app.name,
             allocations(records, || drop(app.decide())),

@@ -126,6 +126,11 @@ impl AppCase {
         (self.items)(&self.bytes)
     }
 
+    /// The records of the app's event.
+    pub(crate) fn records(&self) -> usize {
+        self.floor_reads.records
+    }
+
     /// The typed floor on the app's event.
     pub(crate) fn floor_typed(&self) -> typed_floor::Read {
         (self.floor)(&self.bytes)

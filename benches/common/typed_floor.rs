@@ -31,7 +31,10 @@ pub(crate) trait Picks: 'static {
 pub(crate) struct Archive;
 
 impl Picks for Archive {
-    const NAMES: &'static [&'static str] = &["KeyName", "IsUnzipped", "Vault"];
+    const NAMES: &'static [&'static str] = {
+        use archive_worker::keys::{IS_UNZIPPED, KEY_NAME, VAULT};
+        &[KEY_NAME, IS_UNZIPPED, VAULT]
+    };
 }
 
 /// Chat's: a request copy's attributes (`items::RequestCopy`) and
@@ -39,18 +42,24 @@ impl Picks for Archive {
 pub(crate) struct Chat;
 
 impl Picks for Chat {
-    const NAMES: &'static [&'static str] = &[
-        "Id",
-        "UserId",
-        "ChatId",
-        "CreatedAt",
-        "Status",
-        "Seen",
-        "PendingId",
-        "StatusReason",
-        "JoinedAt",
-        chat_worker::keys::NUM_MEMBERS,
-    ];
+    const NAMES: &'static [&'static str] = {
+        use chat_worker::keys::{
+            CHAT_ID, CREATED_AT, ID, JOINED_AT, NUM_MEMBERS, PENDING_ID, SEEN, STATUS,
+            STATUS_REASON, USER_ID,
+        };
+        &[
+            ID,
+            USER_ID,
+            CHAT_ID,
+            CREATED_AT,
+            STATUS,
+            SEEN,
+            PENDING_ID,
+            STATUS_REASON,
+            JOINED_AT,
+            NUM_MEMBERS,
+        ]
+    };
 }
 
 /// Shop's: what a derivation reads (`derive::rules::READS`).
