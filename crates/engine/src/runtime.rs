@@ -227,6 +227,11 @@ impl<J: JobName> Worker<J> {
         self
     }
 
+    /// How this worker reads a Lambda event's bytes ([`Self::with_decoder`]).
+    pub fn decoder(&self) -> DecodeEvent {
+        self.decode
+    }
+
     /// Park every stream record that fails for good here before the batch
     /// is reported (a record that cannot be parked is retried). `None`
     /// (`PARKING_TABLE` unset): such records are logged and counted only.
