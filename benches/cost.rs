@@ -1,5 +1,6 @@
 //! Cost per million stream records of Nishiki's `StreamFunction`
-//! (`cargo bench --bench cost -- --users 2000 --seed 7`): the measurement
+//! (`cargo bench -p nishiki-worker --bench cost -- --users 2000 --seed 7`;
+//! `cargo bench --bench cost` runs the other apps' too): the measurement
 //! of `worker_testkit::cost`, on the load driver's workload.
 //!
 //! On a DynamoDB Local of its own, a generated population

@@ -1,7 +1,8 @@
 //! Cost per million stream records of the archive's, the chat's and the
 //! shop's `StreamFunction` (`cargo bench -p nishiki-cli --bench cost`,
 //! `-- --app shop` for one of them; Nishiki's is the root package's
-//! `cargo bench --bench cost`): each app's mix of its service's writes
+//! `cargo bench -p nishiki-worker --bench cost`, and `cargo bench --bench
+//! cost` runs both): each app's mix of its service's writes
 //! (its module says which) drained through its worker on a DynamoDB Local
 //! of its own, metered and priced by `worker_testkit::cost`. One binary
 //! for the three apps: this package is the one that sees them all (its
