@@ -640,11 +640,6 @@ impl Meter {
                 .expect("a stream event");
             self.run.wall += started.elapsed();
             self.run.cpu += thread_cpu() - cpu;
-            // The reading alone, on the same bytes: what share of the
-            // worker's CPU reading the event takes.
-            let cpu = thread_cpu();
-            drop(std::hint::black_box((worker.decoder())(&bytes)));
-            self.run.decode_cpu += thread_cpu() - cpu;
             self.run.busy += busy() - busy_before;
             self.run.invocations += 1;
             for (store, before) in self.stores.iter().zip(&before) {
@@ -654,6 +649,12 @@ impl Meter {
             for (timed, before) in self.timed.iter().zip(&tallies) {
                 self.run.tally.add(&timed.tally().since(before));
             }
+            // The reading alone, on the same bytes, once the invocation's
+            // own figures are taken: what share of its CPU reading the
+            // event takes.
+            let cpu = thread_cpu();
+            drop(std::hint::black_box((worker.decoder())(&bytes)));
+            self.run.decode_cpu += thread_cpu() - cpu;
             let Some(failed) = report.batch_item_failures.first() else {
                 return;
             };
