@@ -56,9 +56,12 @@ fn change(
         keys,
         old_image: old,
         new_image: new,
-        event_source_arn: Some(format!(
+        event_source_arn: Some(
+            format!(
             "arn:aws:dynamodb:us-east-1:123456789012:table/{arn_table}/stream/2024-06-01T00:00:00.000"
-        )),
+        )
+            .into(),
+        ),
         size_bytes: Some(size as i64),
         typed: None,
     }

@@ -234,10 +234,13 @@ impl Chat {
             keys,
             old_image: old,
             new_image: new,
-            event_source_arn: Some(format!(
+            event_source_arn: Some(
+            format!(
                 "arn:aws:dynamodb:us-east-1:123456789012:table/{}/stream/2024-06-01T00:00:00.000",
                 self.name(t)
-            )),
+            )
+            .into(),
+        ),
             size_bytes: Some(size as i64),
             typed: None,
         }

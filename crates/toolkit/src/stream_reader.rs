@@ -5,6 +5,7 @@
 //! stream through the handler. Free of any app's specifics.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use aws_sdk_dynamodbstreams::Client;
 use aws_sdk_dynamodbstreams::types::{OperationType, Record, ShardIteratorType};
@@ -315,7 +316,7 @@ pub fn to_change(r: Record, stream_arn: Option<&str>) -> StreamChange {
         keys: image(rec.keys).unwrap_or_default(),
         old_image: image(rec.old_image),
         new_image: image(rec.new_image),
-        event_source_arn: stream_arn.map(str::to_owned),
+        event_source_arn: stream_arn.map(Arc::from),
         size_bytes: rec.size_bytes,
         typed: None,
     }

@@ -191,10 +191,13 @@ async fn table_create_makes_six_tables_and_dev_follows_every_stream() {
         keys: other[1].key(),
         old_image: None,
         new_image: requests.get(&other[1].key(), true).await.unwrap(),
-        event_source_arn: Some(format!(
-            "arn:aws:dynamodb:ddblocal:000000000000:table/{}/stream/x",
-            Table::ChatRequests.name()
-        )),
+        event_source_arn: Some(
+            format!(
+                "arn:aws:dynamodb:ddblocal:000000000000:table/{}/stream/x",
+                Table::ChatRequests.name()
+            )
+            .into(),
+        ),
         size_bytes: None,
         typed: None,
     };

@@ -160,7 +160,7 @@ async fn capture(chat: &mut Chat, table: Table, file: &str) {
     let mut changes = chat.read().await;
     assert!(!changes.is_empty(), "{file}: no records");
     for c in &mut changes {
-        c.event_source_arn = Some(stream_arn(table));
+        c.event_source_arn = Some(stream_arn(table).into());
     }
     let event = encode_event(&changes, None);
     let text = serde_json::to_string_pretty(&event).expect("JSON") + "\n";

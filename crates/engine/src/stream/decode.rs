@@ -127,18 +127,49 @@ pub enum SequenceNumberError {
 /// do not fit a `u128`, so the comparison strips leading zeros, then compares
 /// lengths, then digits. `Display` and serde give the original string.
 /// Equality and hashing agree with the ordering (`"007" == "7"`).
+///
+/// Up to 30 digits are kept inline, with no allocation (DynamoDB Local
+/// writes 21; DynamoDB 21 to 40); longer ones on the heap. The value is
+/// then 32 bytes, not the 48 that inline room for 40 would take in every
+/// record and every record's error.
 #[derive(Clone)]
-pub struct SequenceNumber(String);
+pub struct SequenceNumber(Digits);
+
+/// Most digits kept inline.
+const INLINE_DIGITS: usize = 30;
+
+#[derive(Clone)]
+enum Digits {
+    Inline { len: u8, bytes: [u8; INLINE_DIGITS] },
+    Heap(Box<str>),
+}
 
 impl SequenceNumber {
+    /// `digits`, already checked to be ASCII digits.
+    pub(crate) fn from_digits(digits: &str) -> Self {
+        SequenceNumber(match u8::try_from(digits.len()) {
+            Ok(len) if digits.len() <= INLINE_DIGITS => {
+                let mut bytes = [0; INLINE_DIGITS];
+                bytes[..digits.len()].copy_from_slice(digits.as_bytes());
+                Digits::Inline { len, bytes }
+            }
+            _ => Digits::Heap(digits.into()),
+        })
+    }
+
     /// The original string.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            Digits::Inline { len, bytes } => {
+                std::str::from_utf8(&bytes[..usize::from(*len)]).expect("ASCII digits")
+            }
+            Digits::Heap(digits) => digits,
+        }
     }
 
     /// The digits without leading zeros (empty for zero).
     fn significant(&self) -> &str {
-        self.0.trim_start_matches('0')
+        self.as_str().trim_start_matches('0')
     }
 }
 
@@ -151,7 +182,7 @@ impl FromStr for SequenceNumber {
         if !s.bytes().all(|b| b.is_ascii_digit()) {
             return Err(SequenceNumberError::NotDigits);
         }
-        Ok(SequenceNumber(s.to_owned()))
+        Ok(SequenceNumber::from_digits(s))
     }
 }
 
@@ -184,19 +215,19 @@ impl Hash for SequenceNumber {
 
 impl fmt::Debug for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SequenceNumber({})", self.0)
+        write!(f, "SequenceNumber({})", self.as_str())
     }
 }
 
 impl fmt::Display for SequenceNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl serde::Serialize for SequenceNumber {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&self.0)
+        s.serialize_str(self.as_str())
     }
 }
 
@@ -230,8 +261,9 @@ pub struct StreamChange {
     /// `None` when absent or empty.
     pub new_image: Option<Item>,
     /// The stream's ARN (`eventSourceARN`); `None` when the record
-    /// carries none (a hand-made event).
-    pub event_source_arn: Option<String>,
+    /// carries none (a hand-made event). The records of one event that
+    /// carry the same ARN share one copy of it.
+    pub event_source_arn: Option<Arc<str>>,
     /// The record's size in bytes as DynamoDB reports it (`SizeBytes`);
     /// `None` when absent.
     pub size_bytes: Option<i64>,
@@ -574,7 +606,7 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
             s.parse()
                 .map_err(|e: SequenceNumberError| format!("bad SequenceNumber: {e}"))?,
         ),
-        Some(Value::Number(n)) if n.is_u64() => Some(SequenceNumber(n.to_string())),
+        Some(Value::Number(n)) if n.is_u64() => Some(SequenceNumber::from_digits(&n.to_string())),
         Some(_) => return Err("bad SequenceNumber: not a string".into()),
     };
     let size_bytes = ddb.get("SizeBytes").and_then(Value::as_i64);
@@ -613,7 +645,7 @@ fn decode_object(obj: &Map<String, Value>) -> Result<StreamChange, String> {
 /// What [`decode_object`] reads of the record besides its fields:
 /// `Keys`, `OldImage`, `NewImage`, `eventSourceARN` and whether a TTL
 /// process removed the item.
-type Parts = (Item, Item, Item, Option<String>, bool);
+type Parts = (Item, Item, Item, Option<Arc<str>>, bool);
 
 /// [`Parts`] read straight from the parsed JSON, without copying the
 /// record. The reading `aws_lambda_events`' `EventRecord` would give after
@@ -626,7 +658,7 @@ fn parts(obj: &Map<String, Value>, ddb: &Map<String, Value>) -> Result<Parts, St
     let event_source_arn = obj
         .get("eventSourceARN")
         .and_then(Value::as_str)
-        .map(str::to_owned);
+        .map(Arc::from);
     let is_ttl = obj
         .get("userIdentity")
         .and_then(Value::as_object)
@@ -1172,7 +1204,7 @@ mod tests {
             change.keys.into(),
             change.old_image.into(),
             change.new_image.into(),
-            record.event_source_arn,
+            record.event_source_arn.map(Arc::from),
             is_ttl,
         ))
     }
@@ -1406,6 +1438,27 @@ mod tests {
         assert_eq!(changes[2].new_image, None);
         // No PK/SK in this table: every key attribute is rendered.
         assert_eq!(c.key_string(DEFAULT_KEY_ATTRIBUTES), "Id=101");
+    }
+
+    #[test]
+    fn the_records_of_one_stream_share_its_arn() {
+        let other = ARN.replace("table/Archive", "table/Other");
+        let mut third = record("e3", "INSERT", "102", json!({}));
+        third["eventSourceARN"] = json!(other);
+        let event = json!({"Records": [
+            record("e1", "INSERT", "100", json!({})),
+            record("e2", "INSERT", "101", json!({})),
+            third,
+            record("e4", "INSERT", "103", json!({})),
+        ]});
+        let records = decode_event_bytes(event.to_string().as_bytes()).unwrap();
+        let arns: Vec<Arc<str>> = records
+            .into_iter()
+            .map(|r| r.unwrap().event_source_arn.unwrap())
+            .collect();
+        assert_eq!(arns, [ARN, ARN, &other, ARN].map(Arc::from));
+        assert!(Arc::ptr_eq(&arns[0], &arns[1]));
+        assert!(!Arc::ptr_eq(&arns[1], &arns[3]), "another ARN came between");
     }
 
     #[test]
@@ -1723,6 +1776,12 @@ mod tests {
     }
 
     #[test]
+    fn a_sequence_number_is_32_bytes() {
+        assert_eq!(size_of::<SequenceNumber>(), 32);
+        assert_eq!(size_of::<Option<SequenceNumber>>(), 32);
+    }
+
+    #[test]
     fn sequence_numbers_compare_as_numbers() {
         let n = |s: &str| s.parse::<SequenceNumber>().unwrap();
         assert!(n("9") < n("10"));
@@ -1736,7 +1795,7 @@ mod tests {
         assert!(a < b && c < a);
         let mut all = vec![b.clone(), a.clone(), c.clone(), n("10"), n("9")];
         all.sort();
-        assert_eq!(all, [n("9"), n("10"), c, a, b]);
+        assert_eq!(all, [n("9"), n("10"), c.clone(), a.clone(), b.clone()]);
         assert_eq!(
             "".parse::<SequenceNumber>(),
             Err(SequenceNumberError::Empty)
@@ -1749,6 +1808,16 @@ mod tests {
         let back: SequenceNumber = serde_json::from_value(json!("0042")).unwrap();
         assert_eq!(back.as_str(), "0042");
         assert!(serde_json::from_value::<SequenceNumber>(json!("-1")).is_err());
+        // Past 30 digits (kept on the heap, not inline) it is the same number.
+        let long = n(&format!("0{}", a.as_str()));
+        assert_eq!(long.as_str().len(), 41);
+        assert_eq!(n(&"0".repeat(30)), n("0"));
+        assert_eq!(n(&"0".repeat(31)), n("0"));
+        assert!(n(&format!("{}1", "0".repeat(30))) < n("2"));
+        assert_eq!(long, a);
+        assert!(long < b && c < long);
+        assert_eq!(long.to_string(), format!("0{a}"));
+        assert_eq!(n(&"1".repeat(41)).cmp(&a), Ordering::Greater);
     }
 
     #[test]

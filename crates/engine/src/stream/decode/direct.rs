@@ -16,6 +16,7 @@
 //! (`awsRegion`, `eventVersion`, `StreamViewType`...) are skipped unparsed.
 
 use std::fmt;
+use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use chrono::{DateTime, Utc};
@@ -53,6 +54,7 @@ pub(super) fn decode_with<R: ChangeReader>(
         reader,
         text,
         image_at: None,
+        arn: None,
     };
     let records = de.deserialize_map(EventVisitor(&mut state)).ok()?;
     de.end().ok()?;
@@ -100,9 +102,20 @@ struct State<'r, R> {
     /// Where the field name of the image last read by the reader starts,
     /// until the next field name of the envelope bounds its text.
     image_at: Option<usize>,
+    /// The last `eventSourceARN` read: the records of one stream's batch
+    /// all carry the same, and share one copy.
+    arn: Option<Arc<str>>,
 }
 
 impl<R> State<'_, R> {
+    /// `arn`, as the last record's copy when it is the same.
+    fn share_arn(&mut self, arn: &str) -> Arc<str> {
+        match &self.arn {
+            Some(last) if **last == *arn => last.clone(),
+            _ => self.arn.insert(Arc::from(arn)).clone(),
+        }
+    }
+
     /// Where `name`, a field name of the envelope, starts in the event: it
     /// ends the text of the image read last. `None` without a reader (no
     /// image is bounded so).
@@ -209,7 +222,7 @@ impl<'de, R: ChangeReader> Visitor<'de> for RecordVisitor<'_, '_, R> {
         let mut event_id: Option<String> = None;
         let mut kind = None;
         let mut source_checked = false;
-        let mut arn: Option<Option<String>> = None;
+        let mut arn: Option<Option<Arc<str>>> = None;
         let mut ttl = None;
         let mut ddb: Option<Ddb<R::Image>> = None;
         while let Some(key) = map.next_key::<Str>()? {
@@ -242,7 +255,7 @@ impl<'de, R: ChangeReader> Visitor<'de> for RecordVisitor<'_, '_, R> {
                 "EventSource" => return fail("EventSource"),
                 "eventSourceARN" => {
                     let value = map.next_value::<Option<Str>>()?;
-                    once(&mut arn, value.map(|s| s.0.into_owned()))?;
+                    once(&mut arn, value.map(|s| self.0.share_arn(&s.0)))?;
                 }
                 "userIdentity" => once(&mut ttl, map.next_value_seed(IdentitySeed)?)?,
                 "dynamodb" => once(&mut ddb, map.next_value_seed(DdbSeed(&mut *self.0))?)?,
@@ -441,7 +454,7 @@ impl<'de> Visitor<'de> for SequenceSeed {
         s.parse().map(Some).map_err(E::custom)
     }
     fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
-        Ok(Some(SequenceNumber(n.to_string())))
+        Ok(Some(SequenceNumber::from_digits(&n.to_string())))
     }
 }
 
