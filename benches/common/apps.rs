@@ -30,6 +30,11 @@ fn now() -> DateTime<Utc> {
     "2024-06-01T12:00:00Z".parse().expect("a time")
 }
 
+/// The stream ARN the records of `table` carry.
+fn stream_arn(table: &str) -> String {
+    format!("arn:aws:dynamodb:us-east-1:123456789012:table/{table}/stream/2024-06-01T00:00:00.000")
+}
+
 fn change(
     arn_table: &str,
     n: usize,
@@ -56,12 +61,7 @@ fn change(
         keys,
         old_image: old,
         new_image: new,
-        event_source_arn: Some(
-            format!(
-            "arn:aws:dynamodb:us-east-1:123456789012:table/{arn_table}/stream/2024-06-01T00:00:00.000"
-        )
-            .into(),
-        ),
+        event_source_arn: Some(stream_arn(arn_table).into()),
         size_bytes: Some(size as i64),
         typed: None,
     }

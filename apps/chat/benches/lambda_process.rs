@@ -169,6 +169,14 @@ impl Chat {
         &self.tables[&t].name
     }
 
+    /// The stream ARN the records of `t` carry.
+    fn stream_arn(&self, t: Table) -> String {
+        format!(
+            "arn:aws:dynamodb:us-east-1:123456789012:table/{}/stream/2024-06-01T00:00:00.000",
+            self.name(t)
+        )
+    }
+
     /// `function`'s variables as the template sets them, its tables these
     /// ones, on this DynamoDB Local at the fixed clock.
     fn env(&self, template: &Template, function: &str) -> Vec<(String, String)> {
@@ -234,13 +242,7 @@ impl Chat {
             keys,
             old_image: old,
             new_image: new,
-            event_source_arn: Some(
-            format!(
-                "arn:aws:dynamodb:us-east-1:123456789012:table/{}/stream/2024-06-01T00:00:00.000",
-                self.name(t)
-            )
-            .into(),
-        ),
+            event_source_arn: Some(self.stream_arn(t).into()),
             size_bytes: Some(size as i64),
             typed: None,
         }
