@@ -147,13 +147,16 @@ enum Digits {
 impl SequenceNumber {
     /// `digits`, already checked to be ASCII digits.
     pub(crate) fn from_digits(digits: &str) -> Self {
-        SequenceNumber(match u8::try_from(digits.len()) {
-            Ok(len) if digits.len() <= INLINE_DIGITS => {
-                let mut bytes = [0; INLINE_DIGITS];
-                bytes[..digits.len()].copy_from_slice(digits.as_bytes());
-                Digits::Inline { len, bytes }
+        let len = digits.len();
+        SequenceNumber(if len <= INLINE_DIGITS {
+            let mut bytes = [0; INLINE_DIGITS];
+            bytes[..len].copy_from_slice(digits.as_bytes());
+            Digits::Inline {
+                len: len as u8,
+                bytes,
             }
-            _ => Digits::Heap(digits.into()),
+        } else {
+            Digits::Heap(digits.into())
         })
     }
 
